@@ -1,0 +1,225 @@
+"""Plan: the ordered communication operations of one iteration (``gradsched.plan/1``).
+
+A plan is what every planner returns, what the simulator predicts and what the
+runtime executes.  Each operation is one collective over one or more *slices*
+``[tensor_index, start_element, end_element)``; every element of every tensor appears
+in exactly one slice.  A whole tensor is one slice; a partitioned tensor (ByteScheduler,
+US-Byte) is several slices in several operations; a merged bucket is one operation
+with several slices.
+
+How operations are issued:
+
+- ``scheduling = "fifo"``: strictly in list order; an operation waits for the one
+  before it to be issued (DDP, WFBP, MG-WFBP).
+- ``scheduling = "priority"``: whenever a channel is free, the ready operation with
+  the lowest ``priority`` number goes next (ties: list order).  Operations are the
+  preemption points: a long tensor split into blocks can be overtaken between blocks.
+- ``credit_bytes``: at most that many bytes issued but unfinished (ByteScheduler's
+  credit window); ``None`` means one operation at a time per channel.
+- ``overlap_forward``: the next iteration's forward of a layer waits only for the
+  operations holding that layer's gradients (and their update), not for all of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Iterable
+
+from gradsched import _validate as v
+from gradsched.errors import FormatError
+from gradsched.profile import Profile
+
+FORMAT = "gradsched.plan/1"
+DENSE = "allreduce"
+SPARSE = "topk-allgather"
+OP_COLLECTIVES = (DENSE, SPARSE)
+SCHEDULING = ("fifo", "priority")
+
+
+@dataclass(frozen=True, slots=True)
+class Slice:
+    """Elements ``[start, end)`` of tensor ``tensor`` (flattened)."""
+
+    tensor: int
+    start: int
+    end: int
+
+    @property
+    def numel(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One collective over some slices."""
+
+    slices: tuple[Slice, ...]
+    collective: str = DENSE
+    priority: int = 0
+    density: float | None = None  # fraction of elements sent, for topk-allgather
+
+    @property
+    def sparse(self) -> bool:
+        return self.collective == SPARSE
+
+    def numel(self) -> int:
+        return sum(s.numel for s in self.slices)
+
+    def tensors(self) -> tuple[int, ...]:
+        """Distinct tensor indices, in slice order."""
+        return tuple(dict.fromkeys(s.tensor for s in self.slices))
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"collective": self.collective, "priority": self.priority,
+                             "slices": [[s.tensor, s.start, s.end] for s in self.slices]}
+        if self.density is not None:
+            d["density"] = self.density
+        return d
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A strategy's operations for one profile, with how to issue them."""
+
+    strategy: str
+    operations: tuple[Operation, ...]
+    profile_fingerprint: str
+    model: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    scheduling: str = "fifo"
+    overlap_forward: bool = False
+    credit_bytes: int | None = None
+
+    @cached_property
+    def hash(self) -> str:
+        """Content hash: equal on every rank exactly when the plans are the same."""
+        body = self._body()
+        body.pop("options", None)
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+    def _body(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"format": FORMAT, "strategy": self.strategy, "model": self.model,
+                             "profile_fingerprint": self.profile_fingerprint, "options": self.options,
+                             "scheduling": self.scheduling, "overlap_forward": self.overlap_forward,
+                             "credit_bytes": self.credit_bytes,
+                             "operations": [op.to_dict() for op in self.operations]}
+        return d
+
+    # -------------------------------------------------------------- queries
+    def op_bytes(self, profile: Profile) -> list[int]:
+        """Bytes each operation moves before compression."""
+        return [sum(s.numel * profile.tensors[s.tensor].element_bytes for s in op.slices)
+                for op in self.operations]
+
+    def op_ready_s(self, profile: Profile) -> list[float]:
+        """When each operation's last gradient is ready, after backward starts."""
+        ready = profile.ready_s
+        return [max(ready[s.tensor] for s in op.slices) for op in self.operations]
+
+    # -------------------------------------------------------------- validation
+    def check(self, profile: Profile, source: str = "<plan>") -> None:
+        """Raise FormatError unless this plan fits ``profile`` element for element."""
+        if self.profile_fingerprint != profile.fingerprint:
+            raise FormatError(source, "profile_fingerprint",
+                              f"plan was made for another profile (model {self.model!r}, fingerprint "
+                              f"{self.profile_fingerprint}); this profile is {profile.model!r} ({profile.fingerprint})")
+        n = profile.num_tensors
+        per_tensor: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+        for j, op in enumerate(self.operations):
+            for k, s in enumerate(op.slices):
+                where = f"operations[{j}].slices[{k}]"
+                if not 0 <= s.tensor < n:
+                    raise FormatError(source, where, f"tensor index {s.tensor} is outside 0..{n - 1}")
+                numel = profile.tensors[s.tensor].numel
+                if s.start < 0 or s.end <= s.start:
+                    raise FormatError(source, where, f"empty or reversed range [{s.start}, {s.end})")
+                if s.end > numel:
+                    raise FormatError(source, where, f"range [{s.start}, {s.end}) overruns tensor {s.tensor} "
+                                                     f"({profile.tensors[s.tensor].name}) of {numel} elements")
+                per_tensor[s.tensor].append((s.start, s.end, j))
+        for t, spans in enumerate(per_tensor):
+            name = profile.tensors[t].name
+            spans.sort()
+            pos = 0
+            for start, end, j in spans:
+                if start < pos:
+                    raise FormatError(source, f"operations[{j}]", f"overlaps elements [{start}, {min(pos, end)}) "
+                                                                  f"of tensor {t} ({name}) sent by another slice")
+                if start > pos:
+                    raise FormatError(source, "operations", f"miss elements [{pos}, {start}) of tensor {t} ({name})")
+                pos = end
+            if pos < profile.tensors[t].numel:
+                raise FormatError(source, "operations", f"miss elements [{pos}, {profile.tensors[t].numel}) "
+                                                        f"of tensor {t} ({name})")
+
+    # -------------------------------------------------------------- (de)serialise
+    def to_dict(self) -> dict[str, Any]:
+        d = self._body()
+        d["hash"] = self.hash
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<dict>") -> "Plan":
+        v.check_format(data, FORMAT, source)
+        strategy = v.string(v.require(data, "strategy", source, ""), source, "strategy")
+        fp = v.string(v.require(data, "profile_fingerprint", source, ""), source, "profile_fingerprint")
+        model = v.string(data.get("model", ""), source, "model")
+        options = data.get("options", {}) or {}
+        if not isinstance(options, dict):
+            raise FormatError(source, "options", "must be a JSON object")
+        scheduling = v.string(data.get("scheduling", "fifo"), source, "scheduling")
+        if scheduling not in SCHEDULING:
+            raise FormatError(source, "scheduling", f"must be one of {', '.join(SCHEDULING)}, got {scheduling!r}")
+        overlap = data.get("overlap_forward", False)
+        if not isinstance(overlap, bool):
+            raise FormatError(source, "overlap_forward", "must be true or false")
+        credit = data.get("credit_bytes")
+        if credit is not None:
+            credit = v.integer(credit, source, "credit_bytes", minimum=1)
+        ops = []
+        for j, raw in enumerate(v.array(v.require(data, "operations", source, ""), source, "operations")):
+            where = f"operations[{j}]"
+            collective = v.string(raw.get("collective", DENSE) if isinstance(raw, dict) else None, source, f"{where}.collective")
+            if collective not in OP_COLLECTIVES:
+                raise FormatError(source, f"{where}.collective", f"unknown collective {collective!r}; known: {', '.join(OP_COLLECTIVES)}")
+            priority = v.integer(raw.get("priority", j), source, f"{where}.priority", minimum=-(2**62))
+            density = raw.get("density")
+            if collective == SPARSE:
+                if density is None:
+                    raise FormatError(source, f"{where}.density", "missing field (required for topk-allgather)")
+                density = v.number(density, source, f"{where}.density", positive=True)
+                if density > 1:
+                    raise FormatError(source, f"{where}.density", f"must be at most 1, got {density}")
+            slices = []
+            for k, s in enumerate(v.array(v.require(raw, "slices", source, where), source, f"{where}.slices")):
+                if not isinstance(s, list) or len(s) != 3:
+                    raise FormatError(source, f"{where}.slices[{k}]", "must be [tensor_index, start_element, end_element]")
+                slices.append(Slice(*(v.integer(x, source, f"{where}.slices[{k}]") for x in s)))
+            if not slices:
+                raise FormatError(source, f"{where}.slices", "an operation needs at least one slice")
+            ops.append(Operation(tuple(slices), collective, priority, density))
+        # A stated "hash" is informative only: the hash is always recomputed from the
+        # content, so a hand-edited plan is checked by its content, never by a stale hash.
+        return cls(strategy, tuple(ops), fp, model, options, scheduling, overlap, credit)
+
+    @classmethod
+    def load(cls, path: str | Path, profile: Profile | None = None) -> "Plan":
+        """Load a plan; with ``profile``, also check that it fits that profile."""
+        plan = cls.from_dict(v.read_json(path), str(path))
+        if profile is not None:
+            plan.check(profile, str(path))
+        return plan
+
+    def save(self, path: str | Path) -> None:
+        v.write_json(path, self.to_dict())
+
+
+def whole_tensor_ops(groups: Iterable[Iterable[int]], profile: Profile, *, collective: str = DENSE,
+                     density: float | None = None) -> tuple[Operation, ...]:
+    """One operation per group of whole tensors, priorities in list order."""
+    return tuple(Operation(tuple(Slice(t, 0, profile.tensors[t].numel) for t in g), collective, j, density)
+                 for j, g in enumerate(groups))

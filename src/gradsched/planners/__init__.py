@@ -1,0 +1,8 @@
+"""Planners: one module per strategy, each registered by name (see registry.py)."""
+
+from gradsched.planners.registry import get_planner, is_sparse, make_plan, register, strategy_names
+
+# One import per strategy module; importing registers it.  Order is the display order.
+from gradsched.planners import wfbp  # noqa: E402,F401  isort: skip
+
+__all__ = ["get_planner", "is_sparse", "make_plan", "register", "strategy_names"]

@@ -1,0 +1,223 @@
+"""Profile: what one model's gradients cost to compute (``gradsched.profile/1``).
+
+A profile lists the model's parameter tensors in forward order with their sizes and
+the forward/backward time of the layer that owns each, plus the order in which the
+gradients become ready during backward.  Planners and the simulator read nothing
+else about the model, so a profile measured on a GPU, estimated on the meta device
+or converted from a paper's logs are all interchangeable.
+
+Layers: where a layer owns several tensors (weight and bias), the first tensor in
+forward order carries the layer's time and the others carry 0.  A tensor may name
+its layer explicitly with the optional ``layer`` field; otherwise a tensor whose
+forward and backward times are both 0 belongs to the layer of the tensor before it.
+All tensors of a layer become ready together, when that layer's backward ends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from gradsched import _validate as v
+from gradsched.errors import FormatError
+
+FORMAT = "gradsched.profile/1"
+
+
+@dataclass(frozen=True, slots=True)
+class TensorProfile:
+    """One parameter tensor: its size and its owning layer's compute times."""
+
+    name: str
+    numel: int
+    bytes: int
+    forward_s: float
+    backward_s: float
+    layer: int | None = None  # explicit layer id; None: inferred (see module docstring)
+    update_s: float = 0.0  # optimizer update time of this tensor (optional)
+
+    @property
+    def element_bytes(self) -> int:
+        return self.bytes // self.numel
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A model's tensors in forward order, their ready order and per-iteration extras."""
+
+    model: str
+    tensors: tuple[TensorProfile, ...]
+    ready_order: tuple[int, ...] | None = None
+    other_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)  # optional fields kept verbatim
+
+    def __post_init__(self) -> None:
+        _check(self, "<profile>")
+
+    # ----------------------------------------------------------------- derived
+    @property
+    def num_tensors(self) -> int:
+        return len(self.tensors)
+
+    @cached_property
+    def order(self) -> tuple[int, ...]:
+        """Tensor indices in the order their gradients become ready (backward order)."""
+        if self.ready_order is not None:
+            return self.ready_order
+        return tuple(range(len(self.tensors) - 1, -1, -1))
+
+    @cached_property
+    def layer_of(self) -> tuple[int, ...]:
+        """Layer id of every tensor (explicit or inferred)."""
+        layers: list[int] = []
+        next_id = 0
+        for i, t in enumerate(self.tensors):
+            if t.layer is not None:
+                layers.append(t.layer)
+            elif i > 0 and t.forward_s == 0 and t.backward_s == 0 and self.tensors[i - 1].layer is None:
+                layers.append(layers[-1])
+            else:
+                layers.append(-1 - next_id)  # inferred ids are negative: never clash with explicit ones
+                next_id += 1
+        return tuple(layers)
+
+    @cached_property
+    def ready_s(self) -> tuple[float, ...]:
+        """Seconds after backward starts at which each tensor's gradient is ready.
+
+        Walks the ready order; the first tensor of a layer met there runs the whole
+        layer's backward (the sum of its tensors' ``backward_s``)."""
+        layer_time: dict[int, float] = {}
+        for t, lid in zip(self.tensors, self.layer_of):
+            layer_time[lid] = layer_time.get(lid, 0.0) + t.backward_s
+        done: dict[int, float] = {}
+        clock = 0.0
+        ready = [0.0] * len(self.tensors)
+        for i in self.order:
+            lid = self.layer_of[i]
+            if lid not in done:
+                clock += layer_time[lid]
+                done[lid] = clock
+            ready[i] = done[lid]
+        return tuple(ready)
+
+    @property
+    def forward_s(self) -> float:
+        return sum(t.forward_s for t in self.tensors)
+
+    @property
+    def backward_s(self) -> float:
+        return sum(t.backward_s for t in self.tensors)
+
+    @property
+    def compute_s(self) -> float:
+        """Forward + backward + other: the iteration time with free communication."""
+        return self.forward_s + self.backward_s + self.other_s
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(t.bytes for t in self.tensors)
+
+    @property
+    def total_numel(self) -> int:
+        return sum(t.numel for t in self.tensors)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Hash of the model's structure (names, sizes, order): what a plan depends on.
+
+        Times are left out on purpose: re-profiling the same model keeps its plans valid."""
+        key = [[t.name, t.numel, t.bytes] for t in self.tensors]
+        return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
+
+    # -------------------------------------------------------------- (de)serialise
+    def to_dict(self) -> dict[str, Any]:
+        tensors = []
+        for t in self.tensors:
+            d: dict[str, Any] = {"name": t.name, "numel": t.numel, "bytes": t.bytes,
+                                 "forward_s": t.forward_s, "backward_s": t.backward_s}
+            if t.layer is not None:
+                d["layer"] = t.layer
+            if t.update_s:
+                d["update_s"] = t.update_s
+            tensors.append(d)
+        out: dict[str, Any] = {"format": FORMAT, "model": self.model, "tensors": tensors}
+        if self.ready_order is not None:
+            out["ready_order"] = list(self.ready_order)
+        if self.other_s:
+            out["other_s"] = self.other_s
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<dict>") -> "Profile":
+        v.check_format(data, FORMAT, source)
+        model = v.string(v.require(data, "model", source, ""), source, "model")
+        raw = v.array(v.require(data, "tensors", source, ""), source, "tensors")
+        if not raw:
+            raise FormatError(source, "tensors", "must list at least one tensor")
+        tensors = []
+        for i, t in enumerate(raw):
+            where = f"tensors[{i}]"
+            name = v.string(v.require(t, "name", source, where), source, f"{where}.name")
+            numel = v.integer(v.require(t, "numel", source, where), source, f"{where}.numel", minimum=1)
+            nbytes = v.integer(v.require(t, "bytes", source, where), source, f"{where}.bytes", minimum=1)
+            if nbytes % numel:
+                raise FormatError(source, f"{where}.bytes", f"{nbytes} is not a whole number of bytes per element for numel {numel}")
+            fwd = v.number(v.require(t, "forward_s", source, where), source, f"{where}.forward_s")
+            bwd = v.number(v.require(t, "backward_s", source, where), source, f"{where}.backward_s")
+            layer = t.get("layer")
+            if layer is not None:
+                layer = v.integer(layer, source, f"{where}.layer")
+            upd = v.number(t.get("update_s", 0.0), source, f"{where}.update_s")
+            tensors.append(TensorProfile(name, numel, nbytes, fwd, bwd, layer, upd))
+        ready = data.get("ready_order")
+        if ready is not None:
+            ready = tuple(v.integer(x, source, f"ready_order[{j}]") for j, x in enumerate(v.array(ready, source, "ready_order")))
+        other = v.number(data.get("other_s", 0.0), source, "other_s")
+        known = {"format", "model", "tensors", "ready_order", "other_s"}
+        extra = {k: val for k, val in data.items() if k not in known}
+        profile = cls.__new__(cls)
+        object.__setattr__(profile, "model", model)
+        object.__setattr__(profile, "tensors", tuple(tensors))
+        object.__setattr__(profile, "ready_order", ready)
+        object.__setattr__(profile, "other_s", other)
+        object.__setattr__(profile, "extra", extra)
+        _check(profile, source)
+        return profile
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Profile":
+        return cls.from_dict(v.read_json(path), str(path))
+
+    def save(self, path: str | Path) -> None:
+        v.write_json(path, self.to_dict())
+
+    def with_times(self, scale: float) -> "Profile":
+        """A copy with every compute time multiplied by ``scale`` (e.g. a faster device)."""
+        return Profile(self.model, tuple(TensorProfile(t.name, t.numel, t.bytes, t.forward_s * scale,
+                                                       t.backward_s * scale, t.layer, t.update_s * scale)
+                                         for t in self.tensors),
+                       self.ready_order, self.other_s * scale, dict(self.extra))
+
+
+def _check(profile: Profile, source: str) -> None:
+    """Cross-field rules that typed construction alone cannot express."""
+    n = len(profile.tensors)
+    if n == 0:
+        raise FormatError(source, "tensors", "must list at least one tensor")
+    for i, t in enumerate(profile.tensors):
+        if t.numel <= 0:
+            raise FormatError(source, f"tensors[{i}].numel", "must be positive")
+        if t.bytes <= 0:
+            raise FormatError(source, f"tensors[{i}].bytes", "must be positive")
+        for name in ("forward_s", "backward_s", "update_s"):
+            v.number(getattr(t, name), source, f"tensors[{i}].{name}")
+    v.number(profile.other_s, source, "other_s")
+    if profile.ready_order is not None:
+        if sorted(profile.ready_order) != list(range(n)):
+            raise FormatError(source, "ready_order", f"must be a permutation of 0..{n - 1}")
