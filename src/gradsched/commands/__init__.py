@@ -1,0 +1,1 @@
+"""Subcommands of the gradsched command line: one module each, with register(subparsers)."""
