@@ -133,6 +133,17 @@ class Cluster:
             return CollectiveCost(ar.alpha_s / 2, ar.beta_s_per_byte * self.world_size / 2)
         raise GradschedError(f"cluster has no cost model for {collective!r}; it knows {sorted(self.collectives)}")
 
+    def selection_s(self, numel: int) -> float:
+        """Seconds to pick the top-k of ``numel`` gradient elements on the compute device.
+
+        OMGS-SGD's model ``c * n * log2(n)``; ``c`` comes from the cluster file's optional
+        ``topk_selection_s_per_nlogn`` (fitted by a microbenchmark) and defaults to the
+        OMGS authors' GPU constant 2.19e-10."""
+        if numel <= 1:
+            return 0.0
+        c = float(self.extra.get("topk_selection_s_per_nlogn", 2.19e-10))
+        return c * numel * math.log2(numel)
+
     def at_world_size(self, world_size: int) -> "Cluster":
         """This cluster's costs extrapolated to ``world_size`` ranks."""
         names = set(self.collectives) | {"allgather"}
