@@ -1,0 +1,1 @@
+"""gradsched.torch: the PyTorch runtime (imports torch; the planning core does not)."""
