@@ -1,0 +1,33 @@
+"""``bytescheduler``: ByteScheduler's equal blocks, front-layer-first priority, credit window.
+
+Every tensor is cut into blocks of at most ``partition_bytes`` (default: 1M fp32
+elements); each block is one operation whose priority is its tensor's forward index
+(closest to the input first).  At most ``credit_bytes`` are issued but unfinished at
+a time, and the next forward of a layer waits only for that layer's blocks."""
+
+from __future__ import annotations
+
+from gradsched.cluster import Cluster
+from gradsched.errors import GradschedError
+from gradsched.plan import Operation, Plan, Slice
+from gradsched.planners.registry import register
+from gradsched.profile import Profile
+
+
+@register("bytescheduler")
+def plan(profile: Profile, cluster: Cluster, partition_bytes: int = 4 << 20,
+         credit_bytes: int | None = None) -> Plan:
+    if partition_bytes <= 0:
+        raise GradschedError(f"bytescheduler: partition_bytes must be positive, got {partition_bytes}")
+    credit = 2 * partition_bytes if credit_bytes is None else int(credit_bytes)
+    if credit <= 0:
+        raise GradschedError(f"bytescheduler: credit_bytes must be positive, got {credit_bytes}")
+    ops = []
+    for i in profile.order:
+        t = profile.tensors[i]
+        step = max(1, partition_bytes // t.element_bytes)
+        for start in range(0, t.numel, step):
+            ops.append(Operation((Slice(i, start, min(t.numel, start + step)),), priority=i))
+    return Plan("bytescheduler", tuple(ops), profile.fingerprint, profile.model,
+                {"partition_bytes": partition_bytes, "credit_bytes": credit},
+                scheduling="priority", overlap_forward=True, credit_bytes=credit)

@@ -1,0 +1,26 @@
+"""``ddp``: PyTorch DDP's own buckets: 1 MiB first, then ``bucket_cap_mb`` (25), never split.
+
+In the runtime, ``ddp`` means real ``DistributedDataParallel`` (the reference); this
+plan is what the simulator predicts for it, and what gradsched runs when asked to
+mimic DDP's buckets with its own executor."""
+
+from __future__ import annotations
+
+import itertools
+
+from gradsched.cluster import Cluster
+from gradsched.errors import GradschedError
+from gradsched.plan import Plan, whole_tensor_ops
+from gradsched.planners._buckets import MiB, buckets_by_size
+from gradsched.planners.registry import register
+from gradsched.profile import Profile
+
+
+@register("ddp")
+def plan(profile: Profile, cluster: Cluster, bucket_cap_mb: float = 25.0, first_bucket_mb: float = 1.0) -> Plan:
+    if not (bucket_cap_mb > 0 and first_bucket_mb > 0):
+        raise GradschedError("ddp: bucket_cap_mb and first_bucket_mb must be positive")
+    caps = itertools.chain([first_bucket_mb * MiB], itertools.repeat(bucket_cap_mb * MiB))
+    groups = buckets_by_size(profile, caps)
+    return Plan("ddp", whole_tensor_ops(groups, profile), profile.fingerprint, profile.model,
+                {"bucket_cap_mb": bucket_cap_mb, "first_bucket_mb": first_bucket_mb})

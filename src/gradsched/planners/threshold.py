@@ -1,0 +1,20 @@
+"""``threshold``: fixed-size buckets in ready order (option ``mb``, the bucket size in MiB)."""
+
+from __future__ import annotations
+
+import itertools
+
+from gradsched.cluster import Cluster
+from gradsched.errors import GradschedError
+from gradsched.plan import Plan, whole_tensor_ops
+from gradsched.planners._buckets import MiB, buckets_by_size
+from gradsched.planners.registry import register
+from gradsched.profile import Profile
+
+
+@register("threshold")
+def plan(profile: Profile, cluster: Cluster, mb: float = 25.0) -> Plan:
+    if not mb > 0:
+        raise GradschedError(f"threshold: mb must be positive, got {mb}")
+    groups = buckets_by_size(profile, itertools.repeat(mb * MiB))
+    return Plan("threshold", whole_tensor_ops(groups, profile), profile.fingerprint, profile.model, {"mb": mb})
