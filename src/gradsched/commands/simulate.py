@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from gradsched.commands._inputs import add_model_args, load_cluster, load_profile, planner_options, strategy_list
+from gradsched.plan import Plan
 from gradsched.planners import make_plan
 from gradsched.sim import simulate
 
@@ -19,6 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "and compare. Without --profile: the bundled GoogLeNet profile.")
     add_model_args(p)
     p.add_argument("--strategy", default="all", help="comma-separated strategy names, or 'all' (default)")
+    p.add_argument("--plan", action="append", default=[], metavar="PLAN.json",
+                   help="simulate this plan file (repeatable; replaces --strategy)")
     p.add_argument("--channels", type=int, default=1, help="parallel communication channels (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON list, one object per strategy")
     p.add_argument("--trace", metavar="OUT.json", help="Chrome trace of the simulated timelines (one process per strategy)")
@@ -31,11 +34,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = load_cluster(args)
     rows: list[dict[str, Any]] = []
     timelines = []
-    for name in strategy_list(args.strategy):
-        opts = planner_options(name, args)
-        t0 = time.perf_counter()
-        plan = make_plan(name, profile, cluster, **opts)
-        plan_s = time.perf_counter() - t0
+    for name, plan, plan_s in _plans(args, profile, cluster):
         result = simulate(plan, profile, cluster, channels=args.channels, timeline=bool(args.trace or args.plot))
         row = {"strategy": name, "iteration_s": result.iteration_s, "exposed_comm_s": result.exposed_comm_s,
                "compute_s": result.compute_s, "comm_s": result.comm_s, "operations": result.operations,
@@ -56,6 +55,20 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_table(rows, profile.model, cluster.world_size)
     return 0
+
+
+def _plans(args: argparse.Namespace, profile, cluster):
+    """(label, plan, seconds spent planning) for each --plan file, else each --strategy."""
+    if args.plan:
+        for path in args.plan:
+            plan = Plan.load(path, profile)
+            yield plan.strategy, plan, 0.0
+        return
+    for name in strategy_list(args.strategy):
+        opts = planner_options(name, args)
+        t0 = time.perf_counter()
+        plan = make_plan(name, profile, cluster, **opts)
+        yield name, plan, time.perf_counter() - t0
 
 
 def _save_trace(timelines, path: str) -> None:

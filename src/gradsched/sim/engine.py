@@ -41,6 +41,7 @@ from gradsched.profile import Profile
 from gradsched.timeline import BACKWARD, COMM, FORWARD, OTHER, SELECT, UPDATE, WAIT, Timeline
 
 INDEX_BYTES = 4  # int32 indices of top-k
+EPS_S = 1e-12  # events closer than this are simultaneous
 
 
 @dataclass
@@ -245,13 +246,15 @@ def _schedule(plan: Plan, ready: list[float], cost: list[float], nbytes: list[in
     is_ready = [False] * n
     t = 0.0
     while issued < n:
-        while nxt < n and ready[by_ready[nxt]] <= t:
+        # events within EPS count as simultaneous, so float noise in summed times
+        # (0.1 + 0.2 + 0.3 > 0.6) cannot reorder operations that tie exactly
+        while nxt < n and ready[by_ready[nxt]] <= t + EPS_S:
             j = by_ready[nxt]
             is_ready[j] = True
             if not fifo:
                 heapq.heappush(queue, (plan.operations[j].priority, j))
             nxt += 1
-        while finishing and finishing[0][0] <= t:
+        while finishing and finishing[0][0] <= t + EPS_S:
             inflight -= heapq.heappop(finishing)[1]
         progressed = True
         while progressed and issued < n:
@@ -264,7 +267,7 @@ def _schedule(plan: Plan, ready: list[float], cost: list[float], nbytes: list[in
                 break
             c = min(range(channels), key=free.__getitem__)
             if credit is None:
-                ok = free[c] <= t
+                ok = free[c] <= t + EPS_S
             else:
                 ok = inflight == 0 or inflight + nbytes[cand] <= credit
             if not ok:
