@@ -111,15 +111,17 @@ def make_plan_file(tmp_path, capsys):
 
 @pytest.mark.parametrize("slices,reason", [
     ([[2, 0, 200]], "miss elements [0, 100) of tensor 0 (a.weight)"),             # a tensor never sent
-    ([[2, 0, 150]], "miss elements [150, 200) of tensor 2 (b.weight)"),           # a gap at the end
-    ([[2, 0, 200], [0, 0, 100], [0, 50, 60]], "overlaps elements [50, 60)"),      # sent twice
-    ([[2, 0, 201]], "overruns tensor 2 (b.weight) of 200 elements"),              # past the end
+    ([[2, 0, 150], [0, 0, 100]], "miss elements [150, 200) of tensor 2 (b.weight)"),  # a gap at the end
+    ([[2, 0, 200], [0, 0, 60], [0, 50, 100]], "overlaps elements [50, 60)"),     # sent twice
+    ([[2, 0, 201], [0, 0, 100]], "overruns tensor 2 (b.weight) of 200 elements"),  # past the end
     ([[5, 0, 1]], "tensor index 5 is outside 0..2"),
     ([[2, 10, 10]], "empty or reversed range"),
 ])
 def test_bad_plan_slices(tmp_path, capsys, slices, reason):
     p, out, plan = make_plan_file(tmp_path, capsys)
-    plan["operations"][0]["slices"] = slices
+    # one operation with the slices under test, plus a correct one for tensor 1
+    plan["operations"] = [{"collective": "allreduce", "priority": 0, "slices": slices},
+                          {"collective": "allreduce", "priority": 1, "slices": [[1, 0, 10]]}]
     bad = write(tmp_path, "bad.json", plan)
     line = error_of(capsys, ["simulate", "--profile", p, "--alpha", "1e-3", "--beta", "1e-9", "--plan", bad])
     assert bad in line and reason in line
@@ -140,7 +142,7 @@ def test_plan_round_trip_and_simulate(tmp_path, capsys):
     assert plan["format"] == "gradsched.plan/1" and plan["strategy"] == "wfbp" and len(plan["hash"]) == 16
     assert main(["simulate", "--profile", p, "--alpha", "1e-3", "--beta", "1e-9", "--plan", out, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["strategy"] for r in rows] == ["wfbp"] and rows[0]["operations"] == 2
+    assert [r["strategy"] for r in rows] == ["wfbp"] and rows[0]["operations"] == 3  # one per tensor
 
 
 def test_unknown_strategy_lists_known(tmp_path, capsys):

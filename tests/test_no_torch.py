@@ -1,0 +1,30 @@
+"""The planning core (formats, cost models, planners, simulator, simulate command) imports no torch."""
+
+import subprocess
+import sys
+
+CODE = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("torch is blocked in this test")
+sys.meta_path.insert(0, Block())
+import gradsched, gradsched.planners, gradsched.sim, gradsched.cli, gradsched.timeline, gradsched.synthetic
+from gradsched.planners import make_plan, strategy_names
+from gradsched.sim import simulate
+p = gradsched.synthetic.synthetic_profile(50)
+c = gradsched.Cluster.alpha_beta(1e-4, 1e-9, 8)
+for name in strategy_names():
+    opts = {"density": 0.01} if name in ("topk", "omgs") else {}
+    simulate(make_plan(name, p, c, **opts), p, c)
+gradsched.cli.build_parser()
+assert not any(m == "torch" or m.startswith("torch.") for m in sys.modules), "torch was imported"
+print("ok")
+"""
+
+
+def test_core_imports_without_torch():
+    out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
