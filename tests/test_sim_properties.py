@@ -1,0 +1,99 @@
+"""Property tests of the simulator and of the plans every strategy makes (hypothesis)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gradsched.planners import is_sparse, make_plan, strategy_names
+from gradsched.sim import simulate
+from gradsched.timeline import Timeline
+
+from strategies import clusters, profiles
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+TOL = 1e-9
+
+
+def plan_for(name, profile, cluster):
+    return make_plan(name, profile, cluster, **({"density": 0.05} if is_sparse(name) else {}))
+
+
+@SETTINGS
+@given(profiles(max_layers=10, mixed_dtypes=True, with_update=True), clusters(), st.sampled_from(strategy_names()))
+def test_every_plan_covers_every_element_once(profile, cluster, name):
+    plan = plan_for(name, profile, cluster)
+    plan.check(profile)  # raises on a miss, an overlap or an overrun
+
+
+@SETTINGS
+@given(profiles(max_layers=10, with_update=True), clusters(), st.sampled_from(strategy_names()),
+       st.sampled_from([1, 2]))
+def test_iteration_is_bounded_below_by_compute_and_by_transfers(profile, cluster, name, channels):
+    plan = plan_for(name, profile, cluster)
+    r = simulate(plan, profile, cluster, channels=channels)
+    assert r.iteration_s >= r.compute_s - TOL
+    assert r.iteration_s >= r.comm_s / channels - TOL
+    assert r.exposed_comm_s >= 0
+    # every operation starts after its gradients are ready and lasts its cost
+    ready = plan.op_ready_s(profile)
+    for j in range(len(plan.operations)):
+        if not plan.operations[j].sparse:
+            assert r.op_start_s[j] >= ready[j] - TOL
+    # on one channel, no two operations overlap in time
+    if channels == 1:
+        spans = sorted(zip(r.op_start_s, r.op_end_s))
+        assert all(a_end <= b_start + TOL for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+
+
+@SETTINGS
+@given(profiles(max_layers=8), clusters())
+def test_timeline_matches_result_and_round_trips_as_chrome_trace(profile, cluster):
+    plan = make_plan("bytescheduler", profile, cluster)
+    r = simulate(plan, profile, cluster)
+    tl = r.timeline
+    assert tl.end_s == pytest.approx(r.iteration_s, abs=1e-12) or tl.end_s <= r.iteration_s + TOL
+    assert len(tl.by_cat("comm")) == len(plan.operations)
+    trace = json.loads(json.dumps(tl.to_chrome_trace()))
+    back = Timeline.from_chrome_trace(trace)
+    assert sorted((e.name, e.track) for e in back.events) == sorted((e.name, e.track) for e in tl.events)
+    compute = sorted((e.start_s, e.end_s) for e in tl.events if e.track == "compute")
+    assert all(a[1] <= b[0] + TOL for a, b in zip(compute, compute[1:])), "compute stream events overlap"
+
+
+@SETTINGS
+@given(profiles(max_layers=8), clusters())
+def test_simulation_cost_does_not_depend_on_world_size(profile, cluster):
+    # the same plan at 8 and 1,024 ranks: the same operations, closed-form costs
+    plan = make_plan("wfbp", profile, cluster)
+    small = simulate(plan, profile, cluster.at_world_size(8))
+    large = simulate(plan, profile, cluster.at_world_size(1024))
+    assert len(small.timeline.by_cat("comm")) == len(large.timeline.by_cat("comm")) == len(plan.operations)
+    assert large.comm_s >= small.comm_s - TOL  # a bigger ring never costs less
+
+
+@SETTINGS
+@given(profiles(max_layers=8), clusters())
+def test_auto_is_never_slower_than_any_dense_strategy(profile, cluster):
+    best = simulate(make_plan("auto", profile, cluster), profile, cluster, timeline=False).iteration_s
+    for name in strategy_names():
+        if name == "auto" or is_sparse(name):
+            continue
+        other = simulate(make_plan(name, profile, cluster), profile, cluster, timeline=False).iteration_s
+        assert best <= other + TOL, name
+
+
+def test_auto_uses_sparse_strategies_only_when_allowed():
+    from gradsched import Cluster
+    from gradsched.synthetic import synthetic_profile
+
+    profile = synthetic_profile(40)
+    slow = Cluster.alpha_beta(1e-3, 1e-7, 16)  # a slow network: sparsity pays
+    dense = make_plan("auto", profile, slow)
+    assert all(not op.sparse for op in dense.operations) and not is_sparse(dense.options["chose"])
+    sparse = make_plan("auto", profile, slow, density=0.01)
+    assert is_sparse(sparse.options["chose"]) and all(op.density == 0.01 for op in sparse.operations if op.sparse)
+    assert simulate(sparse, profile, slow).iteration_s < simulate(dense, profile, slow).iteration_s
