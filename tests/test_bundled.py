@@ -183,3 +183,22 @@ def test_converter_rejects_bad_logs(convert, tmp_path):
 def test_packaged_data_declared_for_the_wheel():
     text = (ROOT / "pyproject.toml").read_text()
     assert 'gradsched = ["data/*.json"]' in text
+
+
+def test_mgwfbp_benchmark_ranks_strategies():
+    """benchmarks/mgwfbp_googlenet.py on the 8-node OSU cluster: merging never loses."""
+    spec = importlib.util.spec_from_file_location("mgwfbp_googlenet", ROOT / "benchmarks" / "mgwfbp_googlenet.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    if bench.missing_parts():
+        pytest.skip(f"needs {bench.missing_parts()}")
+    for variant in bench.PROFILES:
+        res = bench.run(["googlenet-10gbe"], [8], variant)
+        rows = res["clusters"]["googlenet-10gbe"]["8"]
+        it = {s: rows[s]["iteration_s"] for s in bench.STRATEGIES}
+        eps = 1e-9
+        assert all(t >= res["compute_s"] - eps for t in it.values())
+        assert it["mgwfbp"] <= min(it["wfbp"], it["sync"]) + eps
+        assert it["optimal"] <= it["mgwfbp"] + eps
+        assert it["sync"] > res["compute_s"] + 0.05  # one 53.5 MB all-reduce cannot hide at 8 nodes
+        assert rows["wfbp"]["operations"] == 128 and rows["sync"]["operations"] == 1
