@@ -14,10 +14,11 @@ from gradsched.profile import Profile
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", metavar="P.json", help="gradsched.profile/1 file (default: bundled GoogLeNet)")
+    p.add_argument("--profile", metavar="P.json", help="gradsched.profile/1 file, or bundled:NAME (default: bundled:googlenet)")
     p.add_argument("--workers", type=int, default=8, metavar="N", help="number of data-parallel ranks (default 8)")
     net = p.add_argument_group("network (default: the bundled 10GbE cluster measured with GoogLeNet)")
-    net.add_argument("--cluster", metavar="C.json", help="gradsched.cluster/1 file, extrapolated to --workers")
+    net.add_argument("--cluster", metavar="C.json", help="gradsched.cluster/1 file extrapolated to --workers, or bundled:NAME "
+                                                         "(googlenet-10gbe: OSU table; googlenet-intrain: in-training times)")
     net.add_argument("--alpha", type=float, metavar="SECONDS", help="all-reduce start-up time at --workers ranks")
     net.add_argument("--beta", type=float, metavar="SECONDS_PER_BYTE", help="all-reduce time per byte at --workers ranks")
     p.add_argument("--opt", action="append", default=[], metavar="[STRATEGY.]KEY=VALUE",
@@ -26,11 +27,13 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def load_profile(args: argparse.Namespace) -> Profile:
-    if args.profile:
-        return Profile.load(args.profile)
     from gradsched.bundled import bundled_profile
 
-    return bundled_profile()
+    if not args.profile:
+        return bundled_profile()
+    if args.profile.startswith("bundled:"):
+        return bundled_profile(args.profile.removeprefix("bundled:"))
+    return Profile.load(args.profile)
 
 
 def load_cluster(args: argparse.Namespace) -> Cluster:
@@ -45,12 +48,14 @@ def load_cluster(args: argparse.Namespace) -> Cluster:
             if not (value >= 0 and value != float("inf")):
                 raise GradschedError(f"{flag} must be a finite non-negative number, got {value}")
         return Cluster.alpha_beta(args.alpha, args.beta, args.workers)
-    if args.cluster:
-        cluster = Cluster.load(args.cluster)
-    else:
-        from gradsched.bundled import bundled_cluster
+    from gradsched.bundled import bundled_cluster
 
-        cluster = bundled_cluster()
+    if not args.cluster:
+        cluster = bundled_cluster(world_size=args.workers)
+    elif args.cluster.startswith("bundled:"):
+        cluster = bundled_cluster(args.cluster.removeprefix("bundled:"), world_size=args.workers)
+    else:
+        cluster = Cluster.load(args.cluster)
     return cluster.at_world_size(args.workers) if cluster.world_size != args.workers else cluster
 
 
