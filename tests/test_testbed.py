@@ -1,0 +1,340 @@
+"""The emulated testbed: rate parsing and errors anywhere; namespaces, shaping,
+isolation and clean-up as root (CI runs as root).
+
+Root tests use the prefix ``gst`` so that they never touch a developer's own ``gs``
+testbed, and compare the root namespace before and after to prove nothing leaks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from gradsched import cli
+from gradsched.errors import GradschedError
+from gradsched.testbed import (
+    ETC_NETNS,
+    Testbed,
+    format_rate,
+    list_namespaces,
+    measure_streams_bps,
+    measure_tcp_bps,
+    parse_rate_bps,
+    read_status,
+    tbf_params,
+    teardown,
+)
+
+PREFIX = "gst"
+GRADSCHED = [sys.executable, "-m", "gradsched.cli"]
+
+root = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
+    reason="needs root and iproute2 (ip, tc): the testbed creates network namespaces",
+)
+
+
+# ---------------------------------------------------------------- no root needed
+
+
+@pytest.mark.parametrize("text, bps", [
+    ("1gbit", 10**9), ("200mbit", 2 * 10**8), ("500kbit", 5 * 10**5),
+    ("1.5Gbit", 15 * 10**8), ("250000000", 25 * 10**7), (10**8, 10**8),
+])
+def test_parse_rate(text, bps):
+    assert parse_rate_bps(text) == bps
+
+
+@pytest.mark.parametrize("text", ["3mbps", "fast", "", "1 gb", "10bit", "1000gbit", True])
+def test_parse_rate_rejects_bytes_units_and_nonsense(text):
+    with pytest.raises(GradschedError, match="rate"):
+        parse_rate_bps(text)
+
+
+def test_format_rate_round_trips():
+    for text in ("100mbit", "1gbit", "1.5gbit", "500kbit"):
+        assert format_rate(parse_rate_bps(text)) == text
+
+
+@pytest.mark.parametrize("rate_bps", [10**5, 10**8, 10**9, 10**10])
+def test_tbf_burst_covers_a_timer_tick_and_a_gso_packet(rate_bps):
+    burst_bytes, latency_us = tbf_params(rate_bps)
+    assert burst_bytes >= rate_bps / 8 / 100  # one tick at HZ=100 (and so at 250, 1000)
+    assert burst_bytes >= 64 * 1024 + 1514  # one GSO super-packet on veth
+    assert latency_us >= 5_000  # a queue far longer than a bridge round trip
+
+
+def test_testbed_names_and_addresses():
+    tb = Testbed(hosts=3, rate="100mbit", prefix="gsq")
+    assert tb.addresses == ["198.18.0.1", "198.18.0.2", "198.18.0.3"]
+    assert [tb.namespace(i) for i in range(3)] == ["gsq-h0", "gsq-h1", "gsq-h2"]
+    assert tb.port(2) == "gsq-p2" and tb.bridge == "gsq-br0" and tb.switch_namespace == "gsq-sw"
+    assert tb.rate_bps == 10**8
+    with pytest.raises(GradschedError, match="host 3 does not exist"):
+        tb.namespace(3)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"hosts": 0}, "hosts must be"), ({"hosts": 251}, "hosts must be"),
+    ({"prefix": "gs-x"}, "prefix"), ({"prefix": "toolongprefix"}, "prefix"),
+])
+def test_testbed_rejects_bad_arguments(kwargs, match):
+    with pytest.raises(GradschedError, match=match):
+        Testbed(**kwargs)
+
+
+@pytest.mark.parametrize("action", [["up", "--hosts", "2"], ["down"], ["status", "--json"]])
+def test_cli_without_root_says_so_and_exits_2(action, monkeypatch, capsys):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert cli.main(["testbed", *action, "--prefix", "gsq"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "needs root" in err and "sudo" in err
+
+
+# ---------------------------------------------------------------- root
+
+
+def _root_snapshot() -> dict:
+    """What the root namespace looks like: links, routes, qdiscs, our namespaces."""
+    def js(argv):
+        return json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+
+    return {
+        "links": sorted(link["ifname"] for link in js(["ip", "-j", "link", "show"])),
+        "routes": sorted(json.dumps(r, sort_keys=True) for r in js(["ip", "-j", "route", "show"])),
+        "qdiscs": sorted(f'{q["dev"]}:{q["kind"]}:{q["handle"]}' for q in js(["tc", "-j", "qdisc"])),
+    }
+
+
+def _leftovers(prefix: str = PREFIX) -> list[str]:
+    found = [f"netns {n}" for n in list_namespaces() if n.startswith(f"{prefix}-")]
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    found += [f"link {line}" for line in out.splitlines() if f" {prefix}-" in line]
+    if os.path.isdir(ETC_NETNS):
+        found += [f"etc {n}" for n in os.listdir(ETC_NETNS) if n.startswith(f"{prefix}-")]
+    return found
+
+
+@pytest.fixture
+def clean():
+    """No ``gst`` testbed before or after; the root namespace unchanged by the test."""
+    teardown(PREFIX)
+    before = _root_snapshot()
+    yield
+    teardown(PREFIX)
+    assert _leftovers() == []
+    assert _root_snapshot() == before
+
+
+@pytest.mark.root
+@root
+def test_up_is_idempotent_reshapes_and_down_removes_everything(clean):
+    tb = Testbed(hosts=3, rate="200mbit", prefix=PREFIX)
+    tb.up()
+    first = tb.status()
+    assert first.up and [h.address for h in first.hosts] == tb.addresses
+    assert all(h.egress_rate_bps == h.ingress_rate_bps == 200 * 10**6 for h in first.hosts)
+    tb.up()  # again: nothing changes
+    assert tb.status() == first
+    Testbed(hosts=2, rate="300mbit", prefix=PREFIX).up()  # fewer hosts, new rate
+    second = read_status(PREFIX)
+    assert second.up and [h.namespace for h in second.hosts] == ["gst-h0", "gst-h1"]
+    assert all(h.egress_rate_bps == h.ingress_rate_bps == 300 * 10**6 for h in second.hosts)
+    removed = tb.down()
+    assert sorted(removed) == ["netns gst-h0", "netns gst-h1", "netns gst-sw"]
+    assert _leftovers() == [] and not read_status(PREFIX).up
+    assert tb.down() == []  # down is idempotent too
+
+
+@pytest.mark.root
+@root
+def test_links_are_capped_both_ways_within_15_percent(clean):
+    cap_bps = 200 * 10**6
+    with Testbed(hosts=3, rate="200mbit", prefix=PREFIX) as tb:
+        one = measure_tcp_bps(tb, src=1, dst=0, duration_s=1.5)
+        # Two senders into host 0 share its ingress cap (the bridge-side tbf) ...
+        into = measure_streams_bps(tb, [(1, 0), (2, 0)], duration_s=1.5)
+        # ... and one host sending to two shares its egress cap (the host-side tbf).
+        out_of = measure_streams_bps(tb, [(0, 1), (0, 2)], duration_s=1.5, port=5301)
+    print(f"goodput at 200mbit: one stream {one / 1e6:.1f} Mbit/s; into h0 "
+          f"{[round(x / 1e6, 1) for x in into]}; out of h0 {[round(x / 1e6, 1) for x in out_of]}")
+    for measured in (one, sum(into), sum(out_of)):
+        assert abs(measured - cap_bps) / cap_bps < 0.15, measured
+
+
+@pytest.mark.root
+@root
+def test_hosts_reach_only_each_other(clean):
+    # A service on the root namespace's loopback, and the root namespace's own addresses.
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    addrs = json.loads(subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True,
+                                      text=True, check=True).stdout)
+    outside = [a["local"] for link in addrs for a in link["addr_info"]
+               if not a["local"].startswith("127.")][:2]
+    probe = textwrap.dedent("""
+        import socket, sys, json
+        res = {}
+        for host in sys.argv[2:]:
+            try:
+                socket.create_connection((host, int(sys.argv[1])), timeout=1).close()
+                res[host] = "connected"
+            except OSError as e:
+                res[host] = type(e).__name__ + ":" + str(e.errno)
+        print(json.dumps(res))
+    """)
+    with Testbed(hosts=2, rate="100mbit", prefix=PREFIX) as tb:
+        peer = tb.run_in_host(1, [sys.executable, "-c", "import socket,time\n"
+                                  f"s=socket.create_server(('0.0.0.0',{port}))\n"
+                                  "s.accept(); time.sleep(1)"])
+        time.sleep(0.3)
+        out = subprocess.run(["ip", "netns", "exec", tb.namespace(0), sys.executable, "-c", probe,
+                              str(port), "198.18.0.2", "127.0.0.1", *outside],
+                             capture_output=True, text=True, timeout=30)
+        routes = subprocess.run(["ip", "-n", tb.namespace(0), "-4", "route", "show"],
+                                capture_output=True, text=True).stdout
+        peer.kill()
+        peer.wait()
+    server.close()
+    result = json.loads(out.stdout)
+    assert result["198.18.0.2"] == "connected"  # the other host, through the bridge
+    assert result["127.0.0.1"].startswith("ConnectionRefusedError")  # its own loopback, not ours
+    for addr in outside:  # no route out of the testbed
+        assert result[addr] == "OSError:101", (addr, result)  # ENETUNREACH
+    assert routes.split() == "198.18.0.0/24 dev eth0 proto kernel scope link src 198.18.0.1".split()
+
+
+def _wait_for(predicate, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not reached")
+        time.sleep(0.01)
+
+
+@pytest.mark.root
+@root
+def test_down_cleans_up_after_a_killed_up(clean):
+    cmd = [*GRADSCHED, "testbed", "up", "--hosts", "4", "--rate", "100mbit", "--prefix", PREFIX]
+    # Killed mid-way: as soon as the first namespace exists.
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    _wait_for(lambda: _leftovers() != [])
+    proc.kill()
+    proc.wait()
+    assert _leftovers() != []
+    subprocess.run([*GRADSCHED, "testbed", "down", "--prefix", PREFIX], check=True,
+                   stdout=subprocess.DEVNULL)
+    assert _leftovers() == []
+    # Killed after it finished, holding a testbed with a worker still running on it.
+    proc = subprocess.Popen([*cmd, "--hold"], stdout=subprocess.PIPE, text=True)
+    assert "up, 4 host(s)" in proc.stdout.readline()
+    Testbed(hosts=4, prefix=PREFIX).run_in_host(2, ["sleep", "60"])
+    proc.kill()
+    proc.wait()
+    assert read_status(PREFIX).up
+    down = subprocess.run([*GRADSCHED, "testbed", "down", "--prefix", PREFIX], check=True,
+                          capture_output=True, text=True)
+    assert "removed 5" in down.stdout
+    assert _leftovers() == []
+
+
+@pytest.mark.root
+@root
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, -signal.SIGTERM)])
+def test_hold_removes_the_testbed_on_ctrl_c_and_sigterm(clean, sig, code):
+    proc = subprocess.Popen([*GRADSCHED, "testbed", "up", "--hold", "--hosts", "2", "--prefix", PREFIX],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert "Ctrl-C removes it" in proc.stdout.readline()
+    assert read_status(PREFIX).up
+    proc.send_signal(sig)
+    assert proc.wait(timeout=15) == code
+    assert _leftovers() == []
+
+
+@pytest.mark.root
+@root
+def test_context_manager_removes_the_testbed_on_an_exception(clean):
+    with pytest.raises(RuntimeError, match="boom"):
+        with Testbed(hosts=2, rate="100mbit", prefix=PREFIX) as tb:
+            tb.run_in_host(0, ["sleep", "60"])  # a process left in a namespace
+            assert read_status(PREFIX).up
+            raise RuntimeError("boom")
+    assert _leftovers() == []
+
+
+# ---------------------------------------------------------------- torch.distributed
+
+ALLREDUCE = """
+import os, time, torch, torch.distributed as dist
+assert os.environ["GLOO_SOCKET_IFNAME"] == "eth0" and torch.get_num_threads() == 1
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+x = torch.full((1 << 20,), float(rank + 1))  # 4 MiB
+dist.all_reduce(x)  # warm-up: connections made
+x.fill_(rank + 1)
+t = time.perf_counter()
+dist.all_reduce(x)
+print(f"rank={rank} world={world} value={x[0].item()} seconds={time.perf_counter() - t:.4f}")
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.root
+@root
+def test_gloo_allreduce_runs_through_the_shaped_links(clean, tmp_path):
+    script = tmp_path / "allreduce.py"
+    script.write_text(ALLREDUCE)
+    with open(tmp_path / "job.log", "a+") as log:
+        with Testbed(hosts=2, rate="200mbit", prefix=PREFIX) as tb:
+            job = tb.launch([str(script)], master_port=29533, stdout=log, stderr=log)
+            assert job.wait(timeout_s=60) == [0, 0]
+        log.seek(0)
+        text = log.read()
+    rows = [dict(kv.split("=") for kv in line.split()) for line in text.splitlines()
+            if line.startswith("rank=")]
+    assert sorted(r["rank"] for r in rows) == ["0", "1"], text
+    assert all(r["world"] == "2" and float(r["value"]) == 3.0 for r in rows)
+    # A ring all-reduce of S bytes over 2 ranks sends S each way; at 200 Mbit/s (96%
+    # goodput) 4 MiB takes 0.175 s.  Much faster would mean the links are not shaped.
+    seconds = max(float(r["seconds"]) for r in rows)
+    print(f"gloo all-reduce of 4 MiB over 2 hosts at 200mbit: {seconds:.3f} s")
+    assert 0.85 * 0.175 < seconds < 3 * 0.175
+
+
+FAIL_ON_RANK_1 = """
+import os, sys, time
+if os.environ["RANK"] == "1":
+    sys.exit(3)
+time.sleep(120)  # rank 0 would wait for rank 1 for ever
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.root
+@root
+def test_launch_stops_every_host_when_one_fails(clean, tmp_path):
+    script = tmp_path / "fail.py"
+    script.write_text(FAIL_ON_RANK_1)
+    with Testbed(hosts=2, rate="100mbit", prefix=PREFIX) as tb:
+        job = tb.launch([str(script)], master_port=29534,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        start = time.monotonic()
+        with pytest.raises(GradschedError, match=r"failed on host\(s\) \[1\]"):
+            job.wait(timeout_s=60)
+        assert time.monotonic() - start < 30
+        assert all(p.poll() is not None for p in job.procs)
+        for i in range(2):  # nothing left running in the hosts
+            pids = subprocess.run(["ip", "netns", "pids", tb.namespace(i)],
+                                  capture_output=True, text=True).stdout.split()
+            assert pids == []
