@@ -67,6 +67,7 @@ class CollectiveCost:
     @classmethod
     def fit(cls, points: Iterable[tuple[float, float]], *, keep_table: bool = True) -> "CollectiveCost":
         """Least-squares alpha-beta line through measured points (alpha, beta >= 0)."""
+        points = list(points)  # read twice below: a generator would leave the table empty
         alpha, beta = fit_line(points)
         table = tuple(sorted((float(b), float(t)) for b, t in points)) if keep_table else None
         return cls(alpha, beta, table)

@@ -1,0 +1,150 @@
+"""The cluster cost model: fitting alpha-beta lines, measured tables, other world sizes."""
+
+import math
+
+import numpy as np
+import pytest
+
+from gradsched.cluster import Cluster, CollectiveCost, fit_line
+from gradsched.errors import GradschedError
+
+SIZES = [2.0 ** k for k in range(12, 29)]  # 4 KiB .. 256 MiB, as netbench measures
+
+
+def _points(alpha, beta, noise=0.0, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(s, (alpha + beta * s) * (1 + noise * rng.standard_normal())) for s in SIZES]
+
+
+@pytest.mark.parametrize("alpha,beta", [(8e-4, 3.3e-9), (2e-5, 1e-10), (1.6e-3, 1.0e-8)])
+def test_fit_line_recovers_exact_alpha_beta(alpha, beta):
+    a, b = fit_line(_points(alpha, beta))
+    assert a == pytest.approx(alpha, rel=1e-6)
+    assert b == pytest.approx(beta, rel=1e-6)
+
+
+def test_fit_line_with_noise_stays_close():
+    # 3% multiplicative noise, as repeated collectives on a quiet network show.
+    alpha, beta = 5e-4, 2e-9
+    errs_a, errs_b = [], []
+    for seed in range(20):
+        a, b = fit_line(_points(alpha, beta, noise=0.03, seed=seed))
+        errs_a.append(abs(a / alpha - 1))
+        errs_b.append(abs(b / beta - 1))
+    assert np.median(errs_a) < 0.05 and max(errs_a) < 0.15
+    assert np.median(errs_b) < 0.03 and max(errs_b) < 0.10
+
+
+def test_fit_weights_small_messages():
+    # Relative weighting: a 10% error at 4 KiB matters as much as one at 256 MiB, so
+    # alpha (which only the small sizes see) is not swamped by the large ones.
+    alpha, beta = 1e-4, 1e-9
+    a, _ = fit_line(_points(alpha, beta))
+    assert a == pytest.approx(alpha, rel=1e-6)
+    assert CollectiveCost(a, beta).time_s(4096) == pytest.approx(alpha + beta * 4096, rel=1e-6)
+
+
+def test_fit_clamps_to_non_negative():
+    # Decreasing times (noise at tiny sizes) must not give a negative beta, nor a negative alpha.
+    a, b = fit_line([(1000, 2e-3), (2000, 1e-3), (4000, 0.5e-3)])
+    assert b == 0.0 and a == pytest.approx(np.mean([2e-3, 1e-3, 0.5e-3]))
+    a, b = fit_line([(1e3, 1e-9), (1e6, 1e-3), (1e7, 1e-2)])  # a line through below the origin
+    assert a == 0.0 and b > 0
+
+
+def test_fit_needs_two_points():
+    with pytest.raises(GradschedError, match="two"):
+        fit_line([(4096, 1e-4)])
+
+
+def test_collective_fit_accepts_a_generator():
+    cost = CollectiveCost.fit((s, 1e-4 + 1e-9 * s) for s in SIZES)
+    assert cost.points is not None and len(cost.points) == len(SIZES)
+    assert cost.time_s(1 << 20) == pytest.approx(1e-4 + 1e-9 * (1 << 20))
+
+
+def test_table_interpolates_inside_and_line_outside():
+    # A protocol switch: flat until 8 KiB, 4x at 12 KiB (like B-Caffe's OSU curve).
+    pts = [(4096, 1e-4), (8192, 1e-4), (12288, 4e-4), (65536, 5e-4)]
+    cost = CollectiveCost.fit(pts)
+    assert cost.time_s(8192) == pytest.approx(1e-4)
+    assert cost.time_s(10240) == pytest.approx(2.5e-4)  # halfway between 8 KiB and 12 KiB
+    assert cost.time_s(12288) == pytest.approx(4e-4)
+    line = CollectiveCost(cost.alpha_s, cost.beta_s_per_byte)
+    for outside in (1024, 1 << 20, 1 << 28):
+        assert cost.time_s(outside) == pytest.approx(line.time_s(outside))
+    assert cost.time_s(0) == 0.0
+    sizes = np.array([0, 1024, 8192, 10240, 1 << 20])
+    assert np.allclose(cost.times_s(sizes), [cost.time_s(s) for s in sizes])
+
+
+def test_table_dropped_when_asked():
+    cost = CollectiveCost.fit(_points(1e-4, 1e-9), keep_table=False)
+    assert cost.points is None
+
+
+def _ring(p, a, b):
+    """Ring all-reduce and all-gather (alpha, beta) at p ranks for link latency a, inverse bandwidth b."""
+    return {"allreduce": (2 * (p - 1) * a, 2 * (p - 1) / p * b), "allgather": ((p - 1) * a, (p - 1) * b)}
+
+
+@pytest.mark.parametrize("p0,p", [(2, 8), (8, 2), (4, 1024), (8, 8), (16, 3)])
+def test_at_world_size_follows_ring_formulas(p0, p):
+    a, b = 2e-5, 1e-10
+    ar = _ring(p0, a, b)["allreduce"]
+    cluster = Cluster.alpha_beta(*ar, world_size=p0).at_world_size(p)
+    assert cluster.world_size == p
+    for name, (alpha, beta) in _ring(p, a, b).items():
+        c = cluster.cost(name)
+        assert c.alpha_s == pytest.approx(alpha, rel=1e-12), name
+        assert c.beta_s_per_byte == pytest.approx(beta, rel=1e-12), name
+
+
+def test_measured_allgather_extrapolates_with_its_own_ring_formula():
+    a, b = 3e-5, 2e-10
+    cluster = Cluster(4, {"allreduce": CollectiveCost(*_ring(4, a, b)["allreduce"]),
+                          "allgather": CollectiveCost(*_ring(4, a, b)["allgather"])})
+    c = cluster.cost("allgather", 16)
+    assert (c.alpha_s, c.beta_s_per_byte) == pytest.approx(_ring(16, a, b)["allgather"])
+
+
+def test_tree_algorithm_grows_startup_as_log2():
+    cluster = Cluster(4, {"allreduce": CollectiveCost(1e-4, 1e-9)}, algorithm="tree")
+    c = cluster.cost("allreduce", 64)
+    assert c.alpha_s == pytest.approx(1e-4 * math.log2(64) / math.log2(4))
+    assert c.beta_s_per_byte == pytest.approx(1e-9)
+
+
+def test_table_scales_by_the_lines_ratio_at_its_middle_size():
+    # docs/cost-model.md: a measured table moves to another world size by one factor,
+    # the ratio of the two lines at the table's middle size; outside it, the new line.
+    a, b = 2e-5, 1e-10
+    alpha, beta = _ring(2, a, b)["allreduce"]
+    pts = _points(alpha, beta, noise=0.05)
+    measured = Cluster(2, {"allreduce": CollectiveCost.fit(pts)})
+    base = measured.cost("allreduce")
+    at8 = measured.cost("allreduce", 8)
+    mid = pts[len(pts) // 2][0]
+    ratio = ((base.alpha_s * 7 + base.beta_s_per_byte * 1.75 * mid)  # ring: alpha x (8-1)/(2-1), beta x (7/8)/(1/2)
+             / (base.alpha_s + base.beta_s_per_byte * mid))
+    for s, t in pts:
+        assert at8.time_s(s) == pytest.approx(t * ratio, rel=1e-9)
+    assert at8.time_s(1 << 30) == pytest.approx(base.alpha_s * 7 + base.beta_s_per_byte * 1.75 * (1 << 30))
+
+
+def test_world_size_one_is_free_and_bad_sizes_fail():
+    cluster = Cluster.alpha_beta(1e-4, 1e-9, 4)
+    assert cluster.cost("allreduce", 1).time_s(1 << 20) == 0.0
+    with pytest.raises(GradschedError):
+        cluster.cost("allreduce", 0)
+    with pytest.raises(GradschedError, match="1 rank"):
+        Cluster.alpha_beta(1e-4, 1e-9, 1).cost("allreduce", 4)
+
+
+def test_cluster_round_trips_with_table(tmp_path):
+    cluster = Cluster(2, {"allreduce": CollectiveCost.fit(_points(1e-4, 1e-9))}, backend="gloo")
+    cluster.save(tmp_path / "c.json")
+    back = Cluster.load(tmp_path / "c.json")
+    assert back.backend == "gloo" and back.world_size == 2
+    assert back.cost("allreduce").points == cluster.cost("allreduce").points
+    assert back.cost("allreduce").time_s(123456) == pytest.approx(cluster.cost("allreduce").time_s(123456))
