@@ -1,0 +1,74 @@
+"""``omgs``: OMGS-SGD's merged gradient sparsification (Shi et al., INFOCOM 2020).
+
+Layer-wise top-k (``topk``) pays a selection and an all-gather start-up per layer;
+one top-k over the whole model overlaps nothing.  OMGS-SGD sweeps the layers in
+backward order and merges the open group into the next layer when that costs less
+waiting than it saves:
+
+- wait: ``tw = tb[next] + ts(n_G + n_next) - ts(n_G) - ts(n_next) - slack_G``: the
+  group's top-k now runs after the next layer's backward, on a longer vector, but
+  its all-gather would have waited ``slack_G`` for the channel anyway;
+- saving: ``tag(k_G) + tag(k_next) - tag(k_merged)``, about one start-up.
+
+Merge when ``tw < saving``.  The timeline is the simulator's: backward and top-k
+selections share the compute stream (a group's selection runs right after the
+layer that completes it, delaying later layers), and a group's all-gather starts
+when its selection is done and the channel is free.  ``ts`` is the cluster's
+``selection_s``; ``tag`` its all-gather of ``k`` values and ``k`` int32 indices per
+rank, ``k = ceil(density * numel)``.  A layer's tensors always stay together.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gradsched.cluster import Cluster
+from gradsched.plan import SPARSE, Plan, whole_tensor_ops
+from gradsched.planners.registry import register
+from gradsched.planners.topk import DEFAULT_DENSITY, check_density, layers_in_ready_order
+from gradsched.profile import Profile
+
+INDEX_BYTES = 4  # int32 index per selected element
+
+
+def merge_layers(profile: Profile, cluster: Cluster, density: float) -> list[list[int]]:
+    """OMGS-SGD's groups of tensor indices, in ready order (see the module docstring)."""
+    gather = cluster.cost("allgather")
+    layers = layers_in_ready_order(profile)
+    tensors = profile.tensors
+    numel = [sum(tensors[i].numel for i in g) for g in layers]
+    backward_s = [sum(tensors[i].backward_s for i in g) for g in layers]
+
+    def tag(n: int, first_tensor: int) -> float:
+        k = max(1, math.ceil(density * n))
+        return gather.time_s(k * (tensors[first_tensor].element_bytes + INDEX_BYTES))
+
+    ts = cluster.selection_s
+    groups: list[list[int]] = []
+    group = list(layers[0])
+    n_group = numel[0]
+    compute_s = backward_s[0]  # compute stream clock: the open group's last backward has ended
+    channel_free_s = 0.0
+    for u in range(1, len(layers)):
+        select_end_s = compute_s + ts(n_group)
+        slack_s = max(0.0, channel_free_s - select_end_s)
+        wait_s = backward_s[u] + ts(n_group + numel[u]) - ts(n_group) - ts(numel[u]) - slack_s
+        saving_s = tag(n_group, group[0]) + tag(numel[u], layers[u][0]) - tag(n_group + numel[u], group[0])
+        if wait_s < saving_s:
+            group.extend(layers[u])
+            n_group += numel[u]
+        else:
+            groups.append(group)
+            channel_free_s = select_end_s + slack_s + tag(n_group, group[0])
+            compute_s = select_end_s
+            group, n_group = list(layers[u]), numel[u]
+        compute_s += backward_s[u]
+    groups.append(group)
+    return groups
+
+
+@register("omgs", sparse=True)
+def plan(profile: Profile, cluster: Cluster, density: float = DEFAULT_DENSITY) -> Plan:
+    d = check_density("omgs", density)
+    ops = whole_tensor_ops(merge_layers(profile, cluster, d), profile, collective=SPARSE, density=d)
+    return Plan("omgs", ops, profile.fingerprint, profile.model, {"density": d})

@@ -1,0 +1,70 @@
+"""``optimal``: the exact best merge of consecutive gradients, by dynamic programming.
+
+Among all plans that cut the gradient-ready order into contiguous groups of whole
+tensors, each group one all-reduce issued first-in first-out, this finds one with
+the earliest end of communication, hence (without next-forward overlap) the
+shortest iteration ``max(backward_end + other, comm_end) + forward``.
+
+Let ``f(i)`` be the earliest time the first ``i`` tensors (in ready order) can all be
+reduced.  The last group is some ``k+1..i``; it starts when the channel frees and
+its last member is ready, so
+
+    f(i) = min over k < i of  max(f(k), r(i)) + T(bytes of tensors k+1..i)
+
+with ``r`` the running maximum of ready times (exact: ``f(k)`` already exceeds the
+ready time of every tensor before ``k``).  Each row is one numpy expression over all
+``k`` (``cost.times_s``), so 1,000 tensors take O(L^2) arithmetic in O(L) Python
+steps.  Any cost curve works, measured tables included: nothing assumes linearity.
+
+Groups never mix element sizes (fp32, bf16, fp16 live in separate flat buffers in
+the runtime), so ``k`` ranges only over the run of equal element size that ends at
+``i``; tensors of one layer (same ready time) merge like any others.  Ties go to the
+larger last group (fewer operations).
+
+MG-WFBP's greedy rule reaches this optimum often but not always (docs/strategies.md
+has a three-tensor counterexample).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gradsched.cluster import Cluster, CollectiveCost
+from gradsched.plan import Plan, whole_tensor_ops
+from gradsched.planners.mgwfbp import ready_envelope_s
+from gradsched.planners.registry import register
+from gradsched.profile import Profile
+
+
+def optimal_groups(profile: Profile, cost: CollectiveCost) -> tuple[list[list[int]], float]:
+    """The best contiguous groups (tensor indices in ready order) and their comm end (s)."""
+    order = profile.order
+    n = len(order)
+    ready = np.asarray(ready_envelope_s(profile))
+    sizes = np.array([profile.tensors[i].bytes for i in order], dtype=np.int64)
+    prefix = np.concatenate(([0], np.cumsum(sizes))).astype(float)
+    elem = [profile.tensors[i].element_bytes for i in order]
+    f = np.zeros(n + 1)
+    cut = np.zeros(n + 1, dtype=np.int64)
+    run_start = 0
+    for i in range(1, n + 1):
+        if i > 1 and elem[i - 1] != elem[i - 2]:
+            run_start = i - 1
+        cand = np.maximum(f[run_start:i], ready[i - 1]) + cost.times_s(prefix[i] - prefix[run_start:i])
+        k = int(np.argmin(cand))
+        f[i] = cand[k]
+        cut[i] = run_start + k
+    groups: list[list[int]] = []
+    i = n
+    while i > 0:
+        k = int(cut[i])
+        groups.append([order[j] for j in range(k, i)])
+        i = k
+    groups.reverse()
+    return groups, float(f[n])
+
+
+@register("optimal")
+def plan(profile: Profile, cluster: Cluster) -> Plan:
+    groups, _ = optimal_groups(profile, cluster.cost("allreduce"))
+    return Plan("optimal", whole_tensor_ops(groups, profile), profile.fingerprint, profile.model)

@@ -1,0 +1,94 @@
+"""``topk`` and ``omgs``: coverage, merge decisions and hand-computed sparse timelines."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gradsched import Cluster, CollectiveCost, GradschedError, Profile, TensorProfile
+from gradsched.planners import is_sparse, make_plan
+from gradsched.plan import SPARSE
+from gradsched.sim import simulate
+from strategies import clusters, profiles
+
+MS = 1e-3
+SETTINGS = settings(max_examples=60, deadline=None)
+
+# All-gather: 1 ms start-up, 1 ms per KB (per rank); top-k selection 1e-7 * n * log2(n) s.
+SPARSE_CLUSTER = Cluster(2, {"allreduce": CollectiveCost(1e-3, 1e-9), "allgather": CollectiveCost(1e-3, 1e-6)},
+                         extra={"topk_selection_s_per_nlogn": 1e-7})
+DENSITY = 1 / 128  # 1024 elements -> k = 8 -> 8 * (4 + 4) = 64 bytes per rank
+
+
+def layer(name: str, numel: int, backward_ms: float) -> TensorProfile:
+    return TensorProfile(name, numel, 4 * numel, 0.0, backward_ms * MS)
+
+
+@SETTINGS
+@given(profiles(max_layers=10, mixed_dtypes=True), clusters(), st.sampled_from(["topk", "omgs"]),
+       st.sampled_from([0.001, 0.01, 1.0]))
+def test_every_element_sent_once_as_sparse_ops_of_whole_layers(profile, cluster, name, density):
+    plan = make_plan(name, profile, cluster, density=density)
+    plan.check(profile)
+    assert is_sparse(name)
+    assert all(op.collective == SPARSE and op.density == density for op in plan.operations)
+    seen_layers = [profile.layer_of[s.tensor] for op in plan.operations for s in op.slices]
+    layers_per_op = [{profile.layer_of[s.tensor] for s in op.slices} for op in plan.operations]
+    assert sum(len(x) for x in layers_per_op) == len(set(seen_layers))  # a layer never spans two ops
+    if name == "topk":
+        assert all(len(x) == 1 for x in layers_per_op)
+
+
+@SETTINGS
+@given(profiles(max_layers=10))
+def test_omgs_merges_everything_when_merging_costs_nothing(profile):
+    # No backward time and no selection cost: the wait is never positive, the saving is
+    # one start-up: one operation.
+    free_compute = Profile(profile.model, tuple(TensorProfile(t.name, t.numel, t.bytes, 0.0, 0.0, t.layer)
+                                                for t in profile.tensors), profile.ready_order)
+    cluster = Cluster(2, {"allreduce": CollectiveCost(1e-3, 1e-9)}, extra={"topk_selection_s_per_nlogn": 0.0})
+    assert len(make_plan("omgs", free_compute, cluster).operations) == 1
+
+
+def test_topk_timeline_by_hand():
+    # Ready order B, A (1024 elements each, backward 1 ms each).  ts(1024) = 1e-7 * 1024 * 10
+    # = 1.024 ms; tag(k = 8) = 1 + 64 * 1e-3 = 1.064 ms.
+    # compute: bwd B 0-1, select B 1-2.024, bwd A 2.024-3.024, select A 3.024-4.048.
+    # comm:    B 2.024-3.088, A 4.048-5.112.  Iteration = 5.112 ms (no forward, no other).
+    p = Profile("two", (layer("A", 1024, 1), layer("B", 1024, 1)))
+    plan = make_plan("topk", p, SPARSE_CLUSTER, density=DENSITY)
+    assert [op.tensors() for op in plan.operations] == [(1,), (0,)]
+    r = simulate(plan, p, SPARSE_CLUSTER)
+    assert r.op_start_s == pytest.approx([2.024 * MS, 4.048 * MS])
+    assert r.op_end_s == pytest.approx([3.088 * MS, 5.112 * MS])
+    assert r.backward_end_s == pytest.approx(4.048 * MS)
+    assert r.iteration_s == pytest.approx(5.112 * MS)
+
+
+def test_omgs_merge_rule_and_timeline_by_hand():
+    # Ready order A (1024, bwd 1 ms), B (1024, bwd 0.1 ms), C (1024, bwd 2 ms).
+    # ts(1024) = 1.024, ts(2048) = 1e-7 * 2048 * 11 = 2.2528, ts(3072) = 3.55890 ms;
+    # tag(8) = 1.064, tag(16) = 1.128, tag(24) = 1.192 ms: every merge saves exactly 1 ms.
+    # {A} + B: wait = 0.1 + 2.2528 - 1.024 - 1.024 - slack 0 = 0.3048 < 1: merge.
+    # {A,B} + C: wait = 2 + 3.5589 - 2.2528 - 1.024 - 0 = 2.2821 >= 1: keep apart.
+    # Timeline: bwd A 0-1, bwd B 1-1.1, select AB 1.1-3.3528, comm AB 3.3528-4.4808,
+    #           bwd C 3.3528-5.3528, select C 5.3528-6.3768, comm C 6.3768-7.4408.
+    p = Profile("three", (layer("C", 1024, 2), layer("B", 1024, 0.1), layer("A", 1024, 1)))
+    plan = make_plan("omgs", p, SPARSE_CLUSTER, density=DENSITY)
+    assert [op.tensors() for op in plan.operations] == [(2, 1), (0,)]
+    r = simulate(plan, p, SPARSE_CLUSTER)
+    assert r.op_start_s == pytest.approx([3.3528 * MS, 6.3768 * MS])
+    assert r.op_end_s == pytest.approx([4.4808 * MS, 7.4408 * MS])
+    assert r.iteration_s == pytest.approx(7.4408 * MS)
+    assert math.isclose(SPARSE_CLUSTER.selection_s(3072), 1e-7 * 3072 * math.log2(3072))
+
+
+@pytest.mark.parametrize("name", ["topk", "omgs"])
+@pytest.mark.parametrize("density", [0, -0.1, 1.5, "dense"])
+def test_bad_density_is_a_user_error(name, density):
+    p = Profile("p", (layer("A", 10, 1),))
+    with pytest.raises(GradschedError, match=f"{name}: density"):
+        make_plan(name, p, SPARSE_CLUSTER, density=density)

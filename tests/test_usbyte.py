@@ -1,0 +1,121 @@
+"""``usbyte``: gap-filling blocks, searched priorities, and a plan the simulator replays."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+
+from gradsched import Cluster, GradschedError, Profile, TensorProfile
+from gradsched.planners import make_plan
+from gradsched.planners.usbyte import predict
+from gradsched.sim import simulate
+from strategies import clusters, profiles
+
+MS = 1e-3
+MB = 1_000_000
+SETTINGS = settings(max_examples=60, deadline=None)
+
+
+def fp32(name: str, mbytes: float, backward_ms: float, forward_ms: float) -> TensorProfile:
+    numel = int(mbytes * MB) // 4
+    return TensorProfile(name, numel, 4 * numel, forward_ms * MS, backward_ms * MS)
+
+
+@SETTINGS
+@given(profiles(max_layers=10, mixed_dtypes=True), clusters())
+def test_every_element_sent_once_and_blocks_never_mix_dtypes(profile, cluster):
+    plan = make_plan("usbyte", profile, cluster, unit_bytes=64 << 10)
+    plan.check(profile)
+    assert plan.scheduling == "priority" and plan.overlap_forward and plan.credit_bytes is None
+    for op in plan.operations:
+        assert len({profile.tensors[s.tensor].element_bytes for s in op.slices}) == 1
+        assert len({profile.layer_of[s.tensor] for s in op.slices}) == 1
+
+
+@SETTINGS
+@given(profiles(max_layers=10, mixed_dtypes=True, with_update=True), clusters())
+def test_simulator_replays_the_modelled_schedule_exactly(profile, cluster):
+    # The plan is only US-Byte if priority scheduling reproduces the gap-filling blocks
+    # at the times the planner sized them for.
+    plan, schedule, _ = predict(profile, cluster, unit_bytes=128 << 10)
+    result = simulate(plan, profile, cluster, timeline=False)
+    assert result.op_start_s == pytest.approx([b[3] for b in schedule.blocks], rel=1e-12, abs=1e-15)
+    assert result.op_end_s == pytest.approx([b[4] for b in schedule.blocks], rel=1e-12, abs=1e-15)
+    assert result.iteration_s == pytest.approx(schedule.iteration_s, rel=1e-12)
+
+
+@SETTINGS
+@given(profiles(max_layers=10), clusters())
+def test_priority_search_never_makes_the_simulated_iteration_longer(profile, cluster):
+    front_first = simulate(make_plan("usbyte", profile, cluster, max_evaluations=1), profile, cluster,
+                           timeline=False).iteration_s
+    searched = simulate(make_plan("usbyte", profile, cluster, max_evaluations=50), profile, cluster,
+                        timeline=False).iteration_s
+    assert searched <= front_first * (1 + 1e-12)
+
+
+@SETTINGS
+@given(profiles(min_layers=4, max_layers=10), clusters())
+def test_search_stays_within_its_evaluation_budget(profile, cluster):
+    for budget in (1, 2, 3):
+        _, _, evaluations = predict(profile, cluster, max_evaluations=budget)
+        assert 1 <= evaluations <= budget
+
+
+def test_gap_filling_blocks_and_front_first_phase_two_by_hand():
+    # alpha = 1 ms, beta = 1 ms/MB, unit = 1 MB.  Layers (forward order):
+    #   L0: 4 MB, backward 2 ms, forward 1 ms;  L1: 2 MB, 3 ms, 1 ms;  L2: 3 MB, 1 ms, 1 ms.
+    # Backward L2, L1, L0: ready at 1, 4, 6 ms.  Front-first: L0 before L1 before L2.
+    # Phase 1:  t=1  L2 ready, next gradient at 4: gap 3 < T(3 MB) = 4, so
+    #                ceil((3 - 1) / 1) = 2 units: L2[0:2 MB] 1 -> 4.
+    #           t=4  L1 ready (and preferred), next at 6: gap 2 < T(2 MB) = 3: 1 unit,
+    #                L1[0:1 MB] 4 -> 6.
+    # Phase 2 (t=6, all ready), input first: L0 4 MB 6 -> 11, L1 rest 11 -> 13, L2 rest 13 -> 15.
+    # Next forward from 6: L0 waits to 11, runs 11-12; L1 waits to 13, 13-14; L2 15-16.
+    profile = Profile("hand", (fp32("L0", 4, 2, 1), fp32("L1", 2, 3, 1), fp32("L2", 3, 1, 1)))
+    cluster = Cluster.alpha_beta(1 * MS, 1e-9, 2)
+    plan = make_plan("usbyte", profile, cluster, unit_bytes=MB, max_evaluations=1)
+    quarter = MB // 4  # fp32 elements in 1 MB
+    assert [(s.tensor, s.start, s.end) for op in plan.operations for s in op.slices] == [
+        (2, 0, 2 * quarter), (1, 0, quarter), (0, 0, 4 * quarter), (1, quarter, 2 * quarter),
+        (2, 2 * quarter, 3 * quarter)]
+    assert [op.priority for op in plan.operations] == [2, 1, 0, 1, 2]
+    r = simulate(plan, profile, cluster)
+    assert r.op_start_s == pytest.approx([1 * MS, 4 * MS, 6 * MS, 11 * MS, 13 * MS])
+    assert r.op_end_s == pytest.approx([4 * MS, 6 * MS, 11 * MS, 13 * MS, 15 * MS])
+    assert r.iteration_s == pytest.approx(16 * MS)
+    # the search tries promoting L2 over L1 and L1 over L0; neither shortens the iteration
+    assert simulate(make_plan("usbyte", profile, cluster, unit_bytes=MB), profile, cluster).iteration_s == \
+        pytest.approx(16 * MS)
+
+
+def test_priority_search_promotes_an_output_layer_by_hand():
+    # alpha = 2 ms, beta = 1 ms/MB, unit = 1 MB.  Layers (forward order):
+    #   l0: 1 MB, backward 2 ms, forward 1 ms;  l1: 2 MB, 2 ms, 0;  l2: 2 MB, 1 ms, 2 ms.
+    # Ready l2 at 1, l1 at 3, l0 at 5.
+    # Front-first: t=1 gap 2 (not < alpha, < T(2 MB) = 4): ceil(0) -> at least 1 unit: l2 1 MB 1-4;
+    #   t=4 l1 wins, gap 1 < alpha: 1 unit 4-7; phase 2: l0 7-10, l1 10-13, l2 13-16;
+    #   forward from 5: l0 10-11, l1 13-13, l2 16-18: 18 ms.
+    # l1 became ready (3) while l2's first block was on the wire (1-4): try l2 ahead of l1:
+    #   l2 1-4, l2 rest 4-7 (gap 1 < alpha: 1 unit = all of it); phase 2: l0 7-10, l1 10-14;
+    #   forward: l0 10-11, l1 14-14, l2 (done at 7) 14-16: 16 ms.  Kept.
+    profile = Profile("promote", (fp32("l0", 1, 2, 1), fp32("l1", 2, 2, 0), fp32("l2", 2, 1, 2)))
+    cluster = Cluster.alpha_beta(2 * MS, 1e-9, 2)
+    front = simulate(make_plan("usbyte", profile, cluster, unit_bytes=MB, max_evaluations=1), profile, cluster)
+    assert front.op_start_s == pytest.approx([1 * MS, 4 * MS, 7 * MS, 10 * MS, 13 * MS])
+    assert front.iteration_s == pytest.approx(18 * MS)
+    plan, _, evaluations = predict(profile, cluster, unit_bytes=MB)
+    assert evaluations == 2
+    assert [op.tensors() for op in plan.operations] == [(2,), (2,), (0,), (1,)]
+    assert [op.priority for op in plan.operations] == [1, 1, 0, 2]
+    r = simulate(plan, profile, cluster)
+    assert r.op_start_s == pytest.approx([1 * MS, 4 * MS, 7 * MS, 10 * MS])
+    assert r.op_end_s == pytest.approx([4 * MS, 7 * MS, 10 * MS, 14 * MS])
+    assert r.iteration_s == pytest.approx(16 * MS)
+
+
+@pytest.mark.parametrize("opts", [{"unit_bytes": 0}, {"unit_bytes": 1.5}, {"max_evaluations": 0}])
+def test_bad_options_are_user_errors(opts):
+    profile = Profile("p", (fp32("a", 1, 1, 1),))
+    with pytest.raises(GradschedError, match="usbyte"):
+        make_plan("usbyte", profile, Cluster.alpha_beta(1e-3, 1e-9, 2), **opts)
