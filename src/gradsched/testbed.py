@@ -485,7 +485,8 @@ class Testbed:
             raise _Terminated()
 
         self._old_handlers[signal.SIGTERM] = signal.signal(signal.SIGTERM, on_term)
-        if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
+        # An ignored SIGINT (a background job of a script) stays ignored.
+        if signal.getsignal(signal.SIGINT) in (signal.SIG_DFL, None):
             self._old_handlers[signal.SIGINT] = signal.signal(
                 signal.SIGINT, signal.default_int_handler)
 
