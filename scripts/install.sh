@@ -5,6 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# The testbed (network namespaces, tc) needs iproute2 and sysctl; install them as root if missing.
+if [ "$(id -u)" = 0 ] && ! { command -v ip && command -v tc && command -v sysctl; } >/dev/null 2>&1; then
+  (apt-get update -qq && apt-get install -y -qq iproute2 procps) >/dev/null 2>&1 || echo "warning: could not install iproute2/procps; testbed tests will skip" >&2
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 . .venv/bin/activate
 python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
