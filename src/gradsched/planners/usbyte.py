@@ -34,6 +34,7 @@ is sent) cost nearly a bare start-up for almost no data.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import numbers
@@ -44,6 +45,7 @@ from gradsched.errors import GradschedError
 from gradsched.plan import Operation, Plan, Slice
 from gradsched.planners.registry import register
 from gradsched.profile import Profile
+from gradsched.sim.engine import EPS_S  # the simulator's simultaneity: the plan must replay exactly
 
 DEFAULT_UNIT_BYTES = 256 << 10
 DEFAULT_MAX_EVALUATIONS = 24
@@ -87,6 +89,8 @@ class _Model:
         self.units = units  # in order of first appearance in the ready order
         self.by_ready = sorted(range(len(units)), key=lambda u: (units[u].ready_s, u))
         self.unit_elems = [max(1, unit_bytes // u.element_bytes) for u in units]
+        self.ready_sorted = [units[u].ready_s for u in self.by_ready]
+        self.elem = [u.element_bytes for u in units]
         self.backward_end_s = max(ready)
         # next-forward gating: layers in forward order with their forward and update time
         fwd: dict[int, list[float]] = {}
@@ -95,58 +99,76 @@ class _Model:
             acc[0] += t.forward_s
             acc[1] += t.update_s
         self.forward_layers = [(lid, f, upd) for lid, (f, upd) in fwd.items()]
-        self.linear = cost.points is None
         self.alpha_s = cost.alpha_s
         self.beta_s = cost.beta_s_per_byte
+        self.table = ([float(x) for x, _ in cost.points], [float(y) for _, y in cost.points]) if cost.points else None
 
     def time_s(self, nbytes: int) -> float:
-        if self.linear:  # the same arithmetic as CollectiveCost.time_s, without the call
-            return self.alpha_s + self.beta_s * nbytes if nbytes > 0 else 0.0
-        return self.cost.time_s(nbytes)
+        """``cost.time_s`` bit for bit, without numpy's per-call overhead (the search calls it
+        once per block per evaluation): the simulator must see exactly the modelled times."""
+        if nbytes <= 0:
+            return 0.0
+        if self.table is not None:
+            xs, ys = self.table
+            if xs[0] <= nbytes <= xs[-1]:
+                return _interp(nbytes, xs, ys) * self.cost.scale
+        return self.alpha_s + self.beta_s * nbytes
 
     def run(self, rank: list[int]) -> Schedule:
-        """Model the schedule where unit ``u`` has priority number ``rank[u]`` (lower first)."""
-        units, by_ready = self.units, self.by_ready
-        n = len(units)
-        left = [u.numel for u in units]
+        """Model the schedule where unit ``u`` has priority number ``rank[u]`` (lower first).
+
+        The clock moves like the simulator's (to the next ready time or the moment the
+        channel frees, events within ``EPS_S`` simultaneous), so that priority
+        scheduling of the emitted plan replays these blocks exactly."""
+        by_ready, ready, elem, unit_elems = self.by_ready, self.ready_sorted, self.elem, self.unit_elems
+        n = len(by_ready)
+        left = [u.numel for u in self.units]
         sent = [0] * n
-        alpha, beta = self.alpha_s, self.beta_s
+        alpha, beta, time_s = self.alpha_s, self.beta_s, self.time_s
+        push, pop = heapq.heappush, heapq.heappop
         heap: list[tuple[int, int]] = []
         blocks: list[tuple[int, int, int, float, float]] = []
         nxt = 0
         t = 0.0
+        free = 0.0  # when the channel finishes its current block
         while True:
-            while nxt < n and units[by_ready[nxt]].ready_s <= t:
+            while nxt < n and ready[nxt] <= t + EPS_S:
                 u = by_ready[nxt]
-                heapq.heappush(heap, (rank[u], u))
+                push(heap, (rank[u], u))
                 nxt += 1
-            if not heap:
-                if nxt == n:
-                    break
-                t = units[by_ready[nxt]].ready_s
-                continue
-            u = heap[0][1]
-            eb = units[u].element_bytes
-            rest = left[u]
-            if nxt < n:  # phase 1: fill the gap before the next gradient is ready
-                gap = units[by_ready[nxt]].ready_s - t
-                unit = self.unit_elems[u]
-                if gap < alpha:
-                    elems = unit
-                elif beta > 0 and gap < self.time_s(rest * eb):
-                    elems = max(1, math.ceil((gap - alpha) / (beta * unit * eb))) * unit
-                else:
+            if heap and free <= t + EPS_S:
+                start = t if t > free else free
+                u = heap[0][1]
+                eb = elem[u]
+                rest = left[u]
+                if nxt < n:  # phase 1: fill the gap before the next gradient is ready
+                    gap = ready[nxt] - start
+                    unit = unit_elems[u]
+                    if gap < alpha:
+                        elems = unit
+                    elif beta > 0 and gap < time_s(rest * eb):
+                        elems = max(1, math.ceil((gap - alpha) / (beta * unit * eb))) * unit
+                    else:
+                        elems = rest
+                    if elems > rest:
+                        elems = rest
+                else:  # phase 2: everything left, highest priority first
                     elems = rest
-                elems = min(elems, rest)
-            else:  # phase 2: everything left, highest priority first
-                elems = rest
-            end = t + self.time_s(elems * eb)
-            blocks.append((u, sent[u], sent[u] + elems, t, end))
-            sent[u] += elems
-            left[u] -= elems
-            if left[u] == 0:
-                heapq.heappop(heap)
-            t = end
+                free = start + time_s(elems * eb)
+                done = sent[u]
+                blocks.append((u, done, done + elems, start, free))
+                sent[u] = done + elems
+                left[u] = rest - elems
+                if rest == elems:
+                    pop(heap)
+                continue
+            if not heap and nxt == n:
+                break
+            # advance to the next moment something can change
+            t_next = ready[nxt] if nxt < n else free
+            if free > t and free < t_next:
+                t_next = free
+            t = t_next
         return Schedule(self.iteration_s(blocks), blocks)
 
     def iteration_s(self, blocks: list[tuple[int, int, int, float, float]]) -> float:
@@ -161,6 +183,24 @@ class _Model:
         return t
 
 
+def _interp(x: float, xs: list[float], ys: list[float]) -> float:
+    """``np.interp`` for one ``x`` inside ``[xs[0], xs[-1]]``, with numpy's arithmetic."""
+    if x == xs[-1]:
+        return ys[-1]
+    j = bisect.bisect_right(xs, x) - 1
+    if x == xs[j]:
+        return ys[j]
+    slope = (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j])
+    return slope * (x - xs[j]) + ys[j]
+
+
+def _first_blocks(schedule: Schedule) -> dict[int, tuple[int, int, int, float, float]]:
+    first: dict[int, tuple[int, int, int, float, float]] = {}
+    for b in schedule.blocks:
+        first.setdefault(b[0], b)
+    return first
+
+
 def search_priorities(model: _Model, max_evaluations: int) -> tuple[list[int], Schedule, int]:
     """Front-first priorities improved by US-Byte's promotion search; returns (rank, schedule, evaluations)."""
     units = model.units
@@ -171,14 +211,16 @@ def search_priorities(model: _Model, max_evaluations: int) -> tuple[list[int], S
         rank[u] = r
     best = model.run(rank)
     evaluations = 1
+    first = _first_blocks(best)
+    ready = model.ready_sorted
     for u in sorted(range(n), key=lambda u: rank[u], reverse=True):  # output layer first
         if evaluations >= max_evaluations:
             break
-        first = next(b for b in best.blocks if b[0] == u)
-        if first[2] - first[1] >= units[u].numel:
+        _, lo, hi, start_s, end_s = first[u]
+        if hi - lo >= units[u].numel:
             continue  # sent whole in one block: nothing to keep going
-        start_s, end_s = first[3], first[4]
-        rivals = [v for v in range(n) if start_s < units[v].ready_s <= end_s and rank[v] < rank[u]]
+        window = model.by_ready[bisect.bisect_right(ready, start_s):bisect.bisect_right(ready, end_s)]
+        rivals = [v for v in window if rank[v] < rank[u]]
         if not rivals:
             continue
         target = min(rank[v] for v in rivals)
@@ -191,6 +233,7 @@ def search_priorities(model: _Model, max_evaluations: int) -> tuple[list[int], S
         evaluations += 1
         if trial.iteration_s < best.iteration_s * (1 - 1e-12):
             best, rank, order = trial, trial_rank, trial_order
+            first = _first_blocks(best)
     return rank, best, evaluations
 
 
