@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
                "workers": cluster.world_size, "model": profile.model}
         rows.append(row)
         if result.timeline is not None:
+            result.timeline.meta["iteration_s"] = result.iteration_s
             timelines.append((name, result.timeline))
     if args.trace:
         _save_trace(timelines, args.trace)
@@ -72,8 +73,12 @@ def _plans(args: argparse.Namespace, profile, cluster):
 
 
 def _save_trace(timelines, path: str) -> None:
+    """One strategy: its timeline as is (tracks compute, comm0...); several: one process each."""
     from gradsched.timeline import Event, Timeline
 
+    if len(timelines) == 1:
+        timelines[0][1].save_chrome_trace(path)
+        return
     merged = Timeline(meta={"strategies": [n for n, _ in timelines]})
     for rank, (name, tl) in enumerate(timelines):
         merged.events.extend(Event(f"{e.name}", e.cat, f"{name}:{e.track}", e.start_s, e.dur_s, rank, e.args)
