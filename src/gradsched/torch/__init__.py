@@ -1,1 +1,15 @@
-"""gradsched.torch: the PyTorch runtime (imports torch; the planning core does not)."""
+"""gradsched.torch: the PyTorch runtime (imports torch; the planning core does not).
+
+``DistributedDataParallel`` takes DDP's place and executes any dense gradsched plan;
+``DistributedOptimizer`` wraps a ``torch.optim`` optimizer so that plans overlapping
+the update with the next forward can step it per parameter subset.  See docs/runtime.md.
+"""
+
+from gradsched.torch.models import MODEL_NAMES, ModelSpec, build_model
+from gradsched.torch.ops import CollectiveError
+from gradsched.torch.optim import DistributedOptimizer
+from gradsched.torch.planning import profile_from_module, trainable_parameters
+from gradsched.torch.wrapper import DistributedDataParallel
+
+__all__ = ["MODEL_NAMES", "CollectiveError", "DistributedDataParallel", "DistributedOptimizer", "ModelSpec",
+           "build_model", "profile_from_module", "trainable_parameters"]

@@ -1,0 +1,100 @@
+"""Operation kinds: how one plan operation is issued and completed on a process group.
+
+The executor knows operations only through this small protocol, so a new kind (the
+sparse ``topk-allgather``) is one class registered in :data:`OP_KINDS`:
+
+- ``issue()``: start the collective(s) asynchronously; the operation's arena pieces
+  already hold this rank's gradient elements.
+- ``is_done()``: non-blocking completion test (used for the credit window).
+- ``wait(timeout_s)``: block until done (gloo) or make the current stream wait (NCCL);
+  afterwards the arena pieces hold the averaged gradient.  A failure or a timeout
+  raises :class:`CollectiveError`, never a silent hang.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Callable, Protocol
+
+import torch
+import torch.distributed as dist
+
+from gradsched.errors import GradschedError
+from gradsched.plan import DENSE, Operation
+from gradsched.torch.layout import Piece
+
+
+class CollectiveError(GradschedError):
+    """A collective failed or did not finish in time: a peer rank died, stalled or diverged."""
+
+
+class OpRunner(Protocol):
+    index: int
+    nbytes: int
+
+    def issue(self) -> None: ...
+
+    def is_done(self) -> bool: ...
+
+    def wait(self, timeout_s: float) -> None: ...
+
+
+class DenseAllReduce:
+    """One all-reduce per piece (one per dtype), averaged like DDP: divide by world size, then sum."""
+
+    def __init__(self, index: int, op: Operation, pieces: tuple[Piece, ...], arenas: dict[str, torch.Tensor],
+                 group: dist.ProcessGroup, world_size: int, rank: int,
+                 on_complete: Callable[[int], None] | None = None) -> None:
+        self.index = index
+        self.buffers = [arenas[p.dtype][p.start:p.end] for p in pieces]
+        self.nbytes = sum(b.numel() * b.element_size() for b in self.buffers)
+        self.group = group
+        self.world_size = world_size
+        self.rank = rank
+        self.on_complete = on_complete
+        self.works: list[dist.Work] = []
+        # NCCL: wait() makes the current CUDA stream wait for the collective (no host
+        # block); its own watchdog enforces the process group's timeout.  gloo: block
+        # the host, bounded by our timeout.
+        self.host_wait = dist.get_backend(group) != "nccl"
+
+    def issue(self) -> None:
+        self.works = []
+        for buf in self.buffers:
+            buf.div_(self.world_size)
+            self.works.append(dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=self.group, async_op=True))
+        if self.on_complete is not None and self.works:
+            # Runs on the backend's thread when the last collective completes: the
+            # measured end of the operation (tracing only).
+            self.works[-1].get_future().add_done_callback(lambda _f: self.on_complete(self.index))
+
+    def is_done(self) -> bool:
+        return all(w.is_completed() for w in self.works)
+
+    def wait(self, timeout_s: float) -> None:
+        for w in self.works:
+            try:
+                if self.host_wait:
+                    w.wait(timeout=timedelta(seconds=timeout_s))
+                else:
+                    w.wait()
+            except Exception as exc:  # backend errors have no common public type
+                raise CollectiveError(
+                    f"rank {self.rank}: all-reduce of operation {self.index} ({self.nbytes} bytes) failed or did not "
+                    f"complete within {timeout_s:g} s: a peer rank probably died, stalled or ran a different number "
+                    f"of steps ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
+        self.works = []
+
+
+OP_KINDS: dict[str, type] = {DENSE: DenseAllReduce}
+
+
+def make_runner(index: int, op: Operation, pieces: tuple[Piece, ...], arenas: dict[str, torch.Tensor],
+                group: dist.ProcessGroup, world_size: int, rank: int,
+                on_complete: Callable[[int], None] | None = None) -> OpRunner:
+    """The runner for ``op``'s collective kind; an unknown kind is a clear error."""
+    kind = OP_KINDS.get(op.collective)
+    if kind is None:
+        raise GradschedError(f"operation {index} uses collective {op.collective!r}, which the runtime does not "
+                             f"execute yet (it runs: {', '.join(OP_KINDS)}); choose a dense strategy")
+    return kind(index, op, pieces, arenas, group, world_size, rank, on_complete)

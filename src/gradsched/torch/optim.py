@@ -1,0 +1,158 @@
+"""DistributedOptimizer: any ``torch.optim`` optimizer, stepped per parameter subset when the
+plan overlaps the update with the next forward.
+
+With a plan that does not overlap (``overlap_forward = False``) this wrapper only
+passes calls through: gradients are averaged when ``backward()`` returns, exactly as
+with DDP.  With an overlapping plan (``bytescheduler``, ``usbyte``) ``backward()``
+returns while operations are still in flight; :meth:`step` then only records that
+an update is due, and the update of each parameter is applied just before the next
+forward needs it: a forward pre-hook on every module waits for the operations
+holding that module's own parameters, then steps the optimizer over those
+parameters alone.  Whatever the forward did not touch is updated when the wrapped
+forward returns.  ``zero_grad()`` after ``step()`` is deferred the same way.
+
+Stepping a subset: ``torch.optim`` optimizers skip parameters whose ``.grad`` is
+``None`` and keep per-parameter state, so hiding the other gradients for one call
+updates exactly the subset, with the same arithmetic as one full step.  The
+hyper-parameters (``lr`` ...) in force when :meth:`step` was called are restored for
+the deferred updates, so an LR scheduler stepped right after ``step()`` acts on the
+next iteration, as it would without deferral.  Optimizers that couple parameters
+(LBFGS, closures, gradient clipping across the model between backward and step)
+need a non-overlapping plan.
+
+Build LR schedulers on the inner optimizer: ``StepLR(dist_opt.optimizer, ...)``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from gradsched.errors import GradschedError
+from gradsched.torch.trace import UPDATE, WAIT
+
+if TYPE_CHECKING:
+    from gradsched.torch.wrapper import DistributedDataParallel
+
+
+class DistributedOptimizer:
+    """Wraps ``optimizer`` (built over ``model.parameters()``) for ``model``."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, model: "DistributedDataParallel") -> None:
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise GradschedError(f"expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        self.optimizer = optimizer
+        self._model = model
+        self._pending: set[int] = set()
+        self._hparams: list[dict[str, Any]] = []
+        self._zero: bool | None = None  # deferred zero_grad(set_to_none=...)
+        model._attach_optimizer(self)
+
+    # ------------------------------------------------------------- torch.optim surface
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self.optimizer.param_groups
+
+    @property
+    def state(self) -> Any:
+        return self.optimizer.state
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        return self.optimizer.defaults
+
+    def step(self, closure: Any = None) -> Any:
+        if closure is not None:
+            raise GradschedError("optimizer closures are not supported by gradsched; call backward() and step() instead")
+        if not self._model.overlaps_forward:
+            tracer = self._model._tracer
+            t0 = tracer.now() if tracer is not None else 0.0
+            out = self.optimizer.step()
+            if tracer is not None:
+                tracer.span("update", UPDATE, t0, tensors=list(range(len(self._model._params))))
+            return out
+        self.flush()  # a second step() without a forward in between: finish the first
+        self._pending = set(range(len(self._model._params)))
+        self._hparams = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
+        self._zero = None
+        self.optimizer._opt_called = True  # for LR schedulers' "step() before optimizer.step()" check
+        return None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        if self._pending:
+            self._zero = set_to_none
+        else:
+            self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        self.flush()
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.flush()
+        self.optimizer.load_state_dict(state)
+
+    def add_param_group(self, group: dict[str, Any]) -> None:
+        self.flush()
+        self.optimizer.add_param_group(group)
+
+    # ------------------------------------------------------------- deferred updates
+    @property
+    def pending(self) -> bool:
+        return bool(self._pending)
+
+    def flush(self) -> None:
+        """Apply every deferred update now (before saving, evaluating or stopping)."""
+        if self._pending:
+            self.apply(sorted(self._pending))
+
+    def apply(self, tensors: list[int]) -> None:
+        """Wait for ``tensors``' gradients, then update them (plan indices)."""
+        todo = [i for i in tensors if i in self._pending]
+        if not todo:
+            return
+        model = self._model
+        tracer = model._tracer
+        t0 = tracer.now() if tracer is not None else 0.0
+        model._executor.settle(todo)
+        if tracer is not None:
+            t1 = tracer.now()
+            if t1 - t0 > 1e-6:
+                tracer.add(f"wait {model._names[todo[0]]}", WAIT, "compute", t0, t1, tensors=todo)
+            t0 = t1
+        params = [model._params[i] for i in todo]
+        self._step_subset(params)
+        if self._zero is not None:
+            for p in params:
+                if p.grad is None:
+                    continue
+                if self._zero:
+                    p.grad = None
+                else:
+                    p.grad.zero_()
+        self._pending.difference_update(todo)
+        if not self._pending:
+            self._zero = None
+        if tracer is not None:
+            tracer.span(f"update {model._names[todo[0]]}", UPDATE, t0, tensors=todo)
+
+    def _step_subset(self, params: list[torch.nn.Parameter]) -> None:
+        keep = {id(p) for p in params}
+        hidden: list[tuple[torch.nn.Parameter, torch.Tensor]] = []
+        current: list[dict[str, Any]] = []
+        try:
+            for g in self.optimizer.param_groups:
+                for p in g["params"]:
+                    if p.grad is not None and id(p) not in keep:
+                        hidden.append((p, p.grad))
+                        p.grad = None
+            for g, snap in zip(self.optimizer.param_groups, self._hparams):
+                current.append({k: g[k] for k in snap if k in g})
+                g.update(snap)
+            self.optimizer.step()
+        finally:
+            for g, cur in zip(self.optimizer.param_groups, current):
+                g.update(cur)
+            for p, grad in hidden:
+                p.grad = grad

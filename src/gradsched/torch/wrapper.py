@@ -1,0 +1,280 @@
+"""``gradsched.torch.DistributedDataParallel``: DDP's place, any gradsched plan.
+
+    model = gradsched.torch.DistributedDataParallel(module, "mgwfbp")   # or a Plan
+    opt = gradsched.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model)
+    for x, y in data:
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()     # gradients averaged over ranks, like DDP
+        opt.step()
+
+The strategy name ``"ddp"`` runs PyTorch's own DDP (the reference); any other name,
+or a :class:`~gradsched.plan.Plan` (including one made by the ``ddp`` planner), runs
+gradsched's executor.  At start-up every rank checks that it holds the same plan
+(its content hash and issue order) and fails with a clear error otherwise, then
+takes rank 0's parameters and buffers, as DDP does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from datetime import timedelta
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from gradsched.cluster import Cluster
+from gradsched.errors import GradschedError
+from gradsched.plan import Plan
+from gradsched.profile import Profile
+from gradsched.timeline import Timeline
+from gradsched.torch.executor import Executor
+from gradsched.torch.ops import CollectiveError
+from gradsched.torch.planning import (default_cluster, issue_order, profile_from_module, resolve_plan,
+                                      trainable_parameters)
+from gradsched.torch.trace import FORWARD, Tracer, merge_timelines
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+class DistributedDataParallel(nn.Module):
+    """Data-parallel wrapper executing a gradsched plan (or real DDP for ``"ddp"``).
+
+    Args:
+        module: the model; every rank builds the same one.
+        plan: a strategy name (``gradsched.planners.strategy_names()``) or a Plan whose
+            tensor indices are ``trainable_parameters(module)`` indices.
+        process_group: default: the world.
+        profile, cluster: what a strategy name is planned with; default: sizes from
+            the parameters and a loopback-like cluster (measure both for good plans).
+        plan_options: options of the strategy (``{"mb": 4}`` for ``threshold``).
+        timeout_s: a collective that does not complete in this time raises
+            :class:`~gradsched.torch.ops.CollectiveError` (a ``GradschedError``).
+        find_unused_parameters: allow parameters that get no gradient in a backward
+            (costs one small all-reduce per iteration), as DDP's flag.
+        broadcast_buffers: copy rank 0's buffers (BatchNorm statistics) to all ranks
+            before every forward, as DDP does.
+        trace: record a measured timeline (:meth:`timeline`, :meth:`gather_timeline`).
+        use_torch_ddp: with ``plan="ddp"``, run PyTorch's DDP (default) rather than
+            the executor with the ``ddp`` planner's buckets.
+        ddp_kwargs: extra arguments for PyTorch's DDP (``bucket_cap_mb`` ...).
+    """
+
+    def __init__(self, module: nn.Module, plan: str | Plan = "wfbp", *,
+                 process_group: dist.ProcessGroup | None = None, profile: Profile | None = None,
+                 cluster: Cluster | None = None, plan_options: dict[str, Any] | None = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S, find_unused_parameters: bool = False,
+                 broadcast_buffers: bool = True, trace: bool = False, use_torch_ddp: bool = True,
+                 ddp_kwargs: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        if not dist.is_available() or not dist.is_initialized():
+            raise GradschedError("torch.distributed is not initialised: call torch.distributed.init_process_group() "
+                                 "(or launch with torchrun) before wrapping the model")
+        if timeout_s <= 0:
+            raise GradschedError(f"timeout_s must be positive, got {timeout_s}")
+        self.module = module
+        self._group = process_group or dist.group.WORLD
+        self._world = dist.get_world_size(self._group)
+        self._rank = dist.get_rank(self._group)
+        self._timeout_s = float(timeout_s)
+        self._broadcast_buffers = broadcast_buffers
+        named = trainable_parameters(module)
+        self._names = [n for n, _ in named]
+        self._params = [p for _, p in named]
+        self._optimizer: Any = None
+        self._executor: Executor | None = None
+        self._ddp: nn.Module | None = None
+        self._ctrl: dist.ProcessGroup | None = None
+        self._tracer = Tracer(self._rank) if trace else None
+        self._gating: list[Any] = []
+
+        own_profile = profile_from_module(module)
+        if profile is not None and profile.fingerprint != own_profile.fingerprint:
+            raise GradschedError(f"the profile (model {profile.model!r}) does not describe this module's trainable "
+                                 "parameters (names, sizes and order differ); profile this module")
+        profile = profile or own_profile
+        cluster = cluster.at_world_size(self._world) if cluster is not None else default_cluster(self._world)
+
+        if isinstance(plan, str) and plan == "ddp" and use_torch_ddp:
+            self.plan: Plan | None = None
+            self.strategy = "ddp"
+            kw = dict(ddp_kwargs or {})
+            agreement = "torch-ddp " + own_profile.fingerprint + " " + repr(sorted(kw.items()))
+        else:
+            self.plan = resolve_plan(plan, profile, cluster, plan_options)
+            self.strategy = self.plan.strategy
+            self._order = issue_order(self.plan, profile, cluster)
+            agreement = f"{self.plan.hash} {self._order}"
+        self._check_agreement(agreement)
+        if self._tracer is not None:
+            self._tracer.reset_epoch()  # right after a collective: the ranks' clocks line up
+
+        if self.plan is None:
+            from torch.nn.parallel import DistributedDataParallel as TorchDDP
+
+            if not broadcast_buffers:
+                kw.setdefault("broadcast_buffers", False)  # passed only when off: newer PyTorch deprecates the flag
+            ddp = TorchDDP(module, process_group=self._group, find_unused_parameters=find_unused_parameters, **kw)
+            object.__setattr__(self, "_ddp", ddp)  # not a submodule: state_dict keys stay "module.*"
+            return
+
+        self._sync_module_states()
+        needs_ctrl = find_unused_parameters or (broadcast_buffers and any(True for _ in module.buffers()))
+        if needs_ctrl:
+            # Side traffic (used flags, buffers) on its own group, so that it never
+            # interleaves with the plan's collectives, which may still be in flight.
+            self._ctrl = dist.new_group(dist.get_process_group_ranks(self._group),
+                                        backend=dist.get_backend(self._group), timeout=timedelta(seconds=timeout_s))
+        self._executor = Executor(self._params, self._names, self.plan, self._order, self._group,
+                                  self._ctrl or self._group, timeout_s=self._timeout_s,
+                                  find_unused_parameters=find_unused_parameters, tracer=self._tracer)
+        if self.plan.overlap_forward:
+            self._executor.on_backward_end = lambda: None  # leave operations in flight
+            self._install_gating()
+
+    # ------------------------------------------------------------------ start-up
+    def _check_agreement(self, key: str) -> None:
+        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+        mine = torch.tensor(list(digest.encode()), dtype=torch.uint8)
+        if dist.get_backend(self._group) == "nccl":
+            mine = mine.cuda()
+        gathered = [torch.empty_like(mine) for _ in range(self._world)]
+        try:
+            dist.all_gather(gathered, mine, group=self._group)
+        except Exception as exc:
+            raise CollectiveError(f"rank {self._rank}: start-up plan check failed ({exc})") from exc
+        hashes = [bytes(t.cpu().tolist()).decode() for t in gathered]
+        if len(set(hashes)) > 1:
+            listing = ", ".join(f"rank {r}: {h}" for r, h in enumerate(hashes))
+            what = f"plan {self.plan.strategy!r} hash {self.plan.hash}" if self.plan is not None else "torch DDP"
+            raise GradschedError(f"ranks hold different plans ({listing}; this rank {self._rank} has {what}); every "
+                                 "rank must build the same model and plan it with the same strategy, profile and "
+                                 "cluster (or load one plan file)")
+
+    def _sync_module_states(self) -> None:
+        with torch.no_grad():
+            for t in list(self.module.parameters()) + list(self.module.buffers()):
+                dist.broadcast(t.data, src=dist.get_global_rank(self._group, 0), group=self._group)
+
+    def _install_gating(self) -> None:
+        index = {id(p): i for i, p in enumerate(self._params)}
+        for mod in self.module.modules():
+            own = [index[id(p)] for p in mod.parameters(recurse=False) if id(p) in index]
+            if own:
+                self._gating.append(mod.register_forward_pre_hook(self._gate_hook(own)))
+
+    def _gate_hook(self, tensors: list[int]) -> Any:
+        def hook(_mod: nn.Module, _inputs: Any) -> None:
+            if self._optimizer is not None and self._optimizer.pending:
+                self._optimizer.apply(tensors)
+
+        return hook
+
+    def _attach_optimizer(self, optimizer: Any) -> None:
+        if self._optimizer is not None and self._optimizer is not optimizer:
+            raise GradschedError("this model already has a DistributedOptimizer; wrap one optimizer per model")
+        mine = {id(p) for p in self._params}
+        theirs = {id(p) for g in optimizer.optimizer.param_groups for p in g["params"]}
+        if self.overlaps_forward and not theirs <= mine | {id(p) for p in self.module.parameters()}:
+            raise GradschedError("the optimizer holds parameters that are not this model's; build it over "
+                                 "model.parameters()")
+        self._optimizer = optimizer
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def overlaps_forward(self) -> bool:
+        return self.plan is not None and self.plan.overlap_forward
+
+    @property
+    def world_size(self) -> int:
+        return self._world
+
+    # ------------------------------------------------------------------ training
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self._ddp is not None:
+            return self._ddp(*args, **kwargs)
+        tracer = self._tracer
+        if tracer is not None:
+            tracer.next_iteration()
+        t0 = tracer.now() if tracer is not None else 0.0
+        syncing = torch.is_grad_enabled() and self._executor is not None and self._executor.enabled
+        if self.overlaps_forward and syncing and self._optimizer is None:
+            raise GradschedError(f"plan {self.strategy!r} overlaps the optimizer update with the next forward: wrap "
+                                 "the optimizer, opt = gradsched.torch.DistributedOptimizer(opt, model), and call "
+                                 "its step() and zero_grad()")
+        if self._broadcast_buffers and self._ctrl is not None and syncing:
+            self._sync_buffers()
+        out = self.module(*args, **kwargs)
+        if self._optimizer is not None and self._optimizer.pending:
+            self._optimizer.flush()  # parameters the forward did not reach
+        if tracer is not None:
+            tracer.span("forward", FORWARD, t0)
+        return out
+
+    def _sync_buffers(self) -> None:
+        src = dist.get_global_rank(self._group, 0)
+        works = [dist.broadcast(b.data, src=src, group=self._ctrl, async_op=True) for b in self.module.buffers()]
+        for w in works:
+            try:
+                w.wait(timeout=timedelta(seconds=self._timeout_s))
+            except Exception as exc:
+                raise CollectiveError(f"rank {self._rank}: buffer broadcast failed or timed out after "
+                                      f"{self._timeout_s:g} s: a peer rank probably died ({exc})") from exc
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Accumulate gradients locally (no communication) inside this block, as DDP's ``no_sync``."""
+        if self._ddp is not None:
+            with self._ddp.no_sync():
+                yield
+            return
+        assert self._executor is not None
+        old = self._executor.enabled
+        self._executor.enabled = False
+        try:
+            yield
+        finally:
+            self._executor.enabled = old
+
+    def synchronize(self) -> None:
+        """Finish all communication and deferred updates (before evaluating, saving or exiting)."""
+        if self._optimizer is not None:
+            self._optimizer.flush()
+        if self._executor is not None and not self._executor.settled:
+            self._executor.settle_all()
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        self.synchronize()
+        return super().state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        if assign:
+            raise GradschedError("load_state_dict(assign=True) would replace the parameters the runtime hooks; "
+                                 "load with assign=False")
+        self.synchronize()
+        return super().load_state_dict(state_dict, strict=strict)
+
+    # ------------------------------------------------------------------ tracing
+    def timeline(self) -> Timeline:
+        """This rank's measured timeline (``trace=True``)."""
+        if self._tracer is None:
+            raise GradschedError("tracing is off: wrap the model with trace=True")
+        return self._tracer.timeline(self._trace_meta())
+
+    def gather_timeline(self) -> Timeline:
+        """Every rank's measured events in one Timeline (a collective: call it on every rank)."""
+        self.synchronize()
+        mine = self.timeline()
+        everyone: list[Any] = [None] * self._world
+        dist.all_gather_object(everyone, mine, group=self._group)
+        return merge_timelines(everyone, {"label": f"{self.strategy} (measured)"})
+
+    def _trace_meta(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {"strategy": self.strategy, "world_size": self._world, "rank": self._rank,
+                                "label": f"{self.strategy} (measured, rank {self._rank})", "measured": True}
+        if self.plan is not None:
+            meta["plan_hash"] = self.plan.hash
+            meta["operations"] = len(self.plan.operations)
+        return meta
