@@ -127,9 +127,12 @@ def test_optimal_is_never_slower_than_any_contiguous_merge_strategy(profile, clu
     best = iteration_s(make_plan("optimal", profile, cluster), profile, cluster)
     compared = [name for name in BASELINES if name in strategy_names()]
     assert "mgwfbp" in compared and "wfbp" in compared
-    for name in compared:
-        plan = make_plan(name, profile, cluster)
-        assert best <= iteration_s(plan, profile, cluster) * (1 + 1e-12), name
+    variants = [(name, {}) for name in compared]
+    if "threshold" in compared:
+        variants += [("threshold", {"mb": mb}) for mb in (0.5, 2.0, 8.0)]
+    for name, opts in variants:
+        plan = make_plan(name, profile, cluster, **opts)
+        assert best <= iteration_s(plan, profile, cluster) * (1 + 1e-12), (name, opts)
 
 
 @SETTINGS
