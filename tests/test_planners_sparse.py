@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from gradsched import Cluster, CollectiveCost, GradschedError, Profile, TensorProfile
 from gradsched.planners import is_sparse, make_plan
+from gradsched.planners.omgs import sweep
 from gradsched.plan import SPARSE
 from gradsched.sim import simulate
 from strategies import clusters, profiles
@@ -92,3 +93,13 @@ def test_bad_density_is_a_user_error(name, density):
     p = Profile("p", (layer("A", 10, 1),))
     with pytest.raises(GradschedError, match=f"{name}: density"):
         make_plan(name, p, SPARSE_CLUSTER, density=density)
+
+
+@SETTINGS
+@given(profiles(max_layers=10, mixed_dtypes=True), clusters(), st.sampled_from([0.001, 0.05]))
+def test_omgs_decides_on_the_simulators_timeline(profile, cluster, density):
+    # The slack in the merge rule is read off a running timeline; it must be the one
+    # the simulator predicts for the groups already closed.
+    groups, ends_s = sweep(profile, cluster, density)
+    result = simulate(make_plan("omgs", profile, cluster, density=density), profile, cluster, timeline=False)
+    assert result.op_end_s == pytest.approx(ends_s, rel=1e-9, abs=1e-15)

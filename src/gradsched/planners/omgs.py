@@ -33,6 +33,11 @@ INDEX_BYTES = 4  # int32 index per selected element
 
 def merge_layers(profile: Profile, cluster: Cluster, density: float) -> list[list[int]]:
     """OMGS-SGD's groups of tensor indices, in ready order (see the module docstring)."""
+    return sweep(profile, cluster, density)[0]
+
+
+def sweep(profile: Profile, cluster: Cluster, density: float) -> tuple[list[list[int]], list[float]]:
+    """The groups and the modelled end of each group's all-gather (s after backward starts)."""
     gather = cluster.cost("allgather")
     layers = layers_in_ready_order(profile)
     tensors = profile.tensors
@@ -45,6 +50,7 @@ def merge_layers(profile: Profile, cluster: Cluster, density: float) -> list[lis
 
     ts = cluster.selection_s
     groups: list[list[int]] = []
+    ends_s: list[float] = []
     group = list(layers[0])
     n_group = numel[0]
     compute_s = backward_s[0]  # compute stream clock: the open group's last backward has ended
@@ -60,11 +66,14 @@ def merge_layers(profile: Profile, cluster: Cluster, density: float) -> list[lis
         else:
             groups.append(group)
             channel_free_s = select_end_s + slack_s + tag(n_group, group[0])
+            ends_s.append(channel_free_s)
             compute_s = select_end_s
             group, n_group = list(layers[u]), numel[u]
         compute_s += backward_s[u]
     groups.append(group)
-    return groups
+    select_end_s = compute_s + ts(n_group)
+    ends_s.append(max(select_end_s, channel_free_s) + tag(n_group, group[0]))
+    return groups, ends_s
 
 
 @register("omgs", sparse=True)
