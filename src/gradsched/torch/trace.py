@@ -34,7 +34,8 @@ class Tracer:
         self.rank = rank
         self.epoch = time.perf_counter()
         self.events: list[Event] = []
-        self.iteration = 0
+        self.iteration = 0  # counts forwards of the wrapped model
+        self.backward_iteration = 0
         self._lock = threading.Lock()  # completion callbacks run on the backend's threads
         self._last_ready_s: float | None = None
         self._issue: dict[int, tuple[float, int]] = {}  # op -> (issue time, iteration)
@@ -53,6 +54,7 @@ class Tracer:
     # --------------------------------------------------------------- hooks
     def backward_started(self) -> None:
         self._last_ready_s = self.now()
+        self.backward_iteration = self.iteration  # operations belong to the backward that issued them
 
     def grad_ready(self, tensor: int, name: str) -> None:
         t = self.now()
@@ -62,7 +64,7 @@ class Tracer:
 
     def op_issued(self, op: int) -> None:
         with self._lock:
-            self._issue[op] = (self.now(), self.iteration)
+            self._issue[op] = (self.now(), self.backward_iteration)
 
     def op_completed(self, op: int, nbytes: int) -> None:
         """Record the end of ``op``; the first report wins (backend callback or a returning wait)."""
