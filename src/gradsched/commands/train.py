@@ -1,0 +1,138 @@
+"""``gradsched train``: data-parallel training of a built-in model on N local workers.
+
+Starts ``--nproc`` workers on loopback with PyTorch's own launcher
+(``torch.distributed.run``), trains ``--model`` on synthetic data under
+``--strategy`` (``ddp`` is PyTorch's DDP itself), and prints a summary, or one JSON
+object with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gradsched.errors import GradschedError
+
+MODELS = ("mlp", "cnn", "vgg", "gpt2", "bert")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("train", help="train a built-in model on N local workers under a strategy",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nproc", type=int, default=2, help="workers (ranks) on this machine (default 2)")
+    p.add_argument("--model", default="mlp", help=f"built-in model: {', '.join(MODELS)} (default mlp)")
+    p.add_argument("--strategy", default="wfbp", help="strategy name (default wfbp); ddp = PyTorch DDP")
+    p.add_argument("--plan", default=None, help="run this plan file (gradsched.plan/1) instead of --strategy")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="strategy option, repeatable (e.g. --option mb=4)")
+    p.add_argument("--profile", default=None, help="plan with this measured profile (default: sizes from the model)")
+    p.add_argument("--cluster", default=None, help="plan with this measured cluster (default: loopback-like)")
+    p.add_argument("--no-torch-ddp", action="store_true",
+                   help="with --strategy ddp: run the ddp planner's buckets on gradsched's executor")
+    p.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
+    p.add_argument("--warmup", type=int, default=3, help="steps left out of the timing (default 3)")
+    p.add_argument("--batch-size", type=int, default=16, help="per-worker batch size (default 16)")
+    p.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default 0.01 sgd, 1e-3 adam)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", choices=["gloo", "nccl"], default=None, help="default: nccl with GPUs, else gloo")
+    p.add_argument("--threads", type=int, default=1, help="compute threads per worker (default 1)")
+    p.add_argument("--timeout-s", type=float, default=300.0, help="collective timeout (default 300)")
+    p.add_argument("--save-params", default=None, metavar="PATH", help="torch.save rank 0's final parameters here")
+    p.add_argument("--trace", default=None, metavar="OUT.json", help="write the measured Chrome trace of all ranks")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def _options(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise GradschedError(f"--option {pair!r}: expected KEY=VALUE")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
+    if args.nproc < 1:
+        raise GradschedError(f"--nproc must be at least 1, got {args.nproc}")
+    if args.steps < 1 or args.batch_size < 1:
+        raise GradschedError("--steps and --batch-size must be at least 1")
+    if args.model not in MODELS:
+        raise GradschedError(f"unknown model {args.model!r}; known: {', '.join(MODELS)}")
+    if args.model in ("gpt2", "bert"):
+        import importlib.util
+
+        if importlib.util.find_spec("transformers") is None:
+            raise GradschedError(f"model {args.model} needs the transformers package: pip install transformers")
+    for flag, path in (("--plan", args.plan), ("--profile", args.profile), ("--cluster", args.cluster)):
+        if path and not Path(path).is_file():
+            raise GradschedError(f"{flag} {path}: no such file")
+    if not args.plan:
+        from gradsched.planners import get_planner, is_sparse
+
+        get_planner(args.strategy)  # unknown name: error listing the known ones
+        if is_sparse(args.strategy):
+            raise GradschedError(f"strategy {args.strategy!r} compresses gradients, which the runtime does not "
+                                 "execute yet; choose a dense strategy")
+    lr = args.lr if args.lr is not None else (0.01 if args.optimizer == "sgd" else 1e-3)
+    absolute = lambda p: str(Path(p).resolve()) if p else None  # noqa: E731
+    return {"model": args.model, "strategy": args.strategy, "plan_path": absolute(args.plan),
+            "profile_path": absolute(args.profile), "cluster_path": absolute(args.cluster),
+            "plan_options": _options(args.option), "no_torch_ddp": args.no_torch_ddp, "steps": args.steps,
+            "warmup": args.warmup, "batch_size": args.batch_size, "optimizer": args.optimizer, "lr": lr,
+            "seed": args.seed, "backend": args.backend, "threads": args.threads, "timeout_s": args.timeout_s,
+            "save_params": absolute(args.save_params), "trace_path": absolute(args.trace), "out_dir": out_dir}
+
+
+def launch(cfg: dict[str, Any], nproc: int) -> tuple[int, str]:
+    """Run the workers under ``torch.distributed.run``; return (exit code, their combined output)."""
+    from gradsched.torch.selftest import free_port
+
+    cfg_path = Path(cfg["out_dir"], "config.json")
+    cfg_path.write_text(json.dumps(cfg))
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
+           "--master-addr=127.0.0.1", f"--master-port={free_port()}", "-m", "gradsched.torch.trainer", str(cfg_path)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(cfg["threads"]))
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc.returncode, proc.stdout
+
+
+def run(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="gradsched-train-") as tmp:
+        cfg = _config(args, tmp)
+        code, output = launch(cfg, args.nproc)
+        result_path = Path(tmp, "result.json")
+        if code != 0 or not result_path.exists():
+            lines = [ln for ln in output.splitlines() if ln.strip()]
+            errors = [ln for ln in lines if "Error" in ln and "Traceback" not in ln]
+            tail = "\n".join(lines[-25:])
+            print(tail, file=sys.stderr)
+            raise GradschedError(f"training failed (workers exited with {code})"
+                                 + (f": {errors[-1].strip()}" if errors else ""))
+        result = json.loads(result_path.read_text())
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    ops = f"{result['operations']} operations" if result["operations"] is not None else "PyTorch DDP"
+    print(f"{result['model']} ({result['params']:,} parameters), {result['nproc']} x {result['backend']}, "
+          f"strategy {result['strategy']} ({ops})")
+    print(f"  {result['steps']} steps of batch {result['batch_size']} per worker, {result['optimizer']}")
+    print(f"  iteration: median {result['iteration_s_median'] * 1e3:.1f} ms, mean {result['iteration_s_mean'] * 1e3:.1f} ms"
+          f" (first {result['warmup_steps']} steps not counted)")
+    print(f"  loss: {result['loss_first']:.4f} -> {result['loss_last']:.4f}")
+    if result.get("saved_params"):
+        print(f"  parameters of rank 0 saved to {result['saved_params']}")
+    if result.get("trace"):
+        print(f"  measured trace of all ranks: {result['trace']}")
+    return 0

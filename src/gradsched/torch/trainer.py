@@ -1,0 +1,119 @@
+"""The worker behind ``gradsched train``: one rank of a data-parallel run on a built-in model.
+
+Launched by PyTorch's own launcher, one process per rank::
+
+    python -m torch.distributed.run --nproc-per-node 2 -m gradsched.torch.trainer CONFIG.json
+
+``CONFIG.json`` holds the run's settings (written by ``gradsched train``).  Each rank
+trains on its own synthetic batches (generator seeded by ``seed`` and the rank), so a
+run is reproducible and equal across strategies.  Rank 0 writes ``result.json`` (and
+the parameters and merged trace when asked) into ``out_dir``.
+
+Iteration time is measured from one step's start to the next one's (the last step
+ends after all communication and updates are done), so work a plan overlaps with the
+next forward is counted where it happens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from gradsched.cluster import Cluster
+from gradsched.plan import Plan
+from gradsched.profile import Profile
+from gradsched.torch.models import build_model
+from gradsched.torch.optim import DistributedOptimizer
+from gradsched.torch.wrapper import DistributedDataParallel
+
+
+def train(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Run the configured training on this rank (process group already initialised)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cpu")
+    if dist.get_backend() == "nccl":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    spec = build_model(cfg["model"], seed=cfg["seed"])
+    module = spec.module.to(device)
+    plan: str | Plan = Plan.load(cfg["plan_path"]) if cfg.get("plan_path") else cfg["strategy"]
+    profile = Profile.load(cfg["profile_path"]) if cfg.get("profile_path") else None
+    cluster = Cluster.load(cfg["cluster_path"]) if cfg.get("cluster_path") else None
+    model = DistributedDataParallel(module, plan, profile=profile, cluster=cluster,
+                                    plan_options=cfg.get("plan_options") or None, timeout_s=cfg["timeout_s"],
+                                    trace=bool(cfg.get("trace_path")), use_torch_ddp=not cfg.get("no_torch_ddp"))
+    inner = (torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=0.9) if cfg["optimizer"] == "sgd"
+             else torch.optim.Adam(model.parameters(), lr=cfg["lr"]))
+    opt = DistributedOptimizer(inner, model)
+    gen = torch.Generator().manual_seed(cfg["seed"] * 1000 + rank)
+    batches = [spec.make_batch(cfg["batch_size"], gen) for _ in range(min(cfg["steps"], 8))]  # data off the clock
+    losses: list[float] = []
+    starts: list[float] = []
+    dist.barrier()
+    for step in range(cfg["steps"]):
+        starts.append(time.perf_counter())
+        x, y = batches[step % len(batches)]
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        opt.zero_grad()
+        loss = spec.loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    model.synchronize()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    starts.append(time.perf_counter())
+    iteration_s = [b - a for a, b in zip(starts, starts[1:])]
+    mean_losses = torch.tensor(losses, dtype=torch.float64, device=device)
+    dist.all_reduce(mean_losses)
+    mean_losses = (mean_losses / world).tolist()
+    timed = iteration_s[cfg["warmup"]:] or iteration_s
+    result = {"strategy": model.strategy, "model": cfg["model"], "nproc": world, "backend": dist.get_backend(),
+              "steps": cfg["steps"], "batch_size": cfg["batch_size"], "optimizer": cfg["optimizer"],
+              "iteration_s_median": statistics.median(timed), "iteration_s_mean": statistics.fmean(timed),
+              "iteration_s": iteration_s, "warmup_steps": min(cfg["warmup"], len(iteration_s)),
+              "loss_first": mean_losses[0], "loss_last": mean_losses[-1], "losses": mean_losses,
+              "params": sum(p.numel() for p in module.parameters()),
+              "torch_ddp": model.plan is None,
+              "operations": len(model.plan.operations) if model.plan is not None else None,
+              "plan_hash": model.plan.hash if model.plan is not None else None}
+    if cfg.get("trace_path"):
+        tl = model.gather_timeline()
+        if rank == 0:
+            tl.meta.update({"model": cfg["model"], "world_size": world})
+            tl.save_chrome_trace(cfg["trace_path"])
+            result["trace"] = cfg["trace_path"]
+    if rank == 0 and cfg.get("save_params"):
+        Path(cfg["save_params"]).parent.mkdir(parents=True, exist_ok=True)
+        torch.save({n: p.detach().cpu().clone() for n, p in module.named_parameters()}, cfg["save_params"])
+        result["saved_params"] = cfg["save_params"]
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    cfg = json.loads(Path(argv[0]).read_text())
+    torch.set_num_threads(cfg.get("threads", 1))
+    backend = cfg.get("backend") or ("nccl" if torch.cuda.is_available() else "gloo")
+    dist.init_process_group(backend, timeout=timedelta(seconds=cfg["timeout_s"]))
+    try:
+        result = train(cfg)
+        if dist.get_rank() == 0:
+            Path(cfg["out_dir"], "result.json").write_text(json.dumps(result))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""``gradsched train``: launches workers with PyTorch's launcher, reports JSON, saves parameters and a trace."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gradsched.cli import main  # noqa: E402
+from gradsched.timeline import Timeline  # noqa: E402
+
+
+@pytest.mark.slow
+def test_train_json_params_and_trace_match_torch_ddp(tmp_path, capsys):
+    common = ["train", "--nproc", "2", "--model", "mlp", "--steps", "4", "--warmup", "1", "--json"]
+    assert main(common + ["--strategy", "mgwfbp", "--save-params", str(tmp_path / "g.pt"),
+                          "--trace", str(tmp_path / "t.json")]) == 0
+    ours = json.loads(capsys.readouterr().out)
+    assert main(common + ["--strategy", "ddp", "--save-params", str(tmp_path / "d.pt")]) == 0
+    ref = json.loads(capsys.readouterr().out)
+    for r, strategy in ((ours, "mgwfbp"), (ref, "ddp")):
+        assert r["strategy"] == strategy and r["steps"] == 4 and r["iteration_s_median"] > 0
+        assert r["loss_first"] > 0 and r["loss_last"] > 0
+    assert ref["torch_ddp"] and not ours["torch_ddp"]
+    a, b = torch.load(tmp_path / "g.pt"), torch.load(tmp_path / "d.pt")
+    assert a.keys() == b.keys() and "0.weight" in a
+    assert all(torch.allclose(a[k], b[k], rtol=1e-5, atol=1e-7) for k in a)
+    tl = Timeline.from_chrome_trace(json.loads((tmp_path / "t.json").read_text()))
+    assert {e.rank for e in tl.events} == {0, 1} and tl.by_cat("comm") and tl.by_cat("backward")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--model", "resnet9000"], "unknown model"),
+    (["--strategy", "nope"], "unknown strategy"),
+    (["--strategy", "topk"], "dense strategy"),
+    (["--nproc", "0"], "--nproc"),
+    (["--plan", "/nonexistent/plan.json"], "no such file"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
+    assert main(["train"] + argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
