@@ -134,6 +134,22 @@ def _checkpoint_run(rank: int, world: int, strategy: str) -> dict[str, list[torc
             "keys": sorted(saved_model)}
 
 
+def _batchnorm_run(rank: int, world: int, strategy: str) -> dict[str, torch.Tensor]:
+    """The ResNet-like cnn (BatchNorm buffers, broadcast from rank 0 before every forward, as DDP does)."""
+    spec = build_model("cnn")
+    model = DistributedDataParallel(spec.module, "ddp" if strategy == "torch-ddp" else strategy,
+                                    use_torch_ddp=strategy == "torch-ddp")
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), model)
+    gen = torch.Generator().manual_seed(rank)
+    for _ in range(3):
+        x, y = spec.make_batch(4, gen)
+        opt.zero_grad()
+        spec.loss_fn(model(x), y).backward()
+        opt.step()
+    model.synchronize()
+    return {k: v.detach().clone() for k, v in spec.module.state_dict().items()}
+
+
 def _error_of(fn) -> str:
     try:
         fn()
@@ -190,6 +206,8 @@ def scenarios(rank: int, world: int) -> dict:
         out[f"dtypes/{strategy}"] = _mixed_run(rank, "ddp" if strategy == "torch-ddp" else strategy)
     for strategy in ("wfbp", "usbyte"):
         out[f"checkpoint/{strategy}"] = _checkpoint_run(rank, world, strategy)
+    for strategy in ("torch-ddp", "ddp", "wfbp"):
+        out[f"batchnorm/{strategy}"] = _batchnorm_run(rank, world, strategy)
     spec = build_model("mlp")
     out["mismatch"] = _error_of(lambda: DistributedDataParallel(spec.module, "wfbp" if rank == 0 else "sync"))
     out["unused_without_flag"] = _error_of(lambda: _unused_without_flag(rank))
@@ -244,6 +262,18 @@ def test_state_dict_save_and_load_resumes_exactly(results, strategy):
         c = r[f"checkpoint/{strategy}"]
         assert all(torch.equal(a, b) for a, b in zip(c["straight"], c["resumed"]))
         assert all(k.startswith("module.") for k in c["keys"])  # DDP's key layout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "wfbp"])
+def test_batchnorm_buffers_follow_rank0_like_ddp(results, strategy):
+    for r in results:
+        ours, ref = r[f"batchnorm/{strategy}"], r["batchnorm/torch-ddp"]
+        assert ours.keys() == ref.keys() and any("running_mean" in k for k in ours)
+        floats = [k for k in ours if ours[k].is_floating_point()]
+        assert rel_diff([ours[k] for k in floats], [ref[k] for k in floats]) <= 1e-5
+    assert all(torch.equal(results[0][f"batchnorm/{strategy}"][k], results[1][f"batchnorm/{strategy}"][k])
+               for k in results[0][f"batchnorm/{strategy}"] if "running" not in k)
 
 
 @pytest.mark.slow

@@ -214,14 +214,25 @@ class DistributedDataParallel(nn.Module):
         return out
 
     def _sync_buffers(self) -> None:
+        """Rank 0's buffers to every rank: one broadcast per dtype (flattened), as DDP coalesces them."""
         src = dist.get_global_rank(self._group, 0)
-        works = [dist.broadcast(b.data, src=src, group=self._ctrl, async_op=True) for b in self.module.buffers()]
-        for w in works:
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+        for b in self.module.buffers():
+            by_dtype.setdefault(b.dtype, []).append(b)
+        for bufs in by_dtype.values():
+            flat = torch.cat([b.detach().reshape(-1) for b in bufs])
+            work = dist.broadcast(flat, src=src, group=self._ctrl, async_op=True)
             try:
-                w.wait(timeout=timedelta(seconds=self._timeout_s))
+                work.wait(timeout=timedelta(seconds=self._timeout_s))
             except Exception as exc:
                 raise CollectiveError(f"rank {self._rank}: buffer broadcast failed or timed out after "
                                       f"{self._timeout_s:g} s: a peer rank probably died ({exc})") from exc
+            if self._rank != 0:
+                with torch.no_grad():
+                    offset = 0
+                    for b in bufs:
+                        b.copy_(flat[offset:offset + b.numel()].view_as(b))
+                        offset += b.numel()
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
