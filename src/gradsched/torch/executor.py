@@ -225,7 +225,9 @@ class Executor:
             self.on_backward_end()
 
     def _agree_on_unused(self) -> None:
-        used = torch.tensor([0 if i in self.locally_unused else 1 for i in range(len(self.params))], dtype=torch.int32)
+        device = self.params[0].device if dist.get_backend(self.ctrl_group) == "nccl" else torch.device("cpu")
+        used = torch.tensor([0 if i in self.locally_unused else 1 for i in range(len(self.params))],
+                            dtype=torch.int32, device=device)
         work = dist.all_reduce(used, group=self.ctrl_group, async_op=True)
         try:
             work.wait(timeout=_td(self.timeout_s))
