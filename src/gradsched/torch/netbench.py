@@ -1,0 +1,184 @@
+"""Network benchmark: measure collectives on the live process group, fit a Cluster.
+
+Planners are only as good as the cost model they are given (MG-WFBP's users found it
+slower than plain WFBP with hard-coded constants), so the model is measured on the
+user's own network: run under ``torchrun`` on the machines that will train::
+
+    torchrun --nnodes 2 --nproc-per-node 1 ... -m gradsched.torch.netbench -o cluster.json
+    gradsched netbench --nproc 2 -o cluster.json     # one machine: local ranks on loopback
+
+For every size from 4 KiB to 256 MiB by powers of two (``--max-bytes`` cuts it short)
+each collective is run ``warmup`` times, then timed ``reps`` times, each rep started
+together behind a barrier and ended with the device synchronised.  A size's time is
+the median over reps, then the maximum over ranks (a collective is done when its
+slowest rank is).  Rank 0 fits ``CollectiveCost.fit`` to each collective's points
+(keeping the measured table, which wins over the line inside its range) and writes
+``gradsched.cluster/1`` with ``world_size`` and ``backend``.
+
+Sizes: an all-reduce of ``s`` bytes reduces an ``s``-byte buffer; an all-gather's
+size is each rank's contribution, and its contributions stop at ``max_bytes /
+world_size`` so that its output buffer is no larger than the all-reduce's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import time
+from typing import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from gradsched.cluster import COLLECTIVES, Cluster, CollectiveCost
+from gradsched.errors import GradschedError
+
+MIN_BYTES = 4 * 1024
+MAX_BYTES = 256 * 1024 * 1024
+_ELEMENT = torch.float32  # 4 bytes per element
+
+
+def sizes_bytes(min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES) -> list[int]:
+    """Powers of two from ``min_bytes`` up to ``max_bytes`` (both rounded down to a power of two)."""
+    if min_bytes < 4 or max_bytes < min_bytes:
+        raise GradschedError(f"need 4 <= min bytes <= max bytes, got {min_bytes} and {max_bytes}")
+    lo, hi = 1 << (min_bytes.bit_length() - 1), 1 << (max_bytes.bit_length() - 1)
+    out = []
+    s = lo
+    while s <= hi:
+        out.append(s)
+        s *= 2
+    return out
+
+
+def benchmark(*, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, reps: int = 5, warmup: int = 2,
+              collectives: Sequence[str] = COLLECTIVES,
+              report: Callable[[str], None] | None = None) -> Cluster | None:
+    """Measure ``collectives`` on the default process group; rank 0 returns the fitted Cluster.
+
+    Every rank must call this with the same arguments (it issues collectives)."""
+    if not dist.is_initialized():
+        raise GradschedError("no process group: call torch.distributed.init_process_group first (or use main())")
+    if reps < 1 or warmup < 0:
+        raise GradschedError(f"need reps >= 1 and warmup >= 0, got {reps} and {warmup}")
+    world = dist.get_world_size()
+    if world < 2:
+        raise GradschedError("a network benchmark needs at least 2 ranks (torchrun --nproc-per-node 2 ...)")
+    unknown = [c for c in collectives if c not in COLLECTIVES]
+    if unknown:
+        raise GradschedError(f"unknown collective {unknown[0]!r}; known: {', '.join(COLLECTIVES)}")
+    device = _device()
+    points: dict[str, list[tuple[float, float]]] = {}
+    for name in collectives:
+        top = max_bytes if name == "allreduce" else max(min_bytes, max_bytes // world)
+        points[name] = []
+        for nbytes in sizes_bytes(min_bytes, top):
+            seconds = _time_collective(name, nbytes, world, device, reps, warmup)
+            points[name].append((float(nbytes), seconds))
+            if report is not None and dist.get_rank() == 0:
+                report(f"{name:9s} {nbytes:>11,d} B  {seconds * 1e6:12.1f} us  "
+                       f"{nbytes / seconds / 1e9:8.3f} GB/s")
+            dist.barrier()
+    if dist.get_rank() != 0:
+        return None
+    fitted = {name: CollectiveCost.fit(pts) for name, pts in points.items()}
+    return Cluster(world, fitted, backend=dist.get_backend(),
+                   extra={"measured_by": "gradsched netbench", "device": device.type, "reps": reps,
+                          "host": socket.gethostname()})
+
+
+def _time_collective(name: str, nbytes: int, world: int, device: torch.device, reps: int, warmup: int) -> float:
+    """Median seconds of one collective over ``reps``, the slowest rank's."""
+    numel = max(1, nbytes // 4)
+    buf = torch.ones(numel, dtype=_ELEMENT, device=device)
+    out = torch.empty(numel * world, dtype=_ELEMENT, device=device) if name == "allgather" else None
+
+    # all_gather_single is the newer name of all_gather_into_tensor (deprecated since 2.13).
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+    def once() -> None:
+        if name == "allreduce":
+            dist.all_reduce(buf)
+        else:
+            gather(out, buf)
+
+    for _ in range(warmup):
+        once()
+    times = []
+    for _ in range(reps):
+        dist.barrier()
+        _sync(device)
+        t0 = time.perf_counter()
+        once()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    slowest = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return float(slowest.item())
+
+
+def _device() -> torch.device:
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def summary(cluster: Cluster) -> str:
+    """Human-readable fitted lines, one per collective."""
+    lines = [f"{cluster.backend}, {cluster.world_size} ranks:"]
+    for name, c in cluster.collectives.items():
+        bw = f"{1 / c.beta_s_per_byte / 1e9:.3f} GB/s" if c.beta_s_per_byte > 0 else "unbounded"
+        lines.append(f"  {name:9s} alpha {c.alpha_s * 1e6:9.1f} us, beta {c.beta_s_per_byte * 1e9:.4f} ns/B ({bw})")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------ entry point
+def run_under_launcher(args: argparse.Namespace) -> int:
+    """Body of one rank: join the group torchrun set up, measure, rank 0 writes the file."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        raise GradschedError("not started by torchrun (RANK/WORLD_SIZE unset): run `torchrun --nproc-per-node N "
+                             "-m gradsched.torch.netbench`, or `gradsched netbench --nproc N` on one machine")
+    backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    created = not dist.is_initialized()
+    if created:
+        dist.init_process_group(backend)
+    try:
+        report = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+        cluster = benchmark(min_bytes=args.min_bytes, max_bytes=args.max_bytes, reps=args.reps, warmup=args.warmup,
+                            collectives=[c.strip() for c in args.collectives.split(",") if c.strip()],
+                            report=report)
+        if cluster is not None:
+            cluster.save(args.output)
+            if not args.quiet:
+                print(f"wrote {args.output}: {summary(cluster)}")
+    finally:
+        if created:
+            dist.destroy_process_group()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from gradsched.commands.netbench import add_arguments  # the flags live with the (torch-free) command
+
+    parser = argparse.ArgumentParser(prog="python -m gradsched.torch.netbench", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run_under_launcher(args)
+    except GradschedError as exc:
+        print(f"gradsched netbench: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""The network benchmark: sizes, a real 2-rank gloo run through the launcher, errors."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+from gradsched.cli import main as cli  # noqa: E402
+from gradsched.cluster import Cluster  # noqa: E402
+from gradsched.errors import GradschedError  # noqa: E402
+from gradsched.torch.netbench import sizes_bytes  # noqa: E402
+
+
+def test_sizes_are_powers_of_two_from_4k_to_256m():
+    sizes = sizes_bytes()
+    assert sizes[0] == 4096 and sizes[-1] == 256 * 2**20 and len(sizes) == 17
+    assert all(b == 2 * a for a, b in zip(sizes, sizes[1:]))
+    assert sizes_bytes(4096, 100_000) == [4096, 8192, 16384, 32768, 65536]
+    with pytest.raises(GradschedError):
+        sizes_bytes(8192, 4096)
+
+
+@pytest.mark.slow
+def test_netbench_on_two_gloo_ranks(tmp_path, capsys):
+    out = tmp_path / "cluster.json"
+    rc = cli(["netbench", "--nproc", "2", "--max-bytes", str(2**16), "--reps", "3", "--warmup", "1",
+              "--backend", "gloo", "-o", str(out)])
+    assert rc == 0
+    cluster = Cluster.load(out)
+    assert cluster.world_size == 2 and cluster.backend == "gloo"
+    assert set(cluster.collectives) == {"allreduce", "allgather"}
+    ar, ag = cluster.cost("allreduce"), cluster.cost("allgather")
+    assert [p[0] for p in ar.points] == [4096, 8192, 16384, 32768, 65536]
+    assert [p[0] for p in ag.points] == [4096, 8192, 16384, 32768]  # contributions up to max / world size
+    for cost in (ar, ag):
+        assert all(t > 0 for _, t in cost.points)
+        assert cost.alpha_s > 0 or cost.beta_s_per_byte > 0
+        # The fitted line is the model outside the table; inside, the table itself.
+        assert cost.time_s(4096) == pytest.approx(cost.points[0][1])
+    assert cluster.extra["measured_by"] == "gradsched netbench"
+
+
+def test_netbench_outside_torchrun_says_what_to_do(capsys, monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert cli(["netbench", "-o", "unused.json"]) == 2
+    assert "--nproc" in capsys.readouterr().err
+    assert cli(["netbench", "--nproc", "1"]) == 2
+    assert "at least 2" in capsys.readouterr().err
+
+
+def test_module_entry_point_reports_missing_launcher(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    proc = subprocess.run([sys.executable, "-m", "gradsched.torch.netbench", "-o", str(tmp_path / "c.json")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and "torchrun" in proc.stderr
+    assert not (tmp_path / "c.json").exists()
