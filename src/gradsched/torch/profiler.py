@@ -97,7 +97,7 @@ def profile_module(module: nn.Module, batch: Batch | Callable[[], Batch], *,
     that are a tuple/list are passed as positional arguments, a dict as keywords.
 
     ``device``: where to run (default: where the module's parameters are).  The module
-    and batch are moved there.  On ``"meta"`` nothing is allocated or computed: times
+    and batch are moved there, and the module is put in training mode.  On ``"meta"`` nothing is allocated or computed: times
     are FLOPs counted by PyTorch divided by ``device_tflops`` (required), one
     iteration suffices and ``other_s`` is 0.  ``optimizer``: stepped once per
     iteration so its cost lands in ``other_s`` (default: SGD with learning rate 0,
