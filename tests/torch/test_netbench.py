@@ -24,7 +24,7 @@ def test_sizes_are_powers_of_two_from_4k_to_256m():
 
 
 @pytest.mark.slow
-def test_netbench_on_two_gloo_ranks(tmp_path, capsys):
+def test_netbench_on_two_gloo_ranks(tmp_path):
     out = tmp_path / "cluster.json"
     rc = cli(["netbench", "--nproc", "2", "--max-bytes", str(2**16), "--reps", "3", "--warmup", "1",
               "--backend", "gloo", "-o", str(out)])
