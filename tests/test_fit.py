@@ -115,21 +115,24 @@ def test_tree_algorithm_grows_startup_as_log2():
     assert c.beta_s_per_byte == pytest.approx(1e-9)
 
 
-def test_table_scales_by_the_lines_ratio_at_its_middle_size():
-    # docs/cost-model.md: a measured table moves to another world size by one factor,
-    # the ratio of the two lines at the table's middle size; outside it, the new line.
+def test_table_scales_size_by_size_by_the_ratio_of_the_lines():
+    # docs/cost-model.md: a measured table moves to another world size point by point,
+    # times the ratio of the new line to the old one at that size (it keeps its shape
+    # and meets the ring formulas at both ends); outside it, the new line.
     a, b = 2e-5, 1e-10
     alpha, beta = _ring(2, a, b)["allreduce"]
     pts = _points(alpha, beta, noise=0.05)
     measured = Cluster(2, {"allreduce": CollectiveCost.fit(pts)})
     base = measured.cost("allreduce")
     at8 = measured.cost("allreduce", 8)
-    mid = pts[len(pts) // 2][0]
-    ratio = ((base.alpha_s * 7 + base.beta_s_per_byte * 1.75 * mid)  # ring: alpha x (8-1)/(2-1), beta x (7/8)/(1/2)
-             / (base.alpha_s + base.beta_s_per_byte * mid))
     for s, t in pts:
+        ratio = ((base.alpha_s * 7 + base.beta_s_per_byte * 1.75 * s)  # ring: alpha x (8-1)/(2-1), beta x (7/8)/(1/2)
+                 / (base.alpha_s + base.beta_s_per_byte * s))
         assert at8.time_s(s) == pytest.approx(t * ratio, rel=1e-9)
+    assert at8.times_s([s for s, _ in pts]) == pytest.approx([at8.time_s(s) for s, _ in pts])
     assert at8.time_s(1 << 30) == pytest.approx(base.alpha_s * 7 + base.beta_s_per_byte * 1.75 * (1 << 30))
+    # extrapolating twice is the same as once
+    assert measured.at_world_size(4).cost("allreduce", 8).time_s(pts[1][0]) == pytest.approx(at8.time_s(pts[1][0]))
 
 
 def test_world_size_one_is_free_and_bad_sizes_fail():

@@ -13,7 +13,9 @@ Other world sizes are extrapolated from the ring formulas (docs/cost-model.md):
 a ring all-reduce over P ranks costs ``2(P-1) a + 2(P-1)/P * s * b`` and a ring
 all-gather ``(P-1) a + (P-1) * s * b`` for link latency ``a`` and inverse bandwidth
 ``b``; with ``"algorithm": "tree"`` the all-reduce start-up grows as ``log2 P``
-instead.  A measured table is scaled by the ratio of the lines at the two sizes.
+instead.  A measured table is scaled, size by size, by the ratio of the new line
+to the line of the world size it was measured at, so it keeps its shape (protocol
+switches) and meets the ring formulas at both ends.
 Every cost is closed-form, so 1,024 workers cost the same to simulate as 8.
 """
 
@@ -40,7 +42,9 @@ class CollectiveCost:
     alpha_s: float
     beta_s_per_byte: float
     points: tuple[tuple[float, float], ...] | None = None  # sorted by bytes
-    scale: float = 1.0  # multiplies table values (set when extrapolating a table)
+    # The line of the world size the table was measured at; set when this cost was
+    # extrapolated to another size: table values are then scaled by line / table_line.
+    table_line: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.points is not None:
@@ -52,7 +56,7 @@ class CollectiveCost:
         if nbytes <= 0:
             return 0.0
         if self.points is not None and self._xs[0] <= nbytes <= self._xs[-1]:
-            return float(np.interp(nbytes, self._xs, self._ys)) * self.scale
+            return float(np.interp(nbytes, self._xs, self._ys) * self._table_scale(nbytes))
         return self.alpha_s + self.beta_s_per_byte * nbytes
 
     def times_s(self, nbytes: np.ndarray) -> np.ndarray:
@@ -61,8 +65,15 @@ class CollectiveCost:
         out = self.alpha_s + self.beta_s_per_byte * s
         if self.points is not None:
             inside = (s >= self._xs[0]) & (s <= self._xs[-1])
-            out = np.where(inside, np.interp(s, self._xs, self._ys) * self.scale, out)
+            out = np.where(inside, np.interp(s, self._xs, self._ys) * self._table_scale(s), out)
         return np.where(s <= 0, 0.0, out)
+
+    def _table_scale(self, nbytes):
+        if self.table_line is None:
+            return 1.0
+        a0, b0 = self.table_line
+        before = a0 + b0 * nbytes
+        return np.where(before > 0, (self.alpha_s + self.beta_s_per_byte * nbytes) / np.maximum(before, 1e-300), 1.0)
 
     @classmethod
     def fit(cls, points: Iterable[tuple[float, float]], *, keep_table: bool = True) -> "CollectiveCost":
@@ -120,8 +131,9 @@ class Cluster:
         if self.world_size == 1:
             raise GradschedError("a cluster measured on 1 rank cannot be extrapolated to more ranks")
         ka, kb = _ratios(collective, self.algorithm, self.world_size, p)
+        table_line = base.table_line or (base.alpha_s, base.beta_s_per_byte)
         return CollectiveCost(base.alpha_s * ka, base.beta_s_per_byte * kb, base.points,
-                              base.scale * _table_ratio(base, ka, kb))
+                              table_line if base.points is not None else None)
 
     def _base(self, collective: str) -> CollectiveCost:
         if collective in self.collectives:
@@ -233,14 +245,5 @@ def _ratios(collective: str, algorithm: str, p0: int, p: int) -> tuple[float, fl
         return math.log2(p) / math.log2(p0), 1.0
     return (p - 1) / (p0 - 1), ((p - 1) / p) / ((p0 - 1) / p0)
 
-
-def _table_ratio(base: CollectiveCost, ka: float, kb: float) -> float:
-    """Scale a measured table by how the line changes at its middle size."""
-    if base.points is None:
-        return 1.0
-    mid = base.points[len(base.points) // 2][0]
-    before = base.alpha_s + base.beta_s_per_byte * mid
-    after = base.alpha_s * ka + base.beta_s_per_byte * kb * mid
-    return after / before if before > 0 else 1.0
 
 

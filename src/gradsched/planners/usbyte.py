@@ -112,7 +112,7 @@ class _Model:
         if self.table is not None:
             xs, ys = self.table
             if xs[0] <= nbytes <= xs[-1]:
-                return _interp(nbytes, xs, ys) * self.cost.scale
+                return float(_interp(nbytes, xs, ys) * self.cost._table_scale(nbytes))
         return self.alpha_s + self.beta_s * nbytes
 
     def run(self, rank: list[int]) -> Schedule:
