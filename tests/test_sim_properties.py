@@ -97,3 +97,18 @@ def test_auto_uses_sparse_strategies_only_when_allowed():
     sparse = make_plan("auto", profile, slow, density=0.01)
     assert is_sparse(sparse.options["chose"]) and all(op.density == 0.01 for op in sparse.operations if op.sparse)
     assert simulate(sparse, profile, slow).iteration_s < simulate(dense, profile, slow).iteration_s
+
+
+@SETTINGS
+@given(profiles(max_layers=8), clusters(), st.sampled_from(["wfbp", "mgwfbp", "optimal", "ddp", "sync"]),
+       st.floats(0, 2), st.floats(0, 2))
+def test_contention_never_speeds_up_a_fifo_plan(profile, cluster, name, kc, kn):
+    from dataclasses import replace
+
+    plan = make_plan(name, profile, cluster)
+    plain = simulate(plan, profile, cluster, timeline=False)
+    slowed = replace(cluster, extra={**cluster.extra, "contention": {"compute_slowdown": kc, "comm_slowdown": kn}})
+    r = simulate(plan, profile, slowed, timeline=False)
+    assert r.iteration_s >= plain.iteration_s - 1e-9
+    # slowed down by at most the larger factor
+    assert r.iteration_s <= plain.iteration_s * (1 + max(kc, kn)) + 1e-9

@@ -137,3 +137,35 @@ def test_sparse_selection_delays_backward_and_uses_allgather(case):
     assert r.backward_end_s == pytest.approx(0.6 + sel)
     assert r.op_end_s[0] == pytest.approx(0.1 + sel + ag)
     assert r.compute_s == pytest.approx(0.9 + sel)
+
+
+def contention_case(compute_slowdown, comm_slowdown):
+    # t1 (layer 1): backward 1 s, ready at 1; t0 (layer 0): backward 1 s; each all-reduce 1 s
+    profile = Profile("two", (TensorProfile("t0", 1, 4, 0.0, 1.0), TensorProfile("t1", 1, 4, 0.0, 1.0)))
+    cluster = Cluster(2, {"allreduce": Cluster.alpha_beta(1.0, 0.0, 2).collectives["allreduce"]},
+                      extra={"contention": {"compute_slowdown": compute_slowdown, "comm_slowdown": comm_slowdown}})
+    return simulate(make_plan("wfbp", profile, cluster), profile, cluster)
+
+
+def test_contention_slows_compute_while_communication_runs():
+    # compute at half speed while an all-reduce is in flight: t1's all-reduce runs 1-2,
+    # so t0's backward does half its work in 1-2 and the rest in 2-2.5; t0's all-reduce
+    # then runs 2.5-3.5 (nothing left to slow down).
+    r = contention_case(1.0, 0.0)
+    assert r.backward_end_s == pytest.approx(2.5)
+    assert r.op_start_s == pytest.approx([1.0, 2.5]) and r.op_end_s == pytest.approx([2.0, 3.5])
+    assert r.iteration_s == pytest.approx(3.5)
+
+
+def test_contention_slows_communication_while_compute_runs():
+    # an all-reduce at half speed while backward runs: t1's all-reduce does half its
+    # work in 1-2 (t0's backward) and the rest in 2-2.5; t0's follows, 2.5-3.5.
+    r = contention_case(0.0, 1.0)
+    assert r.backward_end_s == pytest.approx(2.0)
+    assert r.op_start_s == pytest.approx([1.0, 2.5]) and r.op_end_s == pytest.approx([2.5, 3.5])
+    assert r.iteration_s == pytest.approx(3.5)
+
+
+def test_no_contention_is_the_plain_timeline():
+    r = contention_case(0.0, 0.0)
+    assert r.op_end_s == pytest.approx([2.0, 3.0]) and r.iteration_s == pytest.approx(3.0)

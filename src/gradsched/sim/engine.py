@@ -30,9 +30,11 @@ tensors and 1,024 workers simulate in milliseconds.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
@@ -72,145 +74,256 @@ def simulate(plan: Plan, profile: Profile, cluster: Cluster, *, channels: int = 
     """Predict one steady-state iteration of ``plan`` (``timeline=False`` is faster)."""
     if channels < 1:
         raise GradschedError(f"channels must be at least 1, got {channels}")
-    tl = Timeline(meta={"strategy": plan.strategy, "model": profile.model, "world_size": cluster.world_size,
-                        "label": f"{plan.strategy} (predicted)"}) if timeline else None
-    ops = plan.operations
-    n_ops = len(ops)
-    elem = [t.element_bytes for t in profile.tensors]
-    world = cluster.world_size
-    ar = cluster.cost("allreduce")
-    ag = cluster.cost("allgather") if any(op.sparse for op in ops) else None
+    st = _Static(plan, profile, cluster)
+    kc, kn = contention(cluster)
+    timing = _run(plan, profile, st, channels, _free, _free)
+    if kc > 0 or kn > 0:
+        # Fixed point: compute slows while communication is in flight and vice versa;
+        # each pass dilates one resource's work by the other's busy intervals of the
+        # previous pass.  Converges in a handful of passes; capped for safety.
+        for _ in range(MAX_CONTENTION_PASSES):
+            comm_busy = _merge([(a, b) for a, b in zip(timing.start, timing.end) if b > a])
+            compute_busy = _merge([(a, b) for _, cat, a, b, _ in timing.compute if cat != WAIT and b > a])
+            nxt = _run(plan, profile, st, channels, _dilator(comm_busy, kc), _dilator(compute_busy, kn))
+            done = abs(nxt.iteration - timing.iteration) <= 1e-9 * max(1.0, timing.iteration)
+            timing = nxt
+            if done:
+                break
+    return _result(plan, profile, cluster, st, timing, channels, timeline)
 
-    # ---- per-operation sizes and costs
-    op_bytes = [0] * n_ops
-    cost = [0.0] * n_ops
-    select = [0.0] * n_ops
-    inflight_mem = [0] * n_ops  # buffers alive while the op is being prepared / in flight
-    residual_bytes = 0
-    for j, op in enumerate(ops):
-        nb = sum(s.numel * elem[s.tensor] for s in op.slices)
-        op_bytes[j] = nb
-        if op.sparse:
-            numel = op.numel()
-            k = max(1, math.ceil(op.density * numel))
-            per_rank = k * (elem[op.slices[0].tensor] + INDEX_BYTES)
-            cost[j] = ag.time_s(per_rank)
-            select[j] = cluster.selection_s(numel)
-            residual_bytes += nb
-            inflight_mem[j] = per_rank * (world + 1) + nb  # own top-k, gathered top-ks, rebuilt dense result
+
+def contention(cluster: Cluster) -> tuple[float, float]:
+    """``(compute_slowdown, comm_slowdown)`` from the cluster file's optional ``contention``.
+
+    While a collective is in flight, compute runs ``1 + compute_slowdown`` times
+    slower; while compute runs, a collective runs ``1 + comm_slowdown`` times slower
+    (CPU collectives share the cores with the model: DESIGN.md's testbed section)."""
+    c = cluster.extra.get("contention") or {}
+    kc, kn = float(c.get("compute_slowdown", 0.0)), float(c.get("comm_slowdown", 0.0))
+    if not (kc >= 0 and kn >= 0 and math.isfinite(kc) and math.isfinite(kn)):
+        raise GradschedError(f"cluster contention slowdowns must be finite and non-negative, got {c}")
+    return kc, kn
+
+
+MAX_CONTENTION_PASSES = 30
+Dilate = Callable[[float, float], float]  # (start_s, work_s) -> end_s
+
+
+def _free(start_s: float, work_s: float) -> float:
+    return start_s + work_s
+
+
+def _merge(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
         else:
-            cost[j] = ar.time_s(nb)
-            if len(op.slices) > 1:
-                inflight_mem[j] = nb  # flat bucket buffer
+            out.append([a, b])
+    return [(a, b) for a, b in out]
 
-    # ---- backward on the compute stream, with selections inserted after the completing layer
-    layer_of = profile.layer_of
-    layer_pos: dict[int, int] = {}
-    layer_time: list[float] = []
-    layer_name: list[str] = []
-    for i in profile.order:
-        lid = layer_of[i]
-        if lid not in layer_pos:
-            layer_pos[lid] = len(layer_time)
-            layer_time.append(0.0)
-            layer_name.append(profile.tensors[i].name)
-    for t, lid in zip(profile.tensors, layer_of):
-        layer_time[layer_pos[lid]] += t.backward_s
-    completes: list[list[int]] = [[] for _ in layer_time]
-    first_layer = [0] * n_ops
-    for j, op in enumerate(ops):
-        positions = [layer_pos[layer_of[s.tensor]] for s in op.slices]
-        completes[max(positions)].append(j)
-        first_layer[j] = min(positions)
-    layer_end = [0.0] * len(layer_time)
+
+def _dilator(busy: list[tuple[float, float]], slowdown: float) -> Dilate:
+    """End time of ``work_s`` started at ``start_s`` that runs ``1 + slowdown`` times
+    slower inside the ``busy`` intervals (sorted, disjoint)."""
+    if slowdown == 0 or not busy:
+        return _free
+    starts = [a for a, _ in busy]
+    factor = 1.0 + slowdown
+
+    def finish(start_s: float, work_s: float) -> float:
+        t, left = start_s, work_s
+        k = max(0, bisect.bisect_right(starts, t) - 1)
+        while left > 0 and k < len(busy):
+            a, b = busy[k]
+            if b <= t:
+                k += 1
+                continue
+            if t < a:  # free stretch before the next busy interval
+                if left <= a - t:
+                    return t + left
+                left -= a - t
+                t = a
+            capacity = (b - t) / factor
+            if left <= capacity:
+                return t + left * factor
+            left -= capacity
+            t = b
+            k += 1
+        return t + left
+
+    return finish
+
+
+class _Static:
+    """What does not change between contention passes: sizes, costs, layer structure."""
+
+    def __init__(self, plan: Plan, profile: Profile, cluster: Cluster) -> None:
+        ops = plan.operations
+        n_ops = len(ops)
+        elem = [t.element_bytes for t in profile.tensors]
+        world = cluster.world_size
+        ar = cluster.cost("allreduce")
+        ag = cluster.cost("allgather") if any(op.sparse for op in ops) else None
+        self.op_bytes = [0] * n_ops
+        self.cost = [0.0] * n_ops
+        self.select = [0.0] * n_ops
+        self.inflight_mem = [0] * n_ops  # buffers alive while the op is being prepared / in flight
+        self.residual_bytes = 0
+        for j, op in enumerate(ops):
+            nb = sum(s.numel * elem[s.tensor] for s in op.slices)
+            self.op_bytes[j] = nb
+            if op.sparse:
+                numel = op.numel()
+                k = max(1, math.ceil(op.density * numel))
+                per_rank = k * (elem[op.slices[0].tensor] + INDEX_BYTES)
+                self.cost[j] = ag.time_s(per_rank)
+                self.select[j] = cluster.selection_s(numel)
+                self.residual_bytes += nb
+                self.inflight_mem[j] = per_rank * (world + 1) + nb  # own top-k, gathered top-ks, rebuilt dense
+            else:
+                self.cost[j] = ar.time_s(nb)
+                if len(op.slices) > 1:
+                    self.inflight_mem[j] = nb  # flat bucket buffer
+        # backward layers in ready order, and which operations each one completes
+        layer_of = profile.layer_of
+        layer_pos: dict[int, int] = {}
+        self.layer_time: list[float] = []
+        self.layer_name: list[str] = []
+        for i in profile.order:
+            lid = layer_of[i]
+            if lid not in layer_pos:
+                layer_pos[lid] = len(self.layer_time)
+                self.layer_time.append(0.0)
+                self.layer_name.append(profile.tensors[i].name)
+        for t, lid in zip(profile.tensors, layer_of):
+            self.layer_time[layer_pos[lid]] += t.backward_s
+        self.completes: list[list[int]] = [[] for _ in self.layer_time]
+        self.first_layer = [0] * n_ops
+        for j, op in enumerate(ops):
+            positions = [layer_pos[layer_of[s.tensor]] for s in op.slices]
+            self.completes[max(positions)].append(j)
+            self.first_layer[j] = min(positions)
+        # forward layers in forward order: (name, forward_s, update_s, tensors)
+        grouped: dict[int, list[int]] = {}
+        for i, lid in enumerate(layer_of):
+            grouped.setdefault(lid, []).append(i)
+        self.forward = [(profile.tensors[ts[0]].name, sum(profile.tensors[i].forward_s for i in ts),
+                         sum(profile.tensors[i].update_s for i in ts), ts) for ts in grouped.values()]
+        self.update_total = sum(x.update_s for x in profile.tensors)
+
+
+@dataclass
+class _Timing:
+    """One pass's times: compute spans ``(name, cat, start, end, args)`` and operations."""
+
+    compute: list[tuple[str, str, float, float, dict]]
+    ready: list[float]
+    start: list[float]
+    end: list[float]
+    layer_end: list[float]
+    backward_end: float
+    comm_end: float
+    iteration: float
+
+
+def _run(plan: Plan, profile: Profile, st: _Static, channels: int, on_compute: Dilate, on_comm: Dilate) -> _Timing:
+    n_ops = len(plan.operations)
+    spans: list[tuple[str, str, float, float, dict]] = []
+    # ---- backward on the compute stream, selections inserted after the completing layer
+    layer_end = [0.0] * len(st.layer_time)
     ready = [0.0] * n_ops
     clock = 0.0
-    for p, dt in enumerate(layer_time):
-        if tl is not None and dt > 0:
-            tl.add(layer_name[p], BACKWARD, "compute", clock, dt)
-        clock += dt
+    for p, dt in enumerate(st.layer_time):
+        if dt > 0:
+            end = on_compute(clock, dt)
+            spans.append((st.layer_name[p], BACKWARD, clock, end, {}))
+            clock = end
         layer_end[p] = clock
-        for j in completes[p]:
-            if select[j] > 0:
-                if tl is not None:
-                    tl.add(f"select op{j}", SELECT, "compute", clock, select[j], op=j)
-                clock += select[j]
+        for j in st.completes[p]:
+            if st.select[j] > 0:
+                end = on_compute(clock, st.select[j])
+                spans.append((f"select op{j}", SELECT, clock, end, {"op": j}))
+                clock = end
             ready[j] = clock
     backward_end = clock
 
-    # ---- communication: event loop over channels
+    # ---- communication
     start = [0.0] * n_ops
-    end = [0.0] * n_ops
-    _schedule(plan, ready, cost, op_bytes, channels, start, end)
-    comm_end = max(end, default=0.0)
-    comm_busy = sum(cost)
+    finish = [0.0] * n_ops
+    _schedule(plan, ready, st.cost, st.op_bytes, channels, start, finish, on_comm)
+    comm_end = max(finish, default=0.0)
 
     # ---- other work, updates and the next forward
     t = backward_end
     if profile.other_s > 0:
-        if tl is not None:
-            tl.add("other", OTHER, "compute", t, profile.other_s)
-        t += profile.other_s
+        end = on_compute(t, profile.other_s)
+        spans.append(("other", OTHER, t, end, {}))
+        t = end
     tensor_done = [0.0] * profile.num_tensors
-    for j, op in enumerate(ops):
+    for j, op in enumerate(plan.operations):
         for s in op.slices:
-            if end[j] > tensor_done[s.tensor]:
-                tensor_done[s.tensor] = end[j]
-    update_total = sum(x.update_s for x in profile.tensors)
+            if finish[j] > tensor_done[s.tensor]:
+                tensor_done[s.tensor] = finish[j]
     if not plan.overlap_forward:
-        if comm_end > t and tl is not None:
-            tl.add("wait for communication", WAIT, "compute", t, comm_end - t)
-        t = max(t, comm_end)
-        if update_total > 0:
-            if tl is not None:
-                tl.add("update", UPDATE, "compute", t, update_total)
-            t += update_total
-    forward_layers: dict[int, list[int]] = {}
-    for i, lid in enumerate(layer_of):
-        forward_layers.setdefault(lid, []).append(i)
-    for tensors in forward_layers.values():  # dicts keep insertion order: forward order
+        if comm_end > t:
+            spans.append(("wait for communication", WAIT, t, comm_end, {}))
+            t = comm_end
+        if st.update_total > 0:
+            end = on_compute(t, st.update_total)
+            spans.append(("update", UPDATE, t, end, {}))
+            t = end
+    for name, fwd, upd, tensors in st.forward:
         if plan.overlap_forward:
             need = max(tensor_done[i] for i in tensors)
             if need > t:
-                if tl is not None:
-                    tl.add(f"wait {profile.tensors[tensors[0]].name}", WAIT, "compute", t, need - t)
+                spans.append((f"wait {name}", WAIT, t, need, {}))
                 t = need
-            upd = sum(profile.tensors[i].update_s for i in tensors)
             if upd > 0:
-                if tl is not None:
-                    tl.add(f"update {profile.tensors[tensors[0]].name}", UPDATE, "compute", t, upd)
-                t += upd
-        fwd = sum(profile.tensors[i].forward_s for i in tensors)
+                end = on_compute(t, upd)
+                spans.append((f"update {name}", UPDATE, t, end, {}))
+                t = end
         if fwd > 0:
-            if tl is not None:
-                tl.add(profile.tensors[tensors[0]].name, FORWARD, "compute", t, fwd)
-            t += fwd
-    iteration = t
-    compute = profile.compute_s + sum(select) + update_total
+            end = on_compute(t, fwd)
+            spans.append((name, FORWARD, t, end, {}))
+            t = end
+    return _Timing(spans, ready, start, finish, layer_end, backward_end, comm_end, t)
 
+
+def _result(plan: Plan, profile: Profile, cluster: Cluster, st: _Static, timing: _Timing, channels: int,
+            timeline: bool) -> SimResult:
+    ops = plan.operations
+    n_ops = len(ops)
+    compute = profile.compute_s + sum(st.select) + st.update_total
     # ---- memory over time
     deltas: list[tuple[float, int]] = []
     for j in range(n_ops):
-        if inflight_mem[j]:
-            alloc_at = layer_end[first_layer[j]] if not ops[j].sparse else ready[j] - select[j]
-            deltas.append((alloc_at, inflight_mem[j]))
-            deltas.append((end[j], -inflight_mem[j]))
+        if st.inflight_mem[j]:
+            alloc_at = timing.layer_end[st.first_layer[j]] if not ops[j].sparse else timing.ready[j] - st.select[j]
+            deltas.append((alloc_at, st.inflight_mem[j]))
+            deltas.append((timing.end[j], -st.inflight_mem[j]))
     deltas.sort(key=lambda d: (d[0], d[1]))  # frees before allocations at the same instant
-    live = residual_bytes
+    live = st.residual_bytes
     peak = live
     samples = [(0.0, live)]
     for when, delta in deltas:
         live += delta
         peak = max(peak, live)
         samples.append((when, live))
-
-    if tl is not None:
+    tl = None
+    if timeline:
+        tl = Timeline(meta={"strategy": plan.strategy, "model": profile.model, "world_size": cluster.world_size,
+                            "label": f"{plan.strategy} (predicted)"})
+        for name, cat, a, b, args in timing.compute:
+            tl.add(name, cat, "compute", a, b - a, **args)
         for j in range(n_ops):
-            tl.add(f"op{j}", COMM, f"comm{_channel_of(j, plan, channels)}", start[j], end[j] - start[j],
-                   op=j, bytes=op_bytes[j], collective=ops[j].collective, priority=ops[j].priority)
+            tl.add(f"op{j}", COMM, f"comm{_channel_of(j, plan, channels)}", timing.start[j],
+                   timing.end[j] - timing.start[j], op=j, bytes=st.op_bytes[j], collective=ops[j].collective,
+                   priority=ops[j].priority)
         tl.memory = samples
-    return SimResult(plan.strategy, iteration, compute, max(0.0, iteration - compute), comm_busy, peak, n_ops,
-                     backward_end, comm_end, start, end, tl)
+    comm_busy = sum(b - a for a, b in zip(timing.start, timing.end))
+    return SimResult(plan.strategy, timing.iteration, compute, max(0.0, timing.iteration - compute), comm_busy, peak,
+                     n_ops, timing.backward_end, timing.comm_end, timing.start, timing.end, tl)
 
 
 def _channel_of(j: int, plan: Plan, channels: int) -> int:
@@ -218,7 +331,7 @@ def _channel_of(j: int, plan: Plan, channels: int) -> int:
 
 
 def _schedule(plan: Plan, ready: list[float], cost: list[float], nbytes: list[int], channels: int,
-              start: list[float], end: list[float]) -> None:
+              start: list[float], end: list[float], on_comm: Dilate = _free) -> None:
     """Fill ``start``/``end`` of every operation (see the module docstring, point 2)."""
     n = len(ready)
     if n == 0:
@@ -230,7 +343,7 @@ def _schedule(plan: Plan, ready: list[float], cost: list[float], nbytes: list[in
         for j in range(n):
             c = min(range(channels), key=free.__getitem__)
             s = max(ready[j], free[c], last_start)
-            start[j], end[j] = s, s + cost[j]
+            start[j], end[j] = s, on_comm(s, cost[j])
             free[c] = end[j]
             last_start = s
         return
@@ -277,7 +390,7 @@ def _schedule(plan: Plan, ready: list[float], cost: list[float], nbytes: list[in
             else:
                 heapq.heappop(queue)
             s = max(t, free[c])
-            start[cand], end[cand] = s, s + cost[cand]
+            start[cand], end[cand] = s, on_comm(s, cost[cand])
             free[c] = end[cand]
             inflight += nbytes[cand]
             heapq.heappush(finishing, (end[cand], nbytes[cand]))
