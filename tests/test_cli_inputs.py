@@ -159,3 +159,14 @@ def test_bad_flags(tmp_path, capsys):
                                                                "--alpha", "1", "--beta", "1"])
     line = error_of(capsys, ["simulate", "--profile", p, "--alpha", "1", "--beta", "1", "--opt", "ddp.nope=3"])
     assert "strategy 'ddp' has no option 'nope'" in line and "bucket_cap_mb" in line
+
+
+@pytest.mark.parametrize("field,value,reason", [
+    ("contention", {"compute_slowdown": -1}, "contention.compute_slowdown: is negative"),
+    ("contention", {"cpu": 1}, "contention.cpu: unknown field"),
+    ("contention", 3, "contention: must be a JSON object"),
+    ("topk_selection_s_per_nlogn", math.nan, "topk_selection_s_per_nlogn: is NaN"),
+])
+def test_bad_optional_cluster_fields(tmp_path, capsys, field, value, reason):
+    line, _, c = simulate_with(tmp_path, capsys, cluster=mutate(CLUSTER, [field], value))
+    assert f"{c}: {reason}" in line

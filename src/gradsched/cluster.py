@@ -209,6 +209,16 @@ class Cluster:
         for name in raw_points:
             if name not in collectives:
                 raise FormatError(source, f"points.{name}", "has a table but no line in 'collectives'")
+        if "topk_selection_s_per_nlogn" in data:
+            v.number(data["topk_selection_s_per_nlogn"], source, "topk_selection_s_per_nlogn")
+        if "contention" in data:
+            c = data["contention"]
+            if not isinstance(c, dict):
+                raise FormatError(source, "contention", "must be a JSON object with compute_slowdown and comm_slowdown")
+            for key, value in c.items():
+                if key not in ("compute_slowdown", "comm_slowdown"):
+                    raise FormatError(source, f"contention.{key}", "unknown field; known: compute_slowdown, comm_slowdown")
+                v.number(value, source, f"contention.{key}")
         known = {"format", "world_size", "backend", "algorithm", "collectives", "points"}
         return cls(world, collectives, backend, algorithm, {k: x for k, x in data.items() if k not in known})
 
