@@ -1,0 +1,279 @@
+"""``gradsched bench``: every strategy against PyTorch DDP, side by side, in one run.
+
+    gradsched bench                                   # vgg, 2 hosts, auto vs DDP (testbed as root, else loopback)
+    gradsched bench --model vgg --hosts 4 --rate 1gbit \\
+        --strategies ddp,wfbp,mgwfbp,optimal,bytescheduler,usbyte,auto --json out.json --plot out.png
+
+One job (one process per host) profiles the model and measures the network in
+place, then trains every strategy and every DDP bucket size in rotating rounds so
+that machine noise hits all alike, and reports per strategy: the median iteration
+time, the speed-up over DDP's default and over the best DDP bucket size, the ratio
+to the lower bound, and the simulator's prediction with its error.  ``ddp`` is
+PyTorch's own DistributedDataParallel; every other name is a gradsched plan run by
+gradsched's executor.  docs/bench.md explains each figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gradsched.errors import GradschedError
+
+if TYPE_CHECKING:
+    from gradsched.cluster import Cluster
+    from gradsched.profile import Profile
+
+DEFAULT_MODEL = "vgg"
+DEFAULT_STRATEGIES = "ddp,auto"
+DEFAULT_BUCKETS = "1,5,25,100,all"  # DDP's bucket_cap_mb sweep; 25 is DDP's default (the "ddp" row)
+DEFAULT_RATE = "1gbit"
+TESTBED_PREFIX = "gsb"  # its own prefix: never touches a `gs` testbed the user has up
+MODELS = ("mlp", "cnn", "vgg", "gpt2", "bert")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("bench", help="benchmark strategies against PyTorch DDP (and its bucket sizes)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"built-in model: {', '.join(MODELS)} (default "
+                   f"{DEFAULT_MODEL})")
+    p.add_argument("--hosts", type=int, default=2, help="workers, one per host (default 2)")
+    net = p.add_mutually_exclusive_group()
+    net.add_argument("--rate", default=None, help=f"testbed link rate, e.g. 500mbit, 1gbit (root only; default "
+                     f"{DEFAULT_RATE} as root)")
+    net.add_argument("--loopback", action="store_true", help="local workers over loopback (the default without root)")
+    p.add_argument("--strategies", default=DEFAULT_STRATEGIES,
+                   help=f"comma-separated; ddp = PyTorch DDP (default {DEFAULT_STRATEGIES})")
+    p.add_argument("--ddp-buckets", default=DEFAULT_BUCKETS,
+                   help=f"DDP bucket_cap_mb values to sweep, MB or 'all' (one bucket); 'none' to skip "
+                   f"(default {DEFAULT_BUCKETS})")
+    p.add_argument("--steps", type=int, default=3, help="steps per strategy per round (default 3)")
+    p.add_argument("--rounds", type=int, default=6, help="rounds, the first --warmup-rounds not counted (default 6)")
+    p.add_argument("--warmup-rounds", type=int, default=1, help="rounds left out of the figures (default 1)")
+    p.add_argument("--batch-size", type=int, default=16, help="per-worker batch size (default 16)")
+    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile-iterations", type=int, default=5, help="profiler iterations (default 5)")
+    p.add_argument("--net-reps", type=int, default=3, help="timed repetitions per size in the network benchmark")
+    p.add_argument("--no-probe", action="store_true", help="skip the compute/communication contention probe")
+    p.add_argument("--timeout-s", type=float, default=1800.0, help="stop the whole job after this (default 1800)")
+    p.add_argument("--json", default=None, metavar="OUT.json", help="write every figure here (a list, one object "
+                   "per strategy and DDP bucket size)")
+    p.add_argument("--plot", default=None, metavar="OUT.png", help="bar chart of the median iteration times")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+# ----------------------------------------------------------------------------- configuration
+def _bucket_label(mb: str) -> str:
+    return "ddp-all" if mb == "all" else f"ddp-{mb}mb"
+
+
+def entries(strategies: str, buckets: str) -> list[dict[str, Any]]:
+    """What to run: one entry per strategy, plus one per DDP bucket size (DDP's default 25 MB is ``ddp``)."""
+    from gradsched.planners import is_sparse, strategy_names
+
+    names = [s.strip() for s in strategies.split(",") if s.strip()]
+    if not names:
+        raise GradschedError("--strategies is empty; name at least one, e.g. ddp,auto")
+    known = [n for n in strategy_names() if not is_sparse(n)]
+    out: list[dict[str, Any]] = []
+    for name in names:
+        if name not in known:
+            sparse = name in strategy_names()
+            raise GradschedError(f"strategy {name!r} " + ("compresses gradients, which the runtime does not execute"
+                                                          if sparse else "is unknown")
+                                 + f"; known: {', '.join(known)}")
+        if any(e["label"] == name for e in out):
+            continue
+        out.append({"label": name, "strategy": name, "torch_ddp": name == "ddp"})
+    if buckets.strip().lower() not in ("", "none"):
+        if not any(e["label"] == "ddp" for e in out):
+            out.insert(0, {"label": "ddp", "strategy": "ddp", "torch_ddp": True})  # the reference is always run
+        for raw in (b.strip().lower() for b in buckets.split(",") if b.strip()):
+            if raw == "all":
+                mb: float = 1e6  # larger than any model here: one bucket after DDP's 1 MiB first one
+            else:
+                try:
+                    mb = float(raw)
+                except ValueError:
+                    raise GradschedError(f"--ddp-buckets {raw!r}: expected megabytes or 'all'") from None
+                if mb <= 0:
+                    raise GradschedError(f"--ddp-buckets: bucket sizes must be positive, got {raw}")
+                if mb == 25.0:
+                    continue  # DDP's default: that is the "ddp" row
+            label = _bucket_label(raw if raw == "all" else f"{mb:g}")
+            if not any(e["label"] == label for e in out):
+                out.append({"label": label, "strategy": "ddp", "torch_ddp": True,
+                            "ddp_kwargs": {"bucket_cap_mb": mb}})
+    return out
+
+
+def _network(args: argparse.Namespace) -> str | None:
+    """The testbed rate, or None for loopback."""
+    root = os.geteuid() == 0
+    if args.rate is not None:
+        if not root:
+            raise GradschedError("--rate shapes links on the testbed, which needs root: use --loopback or run as root")
+        return args.rate
+    if args.loopback or not root:
+        return None
+    return DEFAULT_RATE
+
+
+def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
+    if args.model not in MODELS:
+        raise GradschedError(f"unknown model {args.model!r}; known: {', '.join(MODELS)}")
+    if args.hosts < 2:
+        raise GradschedError(f"--hosts must be at least 2 (data parallelism needs two workers), got {args.hosts}")
+    if args.steps < 1 or args.rounds < 1 or args.batch_size < 1:
+        raise GradschedError("--steps, --rounds and --batch-size must be at least 1")
+    if not 0 <= args.warmup_rounds < args.rounds:
+        raise GradschedError(f"--warmup-rounds must be between 0 and --rounds - 1 ({args.rounds - 1}), "
+                             f"got {args.warmup_rounds}")
+    return {"model": args.model, "seed": args.seed, "batch_size": args.batch_size, "lr": args.lr,
+            "entries": entries(args.strategies, args.ddp_buckets), "steps": args.steps, "rounds": args.rounds,
+            "warmup_rounds": args.warmup_rounds, "profile_iterations": args.profile_iterations,
+            "net_reps": args.net_reps, "probe": not args.no_probe, "timeout_s": args.timeout_s,
+            "progress": not args.quiet, "out_dir": out_dir}
+
+
+def lower_bound_s(profile: "Profile", cluster: "Cluster") -> dict[str, float]:
+    """The shortest iteration any schedule could reach under the measured profile and cluster.
+
+    Two bounds, the larger wins: the compute stream cannot finish faster than all its
+    compute plus the all-reduce of the gradients ready last (ready when backward ends,
+    needed first by the next forward: it cannot overlap), and the network cannot move
+    all gradients faster than one all-reduce of all of them, which cannot start before
+    the first gradient is ready."""
+    cost = cluster.cost("allreduce")
+    ready = profile.ready_s
+    last = max(ready)
+    last_bytes = sum(t.bytes for t, r in zip(profile.tensors, ready) if r >= last)
+    first_ready = min(ready)
+    comm_all = cost.time_s(profile.total_bytes)
+    compute_bound = profile.compute_s + cost.time_s(last_bytes)
+    network_bound = first_ready + comm_all
+    return {"lower_bound_s": max(compute_bound, network_bound), "compute_s": profile.compute_s,
+            "allreduce_all_s": comm_all, "compute_bound_s": compute_bound, "network_bound_s": network_bound}
+
+
+# ----------------------------------------------------------------------------- launching
+def _launch_loopback(cfg_path: Path, hosts: int, timeout_s: float) -> None:
+    from gradsched.torch.selftest import free_port
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={hosts}", "--nnodes=1",
+           "--master-addr=127.0.0.1", f"--master-port={free_port()}", "-m", "gradsched.torch.bench_worker",
+           str(cfg_path)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except BaseException:
+        _stop(proc)
+        raise
+    if code != 0:
+        raise GradschedError(f"the benchmark's workers failed (exit status {code}); their errors are printed above")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _launch_testbed(cfg_path: Path, hosts: int, rate: str, timeout_s: float) -> None:
+    from gradsched.testbed import Testbed
+
+    with Testbed(hosts=hosts, rate=rate, prefix=TESTBED_PREFIX) as tb:  # always torn down
+        tb.launch(["-m", "gradsched.torch.bench_worker", str(cfg_path)]).wait(timeout_s=timeout_s)
+
+
+# ----------------------------------------------------------------------------- reporting
+def rows_for_json(result: dict[str, Any], meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """The JSON output: one object per strategy / DDP bucket size, each carrying the run's facts."""
+    shared = {**meta, "world_size": result["world_size"], "backend": result["backend"], "machine": result["machine"],
+              "profile": result["profile"], "cluster": result["cluster"], "lower_bound": result["lower_bound"], "contention": result["contention"],
+              "best_ddp": result["best_ddp"], "job_s": result["job_s"]}
+    return [{**row, **shared} for row in result["rows"]]
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [f"{'strategy':14s} {'median ms':>10s} {'vs ddp':>7s} {'vs best ddp':>11s} {'/ lower bd':>10s} "
+             f"{'predicted ms':>12s} {'error':>7s}"]
+    for r in result["rows"]:
+        lines.append(f"{r['strategy']:14s} {r['iteration_s_median'] * 1e3:10.1f} {r['speedup_vs_ddp']:6.2f}x "
+                     f"{r['speedup_vs_best_ddp']:10.2f}x {r['vs_lower_bound']:9.2f}x "
+                     f"{r['predicted_iteration_s'] * 1e3:12.1f} {r['prediction_error'] * 100:+6.1f}%")
+    lb = result["lower_bound"]
+    lines.append(f"lower bound {lb['lower_bound_s'] * 1e3:.1f} ms (compute {lb['compute_s'] * 1e3:.1f} ms, one "
+                 f"all-reduce of all gradients {lb['allreduce_all_s'] * 1e3:.1f} ms); best DDP: {result['best_ddp']}")
+    auto = next((r for r in result["rows"] if r["strategy"] == "auto"), None)
+    if auto is not None:
+        opts = auto.get("plan_options") or {}
+        lines.append(f"auto chose {opts.get('chose')} {opts.get('chosen_options')} ({auto['operations']} operations)")
+    c = result.get("contention")
+    if c:
+        lines.append(f"contention: forward+backward {c['compute_alone_s'] * 1e3:.0f} ms alone, "
+                     f"{c['compute_overlapped_s'] * 1e3:.0f} ms during an all-reduce (x{c['compute_slowdown']:.2f}); "
+                     f"all-reduce {c['allreduce_alone_s'] * 1e3:.0f} ms alone, "
+                     f"{c['allreduce_overlapped_s'] * 1e3:.0f} ms during compute (x{c['allreduce_slowdown']:.2f})")
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: str, title: str) -> None:
+    from gradsched.plot import bars
+
+    rows = result["rows"]
+    bars([r["strategy"] for r in rows], [r["iteration_s_median"] * 1e3 for r in rows], path,
+         ylabel="median iteration (ms)", title=title, reference=result["lower_bound"]["lower_bound_s"] * 1e3)
+
+
+def run(args: argparse.Namespace) -> int:
+    rate = _network(args)
+    with tempfile.TemporaryDirectory(prefix="gradsched-bench-") as tmp:
+        os.chmod(tmp, 0o755)
+        cfg = _config(args, tmp)
+        cfg_path = Path(tmp, "config.json")
+        cfg_path.write_text(json.dumps(cfg))
+        if rate is None:
+            _launch_loopback(cfg_path, args.hosts, args.timeout_s)
+        else:
+            _launch_testbed(cfg_path, args.hosts, rate, args.timeout_s)
+        out = Path(tmp, "bench.json")
+        if not out.exists():
+            raise GradschedError("the benchmark's workers exited without writing results; see their output above")
+        result = json.loads(out.read_text())
+    network = f"testbed {rate}" if rate else "loopback"
+    meta = {"model": args.model, "hosts": args.hosts, "network": network, "rate": rate,
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "steps_per_round": args.steps, "rounds": args.rounds, "batch_size": args.batch_size,
+            "command": "gradsched " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "gradsched bench"}
+    title = f"{args.model}, {args.hosts} hosts, {network} (gloo, CPU)"
+    print(f"{title}: {args.rounds - args.warmup_rounds} counted rounds x {args.steps} steps, batch {args.batch_size}")
+    print(table(result))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(rows_for_json(result, meta), indent=1))
+        print(f"wrote {args.json}")
+    if args.plot:
+        plot(result, args.plot, title)
+        print(f"wrote {args.plot}")
+    return 0

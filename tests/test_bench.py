@@ -1,0 +1,97 @@
+"""``gradsched bench``: what it runs, its lower bound, its errors, and one short end-to-end run."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from gradsched.cli import main
+from gradsched.cluster import Cluster
+from gradsched.commands.bench import entries, lower_bound_s
+from gradsched.errors import GradschedError
+from gradsched.profile import Profile, TensorProfile
+
+
+def test_entries_add_ddp_reference_and_bucket_sweep_without_duplicates():
+    got = entries("auto,wfbp,auto", "1,25,100,all")
+    labels = [e["label"] for e in got]
+    assert labels == ["ddp", "auto", "wfbp", "ddp-1mb", "ddp-100mb", "ddp-all"]
+    by = {e["label"]: e for e in got}
+    assert by["ddp"]["torch_ddp"] and "ddp_kwargs" not in by["ddp"]  # DDP's own default, 25 MB
+    assert by["ddp-1mb"]["ddp_kwargs"] == {"bucket_cap_mb": 1.0}
+    assert by["ddp-all"]["ddp_kwargs"]["bucket_cap_mb"] > 1e5
+    assert not by["auto"]["torch_ddp"] and by["wfbp"]["strategy"] == "wfbp"
+
+
+def test_entries_without_sweep_run_only_what_is_asked():
+    assert [e["label"] for e in entries("wfbp,mgwfbp", "none")] == ["wfbp", "mgwfbp"]
+
+
+def test_unknown_strategy_lists_the_known_ones():
+    with pytest.raises(GradschedError, match="unknown; known: .*mgwfbp.*auto"):
+        entries("ddp,fastest", "none")
+    with pytest.raises(GradschedError, match="compresses gradients"):
+        entries("topk", "none")
+    with pytest.raises(GradschedError, match="megabytes or 'all'"):
+        entries("ddp", "1,big")
+
+
+def _profile() -> Profile:
+    # Backward order 2, 1, 0: tensor 2 ready at 0.1 s, 1 at 0.3 s, 0 at 0.6 s.
+    tensors = (TensorProfile("a", 100, 400, 0.05, 0.3), TensorProfile("b", 1000, 4000, 0.05, 0.2),
+               TensorProfile("c", 10, 40, 0.05, 0.1))
+    return Profile("toy", tensors, other_s=0.05)
+
+
+def test_lower_bound_is_the_larger_of_compute_and_network_bounds():
+    prof = _profile()  # compute 0.15 + 0.6 + 0.05 = 0.8 s
+    fast = Cluster.alpha_beta(0.01, 1e-6, 2)  # all 4440 B: 0.01444 s; last-ready tensor a (400 B): 0.0104 s
+    lb = lower_bound_s(prof, fast)
+    assert lb["compute_s"] == pytest.approx(0.8)
+    assert lb["lower_bound_s"] == pytest.approx(0.8 + 0.01 + 400e-6)
+    slow = Cluster.alpha_beta(0.01, 1e-3, 2)  # all: 4.45 s, starting when c is ready at 0.1 s
+    assert lower_bound_s(prof, slow)["lower_bound_s"] == pytest.approx(0.1 + 0.01 + 4.44)
+
+
+def test_rate_without_root_says_what_to_do(monkeypatch, capsys):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert main(["bench", "--rate", "1gbit", "--model", "mlp"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--loopback" in err[0] and "root" in err[0]
+
+
+def test_bad_arguments_exit_2_before_launching(capsys):
+    assert main(["bench", "--loopback", "--strategies", "nope"]) == 2
+    assert "known:" in capsys.readouterr().err
+    assert main(["bench", "--loopback", "--hosts", "1"]) == 2
+    assert main(["bench", "--loopback", "--rounds", "2", "--warmup-rounds", "2"]) == 2
+
+
+@pytest.mark.slow
+def test_short_benchmark_end_to_end_writes_valid_json(tmp_path, capsys):
+    """2 hosts (testbed as root, else loopback), tiny model, 3 strategies: valid JSON and table."""
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    net = ["--rate", "1gbit"] if os.geteuid() == 0 else ["--loopback"]
+    code = main(["bench", "--model", "mlp", "--hosts", "2", *net, "--strategies", "ddp,wfbp,auto",
+                 "--ddp-buckets", "1", "--steps", "2", "--rounds", "3", "--profile-iterations", "3",
+                 "--net-reps", "1", "--no-probe", "-q", "--timeout-s", "120", "--json", str(out), "--plot", str(png)])
+    assert code == 0
+    rows = json.loads(out.read_text())
+    assert isinstance(rows, list)
+    assert [r["strategy"] for r in rows] == ["ddp", "wfbp", "auto", "ddp-1mb"]
+    for r in rows:
+        for key in ("iteration_s_median", "speedup_vs_ddp", "lower_bound_s", "predicted_iteration_s"):
+            assert isinstance(r[key], float) and r[key] > 0, (r["strategy"], key)
+        assert len(r["step_s"]) == 3 and all(len(s) == 2 for s in r["step_s"])
+        assert r["world_size"] == 2 and r["hosts"] == 2
+        assert r["prediction_error"] == pytest.approx((r["predicted_iteration_s"] - r["iteration_s_median"])
+                                                      / r["iteration_s_median"])
+    by = {r["strategy"]: r for r in rows}
+    assert by["ddp"]["speedup_vs_ddp"] == pytest.approx(1.0)
+    assert by["ddp-1mb"]["bucket_cap_mb"] == 1.0 and by["ddp-1mb"]["runs"] == "torch DDP"
+    assert by["auto"]["runs"] == "gradsched" and by["auto"]["plan_options"]["chose"]
+    assert png.stat().st_size > 1000
+    table = capsys.readouterr().out
+    assert "auto chose" in table and "ddp-1mb" in table
