@@ -3,7 +3,9 @@
 Starts ``--nproc`` workers on loopback with PyTorch's own launcher
 (``torch.distributed.run``), trains ``--model`` on synthetic data under
 ``--strategy`` (``ddp`` is PyTorch's DDP itself), and prints a summary, or one JSON
-object with ``--json``.
+object with ``--json``.  ``--strategy auto`` profiles in situ, switches to the plan it
+predicts fastest (``--option switch_iteration=5``) and adds ``predicted_iteration_s``
+(and the median measured after its last switch) to the JSON.
 """
 
 from __future__ import annotations
@@ -130,6 +132,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"  {result['steps']} steps of batch {result['batch_size']} per worker, {result['optimizer']}")
     print(f"  iteration: median {result['iteration_s_median'] * 1e3:.1f} ms, mean {result['iteration_s_mean'] * 1e3:.1f} ms"
           f" (first {result['warmup_steps']} steps not counted)")
+    if result.get("autotune"):
+        for sw in result["autotune"]["switches"][1:]:
+            print(f"  auto: iteration {sw['iteration']}: {sw['strategy']} ({sw['reason']}), predicted "
+                  f"{sw['predicted_iteration_s'] * 1e3:.1f} ms, measured before {sw['measured_before_s'] * 1e3:.1f} ms")
+        if result.get("predicted_iteration_s") is not None and result.get("measured_iteration_s_after_switch"):
+            print(f"  auto: predicted {result['predicted_iteration_s'] * 1e3:.1f} ms, measured after the last switch "
+                  f"{result['measured_iteration_s_after_switch'] * 1e3:.1f} ms (median)")
     print(f"  loss: {result['loss_first']:.4f} -> {result['loss_last']:.4f}")
     if result.get("saved_params"):
         print(f"  parameters of rank 0 saved to {result['saved_params']}")

@@ -86,6 +86,14 @@ def train(cfg: dict[str, Any]) -> dict[str, Any]:
               "torch_ddp": model.plan is None,
               "operations": len(model.plan.operations) if model.plan is not None else None,
               "plan_hash": model.plan.hash if model.plan is not None else None}
+    if model.autotuner is not None:
+        # strategy auto: what it chose and predicted, against what ran after its last switch
+        tuner = model.autotuner
+        last = tuner.switches[-1].iteration
+        after = iteration_s[last + 1:] or iteration_s[last:]
+        result["predicted_iteration_s"] = tuner.predicted_iteration_s
+        result["measured_iteration_s_after_switch"] = statistics.median(after) if after else None
+        result["autotune"] = tuner.summary()
     if cfg.get("trace_path"):
         tl = model.gather_timeline()
         if rank == 0:

@@ -30,6 +30,7 @@ from gradsched.errors import GradschedError
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.timeline import Timeline
+from gradsched.torch.autotune import AutoTuneConfig, AutoTuner
 from gradsched.torch.executor import Executor
 from gradsched.torch.ops import CollectiveError
 from gradsched.torch.planning import (default_cluster, issue_order, profile_from_module, resolve_plan,
@@ -87,14 +88,26 @@ class DistributedDataParallel(nn.Module):
         self._executor: Executor | None = None
         self._ddp: nn.Module | None = None
         self._ctrl: dist.ProcessGroup | None = None
-        self._tracer = Tracer(self._rank) if trace else None
         self._gating: list[Any] = []
+        self.autotuner: AutoTuner | None = None
+        tune: AutoTuneConfig | None = None
+        if isinstance(plan, str) and plan == "auto":
+            # Run-time auto (gradsched.torch.autotune): start on the safe default, switch later.
+            tune = AutoTuneConfig.from_options(plan_options)
+            if tune.adaptive:
+                plan, plan_options = tune.initial, tune.initial_options or None
+            else:
+                plan_options = {**tune.planner_options} or None
+                tune = None
+        self._user_trace = trace
+        self._tracer = Tracer(self._rank) if trace or tune is not None else None
 
         own_profile = profile_from_module(module)
         if profile is not None and profile.fingerprint != own_profile.fingerprint:
             raise GradschedError(f"the profile (model {profile.model!r}) does not describe this module's trainable "
                                  "parameters (names, sizes and order differ); profile this module")
         profile = profile or own_profile
+        self._own_profile = own_profile
         cluster = cluster.at_world_size(self._world) if cluster is not None else default_cluster(self._world)
 
         if isinstance(plan, str) and plan == "ddp" and use_torch_ddp:
@@ -127,12 +140,37 @@ class DistributedDataParallel(nn.Module):
             # interleaves with the plan's collectives, which may still be in flight.
             self._ctrl = dist.new_group(dist.get_process_group_ranks(self._group),
                                         backend=dist.get_backend(self._group), timeout=timedelta(seconds=timeout_s))
+        self._find_unused = find_unused_parameters
+        self._start_executor()
+        if tune is not None:
+            assert self._tracer is not None
+            self.strategy = "auto"
+            self.autotuner = AutoTuner(self, tune, self._tracer, keep_events=trace)
+
+    def _start_executor(self) -> None:
+        """Build the executor (and forward gating) for ``self.plan`` and ``self._order``."""
+        assert self.plan is not None
         self._executor = Executor(self._params, self._names, self.plan, self._order, self._group,
                                   self._ctrl or self._group, timeout_s=self._timeout_s,
-                                  find_unused_parameters=find_unused_parameters, tracer=self._tracer)
+                                  find_unused_parameters=self._find_unused, tracer=self._tracer)
         if self.plan.overlap_forward:
             self._executor.on_backward_end = lambda: None  # leave operations in flight
             self._install_gating()
+
+    def _switch_plan(self, plan: Plan, order: list[int]) -> None:
+        """Run ``plan`` from the next backward on.  Call on every rank at the same iteration
+        boundary; outstanding communication and updates are finished first, so the
+        numbers computed do not change (``gradsched.torch.autotune`` uses it)."""
+        assert self._executor is not None
+        self.synchronize()
+        enabled = self._executor.enabled
+        self._executor.close()
+        for h in self._gating:
+            h.remove()
+        self._gating = []
+        self.plan, self._order = plan, list(order)
+        self._start_executor()
+        self._executor.enabled = enabled
 
     # ------------------------------------------------------------------ start-up
     def _check_agreement(self, key: str) -> None:
@@ -198,8 +236,10 @@ class DistributedDataParallel(nn.Module):
         tracer = self._tracer
         if tracer is not None:
             tracer.next_iteration()
-        t0 = tracer.now() if tracer is not None else 0.0
         syncing = torch.is_grad_enabled() and self._executor is not None and self._executor.enabled
+        if self.autotuner is not None and syncing:
+            self.autotuner.on_iteration_start()  # an iteration boundary: the plan may switch here
+        t0 = tracer.now() if tracer is not None else 0.0
         if self.overlaps_forward and syncing and self._optimizer is None:
             raise GradschedError(f"plan {self.strategy!r} overlaps the optimizer update with the next forward: wrap "
                                  "the optimizer, opt = gradsched.torch.DistributedOptimizer(opt, model), and call "
@@ -270,7 +310,7 @@ class DistributedDataParallel(nn.Module):
     # ------------------------------------------------------------------ tracing
     def timeline(self) -> Timeline:
         """This rank's measured timeline (``trace=True``)."""
-        if self._tracer is None:
+        if self._tracer is None or not self._user_trace:
             raise GradschedError("tracing is off: wrap the model with trace=True")
         return self._tracer.timeline(self._trace_meta())
 

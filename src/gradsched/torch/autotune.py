@@ -1,0 +1,490 @@
+"""``strategy="auto"`` in the runtime: measure in situ, plan, switch; re-plan when timings drift.
+
+    model = gradsched.torch.DistributedDataParallel(module, "auto")     # options: plan_options={...}
+
+1. **Profile in situ.**  Iterations ``0 .. switch_iteration - 1`` run a safe default
+   (``initial``, default ``wfbp``) on gradsched's executor, traced: every gradient's
+   ready time, every operation from issue to completion, forward, waits and updates
+   (:mod:`gradsched.torch.trace`).  Iteration 0 is a warm-up and is left out.
+2. **Plan.**  At the start of iteration ``switch_iteration`` (fixed in advance, so the
+   ranks need no extra agreement) every rank finishes outstanding work, rank 0 turns
+   the medians of what it measured into a :class:`~gradsched.profile.Profile` and a
+   fitted :class:`~gradsched.cluster.Cluster`, plans ``auto`` (the simulator's search
+   over all dense strategies) and broadcasts the plan, its issue order and the
+   prediction; every rank then swaps its executor.  Gradients of the finished
+   iteration are already applied, so the numbers computed are unchanged: only the
+   buckets and the order of the collectives differ.
+3. **Re-plan.**  Every ``patience`` iterations after a switch (again at iterations
+   known in advance) rank 0 compares the median of the last ``patience`` measured
+   iterations with the prediction and broadcasts its decision: off by more than
+   ``replan_threshold`` means the measurements taken under the current plan (its own
+   ready and collective times, under its own load) are turned into a new profile and
+   cluster and ``auto`` is planned again.  At most ``max_replans`` times; after that no
+   more checks (and no more broadcasts) are made.
+
+Operation costs: each traced operation's *service time* is its completion minus the
+later of its issue and the previous operation's completion (operations of one rank
+complete in order on one channel, which is what the simulator assumes), so queueing
+behind earlier operations is not counted twice.  Per size the median over
+iterations is kept; an alpha-beta line is fitted through them
+(:meth:`CollectiveCost.fit`).  When the initial plan has too few distinct operation
+sizes for a line, a few probe all-reduces of known sizes at start-up supply the rest.
+
+Options (``plan_options`` of ``"auto"``; ``gradsched train --option KEY=VALUE``):
+``switch_iteration`` (5), ``initial`` ("wfbp"), ``initial_options`` ({}),
+``replan_threshold`` (0.15), ``patience`` (10), ``max_replans`` (3), ``adaptive``
+(true; false plans ``auto`` once at start-up from ``profile=``/``cluster=``, as any
+other strategy), and the ``auto`` planner's own ``channels`` and ``exclude``.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable
+
+import torch
+import torch.distributed as dist
+
+from gradsched.cluster import Cluster, CollectiveCost
+from gradsched.errors import GradschedError
+from gradsched.plan import Plan
+from gradsched.profile import Profile, TensorProfile
+from gradsched.timeline import BACKWARD, COMM, FORWARD, UPDATE, WAIT, Event
+
+if TYPE_CHECKING:
+    from gradsched.torch.trace import Tracer
+    from gradsched.torch.wrapper import DistributedDataParallel
+
+logger = logging.getLogger("gradsched.autotune")
+
+PLANNER_KEYS = ("channels", "exclude")
+PROBE_BYTES = (8 << 10, 256 << 10, 2 << 20)  # start-up probes, used only when the initial plan has too few sizes
+MIN_SIZES = 3  # distinct operation sizes wanted for a line fit
+KEEP_POINTS = 9  # service times kept per operation size (most recent)
+MIN_SERVICE_S = 1e-6  # a service time below this is a completion observed late in a batch, not a measurement
+
+
+@dataclass(frozen=True, kw_only=True)
+class AutoTuneConfig:
+    """How ``"auto"`` tunes at run time (see the module docstring)."""
+
+    adaptive: bool = True  # False: plan "auto" once at start-up, like any other strategy
+    switch_iteration: int = 5  # iterations under `initial` before the first plan (iteration 0 is a warm-up)
+    initial: str = "wfbp"  # the safe default that runs while profiling
+    initial_options: dict[str, Any] = field(default_factory=dict)
+    replan_threshold: float = 0.15  # relative |measured - predicted| / predicted that triggers a re-plan
+    patience: int = 10  # iterations per check (the median of this many is compared)
+    max_replans: int = 3  # re-plans after the first plan; then no more checks
+    planner_options: dict[str, Any] = field(default_factory=dict)  # for the auto planner: channels, exclude
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any] | None) -> "AutoTuneConfig":
+        """Split ``plan_options`` of ``"auto"`` into tuner settings and planner options; check them."""
+        opts = dict(options or {})
+        planner = {k: opts.pop(k) for k in PLANNER_KEYS if k in opts}
+        if "exclude" in planner:
+            ex = planner["exclude"]
+            planner["exclude"] = (ex,) if isinstance(ex, str) else tuple(ex)
+        density = opts.pop("density", 1)
+        if density != 1 and opts.get("adaptive", True):
+            raise GradschedError(f"auto at run time switches between dense plans only (a switch must not change the "
+                                 f"numbers, and top-k residuals would not survive it), got density={density}; "
+                                 "plan sparse strategies once at start-up with the option adaptive=false")
+        if density != 1:
+            planner["density"] = density
+        known = {f for f in cls.__dataclass_fields__ if f != "planner_options"}
+        unknown = sorted(set(opts) - known)
+        if unknown:
+            raise GradschedError(f"unknown option(s) for strategy 'auto': {', '.join(unknown)}; known: "
+                                 f"{', '.join(sorted(known | set(PLANNER_KEYS)))}")
+        cfg = cls(planner_options=planner, **opts)
+        cfg._check()
+        return cfg
+
+    def _check(self) -> None:
+        if not isinstance(self.switch_iteration, int) or self.switch_iteration < 2:
+            raise GradschedError(f"auto: switch_iteration must be an integer >= 2 (iteration 0 is a warm-up, at least "
+                                 f"one more is measured), got {self.switch_iteration!r}")
+        if not isinstance(self.patience, int) or self.patience < 1:
+            raise GradschedError(f"auto: patience must be a positive integer, got {self.patience!r}")
+        if not isinstance(self.max_replans, int) or self.max_replans < 0:
+            raise GradschedError(f"auto: max_replans must be a non-negative integer, got {self.max_replans!r}")
+        if not isinstance(self.replan_threshold, (int, float)) or not self.replan_threshold > 0:
+            raise GradschedError(f"auto: replan_threshold must be a positive fraction, got {self.replan_threshold!r}")
+        if self.initial == "auto":
+            raise GradschedError("auto: initial must be a concrete strategy (the safe default), not 'auto'")
+        from gradsched.planners import get_planner, is_sparse
+
+        get_planner(self.initial)  # unknown name: an error that lists the known ones
+        if is_sparse(self.initial):
+            raise GradschedError(f"auto: initial strategy {self.initial!r} compresses gradients; choose a dense one")
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One plan change: from the start of ``iteration`` on, ``plan_hash`` runs."""
+
+    iteration: int
+    strategy: str  # what ran from then on (for auto: the strategy auto chose)
+    plan_hash: str
+    predicted_iteration_s: float | None  # None for the initial, unplanned default
+    measured_before_s: float | None  # median measured under the previous plan
+    reason: str  # "initial" | "profiled" | "replan"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"iteration": self.iteration, "strategy": self.strategy, "plan_hash": self.plan_hash,
+                "predicted_iteration_s": self.predicted_iteration_s, "measured_before_s": self.measured_before_s,
+                "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One comparison of measured and predicted iteration time (rank 0's measurement)."""
+
+    iteration: int
+    measured_s: float
+    predicted_s: float
+    replan: bool
+
+
+@dataclass
+class StepRecord:
+    """One training iteration as the tuner saw it (times on the tracer's clock)."""
+
+    step: int
+    trace_iteration: int
+    start_s: float
+    end_s: float | None = None
+    measured: bool = True  # False: it began with a switch or a check (their cost is not the plan's)
+
+    @property
+    def duration_s(self) -> float:
+        return (self.end_s or self.start_s) - self.start_s
+
+
+# --------------------------------------------------------------------------- measurements -> Profile, Cluster
+def measured_profile(base: Profile, events: Iterable[Event], steps: list[StepRecord]) -> Profile:
+    """A Profile of ``base``'s tensors with the medians of what ``steps`` measured.
+
+    Ready times: each gradient's ready stamp minus its backward's start, median over
+    the steps; layers (``base``'s) complete when their last tensor is ready, in the
+    order of those medians, so :attr:`Profile.ready_s` reproduces them.  Forward: the
+    wrapped forward minus the waits and updates inside it, shared out over layers in
+    proportion to their backward time.  ``other_s``: the rest of the iteration that
+    was neither forward, backward nor waiting for communication (loss, optimizer,
+    data)."""
+    if not steps:
+        raise GradschedError("internal: no measured iteration to build a profile from")
+    n = base.num_tensors
+    by_iter = {s.trace_iteration: s for s in steps}
+    backward: dict[int, list[Event]] = {k: [] for k in by_iter}
+    spans: list[Event] = []
+    for e in events:
+        it = (e.args or {}).get("iteration")
+        if e.cat == BACKWARD and it in backward:
+            backward[it].append(e)
+        elif e.cat in (FORWARD, WAIT, UPDATE):
+            spans.append(e)
+    ready: list[list[float]] = [[] for _ in range(n)]
+    fwd, bwd, other = [], [], []
+    for s in steps:
+        evs = backward[s.trace_iteration]
+        if not evs:
+            continue
+        t0 = min(e.start_s for e in evs)
+        end = max(e.start_s + e.dur_s for e in evs)
+        for e in evs:
+            ready[int(e.args["tensor"])].append(e.start_s + e.dur_s - t0)
+        inside = [e for e in spans if s.start_s <= e.start_s < (s.end_s or end)]
+        forward = [e for e in inside if e.cat == FORWARD and e.args.get("iteration") == s.trace_iteration]
+        f = sum(e.dur_s for e in forward)
+        for e in inside:
+            if e.cat in (WAIT, UPDATE) and any(x.start_s <= e.start_s < x.start_s + x.dur_s for x in forward):
+                f -= e.dur_s
+        waits = sum(e.dur_s for e in inside if e.cat == WAIT)
+        fwd.append(max(f, 0.0))
+        bwd.append(end - t0)
+        other.append(max(s.duration_s - max(f, 0.0) - (end - t0) - waits, 0.0))
+    if not bwd:
+        raise GradschedError("internal: the measured iterations recorded no gradient (was tracing on?)")
+    last = max(bwd)
+    med = [statistics.median(r) if r else last for r in ready]  # never ready: an unused parameter, last
+    layer = base.layer_of
+    order = sorted(range(n), key=lambda i: (med[i], i))
+    done: dict[int, float] = {}
+    layer_end: dict[int, float] = {}
+    for i in range(n):
+        layer_end[layer[i]] = max(layer_end.get(layer[i], 0.0), med[i])
+    clock = 0.0
+    layer_bwd: dict[int, float] = {}
+    for i in order:
+        lid = layer[i]
+        if lid in done:
+            continue
+        end_s = max(clock, layer_end[lid])
+        layer_bwd[lid] = end_s - clock
+        done[lid] = clock = end_s
+    total_bwd = sum(layer_bwd.values())
+    fwd_s = statistics.median(fwd)
+    first: set[int] = set()
+    tensors = []
+    for i, t in enumerate(base.tensors):
+        lid = layer[i]
+        if lid in first:
+            tensors.append(TensorProfile(t.name, t.numel, t.bytes, 0.0, 0.0, lid))
+            continue
+        first.add(lid)
+        share = layer_bwd[lid] / total_bwd if total_bwd > 0 else 1.0 / len(layer_bwd)
+        tensors.append(TensorProfile(t.name, t.numel, t.bytes, fwd_s * share, layer_bwd[lid], lid))
+    return Profile(base.model, tuple(tensors), tuple(order), statistics.median(other),
+                   {"method": "in-situ", "iterations": len(bwd)})
+
+
+IssueTimes = dict[int, dict[int, float]]  # step -> operation -> issue time (tracer clock)
+
+
+def issue_times(events: Iterable[Event], steps: list[StepRecord]) -> IssueTimes:
+    """When this rank issued each operation of ``steps`` (what the other ranks send rank 0)."""
+    step_of = {s.trace_iteration: s.step for s in steps}
+    out: IssueTimes = {}
+    for e in events:
+        it = (e.args or {}).get("iteration")
+        if e.cat == COMM and it in step_of:
+            out.setdefault(step_of[it], {})[int(e.args["op"])] = e.start_s
+    return out
+
+
+def service_points(events: Iterable[Event], steps: list[StepRecord],
+                   peers: list[IssueTimes] | None = None) -> list[tuple[int, float]]:
+    """``(bytes, seconds)`` of every traced operation of ``steps``: its completion minus
+    the later of its start and the previous operation's completion (one channel, in
+    order).  An all-reduce starts when the *last* rank issues it, so with ``peers``
+    (every rank's :func:`issue_times`) the start is the latest issue: a rank that
+    runs behind is skew, not network time."""
+    step_of = {s.trace_iteration: s.step for s in steps}
+    per_iter: dict[int, list[Event]] = {}
+    for e in events:
+        if e.cat == COMM and e.args and e.args.get("iteration") in step_of:
+            per_iter.setdefault(e.args["iteration"], []).append(e)
+    out = []
+    for it, evs in per_iter.items():
+        prev_end = float("-inf")
+        for e in sorted(evs, key=lambda e: e.start_s):
+            start = e.start_s
+            for peer in peers or ():
+                start = max(start, peer.get(step_of[it], {}).get(int(e.args["op"]), start))
+            end = e.start_s + e.dur_s
+            service_s = end - max(start, prev_end)
+            if service_s > MIN_SERVICE_S:  # else it finished right behind the one before: no information
+                out.append((int(e.args["bytes"]), service_s))
+            prev_end = max(prev_end, end)
+    return out
+
+
+def fit_cluster(points: dict[int, Iterable[float]], world_size: int, backend: str) -> Cluster:
+    """An alpha-beta all-reduce line through the median time of each size (no table: in-situ
+    medians are too noisy to interpolate between)."""
+    medians = [(b, statistics.median(ts)) for b, ts in sorted(points.items()) if b > 0 and list(ts)]
+    if len(medians) < 2:
+        raise GradschedError("internal: fewer than two operation sizes were measured; nothing to fit a line to")
+    return Cluster(world_size, {"allreduce": CollectiveCost.fit(medians, keep_table=False)}, backend,
+                   extra={"method": "in-situ"})
+
+
+# --------------------------------------------------------------------------- the tuner
+class AutoTuner:
+    """Run-time state of ``"auto"`` on one rank: what ran, what was predicted, what was measured.
+
+    ``switches`` and ``predicted_iteration_s`` are the same on every rank (rank 0's
+    decisions are broadcast); ``checks`` hold rank 0's measurements (empty elsewhere)."""
+
+    def __init__(self, model: "DistributedDataParallel", config: AutoTuneConfig, tracer: "Tracer",
+                 keep_events: bool) -> None:
+        self.config = config
+        self.iteration = 0  # training iterations started (forwards that synchronise gradients)
+        self.predicted_iteration_s: float | None = None
+        self.switches: list[Switch] = [Switch(0, config.initial, model.plan.hash, None, None, "initial")]
+        self.checks: list[Check] = []
+        self.replans = 0
+        self.profile: Profile | None = None  # what the current plan was planned with
+        self.cluster: Cluster | None = None
+        self._model = model
+        self._tracer = tracer
+        self._keep_events = keep_events  # the user asked for the trace: never trim it
+        self._steps: deque[StepRecord] = deque(maxlen=max(config.switch_iteration, config.patience) + 2)
+        self._recent_s: deque[float] = deque(maxlen=1000)  # measured iteration times under the current plan
+        self._points: dict[int, deque[float]] = {}
+        self._next_check: int | None = None
+        self._root = dist.get_global_rank(model._group, 0)
+        sizes = set(model.plan.op_bytes(model._own_profile))
+        self._probes = self._probe() if len(sizes) < MIN_SIZES else []
+
+    # ------------------------------------------------------------------ hook
+    def on_iteration_start(self) -> None:
+        """Called by the wrapper at the start of every gradient-synchronising forward: an
+        iteration boundary (the previous step's update is done or due)."""
+        now = self._tracer.now()
+        if self._steps and self._steps[-1].end_s is None:
+            prev = self._steps[-1]
+            prev.end_s = now
+            if prev.measured and prev.step > 0:
+                self._recent_s.append(prev.duration_s)
+        step = self.iteration
+        self.iteration += 1
+        acted = True
+        if step == self.config.switch_iteration:
+            window = [s for s in self._steps if s.measured and s.step > 0]
+            self._retune(step, window, "profiled")
+        elif step == self._next_check:
+            self._check(step)
+        else:
+            acted = False
+        self._steps.append(StepRecord(step, self._tracer.iteration, now, measured=not acted))
+        if acted or step % self.config.patience == 0:
+            self._trim()
+
+    # ------------------------------------------------------------------ decisions
+    def _check(self, step: int) -> None:
+        self._model.synchronize()  # every rank quiescent: the broadcast below cannot interleave with a plan's op
+        window = [s for s in self._steps if s.measured and s.end_s is not None][-self.config.patience:]
+        off = None
+        if self._is_root:
+            measured = statistics.median(s.duration_s for s in window)
+            predicted = self.predicted_iteration_s or measured
+            off = abs(measured - predicted) / predicted > self.config.replan_threshold
+            self.checks.append(Check(step, measured, predicted, off))
+            logger.debug("auto: iteration %d: measured %.2f ms, predicted %.2f ms", step, measured * 1e3,
+                         predicted * 1e3)
+        if self._broadcast(off):
+            self.replans += 1
+            self._retune(step, window, "replan")
+        else:
+            self._schedule_check(step)
+
+    def _retune(self, step: int, window: list[StepRecord], reason: str) -> None:
+        """Every rank: finish outstanding work, send rank 0 the issue times; rank 0 plans; all switch."""
+        self._model.synchronize()
+        mine = issue_times(self._events(), window)
+        peers: list[Any] | None = [None] * self._model._world if self._is_root else None
+        dist.gather_object(mine, peers, dst=self._root, group=self._model._group)
+        payload = None
+        if self._is_root:
+            payload = self._plan(window, statistics.median(s.duration_s for s in window), peers)
+        self._apply(step, self._broadcast(payload), reason)
+        self._schedule_check(step)
+
+    def _schedule_check(self, step: int) -> None:
+        more = self.replans < self.config.max_replans
+        self._next_check = step + self.config.patience + 1 if more else None
+
+    @property
+    def _is_root(self) -> bool:
+        return self._model._rank == 0
+
+    def _broadcast(self, payload: Any) -> Any:
+        box = [payload]
+        dist.broadcast_object_list(box, src=self._root, group=self._model._group)
+        return box[0]
+
+    def _plan(self, window: list[StepRecord], measured_s: float, peers: list[IssueTimes] | None) -> dict[str, Any]:
+        """Rank 0: measurements -> profile, cluster -> the auto plan, its issue order and prediction."""
+        from gradsched.planners import make_plan
+        from gradsched.torch.planning import issue_order
+
+        model = self._model
+        t0 = time.perf_counter()
+        events = self._events()
+        profile = measured_profile(model._own_profile, events, window)
+        for nbytes, s in service_points(events, window, peers):
+            self._points.setdefault(nbytes, deque(maxlen=KEEP_POINTS)).append(s)
+        points = {b: list(ts) for b, ts in self._points.items()}
+        if len(points) < MIN_SIZES:
+            for nbytes, s in self._probes:
+                points.setdefault(nbytes, [s])
+        if len(points) >= 2:
+            cluster = fit_cluster(points, model._world, dist.get_backend(model._group))
+        else:  # every operation finished behind another: nothing to fit; keep what we had
+            from gradsched.torch.planning import default_cluster
+
+            cluster = self.cluster or default_cluster(model._world)
+            logger.warning("auto: too few measured operation sizes to fit collective costs; planning with %s",
+                           "the previous fit" if self.cluster else "a loopback-like default")
+        exclude = tuple(self.config.planner_options.get("exclude", ()))
+        opts = dict(self.config.planner_options)
+        while True:
+            plan = make_plan("auto", profile, cluster, **dict(opts, exclude=exclude))
+            if not plan.overlap_forward or model._optimizer is not None:
+                break
+            # Overlapping the update with the next forward needs DistributedOptimizer: not this one.
+            exclude = exclude + (plan.options["chose"],)
+        order = issue_order(plan, profile, cluster)
+        predicted = float(plan.options["predicted_iteration_s"])
+        logger.info("auto: planned %s (%s) from %d measured iterations in %.0f ms: predicted %.2f ms per "
+                    "iteration, measured %.2f ms under %s", plan.options["chose"], plan.options["chosen_options"],
+                    len(window), (time.perf_counter() - t0) * 1e3, predicted * 1e3, measured_s * 1e3,
+                    self.switches[-1].strategy)
+        return {"plan": plan, "order": order, "predicted_s": predicted, "measured_s": measured_s,
+                "profile": profile, "cluster": cluster}
+
+    def _apply(self, step: int, payload: dict[str, Any], reason: str) -> None:
+        plan: Plan = payload["plan"]
+        self.predicted_iteration_s = payload["predicted_s"]
+        self.profile, self.cluster = payload["profile"], payload["cluster"]
+        model = self._model
+        if plan.hash != model.plan.hash or payload["order"] != model._order:
+            plan.check(model._own_profile, "auto plan")
+            model._switch_plan(plan, payload["order"])
+        self._recent_s.clear()
+        self.switches.append(Switch(step, plan.options.get("chose", plan.strategy), plan.hash, payload["predicted_s"],
+                                    payload["measured_s"], reason))
+
+    # ------------------------------------------------------------------ measurements
+    def _events(self) -> list[Event]:
+        tracer = self._tracer
+        with tracer._lock:  # completion callbacks append from the backend's threads
+            return list(tracer.events)
+
+    def _trim(self) -> None:
+        """Forget events older than the oldest iteration still kept (unless the user traces)."""
+        if self._keep_events or not self._steps:
+            return
+        cutoff = self._steps[0].start_s
+        tracer = self._tracer
+        with tracer._lock:
+            tracer.events = [e for e in tracer.events if e.start_s >= cutoff]
+
+    def _probe(self) -> list[tuple[int, float]]:
+        """Median time of a few all-reduces per size in ``PROBE_BYTES`` (all ranks take part)."""
+        group = self._model._group
+        device = self._model._params[0].device
+        out = []
+        for nbytes in PROBE_BYTES:
+            buf = torch.zeros(nbytes // 4, dtype=torch.float32, device=device)
+            times = []
+            for rep in range(4):
+                t0 = time.perf_counter()
+                dist.all_reduce(buf, group=group)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                if rep:  # the first aligns the ranks
+                    times.append(time.perf_counter() - t0)
+            out.append((nbytes, statistics.median(times)))
+        return out
+
+    # ------------------------------------------------------------------ reporting
+    @property
+    def measured_iteration_s(self) -> float | None:
+        """Median measured iteration time on this rank since the last switch (None before any)."""
+        return statistics.median(self._recent_s) if self._recent_s else None
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready state: switches, prediction and this rank's measurements."""
+        return {"predicted_iteration_s": self.predicted_iteration_s,
+                "measured_iteration_s": self.measured_iteration_s, "replans": self.replans,
+                "switches": [s.to_dict() for s in self.switches],
+                "checks": [{"iteration": c.iteration, "measured_s": c.measured_s, "predicted_s": c.predicted_s,
+                            "replan": c.replan} for c in self.checks]}

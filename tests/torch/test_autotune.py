@@ -1,0 +1,196 @@
+"""strategy="auto" at run time: profile in situ, switch on every rank at once, re-plan; DDP's numbers throughout."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gradsched.errors import GradschedError  # noqa: E402
+from gradsched.profile import Profile, TensorProfile  # noqa: E402
+from gradsched.timeline import BACKWARD, COMM, FORWARD, UPDATE, WAIT, Event  # noqa: E402
+from gradsched.torch.autotune import (AutoTuneConfig, StepRecord, fit_cluster, issue_times,  # noqa: E402
+                                      measured_profile, service_points)
+from gradsched.torch.selftest import rel_diff, spawn_local  # noqa: E402
+
+TOLERANCE = 1e-5
+STEPS = 20
+
+
+# --------------------------------------------------------------------------- options (no processes)
+def test_options_split_between_tuner_and_planner():
+    cfg = AutoTuneConfig.from_options({"switch_iteration": 3, "patience": 4, "exclude": "sync", "channels": 1})
+    assert (cfg.switch_iteration, cfg.patience) == (3, 4)
+    assert cfg.planner_options == {"exclude": ("sync",), "channels": 1}
+    assert AutoTuneConfig.from_options(None).initial == "wfbp"
+    static = AutoTuneConfig.from_options({"adaptive": False, "density": 0.01})  # planned once: sparse allowed
+    assert static.planner_options == {"density": 0.01}
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"switch_iterations": 3}, "unknown option"),
+    ({"density": 0.01}, "adaptive=false"),
+    ({"switch_iteration": 1}, "switch_iteration"),
+    ({"initial": "auto"}, "concrete"),
+    ({"initial": "nope"}, "unknown strategy"),
+    ({"replan_threshold": 0}, "replan_threshold"),
+    ({"patience": 0}, "patience"),
+])
+def test_bad_options_say_what_is_wrong(options, words):
+    with pytest.raises(GradschedError, match=words):
+        AutoTuneConfig.from_options(options)
+
+
+# --------------------------------------------------------------------------- measurements -> profile, cluster
+def _base() -> Profile:
+    """Two layers: layer 0 owns tensors 0, 1 (weight, bias); layer 1 owns tensor 2."""
+    return Profile("toy", (TensorProfile("a.w", 100, 400, 0, 0, layer=0), TensorProfile("a.b", 10, 40, 0, 0, layer=0),
+                           TensorProfile("h.w", 50, 200, 0, 0, layer=1)))
+
+
+def _iteration(it: int, t0: float, ready: dict[int, float], ops: list[tuple[int, float, float, int]]) -> list[Event]:
+    """Events of one traced iteration starting at ``t0``: forward 0.010 s (with a 0.002 s wait
+    inside), backward from t0 + 0.010, the given ready offsets, then operations."""
+    ev = [Event("forward", FORWARD, "compute", t0, 0.010, 0, {"iteration": it}),
+          Event("wait a.w", WAIT, "compute", t0 + 0.001, 0.002, 0, {"iteration": it})]
+    bwd0 = t0 + 0.010
+    last = bwd0
+    for i, r in sorted(ready.items(), key=lambda kv: kv[1]):
+        ev.append(Event(f"t{i}", BACKWARD, "compute", last, bwd0 + r - last, 0, {"iteration": it, "tensor": i}))
+        last = bwd0 + r
+    ev.append(Event("wait for communication", WAIT, "compute", last, 0.003, 0, {"iteration": it}))
+    ev.append(Event("update", UPDATE, "compute", last + 0.003, 0.001, 0, {"iteration": it}))
+    for op, start, dur, nbytes in ops:
+        ev.append(Event(f"op{op}", COMM, "comm0", bwd0 + start, dur, 0, {"iteration": it, "op": op, "bytes": nbytes}))
+    return ev
+
+
+def test_measured_profile_reproduces_medians_of_ready_times_and_splits_the_iteration():
+    events, steps = [], []
+    for k, jitter in enumerate((0.0, 0.004, 0.001)):  # the median iteration is the last one
+        t0 = 0.1 * k
+        events += _iteration(k + 7, t0, {2: 0.020 + jitter, 1: 0.050 + jitter, 0: 0.052 + jitter}, [])
+        steps.append(StepRecord(k, k + 7, t0, t0 + 0.080))
+    p = measured_profile(_base(), events, steps)
+    assert p.order == (2, 1, 0)
+    assert p.ready_s == pytest.approx((0.053, 0.053, 0.021))  # a layer is ready with its last tensor
+    assert p.tensors[2].backward_s == pytest.approx(0.021) and p.tensors[0].backward_s == pytest.approx(0.032)
+    assert p.tensors[1].backward_s == 0 and p.tensors[1].forward_s == 0  # the layer's time sits on its first tensor
+    assert p.forward_s == pytest.approx(0.008)  # forward minus the wait inside it
+    # the rest of the 80 ms: 80 - forward 8 - backward 53 - waits (2 + 3) = 14 ms (loss, update, data...)
+    assert p.other_s == pytest.approx(0.014)
+    assert p.fingerprint == _base().fingerprint
+
+
+def _flat(points: list[tuple[int, float]]) -> list[float]:
+    return [x for p in points for x in p]
+
+
+def test_service_time_excludes_queueing_and_waiting_for_a_late_peer():
+    # op0 issued at 1 ms, done at 3 ms; op1 issued at 2 ms (queued behind op0), done at 7 ms
+    events = _iteration(0, 0.0, {0: 0.001, 1: 0.001, 2: 0.001}, [(0, 0.001, 0.002, 400), (1, 0.002, 0.005, 4000)])
+    steps = [StepRecord(0, 0, 0.0, 0.05)]
+    assert _flat(service_points(events, steps)) == pytest.approx([400, 0.002, 4000, 0.004])
+    # the peer issued op0 only at 2.5 ms: its all-reduce really took 0.5 ms
+    peer = issue_times(_iteration(0, 0.0, {}, [(0, 0.0025, 0.0005, 400), (1, 0.002, 0.005, 4000)]), steps)
+    assert peer == {0: {0: pytest.approx(0.0125), 1: pytest.approx(0.012)}}
+    late = {0: {0: 0.0125, 1: 0.012}}
+    assert _flat(service_points(events, steps, [late])) == pytest.approx([400, 0.0005, 4000, 0.004])
+
+
+def test_fit_cluster_recovers_a_line_from_medians():
+    alpha, beta = 2e-4, 1e-9
+    points = {b: [alpha + beta * b, 5 * (alpha + beta * b), alpha + beta * b] for b in (1 << 10, 1 << 16, 1 << 20)}
+    c = fit_cluster(points, 2, "gloo")
+    assert c.cost("allreduce").alpha_s == pytest.approx(alpha, rel=1e-6)
+    assert c.cost("allreduce").beta_s_per_byte == pytest.approx(beta, rel=1e-6)
+
+
+# --------------------------------------------------------------------------- 2 gloo ranks
+def _train(rank: int, world: int, strategy: str, optimizer: str, options: dict | None, wrap_optimizer: bool = True):
+    from gradsched.torch import DistributedDataParallel, DistributedOptimizer, build_model
+
+    spec = build_model("mlp", seed=0)
+    model = DistributedDataParallel(spec.module, strategy, plan_options=options, timeout_s=60)
+    inner = (torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9) if optimizer == "sgd"
+             else torch.optim.Adam(model.parameters(), lr=1e-3))
+    opt = DistributedOptimizer(inner, model) if wrap_optimizer else inner
+    sched = torch.optim.lr_scheduler.StepLR(inner, step_size=7, gamma=0.5)
+    gen = torch.Generator().manual_seed(1)
+    for step in range(STEPS):
+        x, y = spec.make_batch(8 * world, gen)  # every rank draws the global batch, keeps its shard
+        opt.zero_grad()
+        spec.loss_fn(model(x[rank::world]), y[rank::world]).backward()
+        opt.step()
+        sched.step()
+        if step == 9:
+            with torch.no_grad():  # an evaluation forward is not an iteration: it must not shift the switch
+                model(x[rank::world])
+    model.synchronize()
+    params = [p.detach().clone() for p in spec.module.parameters()]
+    tuner = model.autotuner
+    if tuner is None:
+        return {"params": params}
+    return {"params": params, "switches": [(s.iteration, s.plan_hash, s.strategy, s.reason) for s in tuner.switches],
+            "predicted": tuner.predicted_iteration_s,
+            "plan_overlaps": model.plan.overlap_forward, "checks": len(tuner.checks)}
+
+
+CASES = {
+    "auto/sgd": ("sgd", {"switch_iteration": 3, "patience": 4}, True),
+    "auto/adam": ("adam", {"switch_iteration": 3, "patience": 4}, True),
+    # every check is off by more than 1e-9: re-plan at iterations 3+4+1 = 8 and 13, then stop (cap)
+    "replan/sgd": ("sgd", {"switch_iteration": 3, "patience": 4, "replan_threshold": 1e-9, "max_replans": 2}, True),
+    "replan/adam": ("adam", {"switch_iteration": 3, "patience": 4, "replan_threshold": 1e-9, "max_replans": 2}, True),
+    # start on a plan that overlaps the update with the next forward: switching must finish it first
+    "overlap-start/adam": ("adam", {"switch_iteration": 4, "initial": "bytescheduler",
+                                    "initial_options": {"partition_bytes": 8192, "credit_bytes": 32768},
+                                    "max_replans": 0}, True),
+    # a plain torch optimizer: auto must not pick a plan that needs DistributedOptimizer
+    "plain-optimizer/sgd": ("sgd", {"switch_iteration": 3, "max_replans": 0}, False),
+}
+
+
+def _job(rank: int, world: int) -> dict:
+    out = {f"ddp/{o}": _train(rank, world, "ddp", o, None) for o in ("sgd", "adam")}
+    for label, (opt, options, wrap) in CASES.items():
+        out[label] = _train(rank, world, "auto", opt, options, wrap)
+    return out
+
+
+@pytest.fixture(scope="module")
+def results():
+    return spawn_local(_job, 2, timeout_s=60)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("label", list(CASES))
+def test_auto_trains_to_ddps_parameters_on_every_rank(results, label):
+    opt = CASES[label][0]
+    for rank in (0, 1):
+        assert rel_diff(results[rank][label]["params"], results[rank][f"ddp/{opt}"]["params"]) <= TOLERANCE
+    assert all(torch.equal(a, b) for a, b in zip(results[0][label]["params"], results[1][label]["params"]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("label", list(CASES))
+def test_every_rank_switches_at_the_same_iteration_to_the_same_plan(results, label):
+    a, b = results[0][label], results[1][label]
+    assert a["switches"] == b["switches"]
+    assert a["predicted"] == b["predicted"] and a["predicted"] > 0
+    first = a["switches"][1]
+    assert first[0] == CASES[label][1]["switch_iteration"] and first[3] == "profiled"
+
+
+@pytest.mark.slow
+def test_replans_when_measured_time_is_off_and_stops_at_the_cap(results):
+    sw = results[0]["replan/sgd"]["switches"]
+    assert [(s[0], s[3]) for s in sw] == [(0, "initial"), (3, "profiled"), (8, "replan"), (13, "replan")]
+    assert results[0]["replan/sgd"]["checks"] == 2  # none after the cap: no more broadcasts
+    assert results[1]["replan/sgd"]["checks"] == 0  # rank 0 measures and decides
+
+
+@pytest.mark.slow
+def test_without_distributed_optimizer_auto_never_picks_an_overlapping_plan(results):
+    assert results[0]["plain-optimizer/sgd"]["plan_overlaps"] is False
+    assert results[0]["overlap-start/adam"]["switches"][0][2] == "bytescheduler"
