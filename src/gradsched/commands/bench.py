@@ -215,12 +215,16 @@ def rows_for_json(result: dict[str, Any], meta: dict[str, Any]) -> list[dict[str
     return [{**row, **shared} for row in result["rows"]]
 
 
+def _x(ratio: float | None, width: int) -> str:
+    return f"{ratio:{width}.2f}x" if ratio is not None else f"{'-':>{width}s} "
+
+
 def table(result: dict[str, Any]) -> str:
     lines = [f"{'strategy':14s} {'median ms':>10s} {'vs ddp':>7s} {'vs best ddp':>11s} {'/ lower bd':>10s} "
              f"{'predicted ms':>12s} {'error':>7s}"]
     for r in result["rows"]:
-        lines.append(f"{r['strategy']:14s} {r['iteration_s_median'] * 1e3:10.1f} {r['speedup_vs_ddp']:6.2f}x "
-                     f"{r['speedup_vs_best_ddp']:10.2f}x {r['vs_lower_bound']:9.2f}x "
+        lines.append(f"{r['strategy']:14s} {r['iteration_s_median'] * 1e3:10.1f} {_x(r['speedup_vs_ddp'], 6)} "
+                     f"{_x(r['speedup_vs_best_ddp'], 10)} {_x(r['vs_lower_bound'], 9)} "
                      f"{r['predicted_iteration_s'] * 1e3:12.1f} {r['prediction_error'] * 100:+6.1f}%")
     lb = result["lower_bound"]
     lines.append(f"lower bound {lb['lower_bound_s'] * 1e3:.1f} ms (compute {lb['compute_s'] * 1e3:.1f} ms, one "
@@ -229,6 +233,10 @@ def table(result: dict[str, Any]) -> str:
     if auto is not None:
         opts = auto.get("plan_options") or {}
         lines.append(f"auto chose {opts.get('chose')} {opts.get('chosen_options')} ({auto['operations']} operations)")
+        tune = auto.get("autotune")
+        if tune and tune.get("predicted_iteration_s"):
+            lines.append(f"  (planned at run time from its own in-training measurements, which predicted "
+                         f"{tune['predicted_iteration_s'] * 1e3:.1f} ms; {tune['replans']} re-plan(s))")
     c = result.get("contention")
     if c:
         lines.append(f"contention: forward+backward {c['compute_alone_s'] * 1e3:.0f} ms alone, "
