@@ -151,6 +151,9 @@ def _worker(rank: int, world: int, port: int, backend: str, cases: list[tuple[st
         Path(out).write_text(json.dumps(results, indent=1))
     dist.barrier()
     dist.destroy_process_group()
+    from gradsched.torch.shutdown import leave
+
+    leave(0)  # see gradsched.torch.shutdown: a finished worker must not die in finalisation
 
 
 def _entry(rank: int, fn: Any, world: int, port: int, backend: str, args: tuple, outdir: str,
@@ -167,6 +170,9 @@ def _entry(rank: int, fn: Any, world: int, port: int, backend: str, args: tuple,
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    from gradsched.torch.shutdown import leave
+
+    leave(0)  # only after success: an exception above propagates to mp.spawn as usual
 
 
 def spawn_local(fn: Any, world: int, *args: Any, backend: str = "gloo", timeout_s: float = 60.0) -> list[Any]:
