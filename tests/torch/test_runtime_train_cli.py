@@ -34,7 +34,8 @@ def test_train_json_params_and_trace_match_torch_ddp(tmp_path, capsys):
 @pytest.mark.parametrize("argv,message", [
     (["--model", "resnet9000"], "unknown model"),
     (["--strategy", "nope"], "unknown strategy"),
-    (["--strategy", "topk"], "dense strategy"),
+    (["--strategy", "topk", "--density", "2"], "--density"),
+    (["--strategy", "wfbp", "--density", "0.1"], "--density applies"),
     (["--nproc", "0"], "--nproc"),
     (["--plan", "/nonexistent/plan.json"], "no such file"),
 ])

@@ -33,6 +33,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--plan", default=None, help="run this plan file (gradsched.plan/1) instead of --strategy")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="strategy option, repeatable (e.g. --option mb=4)")
+    p.add_argument("--density", type=float, default=None,
+                   help="top-k density for --strategy topk|omgs (default 0.001) or auto (allows sparse plans)")
+    p.add_argument("--sparse", action="append", default=[], metavar="KEY=VALUE",
+                   help="top-k runtime option, repeatable: warmup_steps=N, selection=exact|sampled, "
+                        "error_feedback=false, memory=laysa|naive (docs/sparse.md)")
     p.add_argument("--profile", default=None, help="plan with this measured profile (default: sizes from the model)")
     p.add_argument("--cluster", default=None, help="plan with this measured cluster (default: loopback-like)")
     p.add_argument("--no-torch-ddp", action="store_true",
@@ -84,14 +89,25 @@ def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
         from gradsched.planners import get_planner, is_sparse
 
         get_planner(args.strategy)  # unknown name: error listing the known ones
-        if is_sparse(args.strategy):
-            raise GradschedError(f"strategy {args.strategy!r} compresses gradients, which the runtime does not "
-                                 "execute yet; choose a dense strategy")
+        if args.density is not None and not (is_sparse(args.strategy) or args.strategy == "auto"):
+            raise GradschedError(f"--density applies to sparse strategies (topk, omgs) and auto, not to "
+                                 f"{args.strategy!r}")
+    if args.density is not None and not 0 < args.density <= 1:
+        raise GradschedError(f"--density must be in (0, 1] (fraction of gradient elements sent), got {args.density}")
+    plan_options = _options(args.option)
+    if args.density is not None:
+        plan_options["density"] = args.density
+    sparse_options = _options(args.sparse)
+    if sparse_options:
+        from gradsched.torch.sparse import SparseOptions
+
+        SparseOptions.of(sparse_options)  # bad keys or values: one line here, not a worker traceback
     lr = args.lr if args.lr is not None else (0.01 if args.optimizer == "sgd" else 1e-3)
     absolute = lambda p: str(Path(p).resolve()) if p else None  # noqa: E731
     return {"model": args.model, "strategy": args.strategy, "plan_path": absolute(args.plan),
             "profile_path": absolute(args.profile), "cluster_path": absolute(args.cluster),
-            "plan_options": _options(args.option), "no_torch_ddp": args.no_torch_ddp, "steps": args.steps,
+            "plan_options": plan_options, "sparse_options": sparse_options or None,
+            "no_torch_ddp": args.no_torch_ddp, "steps": args.steps,
             "warmup": args.warmup, "batch_size": args.batch_size, "optimizer": args.optimizer, "lr": lr,
             "seed": args.seed, "backend": args.backend, "threads": args.threads, "timeout_s": args.timeout_s,
             "save_params": absolute(args.save_params), "trace_path": absolute(args.trace), "out_dir": out_dir}
@@ -140,6 +156,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"  auto: predicted {result['predicted_iteration_s'] * 1e3:.1f} ms, measured after the last switch "
                   f"{result['measured_iteration_s_after_switch'] * 1e3:.1f} ms (median)")
     print(f"  loss: {result['loss_first']:.4f} -> {result['loss_last']:.4f}")
+    if result.get("peak_extra_bytes") is not None:
+        print(f"  peak extra memory (runtime buffers beyond parameters and optimizer state): "
+              f"{result['peak_extra_bytes'] / 2**20:.2f} MiB")
     if result.get("saved_params"):
         print(f"  parameters of rank 0 saved to {result['saved_params']}")
     if result.get("trace"):

@@ -20,6 +20,13 @@ One executor per wrapped model.  Per backward pass:
 
 A parameter unused on every rank keeps its ``.grad`` unchanged (``None`` stays
 ``None``), as in DDP, so optimizers skip it.
+
+Sparse (``topk-allgather``) operations run in :mod:`gradsched.torch.sparse`; in its
+default ``laysa`` memory mode their tensors' gradients are added into the residual
+(their piece of the flat buffer) and released, and the dense result is delivered one
+chunk of whole tensors at a time: each chunk updates its weights through
+:attr:`Executor.mirror` (set by ``DistributedOptimizer``) and is freed.  Every
+buffer goes through :attr:`Executor.ledger` (:mod:`gradsched.torch.memory`).
 """
 
 from __future__ import annotations
@@ -34,9 +41,11 @@ from torch import nn
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
 from gradsched.torch.layout import build_layout
+from gradsched.torch.memory import MemoryLedger, storage_bytes
 from gradsched.torch.ops import CollectiveError, OpRunner, make_runner
 from gradsched.torch.planning import dtype_key
-from gradsched.torch.trace import WAIT, Tracer
+from gradsched.torch.sparse import SparseOptions, TopkAllGather
+from gradsched.torch.trace import UPDATE, WAIT, Tracer
 
 PENDING, ISSUED, DONE = 0, 1, 2
 
@@ -46,7 +55,8 @@ class Executor:
 
     def __init__(self, params: list[nn.Parameter], names: list[str], plan: Plan, order: list[int],
                  group: dist.ProcessGroup, ctrl_group: dist.ProcessGroup, *, timeout_s: float,
-                 find_unused_parameters: bool, tracer: Tracer | None) -> None:
+                 find_unused_parameters: bool, tracer: Tracer | None,
+                 sparse_options: SparseOptions | dict | None = None) -> None:
         self.params = params
         self.names = names
         self.plan = plan
@@ -61,11 +71,28 @@ class Executor:
         self.credit_bytes = plan.credit_bytes
         self.layout = build_layout(plan, [dtype_key(p.dtype) for p in params], [p.numel() for p in params],
                                    [p.is_contiguous() for p in params])
+        self.ledger = MemoryLedger()
+        self.sparse_options = SparseOptions.of(sparse_options)
+        self.sparse_step = 0  # synchronised backward passes so far (dense warm-up; saved with the residuals)
+        self.mirror: Callable[[list[nn.Parameter]], None] | None = None  # per-chunk update (DistributedOptimizer)
+        self.sparse_tensor = [False] * len(params)
+        sparse_ops = [j for j, op in enumerate(plan.operations) if op.sparse]
+        for j in sparse_ops:
+            for t in self.layout.op_tensors[j]:
+                self.sparse_tensor[t] = True
+        self.laysa = bool(sparse_ops) and self.sparse_options.memory == "laysa"
+        if sparse_ops:
+            self._check_sparse_plan(sparse_ops)
+        self.chunk_numel = max(p.numel() for p in params)  # a LaySA result chunk never exceeds the largest tensor
+        self.kept: dict[str, torch.Tensor] = {}  # LaySA results left as .grad (no mirror update): freed next backward
         device = params[0].device
         dtypes = {dtype_key(p.dtype): p.dtype for p in params}
-        self.arenas = {dt: torch.zeros(n, dtype=dtypes[dt], device=device) for dt, n in self.layout.arena_numel.items()}
+        self.arenas = {dt: self.ledger.alloc(f"arena/{dt}", torch.zeros(n, dtype=dtypes[dt], device=device))
+                       for dt, n in self.layout.arena_numel.items()}
         self.views: list[torch.Tensor | None] = []
-        for p, start in zip(params, self.layout.view_start):
+        for i, (p, start) in enumerate(zip(params, self.layout.view_start)):
+            if self.laysa and self.sparse_tensor[i]:
+                start = None  # the piece is the residual: gradients are added into it, never aliased
             arena = self.arenas[dtype_key(p.dtype)] if start is not None else None
             self.views.append(arena[start:start + p.numel()].view_as(p) if arena is not None else None)
         self.tensor_slots = [[] for _ in params]
@@ -74,7 +101,8 @@ class Executor:
                 self.tensor_slots[s.tensor].append(s)
         on_complete = self._traced_completion if tracer is not None else None
         self.runners: list[OpRunner] = [
-            make_runner(j, op, self.layout.op_pieces[j], self.arenas, group, self.world_size, self.rank, on_complete)
+            make_runner(j, op, self.layout.op_pieces[j], self.arenas, group, self.world_size, self.rank, on_complete,
+                        ledger=self.ledger, options=self.sparse_options, step_of=lambda: self.sparse_step)
             for j, op in enumerate(plan.operations)]
         self.enabled = True  # False inside no_sync()
         self.in_backward = False
@@ -82,6 +110,51 @@ class Executor:
         self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(i)) for i, p in enumerate(params)]
         self._reset()
         self.settled = True  # no operation of a past backward outstanding
+
+    def _check_sparse_plan(self, sparse_ops: list[int]) -> None:
+        if self.plan.overlap_forward:
+            raise GradschedError(f"plan {self.plan.strategy!r} overlaps with the next forward and has top-k "
+                                 "operations; the runtime runs sparse operations only in non-overlapping plans")
+        for j in sparse_ops:
+            for s in self.layout.op_slots[j]:
+                if self.layout.tensor_ops[s.tensor] != (j,) or s.start != 0 or s.end != self.params[s.tensor].numel():
+                    raise GradschedError(f"operation {j} (topk-allgather) holds part of tensor {self.names[s.tensor]}; "
+                                         "sparse operations must hold whole tensors, each in one operation "
+                                         "(plan with topk or omgs)")
+
+    # ------------------------------------------------------------------ memory and sparse state
+    def held_buffers(self) -> dict[str, torch.Tensor]:
+        """Every buffer the executor holds now, by ledger name (the ledger's live bytes are their storage)."""
+        out: dict[str, torch.Tensor] = {f"arena/{dt}": a for dt, a in self.arenas.items()}
+        for r in self.runners:
+            if isinstance(r, TopkAllGather):
+                out.update(r.held)
+        out.update(self.kept)
+        return out
+
+    def sparse_state(self) -> dict[str, torch.Tensor]:
+        """Residuals and the step counter (empty for dense plans): what a resumed run needs to continue exactly."""
+        out: dict[str, torch.Tensor] = {}
+        for j, r in enumerate(self.runners):
+            if isinstance(r, TopkAllGather):
+                out[f"residual.op{j}"] = r.residual_tensor().detach().clone()
+        if out:
+            out["step"] = torch.tensor(self.sparse_step, dtype=torch.int64)
+        return out
+
+    def load_sparse_state(self, state: dict[str, torch.Tensor]) -> None:
+        mine = self.sparse_state()
+        if set(state) != set(mine):
+            raise GradschedError(f"sparse state has keys {sorted(state)}, this plan needs {sorted(mine)}: the "
+                                 "checkpoint was saved under another plan; load it with the same strategy and options")
+        for j, r in enumerate(self.runners):
+            if isinstance(r, TopkAllGather):
+                saved = state[f"residual.op{j}"]
+                if saved.shape != r.residual_tensor().shape:
+                    raise GradschedError(f"residual of operation {j} has shape {tuple(saved.shape)}, expected "
+                                         f"{tuple(r.residual_tensor().shape)}: checkpoint from another plan")
+                r.residual_tensor().copy_(saved)
+        self.sparse_step = int(state["step"])
 
     # ------------------------------------------------------------------ state
     def _reset(self) -> None:
@@ -124,6 +197,9 @@ class Executor:
     def _begin_backward(self) -> None:
         if not self.settled:
             self.settle_all()  # a backward without the forward gating in between: finish the old one first
+        for name in self.kept:  # last step's results the optimizer has used by now
+            self.ledger.free(name)
+        self.kept.clear()
         self._reset()
         self.in_backward = True
         self.settled = False
@@ -138,6 +214,14 @@ class Executor:
         p = self.params[i]
         g = p.grad
         view = self.views[i]
+        if g is not None and (view is None or g.data_ptr() != view.data_ptr()):
+            self.ledger.transient(storage_bytes(g))  # autograd's fresh gradient, alive until released below
+        if self.laysa and self.sparse_tensor[i]:
+            if g is not None:
+                (s,) = self.tensor_slots[i]
+                self.arenas[s.dtype][s.arena_start:s.arena_start + s.end - s.start].add_(g.reshape(-1))
+                p.grad = None  # now part of the compensated gradient (residual + gradient)
+            return
         if view is not None:
             if g is None:
                 view.zero_()  # unused here; .grad is assigned only if some rank used it
@@ -223,6 +307,7 @@ class Executor:
                 self.tracer.span("wait for communication", WAIT, wait_start)
         else:
             self.on_backward_end()
+        self.sparse_step += 1
 
     def _agree_on_unused(self) -> None:
         device = self.params[0].device if dist.get_backend(self.ctrl_group) == "nccl" else torch.device("cpu")
@@ -254,11 +339,54 @@ class Executor:
         if self.op_state[j] == DONE and all(self.written[t] for t in self.layout.op_tensors[j]):
             return
         self._drain(j)
+        if self.laysa and self.plan.operations[j].sparse:
+            self._deliver(j)
+            return
         for t in self.layout.op_tensors[j]:
             if self.written[t]:
                 continue
             if all(self.op_state[k] == DONE for k in self.layout.tensor_ops[t]):
                 self._write_back(t)
+
+    def _deliver(self, j: int) -> None:
+        """LaySA: rebuild sparse operation ``j``'s result chunk by chunk; update each chunk's weights and free it."""
+        base = self.layout.op_pieces[j][0].start
+        slots = sorted(self.layout.op_slots[j], key=lambda s: s.arena_start)
+        groups: list[list[tuple[int, int, int]]] = []  # chunks of (tensor, lo, hi) in piece coordinates
+        size = 0
+        for s in slots:
+            lo, hi = s.arena_start - base, s.arena_start - base + s.end - s.start
+            if not groups or size + hi - lo > self.chunk_numel:
+                groups.append([])
+                size = 0
+            groups[-1].append((s.tensor, lo, hi))
+            size += hi - lo
+        chunks = [(g[0][1], g[-1][2]) for g in groups]
+        keep = self.mirror is None
+        for c, (lo, _hi, flat, name) in enumerate(self.runners[j].results(chunks, keep)):  # run to exhaustion
+            g = groups[c]
+            params = []
+            for t, a, b in g:
+                self.written[t] = True
+                if t in self.globally_unused:
+                    continue  # no rank computed it: .grad stays as it was, like DDP
+                p = self.params[t]
+                p.grad = flat[a - lo:b - lo].view_as(p)
+                params.append(p)
+            if keep:
+                if name is not None:
+                    self.kept[name] = flat
+                continue
+            if params:
+                t0 = self.tracer.now() if self.tracer is not None else 0.0
+                self.mirror(params)
+                if self.tracer is not None:
+                    self.tracer.span(f"update {self.names[g[0][0]]}", UPDATE, t0, tensors=[t for t, _, _ in g])
+            for p in params:
+                p.grad = None  # updated from the aggregated result: the dense gradient is not kept
+            if name is not None:
+                self.ledger.free(name)
+        self.op_state[j] = DONE
 
     def _write_back(self, i: int) -> None:
         self.written[i] = True

@@ -44,7 +44,7 @@ class DenseAllReduce:
 
     def __init__(self, index: int, op: Operation, pieces: tuple[Piece, ...], arenas: dict[str, torch.Tensor],
                  group: dist.ProcessGroup, world_size: int, rank: int,
-                 on_complete: Callable[[int], None] | None = None) -> None:
+                 on_complete: Callable[[int], None] | None = None, **_context: object) -> None:
         self.index = index
         self.buffers = [arenas[p.dtype][p.start:p.end] for p in pieces]
         self.nbytes = sum(b.numel() * b.element_size() for b in self.buffers)
@@ -86,15 +86,19 @@ class DenseAllReduce:
         self.works = []
 
 
+# gradsched.torch.sparse adds the sparse kind ("topk-allgather": TopkAllGather) when imported.
 OP_KINDS: dict[str, type] = {DENSE: DenseAllReduce}
 
 
 def make_runner(index: int, op: Operation, pieces: tuple[Piece, ...], arenas: dict[str, torch.Tensor],
                 group: dist.ProcessGroup, world_size: int, rank: int,
-                on_complete: Callable[[int], None] | None = None) -> OpRunner:
-    """The runner for ``op``'s collective kind; an unknown kind is a clear error."""
+                on_complete: Callable[[int], None] | None = None, **context: object) -> OpRunner:
+    """The runner for ``op``'s collective kind; an unknown kind is a clear error.
+
+    ``context`` (the executor's memory ledger, sparse options, step counter) goes to
+    every kind; a kind takes what it needs."""
     kind = OP_KINDS.get(op.collective)
     if kind is None:
         raise GradschedError(f"operation {index} uses collective {op.collective!r}, which the runtime does not "
                              f"execute yet (it runs: {', '.join(OP_KINDS)}); choose a dense strategy")
-    return kind(index, op, pieces, arenas, group, world_size, rank, on_complete)
+    return kind(index, op, pieces, arenas, group, world_size, rank, on_complete, **context)

@@ -75,11 +75,8 @@ def default_cluster(world_size: int) -> Cluster:
 def resolve_plan(plan: str | Plan, profile: Profile, cluster: Cluster, options: dict[str, Any] | None = None) -> Plan:
     """A Plan from a strategy name or a Plan, checked element for element against ``profile``."""
     if isinstance(plan, str):
-        from gradsched.planners import is_sparse, make_plan
+        from gradsched.planners import make_plan
 
-        if is_sparse(plan):
-            raise GradschedError(f"strategy {plan!r} compresses gradients (topk-allgather), which the runtime "
-                                 "does not execute yet; choose a dense strategy")
         plan = make_plan(plan, profile, cluster, **(options or {}))
     elif options:
         raise GradschedError("plan options apply to a strategy name, not to a ready Plan")

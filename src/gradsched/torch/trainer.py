@@ -50,7 +50,8 @@ def train(cfg: dict[str, Any]) -> dict[str, Any]:
     cluster = Cluster.load(cfg["cluster_path"]) if cfg.get("cluster_path") else None
     model = DistributedDataParallel(module, plan, profile=profile, cluster=cluster,
                                     plan_options=cfg.get("plan_options") or None, timeout_s=cfg["timeout_s"],
-                                    trace=bool(cfg.get("trace_path")), use_torch_ddp=not cfg.get("no_torch_ddp"))
+                                    trace=bool(cfg.get("trace_path")), use_torch_ddp=not cfg.get("no_torch_ddp"),
+                                    sparse_options=cfg.get("sparse_options"))
     inner = (torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=0.9) if cfg["optimizer"] == "sgd"
              else torch.optim.Adam(model.parameters(), lr=cfg["lr"]))
     opt = DistributedOptimizer(inner, model)
@@ -77,6 +78,12 @@ def train(cfg: dict[str, Any]) -> dict[str, Any]:
     dist.all_reduce(mean_losses)
     mean_losses = (mean_losses / world).tolist()
     timed = iteration_s[cfg["warmup"]:] or iteration_s
+    stats = model.memory_stats()
+    peak_extra = None
+    if stats is not None:  # the largest of any rank (the ranks' buffers can differ only by timing)
+        peak = torch.tensor([stats["peak_bytes"]], dtype=torch.int64, device=device)
+        dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+        peak_extra = int(peak.item())
     result = {"strategy": model.strategy, "model": cfg["model"], "nproc": world, "backend": dist.get_backend(),
               "steps": cfg["steps"], "batch_size": cfg["batch_size"], "optimizer": cfg["optimizer"],
               "iteration_s_median": statistics.median(timed), "iteration_s_mean": statistics.fmean(timed),
@@ -85,7 +92,10 @@ def train(cfg: dict[str, Any]) -> dict[str, Any]:
               "params": sum(p.numel() for p in module.parameters()),
               "torch_ddp": model.plan is None,
               "operations": len(model.plan.operations) if model.plan is not None else None,
-              "plan_hash": model.plan.hash if model.plan is not None else None}
+              "plan_hash": model.plan.hash if model.plan is not None else None,
+              "peak_extra_bytes": peak_extra,
+              "density": (model.plan.operations[0].density if model.plan is not None and model.plan.operations
+                          and model.plan.operations[0].sparse else None)}
     if model.autotuner is not None:
         # strategy auto: what it chose and predicted, against what ran after its last switch
         tuner = model.autotuner

@@ -38,6 +38,7 @@ from gradsched.torch.planning import (default_cluster, issue_order, profile_from
 from gradsched.torch.trace import FORWARD, Tracer, merge_timelines
 
 DEFAULT_TIMEOUT_S = 300.0
+_SPARSE_KEY = "_gradsched_sparse"
 
 
 class DistributedDataParallel(nn.Module):
@@ -61,6 +62,8 @@ class DistributedDataParallel(nn.Module):
         use_torch_ddp: with ``plan="ddp"``, run PyTorch's DDP (default) rather than
             the executor with the ``ddp`` planner's buckets.
         ddp_kwargs: extra arguments for PyTorch's DDP (``bucket_cap_mb`` ...).
+        sparse_options: how top-k operations run (:class:`gradsched.torch.sparse.SparseOptions` or a
+            dict: ``warmup_steps``, ``selection``, ``error_feedback``, ``memory``); see docs/sparse.md.
     """
 
     def __init__(self, module: nn.Module, plan: str | Plan = "wfbp", *,
@@ -68,7 +71,8 @@ class DistributedDataParallel(nn.Module):
                  cluster: Cluster | None = None, plan_options: dict[str, Any] | None = None,
                  timeout_s: float = DEFAULT_TIMEOUT_S, find_unused_parameters: bool = False,
                  broadcast_buffers: bool = True, trace: bool = False, use_torch_ddp: bool = True,
-                 ddp_kwargs: dict[str, Any] | None = None) -> None:
+                 ddp_kwargs: dict[str, Any] | None = None,
+                 sparse_options: dict[str, Any] | Any | None = None) -> None:
         super().__init__()
         if not dist.is_available() or not dist.is_initialized():
             raise GradschedError("torch.distributed is not initialised: call torch.distributed.init_process_group() "
@@ -89,6 +93,7 @@ class DistributedDataParallel(nn.Module):
         self._ddp: nn.Module | None = None
         self._ctrl: dist.ProcessGroup | None = None
         self._gating: list[Any] = []
+        self._sparse_options = sparse_options
         self.autotuner: AutoTuner | None = None
         tune: AutoTuneConfig | None = None
         if isinstance(plan, str) and plan == "auto":
@@ -120,6 +125,10 @@ class DistributedDataParallel(nn.Module):
             self.strategy = self.plan.strategy
             self._order = issue_order(self.plan, profile, cluster)
             agreement = f"{self.plan.hash} {self._order}"
+            if any(op.sparse for op in self.plan.operations):
+                from gradsched.torch.sparse import SparseOptions
+
+                agreement += f" {SparseOptions.of(sparse_options).to_dict()}"
         self._check_agreement(agreement)
         if self._tracer is not None:
             self._tracer.reset_epoch()  # right after a collective: the ranks' clocks line up
@@ -152,7 +161,10 @@ class DistributedDataParallel(nn.Module):
         assert self.plan is not None
         self._executor = Executor(self._params, self._names, self.plan, self._order, self._group,
                                   self._ctrl or self._group, timeout_s=self._timeout_s,
-                                  find_unused_parameters=self._find_unused, tracer=self._tracer)
+                                  find_unused_parameters=self._find_unused, tracer=self._tracer,
+                                  sparse_options=self._sparse_options)
+        if self._optimizer is not None:
+            self._executor.mirror = self._optimizer._step_subset  # sparse results update their weights on arrival
         if self.plan.overlap_forward:
             self._executor.on_backward_end = lambda: None  # leave operations in flight
             self._install_gating()
@@ -219,6 +231,8 @@ class DistributedDataParallel(nn.Module):
             raise GradschedError("the optimizer holds parameters that are not this model's; build it over "
                                  "model.parameters()")
         self._optimizer = optimizer
+        if self._executor is not None:
+            self._executor.mirror = optimizer._step_subset  # sparse results update their weights on arrival
 
     # ------------------------------------------------------------------ properties
     @property
@@ -306,6 +320,35 @@ class DistributedDataParallel(nn.Module):
                                  "load with assign=False")
         self.synchronize()
         return super().load_state_dict(state_dict, strict=strict)
+
+    # sparse plans: residuals and the step counter travel in the state_dict (prefix "_gradsched_sparse.")
+    def _save_to_state_dict(self, destination: Any, prefix: str, keep_vars: bool) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if self._executor is not None:
+            for k, v in self._executor.sparse_state().items():
+                destination[f"{prefix}{_SPARSE_KEY}.{k}"] = v
+
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, local_metadata: Any, strict: bool,
+                              missing_keys: list[str], unexpected_keys: list[str], error_msgs: list[str]) -> None:
+        mine = f"{prefix}{_SPARSE_KEY}."
+        sparse = {k[len(mine):]: state_dict.pop(k) for k in [k for k in state_dict if k.startswith(mine)]}
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        needed = self._executor.sparse_state() if self._executor is not None else {}
+        if sparse or needed:
+            if not sparse:  # e.g. a dense checkpoint: missing keys (strict=False starts with empty residuals)
+                missing_keys.extend(f"{mine}{k}" for k in sorted(needed))
+                return
+            if set(sparse) != set(needed):
+                error_msgs.append(f"sparse state (residuals) has keys {sorted(sparse)}, this plan needs "
+                                  f"{sorted(needed)}; load a checkpoint saved under the same plan (or strict=False "
+                                  "to start with empty residuals)")
+                return
+            self._executor.load_sparse_state(sparse)
+
+    def memory_stats(self) -> dict[str, int] | None:
+        """Bytes of the runtime's own buffers (live, peak; docs/sparse.md); ``None`` under PyTorch's DDP."""
+        return self._executor.ledger.stats() if self._executor is not None else None
 
     # ------------------------------------------------------------------ tracing
     def timeline(self) -> Timeline:

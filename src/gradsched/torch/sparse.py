@@ -1,0 +1,307 @@
+"""Top-k sparsified communication with error feedback: the ``topk-allgather`` operation kind.
+
+Per operation and step (OMGS-SGD's and GRACE's top-k with residual memory):
+
+1. compensate: ``c = gradient + residual`` (what was not sent before is not lost);
+2. select the ``k = ceil(density * numel)`` largest ``|c|`` (the same ``k`` on every
+   rank, so the all-gather is regular), exactly (``torch.topk``) or through a sampled
+   threshold (DGC style: a threshold from a strided sample keeps a few candidates,
+   ``torch.topk`` runs on those; it falls back to the exact selection when the
+   sample underestimates, so both methods pick the same elements);
+3. the residual keeps what was not sent: ``c`` with the sent entries set to zero, so
+   ``sent + residual == c`` exactly (without error feedback it is cleared);
+4. values (divided by the world size, as DDP averages) and int32 indices are
+   all-gathered; every rank scatter-adds them into a dense result, in rank order.
+
+With density 1 every element is sent and the residual stays zero: the result is
+the dense average.  The first ``warmup_steps`` steps send the dense gradient with
+an all-reduce instead (a common remedy for early-training instability).
+
+Memory (LaySA, Zhao et al. 2021): the naive design keeps the gradient buffer, a
+residual, and value/index buffers alive all the time (twice the model or more).
+In the ``laysa`` mode (default) the residual *is* the operation's piece of the flat
+buffer: each gradient is added into it when autograd delivers it (the gradient is
+then released), selection runs in place, value/index buffers exist only while the
+operation is in flight, and the dense result is rebuilt one chunk of whole tensors
+at a time (never larger than the largest tensor); each chunk updates its weights
+at once (the "mirror" update, through :class:`~gradsched.torch.optim.DistributedOptimizer`)
+and is freed.  ``naive`` keeps the classic layout, for comparison.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.distributed as dist
+
+from gradsched.errors import GradschedError
+from gradsched.plan import SPARSE, Operation
+from gradsched.torch.layout import Piece
+from gradsched.torch.memory import MemoryLedger, storage_bytes
+from gradsched.torch.ops import OP_KINDS, CollectiveError
+
+INDEX_DTYPE = torch.int32  # indices on the wire: 4 bytes, as the cost model assumes
+SELECTIONS = ("exact", "sampled")
+MEMORY_MODES = ("laysa", "naive")
+SAMPLE_NUMEL = 4096  # elements in the sampled-threshold estimate
+SAMPLE_MARGIN = 2.0  # keep about this many times k candidates
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SparseOptions:
+    """How ``topk-allgather`` operations run (the plan says which tensors and the density)."""
+
+    warmup_steps: int = 0
+    """Steps at the start that send the dense gradient (all-reduce) instead of the top-k."""
+    selection: str = "exact"
+    """``exact`` (``torch.topk``) or ``sampled`` (DGC-style threshold, exact fallback)."""
+    error_feedback: bool = True
+    """Keep what was not sent and add it to the next step's gradient (turn off only to see why it matters)."""
+    memory: str = "laysa"
+    """``laysa``: residual in place, buffers only while needed, per-chunk mirror update; ``naive``: all persistent."""
+
+    @classmethod
+    def of(cls, value: "SparseOptions | dict[str, Any] | None") -> "SparseOptions":
+        """Options from ``None``, a dict (e.g. from JSON) or an instance, with errors that say what is allowed."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            opts = value
+        elif isinstance(value, dict):
+            known = set(cls.__dataclass_fields__)
+            unknown = sorted(set(value) - known)
+            if unknown:
+                raise GradschedError(f"unknown sparse option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+            opts = cls(**value)
+        else:
+            raise GradschedError(f"sparse_options must be a dict or SparseOptions, got {type(value).__name__}")
+        if not isinstance(opts.warmup_steps, int) or opts.warmup_steps < 0:
+            raise GradschedError(f"sparse option warmup_steps must be an integer >= 0, got {opts.warmup_steps!r}")
+        if opts.selection not in SELECTIONS:
+            raise GradschedError(f"sparse option selection must be one of {', '.join(SELECTIONS)}, got {opts.selection!r}")
+        if opts.memory not in MEMORY_MODES:
+            raise GradschedError(f"sparse option memory must be one of {', '.join(MEMORY_MODES)}, got {opts.memory!r}")
+        return opts
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def k_of(density: float, numel: int) -> int:
+    """Elements sent per rank: ``ceil(density * numel)``, at least 1 and at most ``numel``."""
+    return min(numel, max(1, math.ceil(density * numel)))
+
+
+def topk_indices(x: torch.Tensor, k: int, method: str = "exact") -> torch.Tensor:
+    """Indices (int64) of ``k`` largest-magnitude entries of the flat tensor ``x``."""
+    n = x.numel()
+    if k >= n:
+        return torch.arange(n, device=x.device)
+    mag = x.abs()
+    if method == "sampled" and n > 4 * SAMPLE_NUMEL and k * SAMPLE_MARGIN * 4 < n:
+        stride = n // SAMPLE_NUMEL
+        sample = mag[::stride]
+        ks = min(sample.numel(), max(1, math.ceil(SAMPLE_MARGIN * k * sample.numel() / n)))
+        threshold = torch.topk(sample, ks, sorted=False).values.min()
+        candidates = torch.nonzero(mag >= threshold).view(-1)
+        if candidates.numel() >= k:  # every top-k element is a candidate: the exact answer, cheaper
+            top = torch.topk(mag[candidates], k, sorted=False).indices
+            return candidates[top]
+    return torch.topk(mag, k, sorted=False).indices
+
+
+def compress(c: torch.Tensor, k: int, method: str = "exact", error_feedback: bool = True
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Select from the compensated gradient ``c`` in place: returns ``(indices, values)``.
+
+    Afterwards ``c`` is the residual: ``c`` with the sent entries zeroed (so sent plus
+    residual equals the compensated gradient exactly), or all zeros without error feedback."""
+    idx = topk_indices(c, k, method)
+    values = c.index_select(0, idx)
+    if error_feedback:
+        c.index_fill_(0, idx, 0)
+    else:
+        c.zero_()
+    return idx, values
+
+
+class TopkAllGather:
+    """One ``topk-allgather`` operation (see the module docstring); the executor's :class:`OpRunner`."""
+
+    def __init__(self, index: int, op: Operation, pieces: tuple[Piece, ...], arenas: dict[str, torch.Tensor],
+                 group: dist.ProcessGroup, world_size: int, rank: int,
+                 on_complete: Callable[[int], None] | None = None, *, ledger: MemoryLedger,
+                 options: SparseOptions, step_of: Callable[[], int]) -> None:
+        if len(pieces) != 1:
+            raise GradschedError(f"operation {index} (topk-allgather) mixes {len(pieces)} element types; a sparse "
+                                 "operation must hold tensors of one dtype (split it by dtype)")
+        self.index = index
+        self.piece = arenas[pieces[0].dtype][pieces[0].start:pieces[0].end]
+        self.numel = self.piece.numel()
+        self.k = k_of(op.density if op.density is not None else 1.0, self.numel)
+        self.nbytes = self.k * (self.piece.element_size() + 4)  # per rank on the wire
+        self.group = group
+        self.world_size = world_size
+        self.rank = rank
+        self.on_complete = on_complete
+        self.ledger = ledger
+        self.options = options
+        self.step_of = step_of
+        self.naive = options.memory == "naive"
+        self.host_wait = dist.get_backend(group) != "nccl"
+        self.works: list[dist.Work] = []
+        self.warm = False
+        self.held: dict[str, torch.Tensor] = {}  # name -> buffer held now (all in the ledger)
+        if self.naive:
+            self.residual = self._alloc("residual", torch.zeros_like(self.piece))
+            self._alloc_wire()
+        else:
+            self.residual = self.piece  # compensated gradient and residual live in the flat buffer itself
+
+    # ------------------------------------------------------------------ buffers
+    def _alloc(self, what: str, t: torch.Tensor) -> torch.Tensor:
+        name = f"op{self.index}/{what}"
+        self.held[name] = self.ledger.alloc(name, t)
+        return t
+
+    def _free(self, what: str) -> None:
+        name = f"op{self.index}/{what}"
+        if name in self.held:
+            del self.held[name]
+            self.ledger.free(name)
+
+    def _alloc_wire(self) -> None:
+        dev, p = self.piece.device, self.world_size
+        self._alloc("send_values", torch.empty(self.k, dtype=self.piece.dtype, device=dev))
+        self._alloc("send_indices", torch.empty(self.k, dtype=INDEX_DTYPE, device=dev))
+        self._alloc("gathered_values", torch.empty(p * self.k, dtype=self.piece.dtype, device=dev))
+        self._alloc("gathered_indices", torch.empty(p * self.k, dtype=INDEX_DTYPE, device=dev))
+
+    def _free_wire(self) -> None:
+        if not self.naive:
+            for what in ("send_values", "send_indices", "gathered_values", "gathered_indices"):
+                self._free(what)
+
+    def _wire(self, what: str) -> torch.Tensor:
+        return self.held[f"op{self.index}/{what}"]
+
+    # ------------------------------------------------------------------ OpRunner protocol
+    def issue(self) -> None:
+        self.warm = self.step_of() < self.options.warmup_steps
+        if self.warm:  # dense all-reduce of the gradient (the residual is untouched)
+            self.piece.div_(self.world_size)
+            self.works = [dist.all_reduce(self.piece, op=dist.ReduceOp.SUM, group=self.group, async_op=True)]
+        else:
+            if self.naive:
+                self.residual.add_(self.piece)
+            else:
+                self._alloc_wire()
+            idx, values = compress(self.residual, self.k, self.options.selection, self.options.error_feedback)
+            send_v, send_i = self._wire("send_values"), self._wire("send_indices")
+            torch.div(values, self.world_size, out=send_v)
+            send_i.copy_(idx)
+            gv, gi = self._wire("gathered_values"), self._wire("gathered_indices")
+            self.works = [
+                dist.all_gather(list(gv.chunk(self.world_size)), send_v, group=self.group, async_op=True),
+                dist.all_gather(list(gi.chunk(self.world_size)), send_i, group=self.group, async_op=True)]
+        if self.on_complete is not None:
+            self.works[-1].get_future().add_done_callback(lambda _f: self.on_complete(self.index))
+
+    def is_done(self) -> bool:
+        return all(w.is_completed() for w in self.works)
+
+    def wait(self, timeout_s: float) -> None:
+        for w in self.works:
+            try:
+                if self.host_wait:
+                    w.wait(timeout=timedelta(seconds=timeout_s))
+                else:
+                    w.wait()
+            except Exception as exc:  # backend errors have no common public type
+                raise CollectiveError(
+                    f"rank {self.rank}: top-k all-gather of operation {self.index} ({self.nbytes} bytes per rank) "
+                    f"failed or did not complete within {timeout_s:g} s: a peer rank probably died, stalled or ran "
+                    f"a different number of steps ({type(exc).__name__}: "
+                    f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
+        self.works = []
+        if self.naive and not self.warm:  # classic design: the dense result goes into the gradient buffer
+            self.piece.zero_()
+            self.piece.index_add_(0, self._wire("gathered_indices").long(), self._wire("gathered_values"))
+
+    # ------------------------------------------------------------------ LaySA results
+    def results(self, chunks: list[tuple[int, int]], keep: bool) -> Iterator[tuple[int, int, torch.Tensor, str | None]]:
+        """The dense averaged result, one chunk ``[lo, hi)`` of the piece at a time (``laysa`` mode).
+
+        Yields ``(lo, hi, flat, name)``: ``name`` is the ledger entry of a buffer the
+        caller now owns and must free (``None`` for a view of the piece).  With
+        ``keep`` the caller holds the chunks past the next chunk (no mirror update)."""
+        try:
+            if self.warm:
+                for lo, hi in chunks:
+                    if keep:
+                        name = f"op{self.index}/result[{lo}:{hi}]"
+                        yield lo, hi, self.ledger.alloc(name, self.piece[lo:hi].clone()), name
+                    else:
+                        yield lo, hi, self.piece[lo:hi], None
+                self.piece.zero_()  # the residual stays empty during warm-up
+                return
+            gi, gv = self._wire("gathered_indices"), self._wire("gathered_values")
+            for lo, hi in chunks:
+                if lo == 0 and hi == self.numel:
+                    sel_i, sel_v = gi.long(), gv
+                else:
+                    mask = (gi >= lo) & (gi < hi)
+                    sel_i, sel_v = (gi[mask] - lo).long(), gv[mask]
+                self.ledger.transient(storage_bytes(sel_i) + storage_bytes(sel_v))
+                name = f"op{self.index}/result[{lo}:{hi}]"
+                flat = self.ledger.alloc(name, torch.zeros(hi - lo, dtype=gv.dtype, device=gv.device))
+                flat.index_add_(0, sel_i, sel_v)
+                del sel_i, sel_v
+                yield lo, hi, flat, name
+        finally:
+            self._free_wire()
+
+    def residual_tensor(self) -> torch.Tensor:
+        return self.residual
+
+
+def benchmark_selection(device: str | torch.device = "cpu", method: str = "exact", *, density: float = 0.001,
+                        sizes: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000, 10_000_000),
+                        repeats: int = 3) -> tuple[float, list[tuple[int, float]]]:
+    """Fit ``c`` in ``ts(n) = c * n * log2(n)`` for ``method`` on ``device`` (OMGS-SGD's model).
+
+    Returns ``(c, [(n, median seconds), ...])``; store ``c`` in a cluster file as
+    ``topk_selection_s_per_nlogn`` (``Cluster.selection_s`` reads it).  The fit is
+    least squares weighted towards large ``n`` (relative error), where selection matters."""
+    if method not in SELECTIONS:
+        raise GradschedError(f"selection method must be one of {', '.join(SELECTIONS)}, got {method!r}")
+    dev = torch.device(device)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    points: list[tuple[int, float]] = []
+    for n in sizes:
+        x = torch.randn(int(n), generator=gen).to(dev)
+        k = k_of(density, int(n))
+        topk_indices(x, k, method)  # warm-up
+        times = []
+        for _ in range(repeats):
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            t0 = time.perf_counter()
+            topk_indices(x, k, method)
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            times.append(time.perf_counter() - t0)
+        points.append((int(n), statistics.median(times)))
+    # minimise sum((c f - t)^2 / t^2): relative error, so 1e3 and 1e7 both count
+    num = sum(f * t / t ** 2 for n, t in points if (f := n * math.log2(n)) > 0 and t > 0)
+    den = sum(f * f / t ** 2 for n, t in points if (f := n * math.log2(n)) > 0 and t > 0)
+    return (num / den if den > 0 else 0.0), points
+
+
+OP_KINDS[SPARSE] = TopkAllGather
