@@ -313,3 +313,15 @@ def test_laysa_memory_beats_naive_and_stays_near_dense(results):
     assert naive >= 2 * params  # gradient buffer + residual + wire buffers
     assert laysa <= 1.3 * dense < naive
     assert all(m["laysa"]["grads_none"])  # dense gradients released after the mirror update
+
+
+def test_selection_benchmark_fits_n_log_n():
+    from gradsched.cluster import Cluster
+    from gradsched.torch.sparse import benchmark_selection
+
+    c, points = benchmark_selection("cpu", "sampled", sizes=(1_000, 20_000), repeats=1)
+    assert [n for n, _ in points] == [1_000, 20_000] and all(t > 0 for _, t in points)
+    assert 0 < c < 1e-6  # seconds per n log2 n: nanoseconds at most on any CPU
+    cluster = Cluster.alpha_beta(1e-4, 1e-9, 2)
+    cluster.extra["topk_selection_s_per_nlogn"] = c
+    assert cluster.selection_s(1024) == pytest.approx(c * 1024 * 10)
