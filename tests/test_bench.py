@@ -95,3 +95,22 @@ def test_short_benchmark_end_to_end_writes_valid_json(tmp_path, capsys):
     assert png.stat().st_size > 1000
     table = capsys.readouterr().out
     assert "auto chose" in table and "ddp-1mb" in table
+
+
+@pytest.mark.parametrize("kc,kn", [(0.5, 0.3), (0.0, 1.0), (0.8, 0.0), (0.2, 2.5)])
+@pytest.mark.parametrize("compute_s,comm_s", [(1.0, 0.6), (0.5, 1.0)])
+def test_contention_fit_inverts_the_fluid_model(kc, kn, compute_s, comm_s):
+    from gradsched.torch.bench_worker import fit_contention
+
+    # forward model: both start at 0, each slowed while the other runs
+    t_c_alone, t_n_alone = compute_s * (1 + kc), comm_s * (1 + kn)
+    if t_n_alone <= t_c_alone:  # the all-reduce ends first, compute finishes the rest at full speed
+        t_n = t_n_alone
+        t_c = t_n + compute_s - t_n / (1 + kc)
+    else:
+        t_c = t_c_alone
+        t_n = t_c + comm_s - t_c / (1 + kn)
+    fitted = fit_contention(compute_s, comm_s, t_c, t_n)
+    # the factor of whichever resource ended second is only identifiable if it overlapped at all
+    assert fitted["compute_slowdown"] == pytest.approx(kc, abs=1e-9)
+    assert fitted["comm_slowdown"] == pytest.approx(kn, abs=1e-9)

@@ -93,7 +93,12 @@ def entries(strategies: str, buckets: str) -> list[dict[str, Any]]:
                                  + f"; known: {', '.join(known)}")
         if any(e["label"] == name for e in out):
             continue
-        out.append({"label": name, "strategy": name, "torch_ddp": name == "ddp"})
+        entry: dict[str, Any] = {"label": name, "strategy": name, "torch_ddp": name == "ddp"}
+        if name == "auto":
+            # planned once, at start-up, with the job's measured profile and network
+            # (contention included): what bench compares is the plan, not the re-planning
+            entry["options"] = {"adaptive": False}
+        out.append(entry)
     if buckets.strip().lower() not in ("", "none"):
         if not any(e["label"] == "ddp" for e in out):
             out.insert(0, {"label": "ddp", "strategy": "ddp", "torch_ddp": True})  # the reference is always run

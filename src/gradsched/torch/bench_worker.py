@@ -14,8 +14,10 @@ What one job does, in order (every rank runs the same steps, so collectives matc
    gradient size (rounded up to a power of two), fitted to a Cluster on rank 0 and
    broadcast.
 3. **Contention probe**: forward+backward alone, an all-reduce of all gradients alone,
-   and both at once; how much each slows the other is what a simulator that assumes
-   free overlap misses (reported, not used for the predictions).
+   and both at once; the two slowdowns of the simulator's contention model (compute
+   while a collective runs, a collective while compute runs) are solved exactly from
+   these four times (:func:`fit_contention`) and put into the cluster, so that the
+   plans (``auto``) and the predictions account for CPU contention.
 4. **Models**: one copy of the model per entry (strategy, or DDP with one
    ``bucket_cap_mb``), all from the same seed, each with its own optimizer.  gradsched
    wrappers and PyTorch DDP coexist on one process group: only one of them runs at a
@@ -33,6 +35,7 @@ Rank 0 writes ``bench.json`` (see :func:`run_bench`) into ``out_dir``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -100,6 +103,7 @@ def _contention_probe(cfg: dict[str, Any], total_bytes: int, reps: int = 3) -> d
 
     compute()  # warm-up
     alone_c, alone_n, both_c, both_n = [], [], [], []
+    done_at: list[float] = []
     for _ in range(reps):
         dist.barrier()
         t0 = time.perf_counter()
@@ -111,17 +115,45 @@ def _contention_probe(cfg: dict[str, Any], total_bytes: int, reps: int = 3) -> d
         alone_n.append(time.perf_counter() - t0)
         dist.barrier()
         t0 = time.perf_counter()
+        done_at.clear()
         work = dist.all_reduce(buf, async_op=True)
+        # stamped on gloo's thread the moment the all-reduce completes, even if that is
+        # while compute is still running (work.wait() below would only see it after)
+        work.get_future().add_done_callback(lambda _f: done_at.append(time.perf_counter()))
         compute()
         both_c.append(time.perf_counter() - t0)
         work.wait()
-        both_n.append(time.perf_counter() - t0)
+        while not done_at:  # the callback may run just after wait() returns
+            time.sleep(1e-4)
+        both_n.append(done_at[0] - t0)
     med = statistics.median
     out = torch.tensor([med(alone_c), med(alone_n), med(both_c), med(both_n)], dtype=torch.float64)
     dist.all_reduce(out, op=dist.ReduceOp.MAX)  # the slowest rank's, as a collective ends with it
     c, n, bc, bn = out.tolist()
     return {"compute_alone_s": c, "allreduce_alone_s": n, "compute_overlapped_s": bc, "allreduce_overlapped_s": bn,
-            "compute_slowdown": bc / c, "allreduce_slowdown": bn / n, "allreduce_bytes": total_bytes}
+            "compute_slowdown": bc / c, "allreduce_slowdown": bn / n, "allreduce_bytes": total_bytes,
+            "fitted": fit_contention(c, n, bc, bn)}
+
+
+def fit_contention(compute_s: float, comm_s: float, compute_both_s: float, comm_both_s: float) -> dict[str, float]:
+    """The simulator's two slowdowns, solved exactly from one overlapped run.
+
+    Both start at 0; compute needs ``compute_s`` of work, the all-reduce ``comm_s``.  In
+    the fluid model, while both run, compute advances at ``1/(1+kc)`` and the
+    all-reduce at ``1/(1+kn)``; whichever ends first (at ``t1``) was slowed all along,
+    so its factor is ``t1 / alone``; the other did ``t1 / (1+k)`` of its work by then
+    and the rest at full speed, so ``1 + k = t1 / (alone - (t2 - t1))``."""
+    def other(t1: float, t2: float, alone: float) -> float:
+        left_alone = alone - (t2 - t1)  # work done while overlapped, at full speed
+        return max(0.0, t1 / left_alone - 1.0) if left_alone > 0 else 0.0
+
+    if comm_both_s <= compute_both_s:  # the all-reduce ended first
+        kn = max(0.0, comm_both_s / comm_s - 1.0)
+        kc = other(comm_both_s, compute_both_s, compute_s)
+    else:
+        kc = max(0.0, compute_both_s / compute_s - 1.0)
+        kn = other(compute_both_s, comm_both_s, comm_s)
+    return {"compute_slowdown": kc, "comm_slowdown": kn}
 
 
 def _build_entry(entry: dict[str, Any], cfg: dict[str, Any], profile: Profile, cluster: Cluster) -> tuple[Any, Any]:
@@ -171,6 +203,8 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
     profile = _measure_profile(cfg)
     cluster = _measure_cluster(profile.total_bytes, cfg)
     probe = _contention_probe(cfg, profile.total_bytes) if cfg.get("probe", True) else None
+    if probe is not None:
+        cluster = dataclasses.replace(cluster, extra={**cluster.extra, "contention": probe["fitted"]})
 
     entries = cfg["entries"]
     models = []
