@@ -25,11 +25,13 @@ def test_options_split_between_tuner_and_planner():
     assert AutoTuneConfig.from_options(None).initial == "wfbp"
     static = AutoTuneConfig.from_options({"adaptive": False, "density": 0.01})  # planned once: sparse allowed
     assert static.planner_options == {"density": 0.01}
+    implied = AutoTuneConfig.from_options({"density": 0.01})  # a density below 1 implies planning once
+    assert implied.planner_options == {"density": 0.01} and not implied.adaptive
 
 
 @pytest.mark.parametrize("options, words", [
     ({"switch_iterations": 3}, "unknown option"),
-    ({"density": 0.01}, "adaptive=false"),
+    ({"density": 0.01, "adaptive": True}, "drop adaptive=true"),
     ({"switch_iteration": 1}, "switch_iteration"),
     ({"initial": "auto"}, "concrete"),
     ({"initial": "nope"}, "unknown strategy"),

@@ -90,10 +90,14 @@ class AutoTuneConfig:
             ex = planner["exclude"]
             planner["exclude"] = (ex,) if isinstance(ex, str) else tuple(ex)
         density = opts.pop("density", 1)
-        if density != 1 and opts.get("adaptive", True):
-            raise GradschedError(f"auto at run time switches between dense plans only (a switch must not change the "
-                                 f"numbers, and top-k residuals would not survive it), got density={density}; "
-                                 "plan sparse strategies once at start-up with the option adaptive=false")
+        if density != 1:
+            # Sparse plans are planned once at start-up: a run-time switch must not change
+            # the numbers, and top-k residuals would not survive it.
+            if opts.get("adaptive") is True:
+                raise GradschedError(f"auto at run time switches between dense plans only (top-k residuals would "
+                                     f"not survive a switch), got density={density} with adaptive=true; "
+                                     "drop adaptive=true to plan once at start-up")
+            opts["adaptive"] = False
         if density != 1:
             planner["density"] = density
         known = {f for f in cls.__dataclass_fields__ if f != "planner_options"}

@@ -181,4 +181,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from gradsched.torch.shutdown import leave
+
+    leave(main())  # skip interpreter finalisation: see gradsched.torch.shutdown
