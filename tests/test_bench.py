@@ -32,8 +32,16 @@ def test_entries_without_sweep_run_only_what_is_asked():
 def test_unknown_strategy_lists_the_known_ones():
     with pytest.raises(GradschedError, match="unknown; known: .*mgwfbp.*auto"):
         entries("ddp,fastest", "none")
-    with pytest.raises(GradschedError, match="compresses gradients"):
+    with pytest.raises(GradschedError, match="give its density"):
         entries("topk", "none")
+    with pytest.raises(GradschedError, match=r"--density must be in \(0, 1\]"):
+        entries("omgs", "none", density=2.0)
+
+
+def test_sparse_entries_carry_their_density_and_auto_stays_dense():
+    by = {e["label"]: e for e in entries("topk,omgs,auto", "none", density=0.01)}
+    assert by["topk"]["options"] == {"density": 0.01} and by["omgs"]["options"] == {"density": 0.01}
+    assert "density" not in by["auto"]["options"]
     with pytest.raises(GradschedError, match="megabytes or 'all'"):
         entries("ddp", "1,big")
 

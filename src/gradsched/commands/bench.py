@@ -51,6 +51,8 @@ def register(subparsers: Any) -> None:
     net.add_argument("--loopback", action="store_true", help="local workers over loopback (the default without root)")
     p.add_argument("--strategies", default=DEFAULT_STRATEGIES,
                    help=f"comma-separated; ddp = PyTorch DDP (default {DEFAULT_STRATEGIES})")
+    p.add_argument("--density", type=float, default=None,
+                   help="top-k density of the sparse strategies (topk, omgs) in --strategies")
     p.add_argument("--ddp-buckets", default=DEFAULT_BUCKETS,
                    help=f"DDP bucket_cap_mb values to sweep, MB or 'all' (one bucket); 'none' to skip "
                    f"(default {DEFAULT_BUCKETS})")
@@ -76,24 +78,30 @@ def _bucket_label(mb: str) -> str:
     return "ddp-all" if mb == "all" else f"ddp-{mb}mb"
 
 
-def entries(strategies: str, buckets: str) -> list[dict[str, Any]]:
-    """What to run: one entry per strategy, plus one per DDP bucket size (DDP's default 25 MB is ``ddp``)."""
+def entries(strategies: str, buckets: str, density: float | None = None) -> list[dict[str, Any]]:
+    """What to run: one entry per strategy, plus one per DDP bucket size (DDP's default 25 MB is ``ddp``).
+
+    Sparse strategies (``topk``, ``omgs``) run at ``density``, which they require;
+    ``auto`` stays dense (compare it with the sparse rows)."""
     from gradsched.planners import is_sparse, strategy_names
 
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     if not names:
         raise GradschedError("--strategies is empty; name at least one, e.g. ddp,auto")
-    known = [n for n in strategy_names() if not is_sparse(n)]
+    known = strategy_names()
+    if density is not None and not 0 < density <= 1:
+        raise GradschedError(f"--density must be in (0, 1], got {density}")
     out: list[dict[str, Any]] = []
     for name in names:
         if name not in known:
-            sparse = name in strategy_names()
-            raise GradschedError(f"strategy {name!r} " + ("compresses gradients, which the runtime does not execute"
-                                                          if sparse else "is unknown")
-                                 + f"; known: {', '.join(known)}")
+            raise GradschedError(f"strategy {name!r} is unknown; known: {', '.join(known)}")
+        if is_sparse(name) and density is None:
+            raise GradschedError(f"strategy {name!r} sends top-k gradients: give its density, e.g. --density 0.01")
         if any(e["label"] == name for e in out):
             continue
         entry: dict[str, Any] = {"label": name, "strategy": name, "torch_ddp": name == "ddp"}
+        if is_sparse(name):
+            entry["options"] = {"density": density}
         if name == "auto":
             # planned once, at start-up, with the job's measured profile and network
             # (contention included): what bench compares is the plan, not the re-planning
@@ -144,7 +152,7 @@ def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
         raise GradschedError(f"--warmup-rounds must be between 0 and --rounds - 1 ({args.rounds - 1}), "
                              f"got {args.warmup_rounds}")
     return {"model": args.model, "seed": args.seed, "batch_size": args.batch_size, "lr": args.lr,
-            "entries": entries(args.strategies, args.ddp_buckets), "steps": args.steps, "rounds": args.rounds,
+            "entries": entries(args.strategies, args.ddp_buckets, args.density), "steps": args.steps, "rounds": args.rounds,
             "warmup_rounds": args.warmup_rounds, "profile_iterations": args.profile_iterations,
             "net_reps": args.net_reps, "probe": not args.no_probe, "timeout_s": args.timeout_s,
             "progress": not args.quiet, "out_dir": out_dir}
