@@ -1,0 +1,59 @@
+"""Simulator fidelity: predicted against measured iteration time, built-in models, 2 local ranks.
+
+    python benchmarks/fidelity.py [--models mlp,cnn,vgg] [--strategies ...] [--rounds 4]
+
+For each model, one ``gradsched bench --loopback`` job measures the model's profile,
+the network and the compute/communication contention in place, runs every strategy
+in rotating rounds, and predicts each one with the simulator from those
+measurements.  This prints the per-strategy errors and their median absolute value
+(issue 4's target: at most 5%) and writes ``benchmarks/results/fidelity.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from gradsched.cli import main as gradsched
+
+RESULTS = Path(__file__).parent / "results"
+STRATEGIES = "ddp,wfbp,sync,mgwfbp,optimal,bytescheduler,usbyte,auto"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="mlp,cnn,vgg")
+    ap.add_argument("--strategies", default=STRATEGIES)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--json", default=str(RESULTS / "fidelity.json"))
+    args = ap.parse_args(argv)
+    rows = []
+    for model in args.models.split(","):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp, "bench.json")
+            code = gradsched(["bench", "--model", model, "--hosts", "2", "--loopback", "--strategies", args.strategies,
+                              "--ddp-buckets", "none", "--steps", str(args.steps), "--rounds", str(args.rounds),
+                              "--json", str(out), "-q"])
+            if code != 0:
+                return code
+            for r in json.loads(out.read_text()):
+                rows.append({"model": model, "strategy": r["strategy"], "measured_s": r["iteration_s_median"],
+                             "predicted_s": r["predicted_iteration_s"], "error": r["prediction_error"]})
+    print(f"{'model':<6} {'strategy':<14} {'measured ms':>11} {'predicted ms':>12} {'error':>7}")
+    for r in rows:
+        print(f"{r['model']:<6} {r['strategy']:<14} {1e3 * r['measured_s']:>11.1f} {1e3 * r['predicted_s']:>12.1f} "
+              f"{100 * r['error']:>+6.1f}%")
+    median_abs = statistics.median(abs(r["error"]) for r in rows)
+    print(f"median |error| over {len(rows)} (model, strategy) pairs: {100 * median_abs:.1f}% (target 5%)")
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps({"rows": rows, "median_abs_error": median_abs}, indent=1))
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
