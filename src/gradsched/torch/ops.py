@@ -72,18 +72,27 @@ class DenseAllReduce:
         return all(w.is_completed() for w in self.works)
 
     def wait(self, timeout_s: float) -> None:
-        for w in self.works:
-            try:
-                if self.host_wait:
-                    w.wait(timeout=timedelta(seconds=timeout_s))
-                else:
-                    w.wait()
-            except Exception as exc:  # backend errors have no common public type
-                raise CollectiveError(
-                    f"rank {self.rank}: all-reduce of operation {self.index} ({self.nbytes} bytes) failed or did not "
-                    f"complete within {timeout_s:g} s: a peer rank probably died, stalled or ran a different number "
-                    f"of steps ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
+        wait_all(self.works, host_wait=self.host_wait, timeout_s=timeout_s, rank=self.rank,
+                 what=f"all-reduce of operation {self.index} ({self.nbytes} bytes)")
         self.works = []
+
+
+def wait_all(works: list[dist.Work], *, host_wait: bool, timeout_s: float, rank: int, what: str) -> None:
+    """Wait for ``works``; a failure or a timeout becomes a :class:`CollectiveError` naming ``what``.
+
+    gloo: block the host, bounded by ``timeout_s``.  NCCL: make the current stream wait
+    (no host block); NCCL's own watchdog enforces the process group's timeout."""
+    for w in works:
+        try:
+            if host_wait:
+                w.wait(timeout=timedelta(seconds=timeout_s))
+            else:
+                w.wait()
+        except Exception as exc:  # backend errors have no common public type
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise CollectiveError(
+                f"rank {rank}: {what} failed or did not complete within {timeout_s:g} s: a peer rank probably died, "
+                f"stalled or ran a different number of steps ({type(exc).__name__}: {first})") from exc
 
 
 # gradsched.torch.sparse adds the sparse kind ("topk-allgather": TopkAllGather) when imported.

@@ -34,7 +34,6 @@ import math
 import statistics
 import time
 from dataclasses import asdict, dataclass
-from datetime import timedelta
 from typing import Any, Callable, Iterator
 
 import torch
@@ -44,7 +43,7 @@ from gradsched.errors import GradschedError
 from gradsched.plan import SPARSE, Operation
 from gradsched.torch.layout import Piece
 from gradsched.torch.memory import MemoryLedger, storage_bytes
-from gradsched.torch.ops import OP_KINDS, CollectiveError
+from gradsched.torch.ops import OP_KINDS, wait_all
 
 INDEX_DTYPE = torch.int32  # indices on the wire: 4 bytes, as the cost model assumes
 SELECTIONS = ("exact", "sampled")
@@ -217,18 +216,8 @@ class TopkAllGather:
         return all(w.is_completed() for w in self.works)
 
     def wait(self, timeout_s: float) -> None:
-        for w in self.works:
-            try:
-                if self.host_wait:
-                    w.wait(timeout=timedelta(seconds=timeout_s))
-                else:
-                    w.wait()
-            except Exception as exc:  # backend errors have no common public type
-                raise CollectiveError(
-                    f"rank {self.rank}: top-k all-gather of operation {self.index} ({self.nbytes} bytes per rank) "
-                    f"failed or did not complete within {timeout_s:g} s: a peer rank probably died, stalled or ran "
-                    f"a different number of steps ({type(exc).__name__}: "
-                    f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
+        wait_all(self.works, host_wait=self.host_wait, timeout_s=timeout_s, rank=self.rank,
+                 what=f"top-k all-gather of operation {self.index} ({self.nbytes} bytes per rank)")
         self.works = []
         if self.naive and not self.warm:  # classic design: the dense result goes into the gradient buffer
             self.piece.zero_()
