@@ -103,9 +103,10 @@ def entries(strategies: str, buckets: str, density: float | None = None) -> list
         if is_sparse(name):
             entry["options"] = {"density": density}
         if name == "auto":
-            # planned once, at start-up, with the job's measured profile and network
-            # (contention included): what bench compares is the plan, not the re-planning
-            entry["options"] = {"adaptive": False}
+            # run-time auto: profiles itself, plans, and checks its choice against what it
+            # measured (reverting a plan that runs slower than one it already ran); the
+            # worker lets it settle off the clock before the counted rounds
+            entry["options"] = {"patience": 3, "max_replans": 2}
         out.append(entry)
     if buckets.strip().lower() not in ("", "none"):
         if not any(e["label"] == "ddp" for e in out):

@@ -42,6 +42,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--cluster", default=None, help="plan with this measured cluster (default: loopback-like)")
     p.add_argument("--no-torch-ddp", action="store_true",
                    help="with --strategy ddp: run the ddp planner's buckets on gradsched's executor")
+    p.add_argument("--rate", default=None, help="run each worker on its own testbed host with links shaped to this "
+                   "rate (e.g. 1gbit; needs root; see docs/testbed.md) instead of loopback")
     p.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="steps left out of the timing (default 3)")
     p.add_argument("--batch-size", type=int, default=16, help="per-worker batch size (default 16)")
@@ -126,10 +128,30 @@ def launch(cfg: dict[str, Any], nproc: int) -> tuple[int, str]:
     return proc.returncode, proc.stdout
 
 
+def launch_testbed(cfg: dict[str, Any], hosts: int, rate: str) -> tuple[int, str]:
+    """Run one worker per testbed host (links shaped to ``rate``); the testbed is always torn down."""
+    from gradsched.testbed import Testbed
+
+    if os.geteuid() != 0:
+        raise GradschedError("--rate runs workers on the testbed, which needs root; drop --rate to use loopback")
+    cfg_path = Path(cfg["out_dir"], "config.json")
+    cfg_path.write_text(json.dumps(cfg))
+    os.chmod(cfg["out_dir"], 0o755)
+    with Testbed(hosts=hosts, rate=rate, prefix=TESTBED_PREFIX) as tb:
+        try:
+            tb.launch(["-m", "gradsched.torch.trainer", str(cfg_path)]).wait(timeout_s=cfg["timeout_s"] + 600)
+        except GradschedError as exc:
+            return 1, str(exc)
+    return 0, ""
+
+
+TESTBED_PREFIX = "gstr"  # its own prefix: never touches a testbed the user brought up
+
+
 def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="gradsched-train-") as tmp:
         cfg = _config(args, tmp)
-        code, output = launch(cfg, args.nproc)
+        code, output = launch_testbed(cfg, args.nproc, args.rate) if args.rate else launch(cfg, args.nproc)
         result_path = Path(tmp, "result.json")
         if code != 0 or not result_path.exists():
             lines = [ln for ln in output.splitlines() if ln.strip()]

@@ -300,6 +300,23 @@ def fit_cluster(points: dict[int, Iterable[float]], world_size: int, backend: st
 
 
 # --------------------------------------------------------------------------- the tuner
+def decide(current: str, measured_s: float, predicted_s: float, measured_by_plan: dict[str, float],
+           threshold: float) -> tuple[str, str | None]:
+    """What rank 0 does at a check: ``("keep", None)``, ``("replan", None)`` or ``("revert", plan_hash)``.
+
+    Revert when another plan already measured faster than the current one by more than
+    ``threshold`` (the simulator chose wrongly: trust the measurement); otherwise
+    re-plan when the measurement is off the prediction by more than ``threshold``."""
+    others = {h: t for h, t in measured_by_plan.items() if h != current}
+    if others:
+        best = min(others, key=others.__getitem__)
+        if others[best] * (1 + threshold) < measured_s:
+            return "revert", best
+    if abs(measured_s - predicted_s) / predicted_s > threshold:
+        return "replan", None
+    return "keep", None
+
+
 class AutoTuner:
     """Run-time state of ``"auto"`` on one rank: what ran, what was predicted, what was measured.
 
@@ -314,6 +331,13 @@ class AutoTuner:
         self.switches: list[Switch] = [Switch(0, config.initial, model.plan.hash, None, None, "initial")]
         self.checks: list[Check] = []
         self.replans = 0
+        # Every plan tried so far (all ranks hold them: decisions are broadcast) and, on
+        # rank 0, its measured median: a plan that measured slower than one already tried
+        # is reverted and its strategy excluded from later planning (measure, don't trust).
+        self._tried: dict[str, tuple[str, Plan, list[int], float | None]] = {
+            model.plan.hash: (config.initial, model.plan, list(model._order), None)}
+        self._measured_by_plan: dict[str, float] = {}
+        self.rejected: list[str] = []
         self.profile: Profile | None = None  # what the current plan was planned with
         self.cluster: Cluster | None = None
         self._model = model
@@ -355,19 +379,41 @@ class AutoTuner:
     def _check(self, step: int) -> None:
         self._model.synchronize()  # every rank quiescent: the broadcast below cannot interleave with a plan's op
         window = [s for s in self._steps if s.measured and s.end_s is not None][-self.config.patience:]
-        off = None
+        decision = None
         if self._is_root:
             measured = statistics.median(s.duration_s for s in window)
             predicted = self.predicted_iteration_s or measured
-            off = abs(measured - predicted) / predicted > self.config.replan_threshold
-            self.checks.append(Check(step, measured, predicted, off))
-            logger.debug("auto: iteration %d: measured %.2f ms, predicted %.2f ms", step, measured * 1e3,
-                         predicted * 1e3)
-        if self._broadcast(off):
-            self.replans += 1
-            self._retune(step, window, "replan")
-        else:
+            current = self._model.plan.hash
+            self._measured_by_plan[current] = measured
+            decision = decide(current, measured, predicted, self._measured_by_plan, self.config.replan_threshold)
+            self.checks.append(Check(step, measured, predicted, decision[0] != "keep"))
+            logger.debug("auto: iteration %d: measured %.2f ms, predicted %.2f ms: %s", step, measured * 1e3,
+                         predicted * 1e3, decision[0])
+        action, target = self._broadcast(decision)
+        if action == "keep":
             self._schedule_check(step)
+            return
+        self.replans += 1
+        if action == "revert":
+            self._revert(step, target, window)
+            self._schedule_check(step)
+        else:
+            self._retune(step, window, "replan")
+
+    def _revert(self, step: int, target: str, window: list[StepRecord]) -> None:
+        """Every rank: go back to plan ``target`` (measured faster) and exclude the current strategy."""
+        model = self._model
+        strategy, plan, order, predicted = self._tried[target]
+        self.rejected.append(self.switches[-1].strategy)
+        measured_before = statistics.median(s.duration_s for s in window) if window else None
+        model._switch_plan(plan, order)
+        # what it measured when it ran is the best prediction there is
+        self.predicted_iteration_s = self._measured_by_plan.get(target, predicted) if self._is_root else predicted
+        self.predicted_iteration_s = self._broadcast(self.predicted_iteration_s)
+        self._recent_s.clear()
+        self.switches.append(Switch(step, strategy, plan.hash, self.predicted_iteration_s, measured_before, "revert"))
+        logger.info("auto: iteration %d: %s measured slower than %s did; back to %s, %s excluded from now on", step,
+                    self.rejected[-1], strategy, strategy, self.rejected[-1])
 
     def _retune(self, step: int, window: list[StepRecord], reason: str) -> None:
         """Every rank: finish outstanding work, send rank 0 the issue times; rank 0 plans; all switch."""
@@ -377,7 +423,9 @@ class AutoTuner:
         dist.gather_object(mine, peers, dst=self._root, group=self._model._group)
         payload = None
         if self._is_root:
-            payload = self._plan(window, statistics.median(s.duration_s for s in window), peers)
+            measured = statistics.median(s.duration_s for s in window)
+            self._measured_by_plan[self._model.plan.hash] = measured  # what the plan being left achieved
+            payload = self._plan(window, measured, peers)
         self._apply(step, self._broadcast(payload), reason)
         self._schedule_check(step)
 
@@ -417,7 +465,7 @@ class AutoTuner:
             cluster = self.cluster or default_cluster(model._world)
             logger.warning("auto: too few measured operation sizes to fit collective costs; planning with %s",
                            "the previous fit" if self.cluster else "a loopback-like default")
-        exclude = tuple(self.config.planner_options.get("exclude", ()))
+        exclude = tuple(self.config.planner_options.get("exclude", ())) + tuple(self.rejected)
         opts = dict(self.config.planner_options)
         while True:
             plan = make_plan("auto", profile, cluster, **dict(opts, exclude=exclude))
@@ -443,8 +491,9 @@ class AutoTuner:
             plan.check(model._own_profile, "auto plan")
             model._switch_plan(plan, payload["order"])
         self._recent_s.clear()
-        self.switches.append(Switch(step, plan.options.get("chose", plan.strategy), plan.hash, payload["predicted_s"],
-                                    payload["measured_s"], reason))
+        chose = plan.options.get("chose", plan.strategy)
+        self._tried[plan.hash] = (chose, plan, list(payload["order"]), payload["predicted_s"])
+        self.switches.append(Switch(step, chose, plan.hash, payload["predicted_s"], payload["measured_s"], reason))
 
     # ------------------------------------------------------------------ measurements
     def _events(self) -> list[Event]:

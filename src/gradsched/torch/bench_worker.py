@@ -221,7 +221,9 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
     for model, opt in models:
         tuner = getattr(model, "autotuner", None)
         if tuner is not None:
-            _burst(model, opt, loss_fn, batches, tuner.config.switch_iteration + 1, 0)
+            cfg_t = tuner.config  # profiling, the switch and every re-plan check, all off the clock
+            _burst(model, opt, loss_fn, batches,
+                   cfg_t.switch_iteration + 1 + cfg_t.max_replans * (cfg_t.patience + 1), 0)
 
     steps, rounds, warm = cfg["steps"], cfg["rounds"], cfg["warmup_rounds"]
     bar = None
