@@ -287,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
     meta = {"model": args.model, "hosts": args.hosts, "network": network, "rate": rate,
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "steps_per_round": args.steps, "rounds": args.rounds, "batch_size": args.batch_size,
-            "command": "gradsched " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "gradsched bench"}
+            "command": " ".join(["gradsched bench", *sys.argv[2:]]) if sys.argv[1:2] == ["bench"] else "gradsched bench"}
     title = f"{args.model}, {args.hosts} hosts, {network} (gloo, CPU)"
     print(f"{title}: {args.rounds - args.warmup_rounds} counted rounds x {args.steps} steps, batch {args.batch_size}")
     print(table(result))
