@@ -169,3 +169,13 @@ def test_contention_slows_communication_while_compute_runs():
 def test_no_contention_is_the_plain_timeline():
     r = contention_case(0.0, 0.0)
     assert r.op_end_s == pytest.approx([2.0, 3.0]) and r.iteration_s == pytest.approx(3.0)
+
+
+def test_auto_picks_the_fastest_candidate(case):
+    # By hand, over the merges of the common case: {t2}{t1}{t0} 2.3, {t2,t1}{t0} 2.4,
+    # {t2}{t1,t0} 2.2 (t2 0.1-1.0, then t1+t0, 800 bytes, 1.0-1.9, forward 1.9-2.2),
+    # everything 2.6; ByteScheduler with whole-tensor blocks 2.3.  auto must find 2.2.
+    plan, r = run("auto", case)
+    assert r.iteration_s == pytest.approx(2.2)
+    assert groups(plan) == [[2], [1, 0]]
+    assert plan.strategy == "auto" and plan.options["predicted_iteration_s"] == pytest.approx(2.2)
