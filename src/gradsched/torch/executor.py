@@ -10,7 +10,11 @@ One executor per wrapped model.  Per backward pass:
    :mod:`gradsched.torch.planning`): the next one goes as soon as all its tensors are
    ready and, with a credit window, the bytes in flight leave room for it.  Progress
    is made at every gradient-ready hook, at the end of backward and whenever a
-   caller waits; no extra thread is needed.
+   caller waits.  With a credit window that is not enough: a block that completes
+   while the model computes (a long layer) would leave the channel idle until the
+   next hook.  So plans with ``credit_bytes`` get a progress thread (see
+   :class:`_Wake`): each operation's completion wakes it and it calls ``progress``,
+   issuing the next block at once, as the simulator assumes.
 3. :meth:`Executor.finalize` marks parameters that got no gradient (with
    ``find_unused_parameters``) as ready with zeros and, unless the plan overlaps with
    the next forward, waits for every operation and writes the averaged gradients
@@ -31,7 +35,10 @@ buffer goes through :attr:`Executor.ledger` (:mod:`gradsched.torch.memory`).
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections import deque
+from datetime import timedelta
 from typing import Callable
 
 import torch
@@ -48,6 +55,75 @@ from gradsched.torch.sparse import SparseOptions, TopkAllGather
 from gradsched.torch.trace import UPDATE, WAIT, Tracer
 
 PENDING, ISSUED, DONE = 0, 1, 2
+NCCL_POLL_S = 0.001  # NCCL futures complete at enqueue, not at the end: the progress thread polls is_completed()
+IDLE_CHECK_S = 1.0  # an idle progress thread checks this often whether its executor is gone (no leak)
+
+# Plans issued from a progress thread use a private copy of the user's group: another
+# collective on the user's group (a logged loss all-reduce between steps) could otherwise
+# interleave with the thread's issues in a different order on different ranks.  One per
+# user group per process, created at the same point on every rank (executor creation).
+_PRIVATE_GROUPS: dict[dist.ProcessGroup, dist.ProcessGroup] = {}
+
+
+def _private_group(group: dist.ProcessGroup, timeout_s: float) -> dist.ProcessGroup:
+    if group not in _PRIVATE_GROUPS:
+        _PRIVATE_GROUPS[group] = dist.new_group(dist.get_process_group_ranks(group), backend=dist.get_backend(group),
+                                                timeout=timedelta(seconds=timeout_s))
+    return _PRIVATE_GROUPS[group]
+
+
+class _Wake:
+    """What the progress thread sleeps on: set by completion callbacks (backend threads), never blocking them.
+
+    Its lock is its own, not the executor's: a callback only flips a flag and
+    notifies, so it can never wait for a thread that is blocked in ``work.wait()``."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition(threading.Lock())
+        self.signalled = False
+        self.stopped = False
+
+    def notify(self) -> None:
+        with self.cond:
+            self.signalled = True
+            self.cond.notify()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify()
+
+    def wait(self, timeout_s: float) -> bool:
+        """True when signalled (consumed) or stopped; False on timeout."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.signalled or self.stopped, timeout=timeout_s)
+            hit = self.signalled or self.stopped
+            self.signalled = False
+            return hit
+
+
+def _progress_loop(ref: "weakref.ReferenceType[Executor]", wake: _Wake, stream: object, poll_s: float | None) -> None:
+    """Body of the progress thread: on every wake-up, ``progress`` under the executor's lock.
+
+    Holds the executor only weakly between wake-ups, so an executor dropped without
+    ``close()`` is still freed (the thread then ends)."""
+    import contextlib
+
+    ctx = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+    with ctx:  # NCCL: issue on the main thread's stream, as the hooks do
+        while not wake.stopped:
+            ex = ref()
+            timeout_s = poll_s if (poll_s is not None and ex is not None and ex._waiting_on_credit()) else IDLE_CHECK_S
+            del ex
+            wake.wait(timeout_s)
+            if wake.stopped:
+                return
+            ex = ref()
+            if ex is None:
+                return
+            if not ex._progress_from_thread():
+                return
+            del ex
 
 
 class Executor:
@@ -56,7 +132,7 @@ class Executor:
     def __init__(self, params: list[nn.Parameter], names: list[str], plan: Plan, order: list[int],
                  group: dist.ProcessGroup, ctrl_group: dist.ProcessGroup, *, timeout_s: float,
                  find_unused_parameters: bool, tracer: Tracer | None,
-                 sparse_options: SparseOptions | dict | None = None) -> None:
+                 sparse_options: SparseOptions | dict | None = None, progress_thread: bool = True) -> None:
         self.params = params
         self.names = names
         self.plan = plan
@@ -99,7 +175,17 @@ class Executor:
         for slots in self.layout.op_slots:
             for s in slots:
                 self.tensor_slots[s.tensor].append(s)
-        on_complete = self._traced_completion if tracer is not None else None
+        # Progress thread: only a credit window holds back operations whose gradients are
+        # ready; without one (fifo, no credit) everything goes at its hook and the backend
+        # queues it.  Everything that reads or changes the issue state holds self._lock.
+        self._lock = threading.RLock()
+        self._thread_error: BaseException | None = None
+        self._wake: _Wake | None = None
+        self._thread: threading.Thread | None = None
+        if progress_thread and plan.credit_bytes is not None:
+            self.group = group = _private_group(group, timeout_s)
+            self._wake = _Wake()
+        on_complete = self._on_complete if (tracer is not None or self._wake is not None) else None
         self.runners: list[OpRunner] = [
             make_runner(j, op, self.layout.op_pieces[j], self.arenas, group, self.world_size, self.rank, on_complete,
                         ledger=self.ledger, options=self.sparse_options, step_of=lambda: self.sparse_step)
@@ -110,6 +196,8 @@ class Executor:
         self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(i)) for i, p in enumerate(params)]
         self._reset()
         self.settled = True  # no operation of a past backward outstanding
+        if self._wake is not None:
+            self._start_thread(device)
 
     def _check_sparse_plan(self, sparse_ops: list[int]) -> None:
         if self.plan.overlap_forward:
@@ -157,7 +245,49 @@ class Executor:
         self.sparse_step = int(state["step"])
 
     # ------------------------------------------------------------------ state
+    def _start_thread(self, device: torch.device) -> None:
+        stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
+        poll_s = NCCL_POLL_S if dist.get_backend(self.group) == "nccl" else None
+        assert self._wake is not None
+        self._thread = threading.Thread(target=_progress_loop, args=(weakref.ref(self), self._wake, stream, poll_s),
+                                        name=f"gradsched-progress-rank{self.rank}", daemon=True)
+        self._thread.start()
+
+    def stop_progress_thread(self) -> None:
+        """Stop the progress thread (if any); progress is then made only by the caller's thread, as without credit."""
+        if self._wake is not None:
+            self._wake.stop()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10.0)
+        self._thread = None
+
+    def _progress_from_thread(self) -> bool:
+        """One round of the progress thread; False when it must end (a failure, kept for the main thread)."""
+        with self._lock:
+            if self._thread_error is not None:
+                return False
+            try:
+                self.progress(dense_only=True)
+            except BaseException as exc:  # raised again on the main thread at its next entry
+                self._thread_error = exc
+                return False
+        return True
+
+    def _waiting_on_credit(self) -> bool:
+        """Is an operation with ready gradients held back by the credit window? (racy read: only a poll hint)"""
+        pos = self.next_pos
+        return bool(self.inflight) and pos < len(self.order) and self.op_missing[self.order[pos]] == 0
+
+    def _check_thread(self) -> None:
+        if self._thread_error is not None:
+            exc, self._thread_error = self._thread_error, None
+            raise exc
+
     def _reset(self) -> None:
+        with self._lock:
+            self._reset_locked()
+
+    def _reset_locked(self) -> None:
         n_ops = len(self.runners)
         self.tensor_ready = [False] * len(self.params)
         self.locally_unused: set[int] = set()
@@ -171,26 +301,30 @@ class Executor:
         self.inflight_bytes = 0
 
     def close(self) -> None:
-        for h in self._hooks:
-            h.remove()
-        self._hooks = []
+        self.stop_progress_thread()
+        with self._lock:
+            for h in self._hooks:
+                h.remove()
+            self._hooks = []
 
     # ------------------------------------------------------------------ hooks
     def _make_hook(self, i: int) -> Callable[[torch.Tensor], None]:
         def hook(param: torch.Tensor) -> None:
             if not self.enabled:
                 return
-            if not self.in_backward:
-                self._begin_backward()
-            if self.tensor_ready[i]:
-                raise GradschedError(f"parameter {self.names[i]} received a gradient twice in one backward pass; "
-                                     "gradsched (like DDP) supports one gradient per parameter per backward "
-                                     "(reentrant checkpointing or double backward need DDP's static_graph)")
-            self._place_grad(i)
-            if self.tracer is not None:
-                self.tracer.grad_ready(i, self.names[i])
-            self._mark_ready(i)
-            self.progress()
+            with self._lock:
+                self._check_thread()
+                if not self.in_backward:
+                    self._begin_backward()
+                if self.tensor_ready[i]:
+                    raise GradschedError(f"parameter {self.names[i]} received a gradient twice in one backward pass; "
+                                         "gradsched (like DDP) supports one gradient per parameter per backward "
+                                         "(reentrant checkpointing or double backward need DDP's static_graph)")
+                self._place_grad(i)
+                if self.tracer is not None:
+                    self.tracer.grad_ready(i, self.names[i])
+                self._mark_ready(i)
+                self.progress()
 
         return hook
 
@@ -243,13 +377,26 @@ class Executor:
             self.op_missing[j] -= 1
 
     # ------------------------------------------------------------------ issuing
-    def progress(self) -> None:
-        """Retire completed operations and issue every operation the order and credit allow."""
+    def progress(self, dense_only: bool = False) -> None:
+        """Retire completed operations and issue every operation the order and credit allow.
+
+        The order is ``self.order`` alone, whoever calls (a hook, a waiter or the
+        progress thread, one at a time under ``self._lock``), so every rank issues the
+        same sequence.  ``dense_only`` (the progress thread) stops at a sparse
+        operation: its issue compresses and allocates LaySA buffers, and its retirement
+        rebuilds results, which stay on the main thread with the rest of that state."""
+        with self._lock:
+            self._progress_locked(dense_only)
+
+    def _progress_locked(self, dense_only: bool) -> None:
+        sparse = self.plan.operations
         while self.inflight and self.runners[self.inflight[0]].is_done():
+            if dense_only and sparse[self.inflight[0]].sparse:
+                return
             self._retire(self.inflight.popleft())
         while self.next_pos < len(self.order):
             j = self.order[self.next_pos]
-            if self.op_missing[j] > 0:
+            if self.op_missing[j] > 0 or (dense_only and sparse[j].sparse):
                 return
             r = self.runners[j]
             if self.credit_bytes is not None and self.inflight and self.inflight_bytes + r.nbytes > self.credit_bytes:
@@ -269,12 +416,27 @@ class Executor:
         self.op_state[j] = DONE
         self.inflight_bytes -= self.runners[j].nbytes
 
-    def _traced_completion(self, j: int) -> None:
-        assert self.tracer is not None
-        self.tracer.op_completed(j, self.runners[j].nbytes)
+    def _on_complete(self, j: int) -> None:
+        """Runs on the backend's thread when operation ``j`` completes: record it, wake the progress thread.
+
+        Never blocks and never takes the executor's lock (its holder may be blocked in
+        ``work.wait()`` for this very operation)."""
+        if self.tracer is not None:
+            self.tracer.op_completed(j, self.runners[j].nbytes)
+        if self._wake is not None:
+            self._wake.notify()
 
     def _drain(self, j: int) -> None:
-        """Block until operation ``j`` is done, issuing what the credit window frees on the way."""
+        """Block until operation ``j`` is done, issuing what the credit window frees on the way.
+
+        Holds the lock while blocked in ``wait()`` on the oldest operation in flight:
+        that operation is already issued here, so its completion needs only the peers,
+        never this rank's progress thread, and the caller issues what it frees."""
+        with self._lock:
+            self._check_thread()
+            self._drain_locked(j)
+
+    def _drain_locked(self, j: int) -> None:
         while self.op_state[j] != DONE:
             if self.inflight:
                 self._retire(self.inflight.popleft())
@@ -285,6 +447,11 @@ class Executor:
     # ------------------------------------------------------------------ end of backward
     def finalize(self) -> None:
         """End of the backward pass (autograd engine callback)."""
+        with self._lock:
+            self._check_thread()
+            self._finalize_locked()
+
+    def _finalize_locked(self) -> None:
         self.in_backward = False
         missing = [i for i, r in enumerate(self.tensor_ready) if not r]
         if missing:
@@ -324,16 +491,18 @@ class Executor:
     # ------------------------------------------------------------------ results
     def settle(self, tensors: list[int]) -> None:
         """Make sure the averaged gradients of ``tensors`` are in their ``.grad``."""
-        for i in tensors:
-            if self.written[i]:
-                continue
-            for j in self.layout.tensor_ops[i]:
-                self._complete(j)
+        with self._lock:
+            for i in tensors:
+                if self.written[i]:
+                    continue
+                for j in self.layout.tensor_ops[i]:
+                    self._complete(j)
 
     def settle_all(self) -> None:
-        for j in self.order:
-            self._complete(j)
-        self.settled = True
+        with self._lock:
+            for j in self.order:
+                self._complete(j)
+            self.settled = True
 
     def _complete(self, j: int) -> None:
         if self.op_state[j] == DONE and all(self.written[t] for t in self.layout.op_tensors[j]):
@@ -408,7 +577,5 @@ class Executor:
             g.copy_(flat.view(g.shape))
 
 
-def _td(seconds: float):
-    from datetime import timedelta
-
+def _td(seconds: float) -> timedelta:
     return timedelta(seconds=seconds)

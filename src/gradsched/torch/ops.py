@@ -5,7 +5,7 @@ sparse ``topk-allgather``) is one class registered in :data:`OP_KINDS`:
 
 - ``issue()``: start the collective(s) asynchronously; the operation's arena pieces
   already hold this rank's gradient elements.
-- ``is_done()``: non-blocking completion test (used for the credit window).
+- ``is_done()``: non-blocking completion test (used for the credit window; see :func:`works_done`).
 - ``wait(timeout_s)``: block until done (gloo) or make the current stream wait (NCCL);
   afterwards the arena pieces hold the averaged gradient.  A failure or a timeout
   raises :class:`CollectiveError`, never a silent hang.
@@ -69,12 +69,24 @@ class DenseAllReduce:
             self.works[-1].get_future().add_done_callback(lambda _f: self.on_complete(self.index))
 
     def is_done(self) -> bool:
-        return all(w.is_completed() for w in self.works)
+        return works_done(self.works, self.host_wait)
 
     def wait(self, timeout_s: float) -> None:
         wait_all(self.works, host_wait=self.host_wait, timeout_s=timeout_s, rank=self.rank,
                  what=f"all-reduce of operation {self.index} ({self.nbytes} bytes)")
         self.works = []
+
+
+def works_done(works: list[dist.Work], host_wait: bool) -> bool:
+    """Non-blocking: have ``works`` completed (or failed)?
+
+    gloo (``host_wait``): the future, not ``Work.is_completed()``, which turns true a
+    moment *after* the future's callbacks run: a progress thread woken by a callback
+    would find the operation not yet complete and sleep on.  NCCL: the future
+    completes at enqueue, so only ``is_completed()`` (the CUDA event) tells."""
+    if host_wait:
+        return all(w.get_future().done() for w in works)
+    return all(w.is_completed() for w in works)
 
 
 def wait_all(works: list[dist.Work], *, host_wait: bool, timeout_s: float, rank: int, what: str) -> None:
