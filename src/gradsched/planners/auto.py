@@ -25,10 +25,10 @@ GRID: dict[str, list[dict[str, Any]]] = {
     "ddp": [{"bucket_cap_mb": mb} for mb in (1, 5, 25, 100)],
     "threshold": [{"mb": mb} for mb in (0.25, 1, 4, 16, 64)],
     "horovod": [{"fusion_mb": mb} for mb in (16, 64, 128)],
-    # Credit of at least two blocks: the runtime issues the next block when it next
-    # runs (a gradient hook, a wait), not the instant one completes, so a one-block
-    # window leaves the channel idle during compute (measured: vgg, 2 ranks, 1 MiB
-    # blocks, 453 ms with a one-block window against 298 ms with the default two).
+    # Credit of at least two blocks: a one-block window measured much slower than the
+    # simulator predicts (vgg, 2 ranks, 1 MiB blocks: 453 ms against 298 ms with two
+    # blocks, before the executor's progress thread; 353-418 ms after it, on a loaded
+    # machine), so it is not offered until it measures as predicted.
     "bytescheduler": [{"partition_bytes": p * MiB, "credit_bytes": c * p * MiB}
                       for p in (1, 4, 16) for c in (2, 4)],
 }
