@@ -120,8 +120,9 @@ def test_completion_issues_the_next_block_during_a_long_forward_layer():
         # Old: the queued blocks wait for the slow layer's end (the next gating hook).
         assert sorted(old)[len(old) // 2] > 0.6 * SLEEP_S, old
         # New: a completion issues the next block at once, whatever the model computes.
-        assert sorted(new)[len(new) // 2] < 0.02, new
-        assert max(new) < 0.3 * SLEEP_S, new
+        # (margins for a loaded 2-core CI machine; the old behaviour waits the whole layer)
+        assert sorted(new)[len(new) // 2] < 0.05, new
+        assert max(new) < 0.5 * SLEEP_S, new
 
 
 @pytest.mark.slow
