@@ -20,7 +20,11 @@ COMMANDS = ("simulate", "plan", "train", "profile", "netbench", "compare", "benc
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gradsched", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="gradsched",
+        description="Schedule gradient communication for data-parallel PyTorch training: profile a model and a "
+                    "network, plan, predict by simulation, run the plan, compare measured against predicted.",
+        epilog="Start with `gradsched simulate` (no PyTorch needed) or `gradsched bench` (real training).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
