@@ -156,7 +156,8 @@ def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
             "entries": entries(args.strategies, args.ddp_buckets, args.density), "steps": args.steps, "rounds": args.rounds,
             "warmup_rounds": args.warmup_rounds, "profile_iterations": args.profile_iterations,
             "net_reps": args.net_reps, "probe": not args.no_probe, "timeout_s": args.timeout_s,
-            "progress": not args.quiet, "out_dir": out_dir}
+            "progress": not args.quiet, "out_dir": out_dir,
+            "backend": "gloo", "threads": 1}  # CPU tensors over gloo; one compute thread per worker
 
 
 def lower_bound_s(profile: "Profile", cluster: "Cluster") -> dict[str, float]:

@@ -36,15 +36,12 @@ Rank 0 writes ``bench.json`` (see :func:`run_bench`) into ``out_dir``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import platform
 import statistics
 import sys
 import time
-from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -56,6 +53,7 @@ from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.torch.models import build_model
 from gradsched.torch.optim import DistributedOptimizer
+from gradsched.torch.worker import run_worker
 from gradsched.torch.wrapper import DistributedDataParallel
 
 MiB = 1 << 20
@@ -292,18 +290,7 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    cfg = json.loads(Path(argv[0]).read_text())
-    torch.set_num_threads(1)  # one compute thread per worker: the machine's cores are shared
-    dist.init_process_group("gloo", timeout=timedelta(seconds=cfg["timeout_s"]))
-    try:
-        result = run_bench(cfg)
-        if result is not None:
-            Path(cfg["out_dir"], "bench.json").write_text(json.dumps(result))
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-    return 0
+    return run_worker(run_bench, "bench.json", argv)
 
 
 if __name__ == "__main__":

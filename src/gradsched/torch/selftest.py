@@ -46,7 +46,6 @@ def free_port() -> int:
 
 def rel_diff(a: "Any", b: "Any") -> float:
     """Largest element difference, relative to the reference tensor's largest magnitude."""
-    import torch
 
     worst = 0.0
     for x, y in zip(a, b):

@@ -16,12 +16,9 @@ next forward is counted where it happens.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
-import sys
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +30,7 @@ from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.torch.models import build_model
 from gradsched.torch.optim import DistributedOptimizer
+from gradsched.torch.worker import run_worker
 from gradsched.torch.wrapper import DistributedDataParallel
 
 
@@ -118,19 +116,7 @@ def train(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    cfg = json.loads(Path(argv[0]).read_text())
-    torch.set_num_threads(cfg.get("threads", 1))
-    backend = cfg.get("backend") or ("nccl" if torch.cuda.is_available() else "gloo")
-    dist.init_process_group(backend, timeout=timedelta(seconds=cfg["timeout_s"]))
-    try:
-        result = train(cfg)
-        if dist.get_rank() == 0:
-            Path(cfg["out_dir"], "result.json").write_text(json.dumps(result))
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-    return 0
+    return run_worker(train, "result.json", argv)
 
 
 if __name__ == "__main__":
