@@ -39,17 +39,38 @@ def trainable_parameters(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
     return [(n, p) for n, p in module.named_parameters() if p.requires_grad]
 
 
-def profile_from_module(module: nn.Module, model: str = "") -> Profile:
+def in_profile_order(named: list[tuple[str, nn.Parameter]], profile: Profile) -> list[tuple[str, nn.Parameter]]:
+    """``named`` reordered as ``profile`` lists its tensors (plans index tensors in that order).
+
+    A measured profile lists tensors in forward order, which need not be the module's
+    registration order (Hugging Face's BERT uses its token-type embedding before the
+    position embedding); the names must be the same set."""
+    by_name = dict(named)
+    names = [t.name for t in profile.tensors]
+    if sorted(names) != sorted(by_name):
+        missing = sorted(set(by_name) - set(names))[:3]
+        extra = sorted(set(names) - set(by_name))[:3]
+        raise GradschedError(f"the profile (model {profile.model!r}) does not describe this module's trainable "
+                             f"parameters (not in the profile: {missing}; not in the module: {extra}); profile "
+                             "this module")
+    return [(n, by_name[n]) for n in names]
+
+
+def profile_from_module(module: nn.Module, model: str = "", order: list[str] | None = None) -> Profile:
     """A Profile estimated from parameter shapes alone (no timing runs).
 
     Sizes are exact; each module that owns parameters is one layer, ready in reverse
     registration order; times are a rough estimate.  Use a measured profile
-    (``gradsched profile``) where the plan's quality matters."""
+    (``gradsched profile``) where the plan's quality matters.  ``order``: the tensors'
+    names in the order to list them (default: registration order)."""
     owner: dict[int, int] = {}
     for layer_id, (_, mod) in enumerate(module.named_modules()):
         for p in mod.parameters(recurse=False):
             owner.setdefault(id(p), layer_id)
     params = trainable_parameters(module)
+    if order is not None:
+        by_name = dict(params)
+        params = [(n, by_name[n]) for n in order]
     if not params:
         raise GradschedError("the module has no parameter that requires grad: nothing to synchronise")
     layer_numel: dict[int, int] = {}

@@ -33,8 +33,8 @@ from gradsched.timeline import Timeline
 from gradsched.torch.autotune import AutoTuneConfig, AutoTuner
 from gradsched.torch.executor import Executor
 from gradsched.torch.ops import CollectiveError
-from gradsched.torch.planning import (default_cluster, issue_order, profile_from_module, resolve_plan,
-                                      trainable_parameters)
+from gradsched.torch.planning import (default_cluster, in_profile_order, issue_order, profile_from_module,
+                                      resolve_plan, trainable_parameters)
 from gradsched.torch.trace import FORWARD, Tracer, merge_timelines
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -47,7 +47,8 @@ class DistributedDataParallel(nn.Module):
     Args:
         module: the model; every rank builds the same one.
         plan: a strategy name (``gradsched.planners.strategy_names()``) or a Plan whose
-            tensor indices are ``trainable_parameters(module)`` indices.
+            tensor indices are those of ``profile`` (given) or of
+            ``trainable_parameters(module)`` (registration order).
         process_group: default: the world.
         profile, cluster: what a strategy name is planned with; default: sizes from
             the parameters and a loopback-like cluster (measure both for good plans).
@@ -86,6 +87,8 @@ class DistributedDataParallel(nn.Module):
         self._timeout_s = float(timeout_s)
         self._broadcast_buffers = broadcast_buffers
         named = trainable_parameters(module)
+        if profile is not None:
+            named = in_profile_order(named, profile)  # plans index tensors in the profile's order
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
         self._optimizer: Any = None
@@ -107,10 +110,10 @@ class DistributedDataParallel(nn.Module):
         self._user_trace = trace
         self._tracer = Tracer(self._rank) if trace or tune is not None else None
 
-        own_profile = profile_from_module(module)
+        own_profile = profile_from_module(module, order=self._names)
         if profile is not None and profile.fingerprint != own_profile.fingerprint:
             raise GradschedError(f"the profile (model {profile.model!r}) does not describe this module's trainable "
-                                 "parameters (names, sizes and order differ); profile this module")
+                                 "parameters (their sizes differ); profile this module")
         profile = profile or own_profile
         self._own_profile = own_profile
         cluster = cluster.at_world_size(self._world) if cluster is not None else default_cluster(self._world)
