@@ -133,17 +133,27 @@ def _train(rank: int, world: int, strategy: str, optimizer: str, options: dict |
     tuner = model.autotuner
     if tuner is None:
         return {"params": params}
+    from gradsched.planners import make_plan
+    from gradsched.planners.auto import Ranked, as_auto
+
+    ddp_plan = as_auto(Ranked(0.0, "ddp", make_plan("ddp", tuner.profile, tuner.cluster)), 1)
     return {"params": params, "switches": [(s.iteration, s.plan_hash, s.strategy, s.reason) for s in tuner.switches],
-            "predicted": tuner.predicted_iteration_s,
+            "predicted": tuner.predicted_iteration_s, "plan_hash": model.plan.hash,
+            "measured_by_plan": dict(tuner._measured_by_plan), "rejected": list(tuner.rejected),
+            "ddp_hash": ddp_plan.hash,
             "plan_overlaps": model.plan.overlap_forward, "checks": len(tuner.checks)}
 
 
 CASES = {
     "auto/sgd": ("sgd", {"switch_iteration": 3, "patience": 4}, True),
     "auto/adam": ("adam", {"switch_iteration": 3, "patience": 4}, True),
+    # the three best predicted plans and DDP's, 2 iterations each, then the fastest measured stays
+    "trials/sgd": ("sgd", {"switch_iteration": 3, "trials": 3, "trial_iterations": 2, "max_replans": 0}, True),
     # every check is off by more than 1e-9: re-plan at iterations 3+4+1 = 8 and 13, then stop (cap)
-    "replan/sgd": ("sgd", {"switch_iteration": 3, "patience": 4, "replan_threshold": 1e-9, "max_replans": 2}, True),
-    "replan/adam": ("adam", {"switch_iteration": 3, "patience": 4, "replan_threshold": 1e-9, "max_replans": 2}, True),
+    "replan/sgd": ("sgd", {"switch_iteration": 3, "patience": 4, "replan_threshold": 1e-9, "max_replans": 2,
+                           "trials": 1}, True),
+    "replan/adam": ("adam", {"switch_iteration": 3, "patience": 4, "replan_threshold": 1e-9, "max_replans": 2,
+                             "trials": 1}, True),
     # start on a plan that overlaps the update with the next forward: switching must finish it first
     "overlap-start/adam": ("adam", {"switch_iteration": 4, "initial": "bytescheduler",
                                     "initial_options": {"partition_bytes": 8192, "credit_bytes": 32768},
@@ -192,6 +202,25 @@ def test_replans_when_measured_time_is_off_and_stops_at_the_cap(results):
     assert [s[3] for s in sw[:2]] == ["initial", "profiled"] and {s[3] for s in sw[2:]} <= {"replan", "revert"}
     assert results[0]["replan/sgd"]["checks"] == 2  # none after the cap: no more broadcasts
     assert results[1]["replan/sgd"]["checks"] == 0  # rank 0 measures and decides
+
+
+@pytest.mark.slow
+def test_trials_measure_the_best_predicted_plans_and_keep_the_fastest(results):
+    r = results[0]["trials/sgd"]
+    sw = r["switches"]
+    # profiled at 3, then one trial every 2 + 1 iterations; the last switch (if any) goes to the fastest
+    trials = [s for s in sw if s[3] == "trial"]
+    assert [s[0] for s in sw[1:2 + len(trials)]] == [3 + 3 * k for k in range(len(trials) + 1)]
+    assert 1 <= len(trials) <= 3  # two runners-up and DDP's default, each unless the same plan already ran
+    assert r["ddp_hash"] in {s[1] for s in sw[1:]}  # what users would run otherwise is always measured
+    assert len({s[1] for s in sw[1:2 + len(trials)]}) == len(trials) + 1  # no plan measured twice
+    measured = r["measured_by_plan"]
+    assert {s[1] for s in sw} <= set(measured)  # every plan that ran was measured (initial included)
+    assert r["plan_hash"] == min(measured, key=measured.__getitem__)
+    winner = next(s[2] for s in sw if s[1] == r["plan_hash"])
+    assert winner not in r["rejected"] and set(r["rejected"]) == {s[2] for s in sw} - {winner}
+    assert sw[-1][3] in ("fastest", "trial", "profiled")
+    assert results[1]["trials/sgd"]["plan_hash"] == r["plan_hash"]
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ winner's, relabelled ``auto`` with what it chose in its options."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 from gradsched.cluster import Cluster
@@ -49,23 +49,39 @@ def candidates(density: float = 1.0, exclude: tuple[str, ...] = ()) -> Iterator[
             yield name, opts
 
 
-@register("auto")
-def plan(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int = 1,
-         exclude: tuple[str, ...] = ()) -> Plan:
+@dataclass(frozen=True)
+class Ranked:
+    """One candidate of the search: its plan (the strategy's own) and predicted iteration."""
+
+    predicted_s: float
+    strategy: str
+    plan: Plan
+
+
+def ranked(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int = 1,
+           exclude: tuple[str, ...] = ()) -> list[Ranked]:
+    """Every candidate, simulated, fastest predicted first (ties: fewer operations, then candidate order)."""
     from gradsched.sim import simulate  # the simulator imports planners' types only
 
-    best: tuple[float, int, int] | None = None
-    best_plan: Plan | None = None
-    best_choice: tuple[str, dict[str, Any]] = ("", {})
-    tried = 0
+    keyed = []
     for k, (name, opts) in enumerate(candidates(density, tuple(exclude))):
         candidate = get_planner(name)(profile, cluster, **opts)
         result = simulate(candidate, profile, cluster, channels=channels, timeline=False)
-        tried += 1
-        key = (result.iteration_s, len(candidate.operations), k)
-        if best is None or key < best:
-            best, best_plan, best_choice = key, candidate, (name, candidate.options)
-    assert best_plan is not None and best is not None  # there is always at least wfbp
-    options = {"chose": best_choice[0], "chosen_options": best_choice[1], "candidates": tried,
-               "predicted_iteration_s": best[0], "density": density}
-    return replace(best_plan, strategy="auto", options=options)
+        keyed.append(((result.iteration_s, len(candidate.operations), k), Ranked(result.iteration_s, name, candidate)))
+    keyed.sort(key=lambda x: x[0])
+    return [r for _, r in keyed]
+
+
+def as_auto(choice: Ranked, tried: int, density: float = 1.0) -> Plan:
+    """``choice``'s plan relabelled ``auto``, with what was chosen in its options."""
+    options = {"chose": choice.strategy, "chosen_options": choice.plan.options, "candidates": tried,
+               "predicted_iteration_s": choice.predicted_s, "density": density}
+    return replace(choice.plan, strategy="auto", options=options)
+
+
+@register("auto")
+def plan(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int = 1,
+         exclude: tuple[str, ...] = ()) -> Plan:
+    results = ranked(profile, cluster, density, channels, exclude)
+    assert results  # there is always at least wfbp
+    return as_auto(results[0], len(results), density)

@@ -76,6 +76,8 @@ class AutoTuneConfig:
     switch_iteration: int = 5  # iterations under `initial` before the first plan (iteration 0 is a warm-up)
     initial: str = "wfbp"  # the safe default that runs while profiling
     initial_options: dict[str, Any] = field(default_factory=dict)
+    trials: int = 3  # best predicted plans (one per strategy) measured before settling; 1: trust the simulator
+    trial_iterations: int = 5  # iterations each trial plan runs (the median of them is its measurement)
     replan_threshold: float = 0.15  # relative |measured - predicted| / predicted that triggers a re-plan
     patience: int = 10  # iterations per check (the median of this many is compared)
     max_replans: int = 3  # re-plans after the first plan; then no more checks
@@ -113,6 +115,10 @@ class AutoTuneConfig:
         if not isinstance(self.switch_iteration, int) or self.switch_iteration < 2:
             raise GradschedError(f"auto: switch_iteration must be an integer >= 2 (iteration 0 is a warm-up, at least "
                                  f"one more is measured), got {self.switch_iteration!r}")
+        if not isinstance(self.trials, int) or self.trials < 1:
+            raise GradschedError(f"auto: trials must be a positive integer (1: no trials), got {self.trials!r}")
+        if not isinstance(self.trial_iterations, int) or self.trial_iterations < 1:
+            raise GradschedError(f"auto: trial_iterations must be a positive integer, got {self.trial_iterations!r}")
         if not isinstance(self.patience, int) or self.patience < 1:
             raise GradschedError(f"auto: patience must be a positive integer, got {self.patience!r}")
         if not isinstance(self.max_replans, int) or self.max_replans < 0:
@@ -128,6 +134,14 @@ class AutoTuneConfig:
             raise GradschedError(f"auto: initial strategy {self.initial!r} compresses gradients; choose a dense one")
 
 
+    @property
+    def tuning_iterations(self) -> int:
+        """Iterations until every scheduled decision (switch, trials, checks up to the re-plan cap) is made."""
+        trial_runs = self.trials if self.trials > 1 else 0  # the trials, the DDP baseline among them at most
+        return self.switch_iteration + 1 + (trial_runs + 1) * (self.trial_iterations + 1) \
+            + self.max_replans * (self.patience + 1)
+
+
 @dataclass(frozen=True)
 class Switch:
     """One plan change: from the start of ``iteration`` on, ``plan_hash`` runs."""
@@ -137,7 +151,7 @@ class Switch:
     plan_hash: str
     predicted_iteration_s: float | None  # None for the initial, unplanned default
     measured_before_s: float | None  # median measured under the previous plan
-    reason: str  # "initial" | "profiled" | "replan"
+    reason: str  # "initial" | "profiled" | "trial" | "fastest" | "replan" | "revert"
 
     def to_dict(self) -> dict[str, Any]:
         return {"iteration": self.iteration, "strategy": self.strategy, "plan_hash": self.plan_hash,
@@ -343,10 +357,13 @@ class AutoTuner:
         self._model = model
         self._tracer = tracer
         self._keep_events = keep_events  # the user asked for the trace: never trim it
-        self._steps: deque[StepRecord] = deque(maxlen=max(config.switch_iteration, config.patience) + 2)
+        self._steps: deque[StepRecord] = deque(
+            maxlen=max(config.switch_iteration, config.patience, config.trial_iterations) + 2)
         self._recent_s: deque[float] = deque(maxlen=1000)  # measured iteration times under the current plan
         self._points: dict[int, deque[float]] = {}
         self._next_check: int | None = None
+        self._trial_queue: list[tuple[str, Plan, list[int], float]] = []  # plans still to be measured
+        self._next_trial: int | None = None
         self._root = dist.get_global_rank(model._group, 0)
         sizes = set(model.plan.op_bytes(model._own_profile))
         self._probes = self._probe() if len(sizes) < MIN_SIZES else []
@@ -367,6 +384,8 @@ class AutoTuner:
         if step == self.config.switch_iteration:
             window = [s for s in self._steps if s.measured and s.step > 0]
             self._retune(step, window, "profiled")
+        elif step == self._next_trial:
+            self._trial(step)
         elif step == self._next_check:
             self._check(step)
         else:
@@ -402,18 +421,46 @@ class AutoTuner:
 
     def _revert(self, step: int, target: str, window: list[StepRecord]) -> None:
         """Every rank: go back to plan ``target`` (measured faster) and exclude the current strategy."""
-        model = self._model
         strategy, plan, order, predicted = self._tried[target]
         self.rejected.append(self.switches[-1].strategy)
         measured_before = statistics.median(s.duration_s for s in window) if window else None
-        model._switch_plan(plan, order)
         # what it measured when it ran is the best prediction there is
-        self.predicted_iteration_s = self._measured_by_plan.get(target, predicted) if self._is_root else predicted
-        self.predicted_iteration_s = self._broadcast(self.predicted_iteration_s)
-        self._recent_s.clear()
-        self.switches.append(Switch(step, strategy, plan.hash, self.predicted_iteration_s, measured_before, "revert"))
+        predicted = self._broadcast(self._measured_by_plan.get(target, predicted) if self._is_root else predicted)
+        self._switch(step, strategy, plan, order, predicted, measured_before, "revert")
         logger.info("auto: iteration %d: %s measured slower than %s did; back to %s, %s excluded from now on", step,
                     self.rejected[-1], strategy, strategy, self.rejected[-1])
+
+    def _trial(self, step: int) -> None:
+        """Every rank: the current trial plan has run its iterations; switch to the next one, or,
+        when all have run, to the one that measured fastest (rank 0's measurement, broadcast)."""
+        self._model.synchronize()
+        window = [s for s in self._steps if s.measured and s.end_s is not None][-self.config.trial_iterations:]
+        measured_before = statistics.median(s.duration_s for s in window) if window else None
+        if self._is_root and measured_before is not None:
+            self._measured_by_plan[self._model.plan.hash] = measured_before
+        if self._trial_queue:
+            strategy, plan, order, predicted = self._trial_queue.pop(0)
+            self._switch(step, strategy, plan, order, predicted, measured_before, "trial")
+            self._next_trial = step + self.config.trial_iterations + 1
+            return
+        self._next_trial = None
+        best = min(self._measured_by_plan, key=self._measured_by_plan.__getitem__) if self._is_root else None
+        best = self._broadcast(best)
+        strategy, plan, order, predicted = self._tried[best]
+        # measured slower than the winner: the simulator's ranking does not hold here, keep them out
+        self.rejected.extend(sorted({s for s, *_ in self._tried.values() if s != strategy} - set(self.rejected)))
+        if best != self._model.plan.hash:
+            self._switch(step, strategy, plan, order, predicted, measured_before, "fastest")
+        logger.info("auto: iteration %d: of the plans tried, %s measured fastest; it stays", step, strategy)
+        self._schedule_check(step)
+
+    def _switch(self, step: int, strategy: str, plan: Plan, order: list[int], predicted: float | None,
+                measured_before: float | None, reason: str) -> None:
+        """Every rank: run ``plan`` from this iteration on (its prediction becomes the current one)."""
+        self._model._switch_plan(plan, order)
+        self.predicted_iteration_s = predicted
+        self._recent_s.clear()
+        self.switches.append(Switch(step, strategy, plan.hash, predicted, measured_before, reason))
 
     def _retune(self, step: int, window: list[StepRecord], reason: str) -> None:
         """Every rank: finish outstanding work, send rank 0 the issue times; rank 0 plans; all switch."""
@@ -425,9 +472,12 @@ class AutoTuner:
         if self._is_root:
             measured = statistics.median(s.duration_s for s in window)
             self._measured_by_plan[self._model.plan.hash] = measured  # what the plan being left achieved
-            payload = self._plan(window, measured, peers)
+            payload = self._plan(window, measured, peers, reason)
         self._apply(step, self._broadcast(payload), reason)
-        self._schedule_check(step)
+        if self._trial_queue:
+            self._next_trial = step + self.config.trial_iterations + 1
+        else:
+            self._schedule_check(step)
 
     def _schedule_check(self, step: int) -> None:
         more = self.replans < self.config.max_replans
@@ -442,9 +492,13 @@ class AutoTuner:
         dist.broadcast_object_list(box, src=self._root, group=self._model._group)
         return box[0]
 
-    def _plan(self, window: list[StepRecord], measured_s: float, peers: list[IssueTimes] | None) -> dict[str, Any]:
-        """Rank 0: measurements -> profile, cluster -> the auto plan, its issue order and prediction."""
+    def _plan(self, window: list[StepRecord], measured_s: float, peers: list[IssueTimes] | None,
+              reason: str) -> dict[str, Any]:
+        """Rank 0: measurements -> profile, cluster -> the auto plan, its issue order and prediction
+        (and, at the first plan, the runners-up to measure: :attr:`AutoTuneConfig.trials`)."""
         from gradsched.planners import make_plan
+        from gradsched.planners.auto import Ranked, as_auto, ranked
+        from gradsched.sim import simulate
         from gradsched.torch.planning import issue_order
 
         model = self._model
@@ -466,21 +520,32 @@ class AutoTuner:
             logger.warning("auto: too few measured operation sizes to fit collective costs; planning with %s",
                            "the previous fit" if self.cluster else "a loopback-like default")
         exclude = tuple(self.config.planner_options.get("exclude", ())) + tuple(self.rejected)
-        opts = dict(self.config.planner_options)
-        while True:
-            plan = make_plan("auto", profile, cluster, **dict(opts, exclude=exclude))
-            if not plan.overlap_forward or model._optimizer is not None:
-                break
-            # Overlapping the update with the next forward needs DistributedOptimizer: not this one.
-            exclude = exclude + (plan.options["chose"],)
+        opts = dict(self.config.planner_options, exclude=exclude)
+        results = ranked(profile, cluster, **opts)
+        if model._optimizer is None:  # overlapping the update with the next forward needs DistributedOptimizer
+            results = [r for r in results if not r.plan.overlap_forward]
+        plan = as_auto(results[0], len(results))
         order = issue_order(plan, profile, cluster)
-        predicted = float(plan.options["predicted_iteration_s"])
+        predicted = results[0].predicted_s
+        trials = []
+        if reason == "profiled" and self.config.trials > 1:
+            picked = {results[0].strategy}
+            for r in results[1:]:
+                if len(picked) < self.config.trials and r.strategy not in picked:
+                    picked.add(r.strategy)
+                    trials.append(r)
+            if "ddp" not in picked:  # what the user would run otherwise is always measured
+                baseline = make_plan("ddp", profile, cluster)
+                trials.append(Ranked(simulate(baseline, profile, cluster, timeline=False).iteration_s, "ddp",
+                                     baseline))
+        trial_plans = [(r.strategy, as_auto(r, len(results)), r.predicted_s) for r in trials]
         logger.info("auto: planned %s (%s) from %d measured iterations in %.0f ms: predicted %.2f ms per "
                     "iteration, measured %.2f ms under %s", plan.options["chose"], plan.options["chosen_options"],
                     len(window), (time.perf_counter() - t0) * 1e3, predicted * 1e3, measured_s * 1e3,
                     self.switches[-1].strategy)
         return {"plan": plan, "order": order, "predicted_s": predicted, "measured_s": measured_s,
-                "profile": profile, "cluster": cluster}
+                "profile": profile, "cluster": cluster,
+                "trials": [(name, tp, issue_order(tp, profile, cluster), pred) for name, tp, pred in trial_plans]}
 
     def _apply(self, step: int, payload: dict[str, Any], reason: str) -> None:
         plan: Plan = payload["plan"]
@@ -494,6 +559,12 @@ class AutoTuner:
         chose = plan.options.get("chose", plan.strategy)
         self._tried[plan.hash] = (chose, plan, list(payload["order"]), payload["predicted_s"])
         self.switches.append(Switch(step, chose, plan.hash, payload["predicted_s"], payload["measured_s"], reason))
+        self._trial_queue = []
+        for name, trial_plan, order, predicted in payload.get("trials", []):
+            trial_plan.check(model._own_profile, "auto trial plan")
+            if trial_plan.hash not in self._tried:
+                self._tried[trial_plan.hash] = (name, trial_plan, list(order), predicted)
+                self._trial_queue.append((name, trial_plan, list(order), predicted))
 
     # ------------------------------------------------------------------ measurements
     def _events(self) -> list[Event]:
