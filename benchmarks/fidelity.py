@@ -21,15 +21,18 @@ from gradsched.cli import main as gradsched
 
 RESULTS = Path(__file__).parent / "results"
 STRATEGIES = "ddp,wfbp,sync,mgwfbp,optimal,bytescheduler,usbyte,auto"
+MODELS = "mlp,cnn,vgg,gpt2,bert"  # every built-in model
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="mlp,cnn,vgg")
+    ap.add_argument("--models", default=MODELS)
     ap.add_argument("--strategies", default=STRATEGIES)
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--json", default=str(RESULTS / "fidelity.json"))
+    ap.add_argument("--keep", metavar="DIR", help="also keep each model's full bench JSON here (profile, cluster, "
+                    "probe, every step), to re-simulate offline")
     args = ap.parse_args(argv)
     rows = []
     for model in args.models.split(","):
@@ -40,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
                               "--json", str(out), "-q"])
             if code != 0:
                 return code
+            if args.keep:
+                Path(args.keep).mkdir(parents=True, exist_ok=True)
+                Path(args.keep, f"bench_{model}.json").write_text(out.read_text())
             for r in json.loads(out.read_text()):
                 rows.append({"model": model, "strategy": r["strategy"], "measured_s": r["iteration_s_median"],
                              "predicted_s": r["predicted_iteration_s"], "error": r["prediction_error"]})

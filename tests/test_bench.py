@@ -105,20 +105,20 @@ def test_short_benchmark_end_to_end_writes_valid_json(tmp_path, capsys):
     assert "auto chose" in table and "ddp-1mb" in table
 
 
-@pytest.mark.parametrize("kc,kn", [(0.5, 0.3), (0.0, 1.0), (0.8, 0.0), (0.2, 2.5)])
-@pytest.mark.parametrize("compute_s,comm_s", [(1.0, 0.6), (0.5, 1.0)])
-def test_contention_fit_inverts_the_fluid_model(kc, kn, compute_s, comm_s):
-    from gradsched.torch.bench_worker import fit_contention
+@pytest.mark.parametrize("kc,kn,lat", [(0.5, 0.3, 0.0), (0.0, 1.0, 2e-3), (0.8, 0.0, 1e-4), (0.2, 2.5, 5e-4)])
+@pytest.mark.parametrize("compute_s,comm_s,small_s", [(1.0, 0.6, 0.01), (0.05, 0.003, 0.004)])
+def test_contention_figures_invert_the_probe(kc, kn, lat, compute_s, comm_s, small_s):
+    from gradsched.torch.bench_worker import contention_from_probe
 
-    # forward model: both start at 0, each slowed while the other runs
-    t_c_alone, t_n_alone = compute_s * (1 + kc), comm_s * (1 + kn)
-    if t_n_alone <= t_c_alone:  # the all-reduce ends first, compute finishes the rest at full speed
-        t_n = t_n_alone
-        t_c = t_n + compute_s - t_n / (1 + kc)
-    else:
-        t_c = t_c_alone
-        t_n = t_c + comm_s - t_c / (1 + kn)
-    fitted = fit_contention(compute_s, comm_s, t_c, t_n)
-    # the factor of whichever resource ended second is only identifiable if it overlapped at all
-    assert fitted["compute_slowdown"] == pytest.approx(kc, abs=1e-9)
-    assert fitted["comm_slowdown"] == pytest.approx(kn, abs=1e-9)
+    ops = 8  # what the model predicts for each probe measurement, inverted back
+    fitted = contention_from_probe(compute_s, comm_s, compute_s * (1 + kc), comm_s * (1 + kn),
+                                   small_s, small_s * (1 + kn) + ops * lat, ops)
+    assert fitted == pytest.approx({"compute_slowdown": kc, "comm_slowdown": kn, "busy_latency_s": lat}, abs=1e-12)
+
+
+def test_contention_figures_are_never_negative():
+    from gradsched.torch.bench_worker import contention_from_probe
+
+    # noise can make the busy runs faster than the quiet ones: that is no contention, not a speed-up
+    fitted = contention_from_probe(1.0, 0.5, 0.9, 0.45, 0.01, 0.008, 8)
+    assert fitted == {"compute_slowdown": 0.0, "comm_slowdown": 0.0, "busy_latency_s": 0.0}

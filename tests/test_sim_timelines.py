@@ -139,12 +139,31 @@ def test_sparse_selection_delays_backward_and_uses_allgather(case):
     assert r.compute_s == pytest.approx(0.9 + sel)
 
 
-def contention_case(compute_slowdown, comm_slowdown):
+def contention_case(compute_slowdown, comm_slowdown, busy_latency_s=0.0, other_s=0.0):
     # t1 (layer 1): backward 1 s, ready at 1; t0 (layer 0): backward 1 s; each all-reduce 1 s
-    profile = Profile("two", (TensorProfile("t0", 1, 4, 0.0, 1.0), TensorProfile("t1", 1, 4, 0.0, 1.0)))
+    profile = Profile("two", (TensorProfile("t0", 1, 4, 0.0, 1.0), TensorProfile("t1", 1, 4, 0.0, 1.0)),
+                      other_s=other_s)
     cluster = Cluster(2, {"allreduce": Cluster.alpha_beta(1.0, 0.0, 2).collectives["allreduce"]},
-                      extra={"contention": {"compute_slowdown": compute_slowdown, "comm_slowdown": comm_slowdown}})
+                      extra={"contention": {"compute_slowdown": compute_slowdown, "comm_slowdown": comm_slowdown,
+                                            "busy_latency_s": busy_latency_s}})
     return simulate(make_plan("wfbp", profile, cluster), profile, cluster)
+
+
+def test_busy_latency_is_paid_by_operations_that_start_during_compute():
+    # t1's all-reduce starts at 1 while t0's backward runs (1-2): 1 s + 0.25 s, ends 2.25;
+    # t0's starts at 2.25 with the compute stream idle: 1 s, ends 3.25.
+    r = contention_case(0.0, 0.0, busy_latency_s=0.25)
+    assert r.op_start_s == pytest.approx([1.0, 2.25]) and r.op_end_s == pytest.approx([2.25, 3.25])
+    assert r.iteration_s == pytest.approx(3.25)
+
+
+def test_the_optimizer_step_and_other_work_wait_for_the_last_operation():
+    # wfbp does not overlap the next forward: other_s (0.5) starts when t0's all-reduce
+    # ends at 3, not when backward ends at 2 (it would then hide under communication).
+    r = contention_case(0.0, 0.0, other_s=0.5)
+    assert r.op_end_s == pytest.approx([2.0, 3.0])
+    assert r.iteration_s == pytest.approx(3.5)
+    assert r.compute_s == pytest.approx(2.5)
 
 
 def test_contention_slows_compute_while_communication_runs():

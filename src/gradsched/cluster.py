@@ -33,6 +33,7 @@ from gradsched.errors import FormatError, GradschedError
 
 FORMAT = "gradsched.cluster/1"
 COLLECTIVES = ("allreduce", "allgather")
+CONTENTION_FIELDS = ("compute_slowdown", "comm_slowdown", "busy_latency_s")  # docs/simulator.md, "Contention"
 
 
 @dataclass(frozen=True)
@@ -216,8 +217,9 @@ class Cluster:
             if not isinstance(c, dict):
                 raise FormatError(source, "contention", "must be a JSON object with compute_slowdown and comm_slowdown")
             for key, value in c.items():
-                if key not in ("compute_slowdown", "comm_slowdown"):
-                    raise FormatError(source, f"contention.{key}", "unknown field; known: compute_slowdown, comm_slowdown")
+                if key not in CONTENTION_FIELDS:
+                    raise FormatError(source, f"contention.{key}",
+                                      f"unknown field; known: {', '.join(CONTENTION_FIELDS)}")
                 v.number(value, source, f"contention.{key}")
         known = {"format", "world_size", "backend", "algorithm", "collectives", "points"}
         return cls(world, collectives, backend, algorithm, {k: x for k, x in data.items() if k not in known})

@@ -114,9 +114,13 @@ class Profile:
         return sum(t.backward_s for t in self.tensors)
 
     @property
+    def update_s(self) -> float:
+        return sum(t.update_s for t in self.tensors)
+
+    @property
     def compute_s(self) -> float:
-        """Forward + backward + other: the iteration time with free communication."""
-        return self.forward_s + self.backward_s + self.other_s
+        """Forward + backward + update + other: the iteration time with free communication."""
+        return self.forward_s + self.backward_s + self.update_s + self.other_s
 
     @property
     def total_bytes(self) -> int:

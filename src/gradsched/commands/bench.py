@@ -226,7 +226,7 @@ def rows_for_json(result: dict[str, Any], meta: dict[str, Any]) -> list[dict[str
     """The JSON output: one object per strategy / DDP bucket size, each carrying the run's facts."""
     shared = {**meta, "world_size": result["world_size"], "backend": result["backend"], "machine": result["machine"],
               "profile": result["profile"], "cluster": result["cluster"], "lower_bound": result["lower_bound"], "contention": result["contention"],
-              "best_ddp": result["best_ddp"], "job_s": result["job_s"]}
+              "compute_only": result.get("compute_only"), "best_ddp": result["best_ddp"], "job_s": result["job_s"]}
     return [{**row, **shared} for row in result["rows"]]
 
 
@@ -242,6 +242,10 @@ def table(result: dict[str, Any]) -> str:
                      f"{_x(r['speedup_vs_best_ddp'], 10)} {_x(r['vs_lower_bound'], 9)} "
                      f"{r['predicted_iteration_s'] * 1e3:12.1f} {r['prediction_error'] * 100:+6.1f}%")
     lb = result["lower_bound"]
+    ref = result.get("compute_only")
+    if ref:
+        lines.append(f"compute only (same steps, no communication) {ref['iteration_s_median'] * 1e3:.1f} ms: "
+                     "the compute the predictions and the bound use")
     lines.append(f"lower bound {lb['lower_bound_s'] * 1e3:.1f} ms (compute {lb['compute_s'] * 1e3:.1f} ms, one "
                  f"all-reduce of all gradients {lb['allreduce_all_s'] * 1e3:.1f} ms); best DDP: {result['best_ddp']}")
     auto = next((r for r in result["rows"] if r["strategy"] == "auto"), None)

@@ -14,9 +14,11 @@ The model (docs/simulator.md has the figures):
    higher-priority operation overtakes at every operation boundary (preemption at
    block boundaries).  With ``credit_bytes`` operations are issued while the bytes
    issued but unfinished stay within the window, queueing on busy channels.
-3. **Update and next forward**: ``other_s`` runs after backward, overlapping
-   communication.  Without ``overlap_forward`` the next forward starts when every
-   operation is done and the updates applied; with it, each layer's forward waits
+3. **Update and next forward**: without ``overlap_forward``, ``other_s`` (the
+   optimizer step, the loss, whatever is not a layer) runs when every operation is
+   done and the updates applied, then the next forward (the optimizer needs the
+   averaged gradients, so none of it can hide communication); with it, ``other_s``
+   runs right after backward, overlapping communication, and each layer's forward waits
    only for the operations holding its tensors (steady state: every operation ends
    before the next backward, so one iteration is the period).
 4. **Memory**: a merged bucket needs a flat buffer from its first gradient until
@@ -75,16 +77,16 @@ def simulate(plan: Plan, profile: Profile, cluster: Cluster, *, channels: int = 
     if channels < 1:
         raise GradschedError(f"channels must be at least 1, got {channels}")
     st = _Static(plan, profile, cluster)
-    kc, kn = contention(cluster)
+    kc, kn, lat = contention(cluster)
     timing = _run(plan, profile, st, channels, _free, _free)
-    if kc > 0 or kn > 0:
+    if kc > 0 or kn > 0 or lat > 0:
         # Fixed point: compute slows while communication is in flight and vice versa;
         # each pass dilates one resource's work by the other's busy intervals of the
         # previous pass.  Converges in a handful of passes; capped for safety.
         for _ in range(MAX_CONTENTION_PASSES):
             comm_busy = _merge([(a, b) for a, b in zip(timing.start, timing.end) if b > a])
             compute_busy = _merge([(a, b) for _, cat, a, b, _ in timing.compute if cat != WAIT and b > a])
-            nxt = _run(plan, profile, st, channels, _dilator(comm_busy, kc), _dilator(compute_busy, kn))
+            nxt = _run(plan, profile, st, channels, _dilator(comm_busy, kc), _dilator(compute_busy, kn, lat))
             done = abs(nxt.iteration - timing.iteration) <= 1e-9 * max(1.0, timing.iteration)
             timing = nxt
             if done:
@@ -92,17 +94,21 @@ def simulate(plan: Plan, profile: Profile, cluster: Cluster, *, channels: int = 
     return _result(plan, profile, cluster, st, timing, channels, timeline)
 
 
-def contention(cluster: Cluster) -> tuple[float, float]:
-    """``(compute_slowdown, comm_slowdown)`` from the cluster file's optional ``contention``.
+def contention(cluster: Cluster) -> tuple[float, float, float]:
+    """``(compute_slowdown, comm_slowdown, busy_latency_s)`` from the cluster's optional ``contention``.
 
     While a collective is in flight, compute runs ``1 + compute_slowdown`` times
-    slower; while compute runs, a collective runs ``1 + comm_slowdown`` times slower
-    (CPU collectives share the cores with the model: DESIGN.md's testbed section)."""
+    slower; while compute runs, a collective runs ``1 + comm_slowdown`` times slower,
+    and each collective that overlaps compute pays ``busy_latency_s`` more (CPU
+    collectives share the cores with the model: DESIGN.md's testbed section; every
+    step of a collective waits for its thread to get a core, which costs small
+    operations far more than their bytes do)."""
     c = cluster.extra.get("contention") or {}
     kc, kn = float(c.get("compute_slowdown", 0.0)), float(c.get("comm_slowdown", 0.0))
-    if not (kc >= 0 and kn >= 0 and math.isfinite(kc) and math.isfinite(kn)):
-        raise GradschedError(f"cluster contention slowdowns must be finite and non-negative, got {c}")
-    return kc, kn
+    lat = float(c.get("busy_latency_s", 0.0))
+    if not all(x >= 0 and math.isfinite(x) for x in (kc, kn, lat)):
+        raise GradschedError(f"cluster contention figures must be finite and non-negative, got {c}")
+    return kc, kn, lat
 
 
 MAX_CONTENTION_PASSES = 30
@@ -123,15 +129,24 @@ def _merge(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return [(a, b) for a, b in out]
 
 
-def _dilator(busy: list[tuple[float, float]], slowdown: float) -> Dilate:
+def _dilator(busy: list[tuple[float, float]], slowdown: float, latency_s: float = 0.0) -> Dilate:
     """End time of ``work_s`` started at ``start_s`` that runs ``1 + slowdown`` times
-    slower inside the ``busy`` intervals (sorted, disjoint)."""
-    if slowdown == 0 or not busy:
+    slower inside the ``busy`` intervals (sorted, disjoint), plus ``latency_s`` once
+    if it starts inside one of them."""
+    if (slowdown == 0 and latency_s == 0) or not busy:
         return _free
     starts = [a for a, _ in busy]
     factor = 1.0 + slowdown
 
     def finish(start_s: float, work_s: float) -> float:
+        end = _stretch(start_s, work_s)
+        if latency_s > 0:
+            k = bisect.bisect_right(starts, start_s) - 1
+            if k >= 0 and busy[k][0] <= start_s < busy[k][1]:
+                end += latency_s  # waiting for a core, not work: not stretched
+        return end
+
+    def _stretch(start_s: float, work_s: float) -> float:
         t, left = start_s, work_s
         k = max(0, bisect.bisect_right(starts, t) - 1)
         while left > 0 and k < len(busy):
@@ -256,10 +271,16 @@ def _run(plan: Plan, profile: Profile, st: _Static, channels: int, on_compute: D
 
     # ---- other work, updates and the next forward
     t = backward_end
-    if profile.other_s > 0:
+
+    def other(t: float) -> float:
+        if profile.other_s <= 0:
+            return t
         end = on_compute(t, profile.other_s)
         spans.append(("other", OTHER, t, end, {}))
-        t = end
+        return end
+
+    if plan.overlap_forward:
+        t = other(t)  # the optimizer's bookkeeping and the loss run while the operations are in flight
     tensor_done = [0.0] * profile.num_tensors
     for j, op in enumerate(plan.operations):
         for s in op.slices:
@@ -273,6 +294,7 @@ def _run(plan: Plan, profile: Profile, st: _Static, channels: int, on_compute: D
             end = on_compute(t, st.update_total)
             spans.append(("update", UPDATE, t, end, {}))
             t = end
+        t = other(t)  # the optimizer step needs the averaged gradients: it cannot overlap communication
     for name, fwd, upd, tensors in st.forward:
         if plan.overlap_forward:
             need = max(tensor_done[i] for i in tensors)
@@ -294,7 +316,7 @@ def _result(plan: Plan, profile: Profile, cluster: Cluster, st: _Static, timing:
             timeline: bool) -> SimResult:
     ops = plan.operations
     n_ops = len(ops)
-    compute = profile.compute_s + sum(st.select) + st.update_total
+    compute = profile.compute_s + sum(st.select)
     # ---- memory over time
     deltas: list[tuple[float, int]] = []
     for j in range(n_ops):

@@ -13,22 +13,27 @@ What one job does, in order (every rank runs the same steps, so collectives matc
 2. **Network**: all-reduce timed on the live group from 4 KiB up to the model's
    gradient size (rounded up to a power of two), fitted to a Cluster on rank 0 and
    broadcast.
-3. **Contention probe**: forward+backward alone, an all-reduce of all gradients alone,
-   and both at once; the two slowdowns of the simulator's contention model (compute
-   while a collective runs, a collective while compute runs) are solved exactly from
-   these four times (:func:`fit_contention`) and put into the cluster, so that the
-   plans (``auto``) and the predictions account for CPU contention.
+3. **Contention probe**: a training step alone and while a queue of all-reduces of
+   all gradients keeps communication busy; one such all-reduce alone and while
+   steps run back to back; a burst of small all-reduces alone and with compute
+   busy.  :func:`contention_from_probe` turns these into the simulator's contention
+   figures (compute slowdown, communication slowdown, latency per operation), put
+   into the cluster, so that the plans (``auto``) and the predictions account for
+   CPU contention.
 4. **Models**: one copy of the model per entry (strategy, or DDP with one
    ``bucket_cap_mb``), all from the same seed, each with its own optimizer.  gradsched
    wrappers and PyTorch DDP coexist on one process group: only one of them runs at a
    time and each waits for its own communication before the next one starts.
 5. **Rounds**: in round ``r`` the entries run ``steps`` training steps each, in an
-   order rotated by ``r`` so that slow phases of the machine hit all alike.  A burst
+   order rotated by ``r`` so that slow phases of the machine hit all alike.  One more
+   entry runs the same steps without any communication (:class:`_ComputeOnly`).  A burst
    starts behind a barrier (off the clock) and its last step ends when all its
    communication and deferred updates are done.  Rounds before ``warmup_rounds``
    are not counted (DDP rebuilds its buckets there; caches warm up).
-6. **Predictions**: each entry's plan simulated with the profile and cluster of
-   steps 1-2.
+6. **Predictions**: each entry's plan simulated with the cluster of steps 2-3 and
+   the profile of step 1 scaled to the compute-only entry's median (the profile gives
+   which layer costs what; the rounds give how long a step's compute takes now).
+   Plans are made before the rounds, from the profile scaled to the probe's compute.
 
 Rank 0 writes ``bench.json`` (see :func:`run_bench`) into ``out_dir``.
 """
@@ -42,7 +47,7 @@ import platform
 import statistics
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -57,6 +62,8 @@ from gradsched.torch.worker import run_worker
 from gradsched.torch.wrapper import DistributedDataParallel
 
 MiB = 1 << 20
+SMALL_OPS = 8  # the busy-latency probe: this many all-reduces ...
+SMALL_NUMEL = 1024  # ... of 4 KiB each, issued at once as the runtime issues ready operations
 
 
 def _broadcast(obj: Any) -> Any:
@@ -73,8 +80,9 @@ def _measure_profile(cfg: dict[str, Any]) -> Profile:
     gen = torch.Generator().manual_seed(cfg["seed"] * 1000 + 999)
     batch = spec.make_batch(cfg["batch_size"], gen)
     dist.barrier()
+    opt = torch.optim.SGD(spec.module.parameters(), lr=cfg["lr"], momentum=0.9)  # the rounds' optimizer
     prof = profile_module(spec.module, batch, loss_fn=spec.loss_fn, iterations=cfg["profile_iterations"],
-                          warmup=1, model_name=cfg["model"])
+                          warmup=1, model_name=cfg["model"], optimizer=opt)
     dist.barrier()
     return _broadcast(prof)
 
@@ -87,71 +95,111 @@ def _measure_cluster(total_bytes: int, cfg: dict[str, Any]) -> Cluster:
     return _broadcast(cluster)
 
 
-def _contention_probe(cfg: dict[str, Any], total_bytes: int, reps: int = 3) -> dict[str, float]:
-    """Medians of compute alone, all-reduce alone, and both overlapped (see module docstring)."""
+def _contention_probe(cfg: dict[str, Any], total_bytes: int, reps: int = 5) -> dict[str, Any]:
+    """Compute alone, all-reduce alone, each while the other keeps the cores busy (module docstring).
+
+    "Compute" is a whole training step without communication (zero_grad, forward,
+    backward, optimizer step), timed as the rounds time a step: the slowest rank's
+    time per repetition, then the median.  :func:`calibrate` scales the profile to it
+    (the profile's hooks see only one rank and miss the gaps between layers).  Each
+    slowdown is measured with the other side busy for the whole measurement (compute
+    behind a queue of all-reduces; an all-reduce while steps run back to back), so it
+    is a plain ratio (:func:`contention_from_probe`)."""
     spec = build_model(cfg["model"], seed=cfg["seed"])
     module = spec.module
+    opt = torch.optim.SGD(module.parameters(), lr=cfg["lr"], momentum=0.9)
     gen = torch.Generator().manual_seed(cfg["seed"] * 1000 + 998)
     x, y = spec.make_batch(cfg["batch_size"], gen)
-    buf = torch.ones(max(1, total_bytes // 4))
 
     def compute() -> None:
-        module.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=True)
         spec.loss_fn(module(x), y).backward()
+        opt.step()
+
+    def timed(f: Callable[[], None]) -> float:
+        dist.barrier()
+        t0 = time.perf_counter()
+        f()
+        return time.perf_counter() - t0
+
+    big = torch.zeros(max(1, total_bytes // 4))  # zeros: the probe's sums stay finite whatever it runs
+    smalls = [torch.zeros(SMALL_NUMEL) for _ in range(SMALL_OPS)]
+
+    def comm_while(bufs: list[torch.Tensor], busy: bool) -> float:
+        """Seconds until all-reduces of ``bufs``, issued at once, are all done; compute runs meanwhile if ``busy``."""
+        stamp: list[float] = []
+        t0 = time.perf_counter()
+        works = [dist.all_reduce(b, async_op=True) for b in bufs]
+        # stamped on the backend's thread the moment the last one completes
+        works[-1].get_future().add_done_callback(lambda _f: stamp.append(time.perf_counter()))
+        while busy and not stamp:
+            compute()
+        for w in works:
+            w.wait()
+        while not stamp:  # the callback may run just after wait() returns
+            time.sleep(1e-4)
+        return stamp[0] - t0
 
     compute()  # warm-up
-    alone_c, alone_n, both_c, both_n = [], [], [], []
-    done_at: list[float] = []
+    comm_while(smalls, False)
+    c = _slowest_median([timed(compute) for _ in range(reps)])
+    n = _slowest_median([timed(lambda: comm_while([big], False)) for _ in range(reps)])
+    queue = [big] * (math.ceil(c / max(n, 1e-9)) + 1)  # longer than a step: compute is slowed all along
+    bc, bn, sa, sb = [], [], [], []
     for _ in range(reps):
+        done: list[float] = []
+
+        def step_behind_queue() -> None:
+            work = [dist.all_reduce(b, async_op=True) for b in queue]
+            t0 = time.perf_counter()
+            compute()
+            done.append(time.perf_counter() - t0)
+            for w in work:
+                w.wait()
+
+        timed(step_behind_queue)
+        bc.append(done[0])
         dist.barrier()
-        t0 = time.perf_counter()
-        compute()
-        alone_c.append(time.perf_counter() - t0)
+        bn.append(comm_while([big], True))
         dist.barrier()
-        t0 = time.perf_counter()
-        dist.all_reduce(buf)
-        alone_n.append(time.perf_counter() - t0)
+        sa.append(comm_while(smalls, False))
         dist.barrier()
-        t0 = time.perf_counter()
-        done_at.clear()
-        work = dist.all_reduce(buf, async_op=True)
-        # stamped on gloo's thread the moment the all-reduce completes, even if that is
-        # while compute is still running (work.wait() below would only see it after)
-        work.get_future().add_done_callback(lambda _f: done_at.append(time.perf_counter()))
-        compute()
-        both_c.append(time.perf_counter() - t0)
-        work.wait()
-        while not done_at:  # the callback may run just after wait() returns
-            time.sleep(1e-4)
-        both_n.append(done_at[0] - t0)
-    med = statistics.median
-    out = torch.tensor([med(alone_c), med(alone_n), med(both_c), med(both_n)], dtype=torch.float64)
-    dist.all_reduce(out, op=dist.ReduceOp.MAX)  # the slowest rank's, as a collective ends with it
-    c, n, bc, bn = out.tolist()
-    return {"compute_alone_s": c, "allreduce_alone_s": n, "compute_overlapped_s": bc, "allreduce_overlapped_s": bn,
-            "compute_slowdown": bc / c, "allreduce_slowdown": bn / n, "allreduce_bytes": total_bytes,
-            "fitted": fit_contention(c, n, bc, bn)}
+        sb.append(comm_while(smalls, True))
+    bc_, bn_, sa_, sb_ = (_slowest_median(v) for v in (bc, bn, sa, sb))
+    return {"compute_alone_s": c, "allreduce_alone_s": n, "compute_overlapped_s": bc_, "allreduce_overlapped_s": bn_,
+            "compute_slowdown": bc_ / c, "allreduce_slowdown": bn_ / n, "allreduce_bytes": total_bytes,
+            "small_ops": SMALL_OPS, "small_ops_alone_s": sa_, "small_ops_busy_s": sb_,
+            "fitted": contention_from_probe(c, n, bc_, bn_, sa_, sb_, SMALL_OPS)}
 
 
-def fit_contention(compute_s: float, comm_s: float, compute_both_s: float, comm_both_s: float) -> dict[str, float]:
-    """The simulator's two slowdowns, solved exactly from one overlapped run.
+def _slowest_median(per_rep: list[float]) -> float:
+    """The median over repetitions of the slowest rank's time (a collective call: every rank passes its own)."""
+    t = torch.tensor(per_rep, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return statistics.median(t.tolist())
 
-    Both start at 0; compute needs ``compute_s`` of work, the all-reduce ``comm_s``.  In
-    the fluid model, while both run, compute advances at ``1/(1+kc)`` and the
-    all-reduce at ``1/(1+kn)``; whichever ends first (at ``t1``) was slowed all along,
-    so its factor is ``t1 / alone``; the other did ``t1 / (1+k)`` of its work by then
-    and the rest at full speed, so ``1 + k = t1 / (alone - (t2 - t1))``."""
-    def other(t1: float, t2: float, alone: float) -> float:
-        left_alone = alone - (t2 - t1)  # work done while overlapped, at full speed
-        return max(0.0, t1 / left_alone - 1.0) if left_alone > 0 else 0.0
 
-    if comm_both_s <= compute_both_s:  # the all-reduce ended first
-        kn = max(0.0, comm_both_s / comm_s - 1.0)
-        kc = other(comm_both_s, compute_both_s, compute_s)
-    else:
-        kc = max(0.0, compute_both_s / compute_s - 1.0)
-        kn = other(compute_both_s, comm_both_s, comm_s)
-    return {"compute_slowdown": kc, "comm_slowdown": kn}
+def contention_from_probe(compute_s: float, comm_s: float, compute_busy_s: float, comm_busy_s: float,
+                          small_alone_s: float, small_busy_s: float, small_ops: int) -> dict[str, float]:
+    """The simulator's contention figures (docs/simulator.md) from the probe's times.
+
+    Compute was slowed for its whole duration, and so was the all-reduce, so each
+    slowdown is a ratio; the small operations pay the all-reduce's slowdown plus a
+    latency per operation, which is what is left of their busy time."""
+    kc = max(0.0, compute_busy_s / compute_s - 1.0)
+    kn = max(0.0, comm_busy_s / comm_s - 1.0)
+    lat = max(0.0, (small_busy_s - small_alone_s * (1.0 + kn)) / small_ops)
+    return {"compute_slowdown": kc, "comm_slowdown": kn, "busy_latency_s": lat}
+
+
+def calibrate(profile: Profile, compute_s: float) -> Profile:
+    """``profile`` with every compute time scaled so that one iteration's compute is ``compute_s``.
+
+    The profile gives the shape (which layer costs what, when each gradient is ready);
+    a measured whole step gives the scale."""
+    if compute_s <= 0 or profile.compute_s <= 0:
+        return profile
+    return profile.with_times(compute_s / profile.compute_s)
 
 
 def _build_entry(entry: dict[str, Any], cfg: dict[str, Any], profile: Profile, cluster: Cluster) -> tuple[Any, Any]:
@@ -167,13 +215,36 @@ def _build_entry(entry: dict[str, Any], cfg: dict[str, Any], profile: Profile, c
     return model, opt
 
 
-def _predict(entry: dict[str, Any], model: Any, profile: Profile, cluster: Cluster) -> tuple[Plan, float]:
+class _ComputeOnly:
+    """The same training step with no communication at all: the rounds' measure of compute.
+
+    Timed in the rounds beside the strategies (same batches, same machine phases), its
+    median is the iteration with free communication; predictions and the lower bound
+    are scaled to it (:func:`calibrate`), so that they do not inherit the drift of a
+    profile taken minutes earlier."""
+
+    label = "compute only"
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.module = build_model(cfg["model"], seed=cfg["seed"]).module
+        self.opt = torch.optim.SGD(self.module.parameters(), lr=cfg["lr"], momentum=0.9)
+
+    def __call__(self, x: Any) -> Any:
+        return self.module(x)
+
+    def synchronize(self) -> None:
+        pass
+
+
+def _predict(entry: dict[str, Any], model: Any, profile: Profile, cluster: Cluster,
+             planned_with: Profile) -> tuple[Plan, float]:
+    """The entry's plan (DDP rows: the ``ddp`` planner as DDP would bucket) and its simulated iteration."""
     from gradsched.planners import make_plan
     from gradsched.sim import simulate
 
     if entry["torch_ddp"]:
         kw = entry.get("ddp_kwargs") or {}
-        plan = make_plan("ddp", profile, cluster, bucket_cap_mb=float(kw.get("bucket_cap_mb", 25.0)))
+        plan = make_plan("ddp", planned_with, cluster, bucket_cap_mb=float(kw.get("bucket_cap_mb", 25.0)))
     else:
         plan = model.plan
     return plan, simulate(plan, profile, cluster, timeline=False).iteration_s
@@ -201,8 +272,10 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
     profile = _measure_profile(cfg)
     cluster = _measure_cluster(profile.total_bytes, cfg)
     probe = _contention_probe(cfg, profile.total_bytes) if cfg.get("probe", True) else None
+    hooked = profile
     if probe is not None:
         cluster = dataclasses.replace(cluster, extra={**cluster.extra, "contention": probe["fitted"]})
+        profile = calibrate(profile, probe["compute_alone_s"])
 
     entries = cfg["entries"]
     models = []
@@ -213,29 +286,31 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
     batches = [spec.make_batch(cfg["batch_size"], gen) for _ in range(4)]
     loss_fn = spec.loss_fn
     del spec
+    reference = _ComputeOnly(cfg)
+    models.append((reference, reference.opt))  # timed last in every round's rotation of ``entries``
     # Run-time ``auto`` (gradsched.torch.autotune) profiles itself under a safe default for its
     # first iterations, then switches plans: let it do so off the clock, so that the rounds
     # measure the plan it settled on (later re-plans, if any, are part of what it costs).
-    for model, opt in models:
+    for model, opt in models[:-1]:
         tuner = getattr(model, "autotuner", None)
         if tuner is not None:
-            cfg_t = tuner.config  # profiling, the switch and every re-plan check, all off the clock
-            _burst(model, opt, loss_fn, batches,
-                   cfg_t.switch_iteration + 1 + cfg_t.max_replans * (cfg_t.patience + 1), 0)
+            # profiling, the switch, the trials and every re-plan check, all off the clock
+            _burst(model, opt, loss_fn, batches, tuner.config.tuning_iterations, 0)
 
     steps, rounds, warm = cfg["steps"], cfg["rounds"], cfg["warmup_rounds"]
     bar = None
     if rank == 0 and cfg.get("progress", True):
         from tqdm import tqdm
 
-        bar = tqdm(total=rounds * len(entries) * steps, desc=f"bench {cfg['model']} x{world}", unit="step",
+        bar = tqdm(total=rounds * (len(entries) + 1) * steps, desc=f"bench {cfg['model']} x{world}", unit="step",
                    file=sys.stderr, dynamic_ncols=True)
-    per_round: list[list[list[float]]] = [[] for _ in entries]
+    labels = [e["label"] for e in entries] + [reference.label]
+    per_round: list[list[list[float]]] = [[] for _ in models]
     for r in range(rounds):
-        shift = r % len(entries)
-        for i in list(range(len(entries)))[shift:] + list(range(len(entries)))[:shift]:
+        shift = r % len(models)
+        for i in list(range(len(models)))[shift:] + list(range(len(models)))[:shift]:
             if bar is not None:
-                bar.set_postfix_str(f"round {r + 1}/{rounds} {entries[i]['label']}", refresh=False)
+                bar.set_postfix_str(f"round {r + 1}/{rounds} {labels[i]}", refresh=False)
             model, opt = models[i]
             per_round[i].append(_burst(model, opt, loss_fn, batches, steps, r * steps))
             if bar is not None:
@@ -245,15 +320,19 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
     dist.barrier()
 
     # The slowest rank's step times: an iteration is done when every rank's is.
-    flat = torch.tensor([[t for rnd in per_round[i] for t in rnd] for i in range(len(entries))], dtype=torch.float64)
+    flat = torch.tensor([[t for rnd in per_round[i] for t in rnd] for i in range(len(models))], dtype=torch.float64)
     dist.all_reduce(flat, op=dist.ReduceOp.MAX)
     if rank != 0:
         return None
     times = flat.tolist()
+    ref_steps = times[-1]
+    compute_only_s = statistics.median(ref_steps[warm * steps:] or ref_steps)
+    planned_with = profile
+    profile = calibrate(profile, compute_only_s)  # predictions and the bound: the compute of the rounds
     bound = lower_bound_s(profile, cluster)
     rows = []
     for i, entry in enumerate(entries):
-        plan, predicted = _predict(entry, models[i][0], profile, cluster)
+        plan, predicted = _predict(entry, models[i][0], profile, cluster, planned_with)
         all_steps = times[i]
         counted = all_steps[warm * steps:] or all_steps
         median = statistics.median(counted)
@@ -282,7 +361,10 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
     return {"rows": rows, "profile": {"compute_s": profile.compute_s, "forward_s": profile.forward_s,
                                       "backward_s": profile.backward_s, "other_s": profile.other_s,
                                       "total_bytes": profile.total_bytes, "tensors": profile.num_tensors,
+                                      "hooked_compute_s": hooked.compute_s, "planned_compute_s": planned_with.compute_s,
                                       "measured": profile.to_dict()},
+            "compute_only": {"iteration_s_median": compute_only_s,
+                             "step_s": [ref_steps[k * steps:(k + 1) * steps] for k in range(rounds)]},
             "cluster": cluster.to_dict(), "lower_bound": bound, "contention": probe,
             "best_ddp": best_ddp["strategy"] if best_ddp else None, "world_size": world,
             "backend": dist.get_backend(), "machine": f"{platform.node()} {platform.machine()}, "

@@ -8,7 +8,8 @@ user's own network: run under ``torchrun`` on the machines that will train::
     gradsched netbench --nproc 2 -o cluster.json     # one machine: local ranks on loopback
 
 For every size from 4 KiB to 256 MiB by powers of two (``--max-bytes`` cuts it short)
-each collective is run ``warmup`` times, then timed ``reps`` times, each rep started
+each collective is run ``warmup`` times, then timed ``reps`` times (up to 20 for sizes
+below 4 MiB, where a repetition costs little and scheduling noise is largest), each rep started
 together behind a barrier and ended with the device synchronised.  A size's time is
 the median over reps, then the maximum over ranks (a collective is done when its
 slowest rank is).  Rank 0 fits ``CollectiveCost.fit`` to each collective's points
@@ -54,6 +55,15 @@ def sizes_bytes(min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES) -> list[
     return out
 
 
+SMALL_REPS_BYTES = 4 << 20  # below this, more repetitions (they are cheap): latency-bound times are the noisiest
+MAX_REPS = 20
+
+
+def reps_for(nbytes: int, reps: int) -> int:
+    """Repetitions for one size: ``reps``, or more for small sizes (the same on every rank)."""
+    return max(reps, min(MAX_REPS, reps * SMALL_REPS_BYTES // max(nbytes, 1)))
+
+
 def benchmark(*, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, reps: int = 5, warmup: int = 2,
               collectives: Sequence[str] = COLLECTIVES,
               report: Callable[[str], None] | None = None) -> Cluster | None:
@@ -76,7 +86,7 @@ def benchmark(*, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, reps: i
         top = max_bytes if name == "allreduce" else max(min_bytes, max_bytes // world)
         points[name] = []
         for nbytes in sizes_bytes(min_bytes, top):
-            seconds = _time_collective(name, nbytes, world, device, reps, warmup)
+            seconds = _time_collective(name, nbytes, world, device, reps_for(nbytes, reps), warmup)
             points[name].append((float(nbytes), seconds))
             if report is not None and dist.get_rank() == 0:
                 report(f"{name:9s} {nbytes:>11,d} B  {seconds * 1e6:12.1f} us  "

@@ -26,9 +26,12 @@ with the device on CUDA, or on ``meta`` a FLOP count at a given rate):
   taken in the order their first gradient appears; a layer's backward time is its last
   gradient's stamp minus the previous layer's (the first layer counts from the start
   of ``backward()``).  So ``Profile.ready_s`` reproduces the measured stamps.
+- ``update_s``: the optimizer step (median, timed in the plain iterations below),
+  shared over tensors in proportion to their size: a plan that overlaps the update
+  with the next forward runs each layer's share just before that layer.
 - ``other_s``: the median whole iteration (forward, loss, backward, optimizer step),
   timed in iterations without stamps interleaved with the stamped ones, minus the
-  attributed sum; on ``meta``, zero.  Those plain iterations also give the
+  attributed sum and the update; on ``meta``, zero.  Those plain iterations also give the
   ``iteration_s`` and ``forward_backward_s`` fields that the attribution is checked
   against.
 
@@ -46,7 +49,7 @@ import sys
 import time
 from collections import Counter
 from contextlib import ExitStack, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -68,6 +71,7 @@ class _Iteration:
     fwd_end: float = 0.0
     bwd_start: float = 0.0
     bwd_end: float = 0.0
+    opt_end: float = 0.0  # after optimizer.step() (== bwd_end without an optimizer)
     step_end: float = 0.0
     ready: list[tuple[int, float]] = field(default_factory=list)  # (tensor index, stamp) at grad hooks
 
@@ -191,8 +195,10 @@ class _Step:
         it.bwd_end = clock()
         if optimizer is not None:
             optimizer.step()
+            it.opt_end = clock()
             optimizer.zero_grad(set_to_none=True)
         else:
+            it.opt_end = it.bwd_end
             self.module.zero_grad(set_to_none=True)
         it.step_end = clock()
 
@@ -350,11 +356,15 @@ def _build_profile(layout: _Layout, runs: list[_Iteration], unhooked: list[_Iter
                                      fwd[lay] if carries else 0.0, bwd[lay] if carries else 0.0, layer=lay))
     attributed = sum(fwd) + sum(bwd)
     extra = dict(extra)
+    update = 0.0
     if unhooked:  # measured without hooks: the reference the attribution is checked against
         iteration_s = statistics.median(it.step_end - it.fwd_start for it in unhooked)
         extra["iteration_s"] = iteration_s
         extra["forward_backward_s"] = statistics.median(it.bwd_end - it.fwd_start for it in unhooked)
-        other = max(0.0, iteration_s - attributed)
+        update = statistics.median(it.opt_end - it.bwd_end for it in unhooked)
+        other = max(0.0, iteration_s - attributed - update)
+        total_numel = sum(t.numel for t in tensors)
+        tensors = [replace(t, update_s=update * t.numel / total_numel) for t in tensors]
     else:
         other = 0.0
     extra["unattributed_forward_s"] = statistics.median(rests)
