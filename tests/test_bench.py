@@ -96,6 +96,10 @@ def test_short_benchmark_end_to_end_writes_valid_json(tmp_path, capsys):
         assert r["world_size"] == 2 and r["hosts"] == 2
         assert r["prediction_error"] == pytest.approx((r["predicted_iteration_s"] - r["iteration_s_median"])
                                                       / r["iteration_s_median"])
+    ref = rows[0]["compute_only"]  # the same steps without communication, timed in the same rounds
+    assert ref["iteration_s_median"] > 0 and len(ref["step_s"]) == 3
+    assert rows[0]["profile"]["compute_s"] == pytest.approx(ref["iteration_s_median"])  # what predictions use
+    assert rows[0]["lower_bound"]["compute_s"] == pytest.approx(ref["iteration_s_median"])
     by = {r["strategy"]: r for r in rows}
     assert by["ddp"]["speedup_vs_ddp"] == pytest.approx(1.0)
     assert by["ddp-1mb"]["bucket_cap_mb"] == 1.0 and by["ddp-1mb"]["runs"] == "torch DDP"
@@ -114,6 +118,20 @@ def test_contention_figures_invert_the_probe(kc, kn, lat, compute_s, comm_s, sma
     fitted = contention_from_probe(compute_s, comm_s, compute_s * (1 + kc), comm_s * (1 + kn),
                                    small_s, small_s * (1 + kn) + ops * lat, ops)
     assert fitted == pytest.approx({"compute_slowdown": kc, "comm_slowdown": kn, "busy_latency_s": lat}, abs=1e-12)
+
+
+def test_calibration_keeps_the_shape_and_sets_the_scale():
+    pytest.importorskip("torch")
+    from gradsched.torch.bench_worker import calibrate
+
+    prof = Profile("toy", (TensorProfile("a", 100, 400, 0.05, 0.3, update_s=0.01), TensorProfile("b", 10, 40, 0.05, 0.1)),
+                   other_s=0.04)  # compute 0.55 s
+    got = calibrate(prof, 1.1)
+    assert got.compute_s == pytest.approx(1.1)
+    assert [t.backward_s for t in got.tensors] == pytest.approx([0.6, 0.2])
+    assert got.tensors[0].update_s == pytest.approx(0.02) and got.other_s == pytest.approx(0.08)
+    assert got.ready_s == pytest.approx(tuple(2 * r for r in prof.ready_s))
+    assert calibrate(prof, 0.0) is prof  # nothing measured: unchanged
 
 
 def test_contention_figures_are_never_negative():

@@ -109,11 +109,21 @@ def test_fit_cluster_recovers_a_line_from_medians():
 
 
 # --------------------------------------------------------------------------- 2 gloo ranks
-def _train(rank: int, world: int, strategy: str, optimizer: str, options: dict | None, wrap_optimizer: bool = True):
+def _offline(module):
+    """A profile and cluster as a user might pass them (sizes from the module, a slow network)."""
+    from gradsched.cluster import Cluster
+    from gradsched.torch.planning import profile_from_module
+
+    return profile_from_module(module), Cluster.alpha_beta(2e-3, 1e-7, 2)
+
+
+def _train(rank: int, world: int, strategy: str, optimizer: str, options: dict | None, wrap_optimizer: bool = True,
+           offline: bool = False):
     from gradsched.torch import DistributedDataParallel, DistributedOptimizer, build_model
 
     spec = build_model("mlp", seed=0)
-    model = DistributedDataParallel(spec.module, strategy, plan_options=options, timeout_s=60)
+    given = dict(zip(("profile", "cluster"), _offline(spec.module))) if offline else {}
+    model = DistributedDataParallel(spec.module, strategy, plan_options=options, timeout_s=60, **given)
     inner = (torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9) if optimizer == "sgd"
              else torch.optim.Adam(model.parameters(), lr=1e-3))
     opt = DistributedOptimizer(inner, model) if wrap_optimizer else inner
@@ -137,18 +147,29 @@ def _train(rank: int, world: int, strategy: str, optimizer: str, options: dict |
     from gradsched.planners.auto import Ranked, as_auto
 
     ddp_plan = as_auto(Ranked(0.0, "ddp", make_plan("ddp", tuner.profile, tuner.cluster)), 1)
+    offline_hash = None
+    if offline:
+        from gradsched.planners.auto import ranked
+
+        off_profile, off_cluster = _offline(spec.module)
+        offline_hash = as_auto(ranked(off_profile, off_cluster)[0], 1).hash
     return {"params": params, "switches": [(s.iteration, s.plan_hash, s.strategy, s.reason) for s in tuner.switches],
             "predicted": tuner.predicted_iteration_s, "plan_hash": model.plan.hash,
             "measured_by_plan": dict(tuner._measured_by_plan), "rejected": list(tuner.rejected),
-            "ddp_hash": ddp_plan.hash,
+            "ddp_hash": ddp_plan.hash, "offline_hash": offline_hash,
             "plan_overlaps": model.plan.overlap_forward, "checks": len(tuner.checks)}
 
 
 CASES = {
     "auto/sgd": ("sgd", {"switch_iteration": 3, "patience": 4}, True),
     "auto/adam": ("adam", {"switch_iteration": 3, "patience": 4}, True),
-    # the three best predicted plans and DDP's, 2 iterations each, then the fastest measured stays
-    "trials/sgd": ("sgd", {"switch_iteration": 3, "trials": 3, "trial_iterations": 2, "max_replans": 0}, True),
+    # the three best predicted plans and DDP's, 2 iterations each, then the fastest measured stays; on
+    # this small model many strategies plan the same single bucket (a plan is never run twice), so the
+    # search is left with three strategies whose plans always differ
+    "trials/sgd": ("sgd", {"switch_iteration": 3, "trials": 3, "trial_iterations": 2, "max_replans": 0,
+                           "exclude": ["sync", "ddp", "threshold", "horovod", "mgwfbp", "optimal"]}, True),
+    # given a profile and cluster (slow network: another best plan), their best plan is measured too
+    "trials-offline/sgd": ("sgd", {"switch_iteration": 3, "trials": 2, "trial_iterations": 2, "max_replans": 0}, True),
     # every check is off by more than 1e-9: re-plan at iterations 3+4+1 = 8 and 13, then stop (cap)
     "replan/sgd": ("sgd", {"switch_iteration": 3, "patience": 4, "replan_threshold": 1e-9, "max_replans": 2,
                            "trials": 1}, True),
@@ -166,7 +187,7 @@ CASES = {
 def _job(rank: int, world: int) -> dict:
     out = {f"ddp/{o}": _train(rank, world, "ddp", o, None) for o in ("sgd", "adam")}
     for label, (opt, options, wrap) in CASES.items():
-        out[label] = _train(rank, world, "auto", opt, options, wrap)
+        out[label] = _train(rank, world, "auto", opt, options, wrap, offline="offline" in label)
     return out
 
 
@@ -211,8 +232,9 @@ def test_trials_measure_the_best_predicted_plans_and_keep_the_fastest(results):
     # profiled at 3, then one trial every 2 + 1 iterations; the last switch (if any) goes to the fastest
     trials = [s for s in sw if s[3] == "trial"]
     assert [s[0] for s in sw[1:2 + len(trials)]] == [3 + 3 * k for k in range(len(trials) + 1)]
-    assert 1 <= len(trials) <= 3  # two runners-up and DDP's default, each unless the same plan already ran
-    assert r["ddp_hash"] in {s[1] for s in sw[1:]}  # what users would run otherwise is always measured
+    assert len(trials) == 3  # the two runners-up and DDP's default (excluded from the search, not from this)
+    assert {s[2] for s in sw[1:4]} <= {"wfbp", "bytescheduler", "usbyte"}
+    assert r["ddp_hash"] == sw[4][1]  # what users would run otherwise is always measured
     assert len({s[1] for s in sw[1:2 + len(trials)]}) == len(trials) + 1  # no plan measured twice
     measured = r["measured_by_plan"]
     assert {s[1] for s in sw} <= set(measured)  # every plan that ran was measured (initial included)
@@ -221,6 +243,15 @@ def test_trials_measure_the_best_predicted_plans_and_keep_the_fastest(results):
     assert winner not in r["rejected"] and set(r["rejected"]) == {s[2] for s in sw} - {winner}
     assert sw[-1][3] in ("fastest", "trial", "profiled")
     assert results[1]["trials/sgd"]["plan_hash"] == r["plan_hash"]
+
+
+@pytest.mark.slow
+def test_trials_include_the_best_plan_for_a_given_profile_and_cluster(results):
+    r = results[0]["trials-offline/sgd"]
+    assert r["offline_hash"] in {s[1] for s in r["switches"]}  # run (or the same plan ran under another name)
+    if any(s[3] == "trial" for s in r["switches"]):  # none when every candidate plans the same buckets
+        assert r["plan_hash"] == min(r["measured_by_plan"], key=r["measured_by_plan"].__getitem__)
+    assert results[1]["trials-offline/sgd"]["switches"] == r["switches"]
 
 
 @pytest.mark.slow

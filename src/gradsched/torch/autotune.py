@@ -65,6 +65,7 @@ PLANNER_KEYS = ("channels", "exclude")
 PROBE_BYTES = (8 << 10, 256 << 10, 2 << 20)  # start-up probes, used only when the initial plan has too few sizes
 MIN_SIZES = 3  # distinct operation sizes wanted for a line fit
 KEEP_POINTS = 9  # service times kept per operation size (most recent)
+OFFLINE_TRIALS = 1  # best plans of a given profile and cluster added to the trials
 MIN_SERVICE_S = 1e-6  # a service time below this is a completion observed late in a batch, not a measurement
 
 
@@ -77,7 +78,7 @@ class AutoTuneConfig:
     initial: str = "wfbp"  # the safe default that runs while profiling
     initial_options: dict[str, Any] = field(default_factory=dict)
     trials: int = 3  # best predicted plans (one per strategy) measured before settling; 1: trust the simulator
-    trial_iterations: int = 5  # iterations each trial plan runs (the median of them is its measurement)
+    trial_iterations: int = 10  # iterations each trial plan runs (the median of them is its measurement)
     replan_threshold: float = 0.15  # relative |measured - predicted| / predicted that triggers a re-plan
     patience: int = 10  # iterations per check (the median of this many is compared)
     max_replans: int = 3  # re-plans after the first plan; then no more checks
@@ -137,7 +138,8 @@ class AutoTuneConfig:
     @property
     def tuning_iterations(self) -> int:
         """Iterations until every scheduled decision (switch, trials, checks up to the re-plan cap) is made."""
-        trial_runs = self.trials if self.trials > 1 else 0  # the trials, the DDP baseline among them at most
+        # the trials, at most one plan of a given profile and cluster, DDP's default buckets, the winner
+        trial_runs = self.trials + OFFLINE_TRIALS + 1 if self.trials > 1 else 0
         return self.switch_iteration + 1 + (trial_runs + 1) * (self.trial_iterations + 1) \
             + self.max_replans * (self.patience + 1)
 
@@ -338,8 +340,9 @@ class AutoTuner:
     decisions are broadcast); ``checks`` hold rank 0's measurements (empty elsewhere)."""
 
     def __init__(self, model: "DistributedDataParallel", config: AutoTuneConfig, tracer: "Tracer",
-                 keep_events: bool) -> None:
+                 keep_events: bool, offline: tuple[Profile, Cluster] | None = None) -> None:
         self.config = config
+        self._offline = offline  # a profile and cluster the user measured: their best plans join the trials
         self.iteration = 0  # training iterations started (forwards that synchronise gradients)
         self.predicted_iteration_s: float | None = None
         self.switches: list[Switch] = [Switch(0, config.initial, model.plan.hash, None, None, "initial")]
@@ -534,6 +537,12 @@ class AutoTuner:
                 if len(picked) < self.config.trials and r.strategy not in picked:
                     picked.add(r.strategy)
                     trials.append(r)
+            if self._offline is not None:  # the user's own measurements may know what in situ cannot
+                off_profile, off_cluster = self._offline
+                offline = ranked(off_profile, off_cluster, **opts)
+                if model._optimizer is None:
+                    offline = [r for r in offline if not r.plan.overlap_forward]
+                trials.extend(offline[:OFFLINE_TRIALS])
             if "ddp" not in picked:  # what the user would run otherwise is always measured
                 baseline = make_plan("ddp", profile, cluster)
                 trials.append(Ranked(simulate(baseline, profile, cluster, timeline=False).iteration_s, "ddp",

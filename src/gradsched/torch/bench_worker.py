@@ -27,8 +27,8 @@ What one job does, in order (every rank runs the same steps, so collectives matc
 5. **Rounds**: in round ``r`` the entries run ``steps`` training steps each, in an
    order rotated by ``r`` so that slow phases of the machine hit all alike.  One more
    entry runs the same steps without any communication (:class:`_ComputeOnly`).  A burst
-   starts behind a barrier (off the clock) and its last step ends when all its
-   communication and deferred updates are done.  Rounds before ``warmup_rounds``
+   starts behind a barrier (off the clock) and times steady-state steps only (see
+   :func:`_burst`).  Rounds before ``warmup_rounds``
    are not counted (DDP rebuilds its buckets there; caches warm up).
 6. **Predictions**: each entry's plan simulated with the cluster of steps 2-3 and
    the profile of step 1 scaled to the compute-only entry's median (the profile gives
@@ -251,17 +251,22 @@ def _predict(entry: dict[str, Any], model: Any, profile: Profile, cluster: Clust
 
 
 def _burst(model: Any, opt: Any, spec_loss: Any, batches: list[Any], steps: int, offset: int) -> list[float]:
-    """``steps`` training steps; per-step seconds (start to next start; the last ends when all is settled)."""
+    """``steps`` steady-state training steps: seconds from each step's start to the next one's.
+
+    One step more runs before and after the counted ones, off the clock: the first
+    step after the barrier has no communication of an earlier step still in flight
+    (too fast for a plan that overlaps the next forward) and the last one has no next
+    forward to hide its communication behind (too slow); training is neither."""
     dist.barrier()
     starts = []
-    for k in range(steps):
+    for k in range(steps + 2):
         starts.append(time.perf_counter())
         x, y = batches[(offset + k) % len(batches)]
         opt.zero_grad()
         spec_loss(model(x), y).backward()
         opt.step()
     model.synchronize()
-    starts.append(time.perf_counter())
+    starts = starts[1:]  # steps 1 .. steps: each ends where the next one starts
     return [b - a for a, b in zip(starts, starts[1:])]
 
 
@@ -319,13 +324,20 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
         bar.close()
     dist.barrier()
 
-    # The slowest rank's step times: an iteration is done when every rank's is.
+    # A step's time: the ranks' mean for the training rows, the slowest rank's for compute only.
+    # Training couples the ranks, so over a burst every rank takes the same time, but a rank's
+    # step (zero_grad to zero_grad) need not line up with the others': under a plan that overlaps
+    # the next forward one rank's long step is another's short one, and a per-step maximum would
+    # count the long one twice.  The compute-only ranks are not coupled; a coupled step would
+    # wait for the slower one, so there the maximum is the estimate.
     flat = torch.tensor([[t for rnd in per_round[i] for t in rnd] for i in range(len(models))], dtype=torch.float64)
-    dist.all_reduce(flat, op=dist.ReduceOp.MAX)
+    slowest = flat.clone()
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     if rank != 0:
         return None
-    times = flat.tolist()
-    ref_steps = times[-1]
+    times = (flat / world).tolist()
+    ref_steps = slowest.tolist()[-1]
     compute_only_s = statistics.median(ref_steps[warm * steps:] or ref_steps)
     planned_with = profile
     profile = calibrate(profile, compute_only_s)  # predictions and the bound: the compute of the rounds

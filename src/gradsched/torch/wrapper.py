@@ -110,6 +110,7 @@ class DistributedDataParallel(nn.Module):
         self._user_trace = trace
         self._tracer = Tracer(self._rank) if trace or tune is not None else None
 
+        given = (profile, cluster.at_world_size(self._world)) if profile is not None and cluster is not None else None
         own_profile = profile_from_module(module, order=self._names)
         if profile is not None and profile.fingerprint != own_profile.fingerprint:
             raise GradschedError(f"the profile (model {profile.model!r}) does not describe this module's trainable "
@@ -157,7 +158,7 @@ class DistributedDataParallel(nn.Module):
         if tune is not None:
             assert self._tracer is not None
             self.strategy = "auto"
-            self.autotuner = AutoTuner(self, tune, self._tracer, keep_events=trace)
+            self.autotuner = AutoTuner(self, tune, self._tracer, keep_events=trace, offline=given)
 
     def _start_executor(self) -> None:
         """Build the executor (and forward gating) for ``self.plan`` and ``self._order``."""
