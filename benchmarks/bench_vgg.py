@@ -1,6 +1,6 @@
 """The issue's target benchmark: vgg on 2 and 4 hosts, every dense strategy against DDP and its bucket sizes.
 
-    python benchmarks/bench_vgg.py [--hosts 2,4] [--rate 1600mbit] [--steps 3] [--rounds 5]
+    python benchmarks/bench_vgg.py [--hosts 2,4] [--rate 1600mbit] [--steps 6] [--rounds 3]
 
 One ``gradsched bench`` per host count (on the testbed as root, over loopback otherwise),
 each writing ``benchmarks/results/bench_vgg_<H>h.json`` and ``.png``.  The default rate
@@ -25,8 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hosts", default="2,4", help="host counts, comma-separated (default 2,4)")
     ap.add_argument("--rate", default="1600mbit", help="testbed link rate (default 1600mbit; ignored without root)")
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--strategies", default=STRATEGIES)
     args = ap.parse_args(argv)
     net = ["--rate", args.rate] if os.geteuid() == 0 else ["--loopback"]
