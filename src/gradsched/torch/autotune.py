@@ -14,7 +14,13 @@
    prediction; every rank then swaps its executor.  Gradients of the finished
    iteration are already applied, so the numbers computed are unchanged: only the
    buckets and the order of the collectives differ.
-3. **Re-plan.**  Every ``patience`` iterations after a switch (again at iterations
+3. **Trials.**  The simulator can be wrong on a given machine, so the first plan is
+   not trusted blindly: the best plans of the next ``trials - 1`` strategies by
+   prediction, the best plan for a ``profile=`` and ``cluster=`` given to the wrapper
+   (if any) and DDP's default buckets each run ``trial_iterations`` iterations, at
+   iterations known in advance; then rank 0 broadcasts the plan that measured
+   fastest (the initial one included) and the strategies that lost are excluded.
+4. **Re-plan.**  Every ``patience`` iterations after the trials (again at iterations
    known in advance) rank 0 compares the median of the last ``patience`` measured
    iterations with the prediction and broadcasts its decision: off by more than
    ``replan_threshold`` means the measurements taken under the current plan (its own
@@ -31,10 +37,11 @@ iterations is kept; an alpha-beta line is fitted through them
 sizes for a line, a few probe all-reduces of known sizes at start-up supply the rest.
 
 Options (``plan_options`` of ``"auto"``; ``gradsched train --option KEY=VALUE``):
-``switch_iteration`` (5), ``initial`` ("wfbp"), ``initial_options`` ({}),
-``replan_threshold`` (0.15), ``patience`` (10), ``max_replans`` (3), ``adaptive``
-(true; false plans ``auto`` once at start-up from ``profile=``/``cluster=``, as any
-other strategy), and the ``auto`` planner's own ``channels`` and ``exclude``.
+``switch_iteration`` (5), ``initial`` ("wfbp"), ``initial_options`` ({}), ``trials``
+(3), ``trial_iterations`` (10), ``replan_threshold`` (0.15), ``patience`` (10),
+``max_replans`` (3), ``adaptive`` (true; false plans ``auto`` once at start-up from
+``profile=``/``cluster=``, as any other strategy), and the ``auto`` planner's own
+``channels`` and ``exclude``.
 """
 
 from __future__ import annotations
@@ -450,6 +457,8 @@ class AutoTuner:
         best = min(self._measured_by_plan, key=self._measured_by_plan.__getitem__) if self._is_root else None
         best = self._broadcast(best)
         strategy, plan, order, predicted = self._tried[best]
+        if predicted is None:  # the initial plan won: what it measured is the best prediction there is
+            predicted = self._broadcast(self._measured_by_plan[best] if self._is_root else None)
         # measured slower than the winner: the simulator's ranking does not hold here, keep them out
         self.rejected.extend(sorted({s for s, *_ in self._tried.values() if s != strategy} - set(self.rejected)))
         if best != self._model.plan.hash:

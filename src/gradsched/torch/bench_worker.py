@@ -28,8 +28,8 @@ What one job does, in order (every rank runs the same steps, so collectives matc
    order rotated by ``r`` so that slow phases of the machine hit all alike.  One more
    entry runs the same steps without any communication (:class:`_ComputeOnly`).  A burst
    starts behind a barrier (off the clock) and times steady-state steps only (see
-   :func:`_burst`).  Rounds before ``warmup_rounds``
-   are not counted (DDP rebuilds its buckets there; caches warm up).
+   :func:`_burst`).  Rounds before ``warmup_rounds`` are not counted (DDP rebuilds
+   its buckets there; caches warm up).
 6. **Predictions**: each entry's plan simulated with the cluster of steps 2-3 and
    the profile of step 1 scaled to the compute-only entry's median (the profile gives
    which layer costs what; the rounds give how long a step's compute takes now).
