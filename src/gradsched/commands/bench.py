@@ -258,10 +258,11 @@ def table(result: dict[str, Any]) -> str:
                          f"{tune['predicted_iteration_s'] * 1e3:.1f} ms; {tune['replans']} re-plan(s))")
     c = result.get("contention")
     if c:
-        lines.append(f"contention: forward+backward {c['compute_alone_s'] * 1e3:.0f} ms alone, "
-                     f"{c['compute_overlapped_s'] * 1e3:.0f} ms during an all-reduce (x{c['compute_slowdown']:.2f}); "
-                     f"all-reduce {c['allreduce_alone_s'] * 1e3:.0f} ms alone, "
-                     f"{c['allreduce_overlapped_s'] * 1e3:.0f} ms during compute (x{c['allreduce_slowdown']:.2f})")
+        lines.append(f"contention: a step {c['compute_alone_s'] * 1e3:.0f} ms alone, "
+                     f"{c['compute_overlapped_s'] * 1e3:.0f} ms behind all-reduces (x{c['compute_slowdown']:.2f}); "
+                     f"an all-reduce {c['allreduce_alone_s'] * 1e3:.0f} ms alone, "
+                     f"{c['allreduce_overlapped_s'] * 1e3:.0f} ms while steps run (x{c['allreduce_slowdown']:.2f}); "
+                     f"{c['fitted'].get('busy_latency_s', 0.0) * 1e3:.2f} ms more per operation started during compute")
     return "\n".join(lines)
 
 

@@ -145,20 +145,21 @@ def _contention_probe(cfg: dict[str, Any], total_bytes: int, reps: int = 5) -> d
     c = _slowest_median([timed(compute) for _ in range(reps)])
     n = _slowest_median([timed(lambda: comm_while([big], False)) for _ in range(reps)])
     queue = [big] * (math.ceil(c / max(n, 1e-9)) + 1)  # longer than a step: compute is slowed all along
+
+    def step_behind_queue() -> float:
+        """Seconds of one step while the queued all-reduces run (they are waited for off the clock)."""
+        work = [dist.all_reduce(b, async_op=True) for b in queue]
+        t0 = time.perf_counter()
+        compute()
+        seconds = time.perf_counter() - t0
+        for w in work:
+            w.wait()
+        return seconds
+
     bc, bn, sa, sb = [], [], [], []
     for _ in range(reps):
-        done: list[float] = []
-
-        def step_behind_queue() -> None:
-            work = [dist.all_reduce(b, async_op=True) for b in queue]
-            t0 = time.perf_counter()
-            compute()
-            done.append(time.perf_counter() - t0)
-            for w in work:
-                w.wait()
-
-        timed(step_behind_queue)
-        bc.append(done[0])
+        dist.barrier()
+        bc.append(step_behind_queue())
         dist.barrier()
         bn.append(comm_while([big], True))
         dist.barrier()
