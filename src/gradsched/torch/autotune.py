@@ -407,7 +407,7 @@ class AutoTuner:
     # ------------------------------------------------------------------ decisions
     def _check(self, step: int) -> None:
         self._model.synchronize()  # every rank quiescent: the broadcast below cannot interleave with a plan's op
-        window = [s for s in self._steps if s.measured and s.end_s is not None][-self.config.patience:]
+        window = self._window(self.config.patience)
         decision = None
         if self._is_root:
             measured = statistics.median(s.duration_s for s in window)
@@ -444,7 +444,7 @@ class AutoTuner:
         """Every rank: the current trial plan has run its iterations; switch to the next one, or,
         when all have run, to the one that measured fastest (rank 0's measurement, broadcast)."""
         self._model.synchronize()
-        window = [s for s in self._steps if s.measured and s.end_s is not None][-self.config.trial_iterations:]
+        window = self._window(self.config.trial_iterations)
         measured_before = statistics.median(s.duration_s for s in window) if window else None
         if self._is_root and measured_before is not None:
             self._measured_by_plan[self._model.plan.hash] = measured_before
@@ -465,6 +465,10 @@ class AutoTuner:
             self._switch(step, strategy, plan, order, predicted, measured_before, "fastest")
         logger.info("auto: iteration %d: of the plans tried, %s measured fastest; it stays", step, strategy)
         self._schedule_check(step)
+
+    def _window(self, n: int) -> list[StepRecord]:
+        """The last ``n`` finished iterations measured under the current plan."""
+        return [s for s in self._steps if s.measured and s.end_s is not None][-n:]
 
     def _switch(self, step: int, strategy: str, plan: Plan, order: list[int], predicted: float | None,
                 measured_before: float | None, reason: str) -> None:
@@ -533,9 +537,13 @@ class AutoTuner:
                            "the previous fit" if self.cluster else "a loopback-like default")
         exclude = tuple(self.config.planner_options.get("exclude", ())) + tuple(self.rejected)
         opts = dict(self.config.planner_options, exclude=exclude)
-        results = ranked(profile, cluster, **opts)
-        if model._optimizer is None:  # overlapping the update with the next forward needs DistributedOptimizer
-            results = [r for r in results if not r.plan.overlap_forward]
+        def runnable(candidates: list[Ranked]) -> list[Ranked]:
+            if model._optimizer is not None:
+                return candidates
+            # overlapping the update with the next forward needs DistributedOptimizer
+            return [r for r in candidates if not r.plan.overlap_forward]
+
+        results = runnable(ranked(profile, cluster, **opts))
         plan = as_auto(results[0], len(results))
         order = issue_order(plan, profile, cluster)
         predicted = results[0].predicted_s
@@ -548,10 +556,7 @@ class AutoTuner:
                     trials.append(r)
             if self._offline is not None:  # the user's own measurements may know what in situ cannot
                 off_profile, off_cluster = self._offline
-                offline = ranked(off_profile, off_cluster, **opts)
-                if model._optimizer is None:
-                    offline = [r for r in offline if not r.plan.overlap_forward]
-                trials.extend(offline[:OFFLINE_TRIALS])
+                trials.extend(runnable(ranked(off_profile, off_cluster, **opts))[:OFFLINE_TRIALS])
             if "ddp" not in picked:  # what the user would run otherwise is always measured
                 baseline = make_plan("ddp", profile, cluster)
                 trials.append(Ranked(simulate(baseline, profile, cluster, timeline=False).iteration_s, "ddp",
@@ -580,7 +585,7 @@ class AutoTuner:
         self._trial_queue = []
         for name, trial_plan, order, predicted in payload.get("trials", []):
             trial_plan.check(model._own_profile, "auto trial plan")
-            if trial_plan.hash not in self._tried:
+            if trial_plan.hash not in self._tried:  # never measure one plan twice
                 self._tried[trial_plan.hash] = (name, trial_plan, list(order), predicted)
                 self._trial_queue.append((name, trial_plan, list(order), predicted))
 

@@ -110,14 +110,15 @@ class DistributedDataParallel(nn.Module):
         self._user_trace = trace
         self._tracer = Tracer(self._rank) if trace or tune is not None else None
 
-        given = (profile, cluster.at_world_size(self._world)) if profile is not None and cluster is not None else None
         own_profile = profile_from_module(module, order=self._names)
         if profile is not None and profile.fingerprint != own_profile.fingerprint:
             raise GradschedError(f"the profile (model {profile.model!r}) does not describe this module's trainable "
                                  "parameters (their sizes differ); profile this module")
+        both_given = profile is not None and cluster is not None
         profile = profile or own_profile
         self._own_profile = own_profile
         cluster = cluster.at_world_size(self._world) if cluster is not None else default_cluster(self._world)
+        given = (profile, cluster) if both_given else None  # the user's measurements (run-time auto's trials)
 
         if isinstance(plan, str) and plan == "ddp" and use_torch_ddp:
             self.plan: Plan | None = None
