@@ -112,3 +112,68 @@ def test_contention_never_speeds_up_a_fifo_plan(profile, cluster, name, kc, kn):
     assert r.iteration_s >= plain.iteration_s - 1e-9
     # slowed down by at most the larger factor
     assert r.iteration_s <= plain.iteration_s * (1 + max(kc, kn)) + 1e-9
+
+
+@SETTINGS
+@given(profiles(max_layers=8, with_update=True), clusters(), st.floats(0, 1e-9), st.floats(0, 1e-9))
+def test_bucket_costs_keep_layers_and_add_a_pass_per_byte(profile, cluster, per_byte, back_per_byte):
+    """Bucket copies lengthen each layer by its bytes times the rate and change nothing else."""
+    got = profile.with_bucket_costs(per_byte, back_per_byte)
+    assert got.layer_of == profile.layer_of and got.order == profile.order and got.fingerprint == profile.fingerprint
+    assert got.backward_s == pytest.approx(profile.backward_s + per_byte * profile.total_bytes, abs=TOL)
+    assert got.update_s == pytest.approx(profile.update_s + back_per_byte * profile.total_bytes, abs=TOL)
+    assert got.forward_s == profile.forward_s and got.other_s == profile.other_s
+    # the whole cost of what is ready by then, and nothing later, delays each gradient
+    ready, later = profile.ready_s, got.ready_s
+    for i in range(profile.num_tensors):
+        rank = _ready_rank(profile, i)
+        before = sum(t.bytes for j, t in enumerate(profile.tensors) if _ready_rank(profile, j) <= rank)
+        assert later[i] == pytest.approx(ready[i] + per_byte * before, rel=1e-9, abs=TOL)
+    # one all-reduce after backward: the iteration grows by exactly both passes over all bytes
+    sync = make_plan("sync", profile, cluster)
+    grown = simulate(sync, got, cluster, timeline=False).iteration_s - simulate(sync, profile, cluster,
+                                                                                timeline=False).iteration_s
+    assert grown == pytest.approx((per_byte + back_per_byte) * profile.total_bytes, rel=1e-6, abs=TOL)
+
+
+def _ready_rank(profile, i):
+    """Position of tensor ``i``'s layer in the backward (ready) order."""
+    layers = []
+    for j in profile.order:
+        if profile.layer_of[j] not in layers:
+            layers.append(profile.layer_of[j])
+    return layers.index(profile.layer_of[i])
+
+
+def test_bucket_costs_cannot_be_negative():
+    from gradsched import Profile, TensorProfile
+
+    prof = Profile("toy", (TensorProfile("w", 10, 40, 0.001, 0.002),))
+    with pytest.raises(ValueError):
+        prof.with_bucket_costs(-1e-9)
+
+
+@SETTINGS
+@given(profiles(max_layers=8, with_update=True), clusters())
+def test_contention_bound_without_contention_is_the_plain_bound(profile, cluster):
+    from gradsched.commands.bench import lower_bound_s
+
+    b = lower_bound_s(profile, cluster)
+    assert b["contention_bound_s"] == pytest.approx(b["lower_bound_s"], rel=1e-9, abs=TOL)
+
+
+@SETTINGS
+@given(profiles(max_layers=8, with_update=True), clusters(), st.sampled_from(["wfbp", "mgwfbp", "optimal", "ddp",
+                                                                              "sync", "usbyte", "bytescheduler"]),
+       st.floats(0, 2), st.floats(0, 2))
+def test_no_simulated_plan_beats_the_contention_bound(profile, cluster, name, kc, kn):
+    """The bound assumes the simulator's own fluid model of contention, so no plan it simulates is faster."""
+    from dataclasses import replace
+
+    from gradsched.commands.bench import lower_bound_s
+
+    slowed = replace(cluster, extra={**cluster.extra, "contention": {"compute_slowdown": kc, "comm_slowdown": kn}})
+    bound = lower_bound_s(profile, slowed)
+    assert bound["contention_bound_s"] >= bound["lower_bound_s"] - TOL
+    r = simulate(make_plan(name, profile, slowed), profile, slowed, timeline=False)
+    assert r.iteration_s >= bound["contention_bound_s"] * (1 - 1e-9) - TOL

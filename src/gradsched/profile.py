@@ -208,6 +208,32 @@ class Profile:
                                          for t in self.tensors),
                        self.ready_order, self.other_s * scale, dict(self.extra))
 
+    def with_bucket_costs(self, backward_s_per_byte: float = 0.0, update_s_per_byte: float = 0.0) -> "Profile":
+        """A copy where each tensor's backward and update take longer by its bytes times a rate.
+
+        For what a data-parallel runtime does to every gradient on the compute stream
+        besides computing it: a gradient-ready hook copies it into its bucket and scales
+        it by 1/world (``backward_s_per_byte``: it delays the rest of backward), and a
+        runtime whose gradients are not views of the buckets copies the averaged result
+        back before the optimizer step (``update_s_per_byte``).  A model profiled on its
+        own pays neither; on a CPU they are a pass over memory per byte (vgg on this
+        project's 2-core machine: about 10 ms of a 300 ms step, docs/simulator.md)."""
+        if backward_s_per_byte < 0 or update_s_per_byte < 0:
+            raise ValueError("bucket costs per byte cannot be negative")
+        layer_bytes: dict[int, int] = {}
+        first: dict[int, int] = {}  # a layer's time sits on its first tensor (module docstring): so does the cost
+        for i, (t, lid) in enumerate(zip(self.tensors, self.layer_of)):
+            layer_bytes[lid] = layer_bytes.get(lid, 0) + t.bytes
+            first.setdefault(lid, i)
+        tensors = list(self.tensors)
+        for lid, i in first.items():
+            t = tensors[i]
+            tensors[i] = TensorProfile(t.name, t.numel, t.bytes, t.forward_s,
+                                       t.backward_s + layer_bytes[lid] * backward_s_per_byte, t.layer,
+                                       t.update_s + layer_bytes[lid] * update_s_per_byte)
+        return Profile(self.model, tuple(tensors),
+                       self.ready_order, self.other_s, dict(self.extra))
+
 
 def _check(profile: Profile, source: str) -> None:
     """Cross-field rules that typed construction alone cannot express."""

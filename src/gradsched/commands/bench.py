@@ -163,21 +163,67 @@ def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
 def lower_bound_s(profile: "Profile", cluster: "Cluster") -> dict[str, float]:
     """The shortest iteration any schedule could reach under the measured profile and cluster.
 
-    Two bounds, the larger wins: the compute stream cannot finish faster than all its
-    compute plus the all-reduce of the gradients ready last (ready when backward ends,
-    needed first by the next forward: it cannot overlap), and the network cannot move
-    all gradients faster than one all-reduce of all of them, which cannot start before
-    the first gradient is ready."""
+    Two bounds, the larger wins.  Compute: the compute stream cannot finish faster than
+    all its compute, and no layer's forward starts before its gradients are reduced, so
+    each layer adds its all-reduce between its gradients' ready time and its update and
+    forward (and those of the layers after it); for the layer that is both ready last
+    and first in forward that is all its compute plus the all-reduce of its gradients,
+    less what only a plan that overlaps the next forward could hide behind it (the
+    optimizer step and the other per-step work).  Network: the network cannot move all
+    gradients faster than one all-reduce of all of them, which cannot start before the
+    first gradient is ready.  ``contention_bound_s`` is the same bound when overlap is
+    not free: with the cluster's contention figures, compute and communication slow
+    each other wherever they overlap (:func:`contention_bound_s`)."""
+    from gradsched.sim.engine import contention
+
     cost = cluster.cost("allreduce")
     ready = profile.ready_s
+    layers: dict[int, list[float]] = {}  # forward order: layer -> [bytes, ready, forward, update]
+    for t, lid, r in zip(profile.tensors, profile.layer_of, ready):
+        row = layers.setdefault(lid, [0.0, r, 0.0, 0.0])
+        row[0] += t.bytes
+        row[2] += t.forward_s
+        row[3] += t.update_s
     last = max(ready)
-    last_bytes = sum(t.bytes for t, r in zip(profile.tensors, ready) if r >= last)
+    compute_bound, alone_after = profile.compute_s, 0.0
+    kc, kn, _ = contention(cluster)
+    before = 0.0  # forward and update of the layers before this one
+    rest = profile.forward_s + profile.update_s  # ... of this one and those after it
+    for nbytes, r, fwd, upd in layers.values():
+        reduce_s = cost.time_s(nbytes)
+        compute_bound = max(compute_bound, r + reduce_s + rest)
+        if r >= last:  # compute can hide only this much of its all-reduce; overlapped, compute runs slower
+            alone_after = max(alone_after, reduce_s - (profile.other_s + before) * (1 + kc) / (1 + kn))
+        before += fwd + upd
+        rest -= fwd + upd
     first_ready = min(ready)
     comm_all = cost.time_s(profile.total_bytes)
-    compute_bound = profile.compute_s + cost.time_s(last_bytes)
     network_bound = first_ready + comm_all
-    return {"lower_bound_s": max(compute_bound, network_bound), "compute_s": profile.compute_s,
-            "allreduce_all_s": comm_all, "compute_bound_s": compute_bound, "network_bound_s": network_bound}
+    bound = max(compute_bound, network_bound)
+    return {"lower_bound_s": bound, "compute_s": profile.compute_s,
+            "allreduce_all_s": comm_all, "compute_bound_s": compute_bound, "network_bound_s": network_bound,
+            "contention_bound_s": max(bound, contention_bound_s(profile.compute_s, comm_all, first_ready,
+                                                                 alone_after, kc, kn))}
+
+
+def contention_bound_s(compute_s: float, comm_s: float, compute_alone_s: float, comm_alone_s: float,
+                       compute_slowdown: float, comm_slowdown: float) -> float:
+    """The shortest iteration when overlapped compute and communication slow each other.
+
+    ``compute_s`` of compute and ``comm_s`` of communication (each at full speed), of
+    which at least ``compute_alone_s`` and ``comm_alone_s`` cannot overlap.  For ``x``
+    seconds of overlap, compute runs ``1 + compute_slowdown`` times slower and
+    communication ``1 + comm_slowdown`` times slower (the simulator's fluid model), so
+    the iteration is ``compute_s + comm_s - x * gain`` with ``gain = 1/(1 + kc) +
+    1/(1 + kn) - 1``: overlap pays only while ``gain > 0``, and most when ``x`` is as
+    long as either side's overlappable work allows.  Without contention it is never
+    above :func:`lower_bound_s`'s bound, which takes the larger of the two."""
+    fc, fn = 1.0 + compute_slowdown, 1.0 + comm_slowdown
+    gain = 1.0 / fc + 1.0 / fn - 1.0
+    if gain <= 0:
+        return compute_s + comm_s
+    overlap = max(0.0, min((compute_s - compute_alone_s) * fc, (comm_s - comm_alone_s) * fn))
+    return compute_s + comm_s - gain * overlap
 
 
 # ----------------------------------------------------------------------------- launching
@@ -244,10 +290,17 @@ def table(result: dict[str, Any]) -> str:
     lb = result["lower_bound"]
     ref = result.get("compute_only")
     if ref:
-        lines.append(f"compute only (same steps, no communication) {ref['iteration_s_median'] * 1e3:.1f} ms: "
-                     "the compute the predictions and the bound use")
+        used = ref.get("compute_s", ref["iteration_s_median"])
+        lines.append(f"compute only (same steps, no gradients moved, ranks in step) "
+                     f"{ref['iteration_s_median'] * 1e3:.1f} ms: {used * 1e3:.1f} ms is the compute the predictions "
+                     "and the bound use")
     lines.append(f"lower bound {lb['lower_bound_s'] * 1e3:.1f} ms (compute {lb['compute_s'] * 1e3:.1f} ms, one "
                  f"all-reduce of all gradients {lb['allreduce_all_s'] * 1e3:.1f} ms); best DDP: {result['best_ddp']}")
+    if "contention_bound_s" in lb and lb["contention_bound_s"] > lb["lower_bound_s"] * 1.001:
+        best = min(result["rows"], key=lambda r: r["iteration_s_median"])
+        cb = lb["contention_bound_s"]
+        lines.append(f"lower bound with the measured contention {cb * 1e3:.1f} ms (overlap is not free here); "
+                     f"the fastest row, {best['strategy']}, is {best['iteration_s_median'] / cb:.2f}x it")
     auto = next((r for r in result["rows"] if r["strategy"] == "auto"), None)
     if auto is not None:
         opts = auto.get("plan_options") or {}
@@ -263,6 +316,10 @@ def table(result: dict[str, Any]) -> str:
                      f"an all-reduce {c['allreduce_alone_s'] * 1e3:.0f} ms alone, "
                      f"{c['allreduce_overlapped_s'] * 1e3:.0f} ms while steps run (x{c['allreduce_slowdown']:.2f}); "
                      f"{c['fitted'].get('busy_latency_s', 0.0) * 1e3:.2f} ms more per operation started during compute")
+        if "bucket_copy_s" in c:
+            lines.append(f"runtime costs per step: bucket passes over all gradients {c['bucket_copy_s'] * 1e3:.1f} ms "
+                         f"(copy) + {c['bucket_scale_s'] * 1e3:.1f} ms (scale); buffer broadcast "
+                         f"{c.get('buffer_sync_s', 0.0) * 1e3:.1f} ms")
     return "\n".join(lines)
 
 

@@ -16,7 +16,9 @@ What one job does, in order (every rank runs the same steps, so collectives matc
 3. **Contention probe**: a training step alone and while a queue of all-reduces of
    all gradients keeps communication busy; one such all-reduce alone and while
    steps run back to back; a burst of small all-reduces alone and with compute
-   busy.  :func:`contention_from_probe` turns these into the simulator's contention
+   busy; a copy of all gradients and a division of them, as a runtime's hooks do; the
+   broadcast of the model's buffers that precedes every forward.
+   :func:`contention_from_probe` turns these into the simulator's contention
    figures (compute slowdown, communication slowdown, latency per operation), put
    into the cluster, so that the plans (``auto``) and the predictions account for
    CPU contention.
@@ -26,13 +28,14 @@ What one job does, in order (every rank runs the same steps, so collectives matc
    time and each waits for its own communication before the next one starts.
 5. **Rounds**: in round ``r`` the entries run ``steps`` training steps each, in an
    order rotated by ``r`` so that slow phases of the machine hit all alike.  One more
-   entry runs the same steps without any communication (:class:`_ComputeOnly`).  A burst
+   entry runs the same steps without moving gradients (:class:`_ComputeOnly`).  A burst
    starts behind a barrier (off the clock) and times steady-state steps only (see
    :func:`_burst`).  Rounds before ``warmup_rounds`` are not counted (DDP rebuilds
    its buckets there; caches warm up).
 6. **Predictions**: each entry's plan simulated with the cluster of steps 2-3 and
    the profile of step 1 scaled to the compute-only entry's median (the profile gives
-   which layer costs what; the rounds give how long a step's compute takes now).
+   which layer costs what; the rounds give how long a step's compute takes now), plus
+   the runtimes' own costs that the probe measured (:func:`with_runtime_costs`).
    Plans are made before the rounds, from the profile scaled to the probe's compute.
 
 Rank 0 writes ``bench.json`` (see :func:`run_bench`) into ``out_dir``.
@@ -59,11 +62,13 @@ from gradsched.profile import Profile
 from gradsched.torch.models import build_model
 from gradsched.torch.optim import DistributedOptimizer
 from gradsched.torch.worker import run_worker
-from gradsched.torch.wrapper import DistributedDataParallel
+from gradsched.torch.wrapper import DistributedDataParallel, broadcast_buffers
 
 MiB = 1 << 20
 SMALL_OPS = 8  # the busy-latency probe: this many all-reduces ...
 SMALL_NUMEL = 1024  # ... of 4 KiB each, issued at once as the runtime issues ready operations
+PROBE_BUDGET_S = 10.0  # the contention probe's measurements take about this long ...
+PROBE_REPS = (5, 30)  # ... with at least and at most this many repetitions each
 
 
 def _broadcast(obj: Any) -> Any:
@@ -95,7 +100,7 @@ def _measure_cluster(total_bytes: int, cfg: dict[str, Any]) -> Cluster:
     return _broadcast(cluster)
 
 
-def _contention_probe(cfg: dict[str, Any], total_bytes: int, reps: int = 5) -> dict[str, Any]:
+def _contention_probe(cfg: dict[str, Any], total_bytes: int) -> dict[str, Any]:
     """Compute alone, all-reduce alone, each while the other keeps the cores busy (module docstring).
 
     "Compute" is a whole training step without communication (zero_grad, forward,
@@ -142,6 +147,7 @@ def _contention_probe(cfg: dict[str, Any], total_bytes: int, reps: int = 5) -> d
 
     compute()  # warm-up
     comm_while(smalls, False)
+    reps = probe_reps(_slowest_median([timed(compute)]), _slowest_median([timed(lambda: comm_while([big], False))]))
     c = _slowest_median([timed(compute) for _ in range(reps)])
     n = _slowest_median([timed(lambda: comm_while([big], False)) for _ in range(reps)])
     queue = [big] * (math.ceil(c / max(n, 1e-9)) + 1)  # longer than a step: compute is slowed all along
@@ -167,10 +173,56 @@ def _contention_probe(cfg: dict[str, Any], total_bytes: int, reps: int = 5) -> d
         dist.barrier()
         sb.append(comm_while(smalls, True))
     bc_, bn_, sa_, sb_ = (_slowest_median(v) for v in (bc, bn, sa, sb))
+    copy_s, scale_s = _bucket_pass_s(big, reps)
+    buffers_s = _buffer_sync_s(module, reps, cfg["timeout_s"])
     return {"compute_alone_s": c, "allreduce_alone_s": n, "compute_overlapped_s": bc_, "allreduce_overlapped_s": bn_,
             "compute_slowdown": bc_ / c, "allreduce_slowdown": bn_ / n, "allreduce_bytes": total_bytes,
-            "small_ops": SMALL_OPS, "small_ops_alone_s": sa_, "small_ops_busy_s": sb_,
+            "reps": reps, "small_ops": SMALL_OPS, "small_ops_alone_s": sa_, "small_ops_busy_s": sb_,
+            "bucket_copy_s": copy_s, "bucket_scale_s": scale_s, "buffer_sync_s": buffers_s,
             "fitted": contention_from_probe(c, n, bc_, bn_, sa_, sb_, SMALL_OPS)}
+
+
+def probe_reps(step_s: float, allreduce_s: float) -> int:
+    """Repetitions of each probe measurement: as many as fit :data:`PROBE_BUDGET_S`, within
+    :data:`PROBE_REPS`.  A repetition runs about three steps and two all-reduces of all
+    gradients.  Millisecond-scale models get the most: their figures are the noisiest (on
+    cnn, 5 repetitions gave a compute slowdown of 0.52 in one job and 0.03 in the next)."""
+    per_rep = 3 * step_s + 2 * allreduce_s
+    lo, hi = PROBE_REPS
+    return max(lo, min(hi, int(PROBE_BUDGET_S / max(per_rep, 1e-6))))
+
+
+def _bucket_pass_s(buf: torch.Tensor, reps: int) -> tuple[float, float]:
+    """Seconds to copy ``buf``'s worth of gradients into a bucket, and to scale the bucket by 1/world.
+
+    What a runtime does to every gradient on the compute stream besides computing it
+    (:meth:`Profile.with_bucket_costs`); timed on every rank at once, as training runs."""
+    src = torch.ones_like(buf)
+    copies, scales = [], []
+    dist.barrier()
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        buf.copy_(src)
+        t1 = time.perf_counter()
+        buf.div_(dist.get_world_size())
+        copies.append(t1 - t0)
+        scales.append(time.perf_counter() - t1)
+    buf.zero_()
+    return _slowest_median(copies), _slowest_median(scales)
+
+
+def _buffer_sync_s(module: torch.nn.Module, reps: int, timeout_s: float) -> float:
+    """Seconds a forward spends broadcasting rank 0's buffers (BatchNorm statistics), as both
+    runtimes do before every forward by default; 0 for a model without buffers."""
+    if not any(True for _ in module.buffers()):
+        return 0.0
+    times = []
+    for _ in range(reps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        broadcast_buffers(module, None, 0, timeout_s)
+        times.append(time.perf_counter() - t0)
+    return _slowest_median(times)
 
 
 def _slowest_median(per_rep: list[float]) -> float:
@@ -203,6 +255,25 @@ def calibrate(profile: Profile, compute_s: float) -> Profile:
     return profile.with_times(compute_s / profile.compute_s)
 
 
+def with_runtime_costs(profile: Profile, probe: dict[str, Any] | None, torch_ddp: bool) -> Profile:
+    """``profile`` plus what a data-parallel runtime adds to every step on the compute stream.
+
+    - Bucket passes (:meth:`Profile.with_bucket_costs`): both runtimes copy each
+      gradient into its bucket and scale it in the gradient-ready hook (gradsched's
+      executor because ``zero_grad()`` drops its bucket views each step); PyTorch DDP
+      (``gradient_as_bucket_view=False``, its default) also copies the result back
+      after the all-reduce, while gradsched's executor hands out views of the buckets.
+    - The broadcast of rank 0's buffers before every forward (both, by default): into
+      ``other_s``, which runs where that broadcast does, between the update and the
+      next forward."""
+    if probe is None or not probe.get("allreduce_bytes"):
+        return profile
+    per_byte = 1.0 / probe["allreduce_bytes"]
+    out = profile.with_bucket_costs((probe["bucket_copy_s"] + probe["bucket_scale_s"]) * per_byte,
+                                    probe["bucket_copy_s"] * per_byte if torch_ddp else 0.0)
+    return dataclasses.replace(out, other_s=out.other_s + probe.get("buffer_sync_s", 0.0))
+
+
 def _build_entry(entry: dict[str, Any], cfg: dict[str, Any], profile: Profile, cluster: Cluster) -> tuple[Any, Any]:
     spec = build_model(cfg["model"], seed=cfg["seed"])
     if entry["torch_ddp"]:
@@ -217,21 +288,38 @@ def _build_entry(entry: dict[str, Any], cfg: dict[str, Any], profile: Profile, c
 
 
 class _ComputeOnly:
-    """The same training step with no communication at all: the rounds' measure of compute.
+    """The same training step with free communication: the rounds' measure of compute.
+
+    Its own optimizer too (``zero_grad``/``step``): the step moves no gradients, but the
+    ranks meet once per step, after backward, in a one-element all-reduce, as every
+    synchronous step makes them.  That meeting is part of a step's compute: the step
+    waits for the slower rank, and ranks that run in lock step compete for the machine
+    in the same phases.  Measured on vgg, 2 local ranks: 295 ms a step synchronised
+    against 265-271 ms free-running (docs/simulator.md).
 
     Timed in the rounds beside the strategies (same batches, same machine phases), its
-    median is the iteration with free communication; predictions and the lower bound
-    are scaled to it (:func:`calibrate`), so that they do not inherit the drift of a
-    profile taken minutes earlier."""
+    median less the cost model's time for that one-element all-reduce is the iteration
+    with free communication; predictions and the lower bound are scaled to it
+    (:func:`calibrate`), so that they do not inherit the drift of a profile taken
+    minutes earlier."""
 
     label = "compute only"
 
     def __init__(self, cfg: dict[str, Any]) -> None:
         self.module = build_model(cfg["model"], seed=cfg["seed"]).module
-        self.opt = torch.optim.SGD(self.module.parameters(), lr=cfg["lr"], momentum=0.9)
+        self.optimizer = torch.optim.SGD(self.module.parameters(), lr=cfg["lr"], momentum=0.9)
+        self._meet = torch.zeros(1)
+        self.meet_bytes = self._meet.numel() * self._meet.element_size()
 
     def __call__(self, x: Any) -> Any:
         return self.module(x)
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad()
+
+    def step(self) -> None:
+        dist.all_reduce(self._meet)  # where a synchronous step waits for the slowest rank
+        self.optimizer.step()
 
     def synchronize(self) -> None:
         pass
@@ -286,14 +374,14 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
     entries = cfg["entries"]
     models = []
     for entry in entries:
-        models.append(_build_entry(entry, cfg, profile, cluster))
+        models.append(_build_entry(entry, cfg, with_runtime_costs(profile, probe, entry["torch_ddp"]), cluster))
     spec = build_model(cfg["model"], seed=cfg["seed"])  # for its batch maker and loss only
     gen = torch.Generator().manual_seed(cfg["seed"] * 1000 + rank)
     batches = [spec.make_batch(cfg["batch_size"], gen) for _ in range(4)]
     loss_fn = spec.loss_fn
     del spec
     reference = _ComputeOnly(cfg)
-    models.append((reference, reference.opt))  # timed last in every round's rotation of ``entries``
+    models.append((reference, reference))  # timed last in every round's rotation of ``entries``
     # Run-time ``auto`` (gradsched.torch.autotune) profiles itself under a safe default for its
     # first iterations, then switches plans: let it do so off the clock, so that the rounds
     # measure the plan it settled on (later re-plans, if any, are part of what it costs).
@@ -325,27 +413,28 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
         bar.close()
     dist.barrier()
 
-    # A step's time: the ranks' mean for the training rows, the slowest rank's for compute only.
-    # Training couples the ranks, so over a burst every rank takes the same time, but a rank's
-    # step (zero_grad to zero_grad) need not line up with the others': under a plan that overlaps
-    # the next forward one rank's long step is another's short one, and a per-step maximum would
-    # count the long one twice.  The compute-only ranks are not coupled; a coupled step would
-    # wait for the slower one, so there the maximum is the estimate.
+    # A step's time is the ranks' mean.  Training (compute only too) couples the ranks, so over
+    # a burst every rank takes the same time, but a rank's step (zero_grad to zero_grad) need
+    # not line up with the others': under a plan that overlaps the next forward one rank's long
+    # step is another's short one, and a per-step maximum would count the long one twice.
     flat = torch.tensor([[t for rnd in per_round[i] for t in rnd] for i in range(len(models))], dtype=torch.float64)
-    slowest = flat.clone()
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     if rank != 0:
         return None
     times = (flat / world).tolist()
-    ref_steps = slowest.tolist()[-1]
+    ref_steps = times[-1]
     compute_only_s = statistics.median(ref_steps[warm * steps:] or ref_steps)
+    # Predictions and the bound: the compute of the rounds.  The ranks' meeting itself is left
+    # out (a plan pays its own last operation); the floor only guards against a cost model that
+    # puts a one-element all-reduce above half a step.
+    meet_s = cluster.cost("allreduce").time_s(reference.meet_bytes)
     planned_with = profile
-    profile = calibrate(profile, compute_only_s)  # predictions and the bound: the compute of the rounds
+    profile = calibrate(profile, max(compute_only_s - meet_s, 0.5 * compute_only_s))
     bound = lower_bound_s(profile, cluster)
     rows = []
     for i, entry in enumerate(entries):
-        plan, predicted = _predict(entry, models[i][0], profile, cluster, planned_with)
+        plan, predicted = _predict(entry, models[i][0], with_runtime_costs(profile, probe, entry["torch_ddp"]), cluster,
+                                   planned_with)
         all_steps = times[i]
         counted = all_steps[warm * steps:] or all_steps
         median = statistics.median(counted)
@@ -354,6 +443,8 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
             "iteration_s_median": median, "iteration_s_mean": statistics.fmean(counted),
             "predicted_iteration_s": predicted, "prediction_error": (predicted - median) / median,
             "lower_bound_s": bound["lower_bound_s"], "vs_lower_bound": median / bound["lower_bound_s"],
+            "contention_bound_s": bound["contention_bound_s"],
+            "vs_contention_bound": median / bound["contention_bound_s"],
             "operations": len(plan.operations), "plan_hash": plan.hash,
             "step_s": [all_steps[k * steps:(k + 1) * steps] for k in range(rounds)],
             "warmup_rounds": warm}
@@ -376,7 +467,7 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
                                       "total_bytes": profile.total_bytes, "tensors": profile.num_tensors,
                                       "hooked_compute_s": hooked.compute_s, "planned_compute_s": planned_with.compute_s,
                                       "measured": profile.to_dict()},
-            "compute_only": {"iteration_s_median": compute_only_s,
+            "compute_only": {"iteration_s_median": compute_only_s, "compute_s": profile.compute_s,
                              "step_s": [ref_steps[k * steps:(k + 1) * steps] for k in range(rounds)]},
             "cluster": cluster.to_dict(), "lower_bound": bound, "contention": probe,
             "best_ddp": best_ddp["strategy"] if best_ddp else None, "world_size": world,

@@ -273,25 +273,7 @@ class DistributedDataParallel(nn.Module):
         return out
 
     def _sync_buffers(self) -> None:
-        """Rank 0's buffers to every rank: one broadcast per dtype (flattened), as DDP coalesces them."""
-        src = dist.get_global_rank(self._group, 0)
-        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-        for b in self.module.buffers():
-            by_dtype.setdefault(b.dtype, []).append(b)
-        for bufs in by_dtype.values():
-            flat = torch.cat([b.detach().reshape(-1) for b in bufs])
-            work = dist.broadcast(flat, src=src, group=self._ctrl, async_op=True)
-            try:
-                work.wait(timeout=timedelta(seconds=self._timeout_s))
-            except Exception as exc:
-                raise CollectiveError(f"rank {self._rank}: buffer broadcast failed or timed out after "
-                                      f"{self._timeout_s:g} s: a peer rank probably died ({exc})") from exc
-            if self._rank != 0:
-                with torch.no_grad():
-                    offset = 0
-                    for b in bufs:
-                        b.copy_(flat[offset:offset + b.numel()].view_as(b))
-                        offset += b.numel()
+        broadcast_buffers(self.module, self._ctrl, dist.get_global_rank(self._group, 0), self._timeout_s)
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -377,3 +359,26 @@ class DistributedDataParallel(nn.Module):
             meta["plan_hash"] = self.plan.hash
             meta["operations"] = len(self.plan.operations)
         return meta
+
+
+def broadcast_buffers(module: nn.Module, group: dist.ProcessGroup | None, src: int, timeout_s: float) -> None:
+    """Rank ``src``'s buffers (BatchNorm statistics) to every rank of ``group``: one broadcast per
+    dtype (flattened), as DDP coalesces them.  A collective: every rank of ``group`` calls it."""
+    rank = dist.get_rank()
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for b in module.buffers():
+        by_dtype.setdefault(b.dtype, []).append(b)
+    for bufs in by_dtype.values():
+        flat = torch.cat([b.detach().reshape(-1) for b in bufs])
+        work = dist.broadcast(flat, src=src, group=group, async_op=True)
+        try:
+            work.wait(timeout=timedelta(seconds=timeout_s))
+        except Exception as exc:
+            raise CollectiveError(f"rank {rank}: buffer broadcast failed or timed out after "
+                                  f"{timeout_s:g} s: a peer rank probably died ({exc})") from exc
+        if rank != src:
+            with torch.no_grad():
+                offset = 0
+                for b in bufs:
+                    b.copy_(flat[offset:offset + b.numel()].view_as(b))
+                    offset += b.numel()
