@@ -205,3 +205,26 @@ def test_contention_bound_by_hand():
     assert contention_bound_s(1.0, 0.6, 0.1, 0.05, 0.0, 0.0) == pytest.approx(max(1.0 + 0.05, 0.1 + 0.6))
     assert contention_bound_s(1.0, 0.6, 0.1, 0.05, 1.0, 1.0) == pytest.approx(1.6)  # overlap buys nothing
     assert contention_bound_s(1.0, 0.6, 0.1, 0.05, 3.0, 2.0) == pytest.approx(1.6)  # nor when it costs
+
+
+def _row(strategy, ms, **extra):
+    return {"strategy": strategy, "iteration_s_median": ms / 1e3, "speedup_vs_ddp": 1.0, "speedup_vs_best_ddp": 1.0,
+            "vs_lower_bound": 1.2, "predicted_iteration_s": ms / 1e3, "prediction_error": 0.0, "operations": 3,
+            **extra}
+
+
+def test_table_names_the_plan_auto_settled_on_and_the_contention_bound():
+    from gradsched.commands.bench import table
+
+    switches = [{"strategy": "wfbp", "reason": "initial"}, {"strategy": "usbyte", "reason": "profiled"},
+                {"strategy": "ddp", "reason": "revert"}]
+    rows = [_row("ddp", 400.0), _row("auto", 390.0, plan_options={"bucket_cap_mb": 25.0},
+                                     autotune={"switches": switches, "replans": 1})]
+    bound = {"lower_bound_s": 0.3, "compute_s": 0.28, "allreduce_all_s": 0.29, "contention_bound_s": 0.37}
+    text = table({"rows": rows, "lower_bound": bound, "best_ddp": "ddp"})
+    assert "auto chose ddp {'bucket_cap_mb': 25.0}" in text  # where run-time auto ended, not "None"
+    assert "contention 370.0 ms" in text and "auto, is 1.05x it" in text
+    rows[1] = _row("auto", 390.0, plan_options={"chose": "mgwfbp", "chosen_options": {"mb": 4}})
+    assert "auto chose mgwfbp {'mb': 4}" in table({"rows": rows, "lower_bound": bound, "best_ddp": "ddp"})
+    bound["contention_bound_s"] = bound["lower_bound_s"]  # no contention: no second bound line
+    assert "contention" not in table({"rows": rows, "lower_bound": bound, "best_ddp": "ddp"})

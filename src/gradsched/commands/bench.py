@@ -106,7 +106,7 @@ def entries(strategies: str, buckets: str, density: float | None = None) -> list
             # run-time auto: profiles itself, plans, and checks its choice against what it
             # measured (reverting a plan that runs slower than one it already ran); the
             # worker lets it settle off the clock before the counted rounds
-            entry["options"] = {"patience": 3, "max_replans": 2}
+            entry["options"] = {"max_replans": 2}
         out.append(entry)
     if buckets.strip().lower() not in ("", "none"):
         if not any(e["label"] == "ddp" for e in out):
@@ -304,8 +304,12 @@ def table(result: dict[str, Any]) -> str:
     auto = next((r for r in result["rows"] if r["strategy"] == "auto"), None)
     if auto is not None:
         opts = auto.get("plan_options") or {}
-        lines.append(f"auto chose {opts.get('chose')} {opts.get('chosen_options')} ({auto['operations']} operations)")
         tune = auto.get("autotune")
+        if "chose" in opts:
+            chose = f"{opts['chose']} {opts.get('chosen_options')}"
+        else:  # run-time auto settled on a plan it measured (its first plan, a trial's, DDP's buckets)
+            chose = f"{tune['switches'][-1]['strategy']} {opts}" if tune and tune.get("switches") else str(opts)
+        lines.append(f"auto chose {chose} ({auto['operations']} operations)")
         if tune and tune.get("predicted_iteration_s"):
             lines.append(f"  (planned at run time from its own in-training measurements, which predicted "
                          f"{tune['predicted_iteration_s'] * 1e3:.1f} ms; {tune['replans']} re-plan(s))")

@@ -74,6 +74,7 @@ MIN_SIZES = 3  # distinct operation sizes wanted for a line fit
 KEEP_POINTS = 9  # service times kept per operation size (most recent)
 OFFLINE_TRIALS = 1  # best plans of a given profile and cluster added to the trials
 MIN_SERVICE_S = 1e-6  # a service time below this is a completion observed late in a batch, not a measurement
+SAMPLES_KEPT = 200  # iteration times kept per plan tried (most recent): its measurement is their median
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -329,11 +330,14 @@ def decide(current: str, measured_s: float, predicted_s: float, measured_by_plan
 
     Revert when another plan already measured faster than the current one by more than
     ``threshold`` (the simulator chose wrongly: trust the measurement); otherwise
-    re-plan when the measurement is off the prediction by more than ``threshold``."""
+    re-plan when this check's measurement ``measured_s`` is off the prediction by more
+    than ``threshold``.  ``measured_by_plan`` holds each plan's median over every
+    iteration measured under it (the current one's included): one slow window of a
+    noisy machine must not undo a choice that many iterations made."""
     others = {h: t for h, t in measured_by_plan.items() if h != current}
     if others:
         best = min(others, key=others.__getitem__)
-        if others[best] * (1 + threshold) < measured_s:
+        if others[best] * (1 + threshold) < measured_by_plan.get(current, measured_s):
             return "revert", best
     if abs(measured_s - predicted_s) / predicted_s > threshold:
         return "replan", None
@@ -360,7 +364,8 @@ class AutoTuner:
         # is reverted and its strategy excluded from later planning (measure, don't trust).
         self._tried: dict[str, tuple[str, Plan, list[int], float | None]] = {
             model.plan.hash: (config.initial, model.plan, list(model._order), None)}
-        self._measured_by_plan: dict[str, float] = {}
+        self._measured_by_plan: dict[str, float] = {}  # median of every iteration measured under the plan
+        self._samples_by_plan: dict[str, list[float]] = {}
         self.rejected: list[str] = []
         self.profile: Profile | None = None  # what the current plan was planned with
         self.cluster: Cluster | None = None
@@ -413,7 +418,7 @@ class AutoTuner:
             measured = statistics.median(s.duration_s for s in window)
             predicted = self.predicted_iteration_s or measured
             current = self._model.plan.hash
-            self._measured_by_plan[current] = measured
+            self._record(current, window)
             decision = decide(current, measured, predicted, self._measured_by_plan, self.config.replan_threshold)
             self.checks.append(Check(step, measured, predicted, decision[0] != "keep"))
             logger.debug("auto: iteration %d: measured %.2f ms, predicted %.2f ms: %s", step, measured * 1e3,
@@ -447,7 +452,7 @@ class AutoTuner:
         window = self._window(self.config.trial_iterations)
         measured_before = statistics.median(s.duration_s for s in window) if window else None
         if self._is_root and measured_before is not None:
-            self._measured_by_plan[self._model.plan.hash] = measured_before
+            self._record(self._model.plan.hash, window)
         if self._trial_queue:
             strategy, plan, order, predicted = self._trial_queue.pop(0)
             self._switch(step, strategy, plan, order, predicted, measured_before, "trial")
@@ -465,6 +470,15 @@ class AutoTuner:
             self._switch(step, strategy, plan, order, predicted, measured_before, "fastest")
         logger.info("auto: iteration %d: of the plans tried, %s measured fastest; it stays", step, strategy)
         self._schedule_check(step)
+
+    def _record(self, plan_hash: str, window: list[StepRecord]) -> None:
+        """Rank 0: add ``window``'s iterations to what ``plan_hash`` measured (the latest
+        :data:`SAMPLES_KEPT`); its measurement is their median."""
+        samples = self._samples_by_plan.setdefault(plan_hash, [])
+        samples.extend(s.duration_s for s in window)
+        del samples[:-SAMPLES_KEPT]
+        if samples:
+            self._measured_by_plan[plan_hash] = statistics.median(samples)
 
     def _window(self, n: int) -> list[StepRecord]:
         """The last ``n`` finished iterations measured under the current plan."""
@@ -487,7 +501,7 @@ class AutoTuner:
         payload = None
         if self._is_root:
             measured = statistics.median(s.duration_s for s in window)
-            self._measured_by_plan[self._model.plan.hash] = measured  # what the plan being left achieved
+            self._record(self._model.plan.hash, window)  # what the plan being left achieved
             payload = self._plan(window, measured, peers, reason)
         self._apply(step, self._broadcast(payload), reason)
         if self._trial_queue:
