@@ -217,7 +217,7 @@ class Profile:
         runtime whose gradients are not views of the buckets copies the averaged result
         back before the optimizer step (``update_s_per_byte``).  A model profiled on its
         own pays neither; on a CPU they are a pass over memory per byte (vgg on this
-        project's 2-core machine: about 10 ms of a 300 ms step, docs/simulator.md)."""
+        project's 2-core machine: about 10 ms of a 300 ms step, docs/bench.md)."""
         if backward_s_per_byte < 0 or update_s_per_byte < 0:
             raise ValueError("bucket costs per byte cannot be negative")
         layer_bytes: dict[int, int] = {}

@@ -273,6 +273,7 @@ class DistributedDataParallel(nn.Module):
         return out
 
     def _sync_buffers(self) -> None:
+        """Rank 0's buffers to every rank, on the side-traffic group."""
         broadcast_buffers(self.module, self._ctrl, dist.get_global_rank(self._group, 0), self._timeout_s)
 
     @contextlib.contextmanager
