@@ -22,13 +22,17 @@ from gradsched.cli import main as gradsched
 RESULTS = Path(__file__).parent / "results"
 STRATEGIES = "ddp,wfbp,sync,mgwfbp,optimal,bytescheduler,usbyte,auto"
 MODELS = "mlp,cnn,vgg,gpt2,bert"  # every built-in model
+# Steps per burst: more for faster models, so that each model's rounds time about as many
+# seconds of training (a millisecond-scale step is mostly noise on a shared 2-core machine).
+STEPS = {"mlp": 32, "cnn": 8, "vgg": 4, "gpt2": 8, "bert": 12}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=MODELS)
     ap.add_argument("--strategies", default=STRATEGIES)
-    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=None, help=f"steps per burst (default: per model, {STEPS}; 4 "
+                    "for others)")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--json", default=str(RESULTS / "fidelity.json"))
     ap.add_argument("--keep", metavar="DIR", help="also keep each model's full bench JSON here (profile, cluster, "
@@ -38,8 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     for model in args.models.split(","):
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp, "bench.json")
+            steps = args.steps or STEPS.get(model, 4)
             code = gradsched(["bench", "--model", model, "--hosts", "2", "--loopback", "--strategies", args.strategies,
-                              "--ddp-buckets", "none", "--steps", str(args.steps), "--rounds", str(args.rounds),
+                              "--ddp-buckets", "none", "--steps", str(steps), "--rounds", str(args.rounds),
                               "--json", str(out), "-q"])
             if code != 0:
                 return code

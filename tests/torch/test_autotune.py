@@ -274,3 +274,13 @@ def test_decide_reverts_to_a_plan_that_measured_faster():
     # 100 ms; the window is still off the prediction, so the plan is re-derived from measurements
     assert decide("b", 0.150, 0.105, {"a": 0.100, "b": 0.105}, 0.15) == ("replan", None)
     assert decide("b", 0.110, 0.105, {"a": 0.100, "b": 0.105}, 0.15) == ("keep", None)
+
+
+def test_trials_keep_ddps_buckets_unless_clearly_beaten():
+    from gradsched.torch.autotune import fastest
+
+    assert fastest({"a": 0.099, "ddp": 0.100, "b": 0.120}, "ddp", 0.03) == "ddp"  # 1% faster: noise
+    assert fastest({"a": 0.090, "ddp": 0.100, "b": 0.120}, "ddp", 0.03) == "a"  # 10% faster: keep it
+    assert fastest({"a": 0.099, "ddp": 0.100}, "ddp", 0.0) == "a"  # min_gain 0: the plain minimum
+    assert fastest({"a": 0.099, "b": 0.100}, None, 0.03) == "a"  # no baseline measured: the minimum
+    assert fastest({"a": 0.110, "ddp": 0.100}, "ddp", 0.03) == "ddp"
