@@ -41,6 +41,10 @@ def test_netbench_on_two_gloo_ranks(tmp_path):
         # The fitted line is the model outside the table; inside, the table itself.
         assert cost.time_s(4096) == pytest.approx(cost.points[0][1])
     assert cluster.extra["measured_by"] == "gradsched netbench"
+    for name, cost in (("allreduce", ar), ("allgather", ag)):  # the table: the measurements' lower envelope
+        measured = cluster.extra["measured_points"][name]
+        assert [p[0] for p in measured] == [p[0] for p in cost.points]
+        assert [p[1] for p in cost.points] == [min(t for _, t in measured[k:]) for k in range(len(measured))]
 
 
 def test_netbench_outside_torchrun_says_what_to_do(capsys, monkeypatch):

@@ -79,6 +79,19 @@ def _wfbp_has_no_thread(rank: int, world: int) -> bool:
     return model._executor._thread is None
 
 
+def _threads_by_window(rank: int, world: int) -> dict:
+    """Whether a credit window starts a thread: one smaller than the plan's bytes, and one that holds them all."""
+    module = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))  # 16.9 KB of gradients
+    out = {}
+    for credit in (8192, 1 << 20):
+        model = DistributedDataParallel(module, "bytescheduler",
+                                        plan_options={"partition_bytes": 4096, "credit_bytes": credit})
+        ex = model._executor
+        out[credit] = {"thread": ex._thread is not None, "credit": ex.credit_bytes}
+        ex.close()
+    return out
+
+
 def _max_gaps_s(trace_json: str, rank: int) -> list[float]:
     """Per iteration: the longest time from one operation's completion to the next one's issue."""
     events = [e for e in json.loads(trace_json)["traceEvents"]
@@ -128,3 +141,12 @@ def test_completion_issues_the_next_block_during_a_long_forward_layer():
 @pytest.mark.slow
 def test_plans_without_credit_window_start_no_thread():
     assert spawn_local(_wfbp_has_no_thread, 2, timeout_s=60) == [True, True]
+
+
+@pytest.mark.slow
+def test_a_window_that_holds_the_whole_plan_starts_no_thread():
+    # It can never hold an operation back, and a thread woken at every completion costs
+    # the model's thread the GIL each time (docs/runtime.md, "Issue order").
+    for r in spawn_local(_threads_by_window, 2, timeout_s=60):
+        assert r[8192] == {"thread": True, "credit": 8192}
+        assert r[1 << 20] == {"thread": False, "credit": None}

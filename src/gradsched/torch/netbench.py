@@ -12,8 +12,10 @@ each collective is run ``warmup`` times, then timed ``reps`` times (up to 20 for
 below 4 MiB, where a repetition costs little and scheduling noise is largest), each rep started
 together behind a barrier and ended with the device synchronised.  A size's time is
 the median over reps, then the maximum over ranks (a collective is done when its
-slowest rank is).  Rank 0 fits ``CollectiveCost.fit`` to each collective's points
-(keeping the measured table, which wins over the line inside its range) and writes
+slowest rank is).  Rank 0 fits ``CollectiveCost.fit`` to each collective's points read
+through their lower monotone envelope (a size measured slower than a larger one was
+delayed by scheduling noise: docs/cost-model.md), keeps that table (it wins over the
+line inside its range) and the medians as measured (``measured_points``), and writes
 ``gradsched.cluster/1`` with ``world_size`` and ``backend``.
 
 Sizes: an all-reduce of ``s`` bytes reduces an ``s``-byte buffer; an all-gather's
@@ -94,10 +96,13 @@ def benchmark(*, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, reps: i
             dist.barrier()
     if dist.get_rank() != 0:
         return None
-    fitted = {name: CollectiveCost.fit(pts) for name, pts in points.items()}
+    # Scheduling noise only adds time: the table is the measurements' lower monotone envelope
+    # (docs/cost-model.md); the medians as measured are kept beside it.
+    fitted = {name: CollectiveCost.fit(pts, envelope=True) for name, pts in points.items()}
     return Cluster(world, fitted, backend=dist.get_backend(),
                    extra={"measured_by": "gradsched netbench", "device": device.type, "reps": reps,
-                          "host": socket.gethostname()})
+                          "host": socket.gethostname(), "measured_points": {k: [list(p) for p in v]
+                                                                            for k, v in points.items()}})
 
 
 def _time_collective(name: str, nbytes: int, world: int, device: torch.device, reps: int, warmup: int) -> float:

@@ -31,6 +31,8 @@ class CollectiveError(GradschedError):
 class OpRunner(Protocol):
     index: int
     nbytes: int
+    group: dist.ProcessGroup  # read at issue
+    on_complete: Callable[[int], None] | None  # read at issue: called on the backend's thread when done
 
     def issue(self) -> None: ...
 
