@@ -22,18 +22,20 @@ from gradsched.cli import main as gradsched
 RESULTS = Path(__file__).parent / "results"
 STRATEGIES = "ddp,wfbp,sync,mgwfbp,optimal,bytescheduler,usbyte,auto"
 MODELS = "mlp,cnn,vgg,gpt2,bert"  # every built-in model
-# Steps per burst: more for faster models, so that each model's rounds time about as many
-# seconds of training (a millisecond-scale step is mostly noise on a shared 2-core machine).
-STEPS = {"mlp": 32, "cnn": 8, "vgg": 4, "gpt2": 8, "bert": 12}
+# (steps per burst, rounds) by model.  The shared machine has slow phases that last seconds, so
+# short bursts in many rounds sample them evenly across the rows (vgg's 0.6 s bursts in 12 rounds,
+# the others' 0.03-0.2 s bursts in 24-64): with 8 rounds of 1-2 s bursts, one slow phase moved a
+# row's median by 10-20%.  Millisecond-scale steps get more steps per burst (mostly noise otherwise).
+SCHEDULE = {"mlp": (32, 64), "cnn": (4, 24), "vgg": (2, 12), "gpt2": (4, 24), "bert": (6, 24)}
+DEFAULT_SCHEDULE = (4, 12)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=MODELS)
     ap.add_argument("--strategies", default=STRATEGIES)
-    ap.add_argument("--steps", type=int, default=None, help=f"steps per burst (default: per model, {STEPS}; 4 "
-                    "for others)")
-    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=None, help="steps per burst (default: per model, SCHEDULE)")
+    ap.add_argument("--rounds", type=int, default=None, help="rounds (default: per model, SCHEDULE)")
     ap.add_argument("--json", default=str(RESULTS / "fidelity.json"))
     ap.add_argument("--keep", metavar="DIR", help="also keep each model's full bench JSON here (profile, cluster, "
                     "probe, every step), to re-simulate offline")
@@ -42,9 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     for model in args.models.split(","):
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp, "bench.json")
-            steps = args.steps or STEPS.get(model, 4)
+            steps, rounds = SCHEDULE.get(model, DEFAULT_SCHEDULE)
             code = gradsched(["bench", "--model", model, "--hosts", "2", "--loopback", "--strategies", args.strategies,
-                              "--ddp-buckets", "none", "--steps", str(steps), "--rounds", str(args.rounds),
+                              "--ddp-buckets", "none", "--steps", str(args.steps or steps),
+                              "--rounds", str(args.rounds or rounds),
                               "--json", str(out), "-q"])
             if code != 0:
                 return code

@@ -158,6 +158,10 @@ def test_runtime_costs_add_bucket_passes_and_the_buffer_broadcast():
     assert ours.other_s == pytest.approx(0.045) and ddp.other_s == pytest.approx(0.045)
     assert ours.layer_of == prof.layer_of  # the bias still belongs to the weight's layer
     assert with_runtime_costs(prof, None, True) is prof  # no probe (--no-probe): nothing added
+    # each runtime's measured overhead per step goes to its own rows only
+    probe["runtime_overhead_s"] = {"gradsched": 3e-3, "torch DDP": 1e-3}
+    assert with_runtime_costs(prof, probe, False).other_s == pytest.approx(0.045 + 3e-3)
+    assert with_runtime_costs(prof, probe, True).other_s == pytest.approx(0.045 + 1e-3)
 
 
 def test_probe_repetitions_fit_the_budget():
@@ -185,9 +189,13 @@ def test_probe_measures_contention_and_runtime_costs(tmp_path):
     assert 5 <= probe["reps"] <= 30
     assert probe["bucket_copy_s"] > 0 and probe["bucket_scale_s"] > 0 and probe["buffer_sync_s"] > 0
     assert rows[0]["cluster"]["contention"] == probe["fitted"]
-    # one all-reduce after backward: its prediction holds the compute, both bucket passes and the broadcast
+    assert set(probe["runtime_overhead_s"]) == {"gradsched", "torch DDP"}
+    assert all(v >= 0 for v in probe["runtime_overhead_s"].values())
+    # one all-reduce after backward: its prediction holds the compute, both bucket passes, the broadcast
+    # and gradsched's measured overhead
     sync = next(r for r in rows if r["strategy"] == "sync")
-    runtime = probe["bucket_copy_s"] + probe["bucket_scale_s"] + probe["buffer_sync_s"]
+    runtime = (probe["bucket_copy_s"] + probe["bucket_scale_s"] + probe["buffer_sync_s"]
+               + probe["runtime_overhead_s"]["gradsched"])
     assert sync["predicted_iteration_s"] > rows[0]["compute_only"]["iteration_s_median"] + runtime
 
 
@@ -224,3 +232,21 @@ def test_table_names_the_plan_auto_settled_on_and_the_contention_bound():
     assert "auto chose mgwfbp {'mb': 4}" in table({"rows": rows, "lower_bound": bound, "best_ddp": "ddp"})
     bound["contention_bound_s"] = bound["lower_bound_s"]  # no contention: no second bound line
     assert "contention" not in table({"rows": rows, "lower_bound": bound, "best_ddp": "ddp"})
+
+
+def test_table_reports_the_runtime_costs_the_probe_measured():
+    from gradsched.commands.bench import table
+
+    probe = {"compute_alone_s": 0.05, "compute_overlapped_s": 0.07, "compute_slowdown": 1.4,
+             "allreduce_alone_s": 0.002, "allreduce_overlapped_s": 0.01, "allreduce_slowdown": 5.0,
+             "allreduce_model_s": 0.0016, "fitted": {"comm_slowdown": 5.25, "busy_latency_s": 0.0},
+             "bucket_copy_s": 1e-4, "bucket_scale_s": 1e-4,
+             "buffer_sync_s": 1.2e-3, "runtime_overhead_s": {"gradsched": 4.8e-3, "torch DDP": 3.5e-3}}
+    bound = {"lower_bound_s": 0.05, "compute_s": 0.05, "allreduce_all_s": 0.002, "contention_bound_s": 0.05}
+    text = table({"rows": [_row("ddp", 55.0)], "lower_bound": bound, "best_ddp": "ddp", "contention": probe})
+    assert "buffer broadcast 1.2 ms" in text
+    assert "gradsched 4.8 ms, torch DDP 3.5 ms" in text
+    assert "2.0 ms alone (1.6 ms in the cost model), 10.0 ms while steps run (x6.25 the cost model)" in text
+    del probe["runtime_overhead_s"]  # a result written before the overhead probe existed still prints
+    assert "runtime overhead" not in table({"rows": [_row("ddp", 55.0)], "lower_bound": bound, "best_ddp": "ddp",
+                                            "contention": probe})

@@ -315,13 +315,18 @@ def table(result: dict[str, Any]) -> str:
     if c:
         lines.append(f"contention: a step {c['compute_alone_s'] * 1e3:.0f} ms alone, "
                      f"{c['compute_overlapped_s'] * 1e3:.0f} ms behind all-reduces (x{c['compute_slowdown']:.2f}); "
-                     f"an all-reduce {c['allreduce_alone_s'] * 1e3:.0f} ms alone, "
-                     f"{c['allreduce_overlapped_s'] * 1e3:.0f} ms while steps run (x{c['allreduce_slowdown']:.2f}); "
+                     f"an all-reduce {c['allreduce_alone_s'] * 1e3:.1f} ms alone "
+                     f"({c.get('allreduce_model_s', c['allreduce_alone_s']) * 1e3:.1f} ms in the cost model), "
+                     f"{c['allreduce_overlapped_s'] * 1e3:.1f} ms while steps run "
+                     f"(x{1 + c['fitted'].get('comm_slowdown', 0.0):.2f} the cost model); "
                      f"{c['fitted'].get('busy_latency_s', 0.0) * 1e3:.2f} ms more per operation started during compute")
         if "bucket_copy_s" in c:
             lines.append(f"runtime costs per step: bucket passes over all gradients {c['bucket_copy_s'] * 1e3:.1f} ms "
                          f"(copy) + {c['bucket_scale_s'] * 1e3:.1f} ms (scale); buffer broadcast "
                          f"{c.get('buffer_sync_s', 0.0) * 1e3:.1f} ms")
+        if c.get("runtime_overhead_s"):
+            lines.append("runtime overhead per step (a step of its simplest plan beyond the simulated one): " + ", ".join(
+                f"{name} {seconds * 1e3:.1f} ms" for name, seconds in c["runtime_overhead_s"].items()))
     return "\n".join(lines)
 
 

@@ -21,7 +21,8 @@ What one job does, in order (every rank runs the same steps, so collectives matc
    :func:`contention_from_probe` turns these into the simulator's contention
    figures (compute slowdown, communication slowdown, latency per operation), put
    into the cluster, so that the plans (``auto``) and the predictions account for
-   CPU contention.
+   CPU contention.  Then each runtime's own overhead per step, beyond what the
+   simulator accounts for, on its simplest plan (:func:`_runtime_overheads`).
 4. **Models**: one copy of the model per entry (strategy, or DDP with one
    ``bucket_cap_mb``), all from the same seed, each with its own optimizer.  gradsched
    wrappers and PyTorch DDP coexist on one process group: only one of them runs at a
@@ -69,6 +70,8 @@ SMALL_OPS = 8  # the busy-latency probe: this many all-reduces ...
 SMALL_NUMEL = 1024  # ... of 4 KiB each, issued at once as the runtime issues ready operations
 PROBE_BUDGET_S = 10.0  # the contention probe's measurements take about this long ...
 PROBE_REPS = (5, 30)  # ... with at least and at most this many repetitions each
+OVERHEAD_BUDGET_S = 12.0  # the runtimes' overhead probe takes about this long ...
+OVERHEAD_REPS = (3, 20)  # ... in this many rotations of short bursts
 
 
 def _broadcast(obj: Any) -> Any:
@@ -100,7 +103,7 @@ def _measure_cluster(total_bytes: int, cfg: dict[str, Any]) -> Cluster:
     return _broadcast(cluster)
 
 
-def _contention_probe(cfg: dict[str, Any], total_bytes: int) -> dict[str, Any]:
+def _contention_probe(cfg: dict[str, Any], total_bytes: int, cluster: Cluster) -> dict[str, Any]:
     """Compute alone, all-reduce alone, each while the other keeps the cores busy (module docstring).
 
     "Compute" is a whole training step without communication (zero_grad, forward,
@@ -109,7 +112,11 @@ def _contention_probe(cfg: dict[str, Any], total_bytes: int) -> dict[str, Any]:
     (the profile's hooks see only one rank and miss the gaps between layers).  Each
     slowdown is measured with the other side busy for the whole measurement (compute
     behind a queue of all-reduces; an all-reduce while steps run back to back), so it
-    is a plain ratio (:func:`contention_from_probe`)."""
+    is a plain ratio (:func:`contention_from_probe`).  The communication side divides
+    by ``cluster``'s times for the same operations, not by the probe's own: those are
+    the times the simulator stretches, and one all-reduce of 1-2 MB alone measured
+    0.9-3.6 ms from one job to the next (the same one during compute 7-11 ms), which
+    moved the slowdown between 1 and 8."""
     spec = build_model(cfg["model"], seed=cfg["seed"])
     module = spec.module
     opt = torch.optim.SGD(module.parameters(), lr=cfg["lr"], momentum=0.9)
@@ -175,11 +182,14 @@ def _contention_probe(cfg: dict[str, Any], total_bytes: int) -> dict[str, Any]:
     bc_, bn_, sa_, sb_ = (_slowest_median(v) for v in (bc, bn, sa, sb))
     copy_s, scale_s = _bucket_pass_s(big, reps)
     buffers_s = _buffer_sync_s(module, reps, cfg["timeout_s"])
+    cost = cluster.cost("allreduce")
+    n_model, sa_model = cost.time_s(total_bytes), SMALL_OPS * cost.time_s(SMALL_NUMEL * 4)
     return {"compute_alone_s": c, "allreduce_alone_s": n, "compute_overlapped_s": bc_, "allreduce_overlapped_s": bn_,
             "compute_slowdown": bc_ / c, "allreduce_slowdown": bn_ / n, "allreduce_bytes": total_bytes,
-            "reps": reps, "small_ops": SMALL_OPS, "small_ops_alone_s": sa_, "small_ops_busy_s": sb_,
+            "allreduce_model_s": n_model, "reps": reps, "small_ops": SMALL_OPS, "small_ops_alone_s": sa_,
+            "small_ops_busy_s": sb_, "small_ops_model_s": sa_model,
             "bucket_copy_s": copy_s, "bucket_scale_s": scale_s, "buffer_sync_s": buffers_s,
-            "fitted": contention_from_probe(c, n, bc_, bn_, sa_, sb_, SMALL_OPS)}
+            "fitted": contention_from_probe(c, n_model, bc_, bn_, sa_model, sb_, SMALL_OPS)}
 
 
 def probe_reps(step_s: float, allreduce_s: float) -> int:
@@ -238,7 +248,9 @@ def contention_from_probe(compute_s: float, comm_s: float, compute_busy_s: float
 
     Compute was slowed for its whole duration, and so was the all-reduce, so each
     slowdown is a ratio; the small operations pay the all-reduce's slowdown plus a
-    latency per operation, which is what is left of their busy time."""
+    latency per operation, which is what is left of their busy time.  ``comm_s`` and
+    ``small_alone_s`` are the times the simulator would give the same operations
+    alone (the bench passes its cluster's), so that it reproduces the busy times."""
     kc = max(0.0, compute_busy_s / compute_s - 1.0)
     kn = max(0.0, comm_busy_s / comm_s - 1.0)
     lat = max(0.0, (small_busy_s - small_alone_s * (1.0 + kn)) / small_ops)
@@ -265,13 +277,68 @@ def with_runtime_costs(profile: Profile, probe: dict[str, Any] | None, torch_ddp
       after the all-reduce, while gradsched's executor hands out views of the buckets.
     - The broadcast of rank 0's buffers before every forward (both, by default): into
       ``other_s``, which runs where that broadcast does, between the update and the
-      next forward."""
+      next forward.
+    - The rest of the runtime's own cost per step, measured on its simplest plan
+      (:func:`_runtime_overheads`): into ``other_s`` too."""
     if probe is None or not probe.get("allreduce_bytes"):
         return profile
     per_byte = 1.0 / probe["allreduce_bytes"]
     out = profile.with_bucket_costs((probe["bucket_copy_s"] + probe["bucket_scale_s"]) * per_byte,
                                     probe["bucket_copy_s"] * per_byte if torch_ddp else 0.0)
-    return dataclasses.replace(out, other_s=out.other_s + probe.get("buffer_sync_s", 0.0))
+    overhead = (probe.get("runtime_overhead_s") or {}).get(_runtime(torch_ddp), 0.0)
+    return dataclasses.replace(out, other_s=out.other_s + probe.get("buffer_sync_s", 0.0) + overhead)
+
+
+def _runtime(torch_ddp: bool) -> str:
+    return "torch DDP" if torch_ddp else "gradsched"
+
+
+def _runtime_overheads(cfg: dict[str, Any], profile: Profile, cluster: Cluster,
+                       probe: dict[str, Any]) -> dict[str, float]:
+    """Per runtime, what a step of its simplest plan costs beyond the simulator's account of it.
+
+    The probe's copies, divisions and buffer broadcast are timed on their own; a runtime
+    adds more: Python per gradient hook and per operation (gradsched), the optimizer
+    wrapper, waking the backend's threads between ranks in lock step.  Each runtime runs
+    its plan with the least to schedule (gradsched: ``sync``, one all-reduce after
+    backward; PyTorch DDP: its default buckets, as its rows run) in short bursts rotated
+    with the compute-only step (:class:`_ComputeOnly`), timed as the rounds time a step.
+    The overhead is the median over rotations of the runtime's burst less the
+    compute-only burst beside it (paired, so that a slow phase of the machine cancels),
+    less what the simulator adds to compute for that plan (from the profile scaled to
+    the compute-only median and the costs measured so far); never negative.  On 2 local
+    ranks (docs/simulator.md, "Fidelity"): 0-5.5 ms a step for gradsched, 0-12 ms for
+    PyTorch DDP; with them the median prediction error fell from 5.4% to 3.9% in one run."""
+    spec = build_model(cfg["model"], seed=cfg["seed"])
+    gen = torch.Generator().manual_seed(cfg["seed"] * 1000 + 997 + dist.get_rank())
+    batches = [spec.make_batch(cfg["batch_size"], gen) for _ in range(4)]
+    reference = _ComputeOnly(cfg)
+    entries = [{"strategy": "sync", "torch_ddp": False}, {"strategy": "ddp", "torch_ddp": True}]
+    runs = [(reference, reference)] + [_build_entry(e, cfg, with_runtime_costs(profile, probe, e["torch_ddp"]),
+                                                    cluster) for e in entries]
+    steps = 2  # counted per burst; one more runs on each side (see _burst)
+    # warm-up, off the clock (DDP builds its buckets); it also says what a rotation costs
+    per_rep = sum(statistics.median(_burst(model, opt, spec.loss_fn, batches, steps, 0)) for model, opt in runs)
+    per_rep *= steps + 2
+    lo, hi = OVERHEAD_REPS
+    reps = max(lo, min(hi, int(OVERHEAD_BUDGET_S / max(_slowest_median([per_rep]), 1e-6))))
+    times: list[list[float]] = [[] for _ in runs]
+    for r in range(reps):
+        for i in list(range(len(runs)))[r % len(runs):] + list(range(len(runs)))[:r % len(runs)]:
+            model, opt = runs[i]
+            times[i].extend(_burst(model, opt, spec.loss_fn, batches, steps, r * steps))
+    flat = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)  # a step: the ranks' mean, as in the rounds
+    per_burst = (flat / dist.get_world_size()).reshape(len(runs), reps, steps).median(dim=2).values
+    compute_s = statistics.median(per_burst[0].tolist())
+    scaled = calibrate(profile, compute_s)
+    out = {}
+    for i, (e, (model, _)) in enumerate(zip(entries, runs[1:]), start=1):
+        # paired by rotation: a slow phase of the machine moves both bursts of a rotation alike
+        extra = statistics.median((per_burst[i] - per_burst[0]).tolist())
+        _, predicted = _predict(e, model, with_runtime_costs(scaled, probe, e["torch_ddp"]), cluster, profile)
+        out[_runtime(e["torch_ddp"])] = max(0.0, extra - (predicted - compute_s))
+    return out
 
 
 def _build_entry(entry: dict[str, Any], cfg: dict[str, Any], profile: Profile, cluster: Cluster) -> tuple[Any, Any]:
@@ -366,11 +433,12 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
     t_start = time.time()
     profile = _measure_profile(cfg)
     cluster = _measure_cluster(profile.total_bytes, cfg)
-    probe = _contention_probe(cfg, profile.total_bytes) if cfg.get("probe", True) else None
+    probe = _contention_probe(cfg, profile.total_bytes, cluster) if cfg.get("probe", True) else None
     hooked = profile
     if probe is not None:
         cluster = dataclasses.replace(cluster, extra={**cluster.extra, "contention": probe["fitted"]})
         profile = calibrate(profile, probe["compute_alone_s"])
+        probe["runtime_overhead_s"] = _runtime_overheads(cfg, profile, cluster, probe)
 
     entries = cfg["entries"]
     models = []
