@@ -325,14 +325,8 @@ def _runtime_overheads(cfg: dict[str, Any], profile: Profile, cluster: Cluster,
     per_rep *= steps + 2
     lo, hi = OVERHEAD_REPS
     reps = max(lo, min(hi, int(OVERHEAD_BUDGET_S / max(_slowest_median([per_rep]), 1e-6))))
-    times: list[list[float]] = [[] for _ in runs]
-    for r in range(reps):
-        for i in list(range(len(runs)))[r % len(runs):] + list(range(len(runs)))[:r % len(runs)]:
-            model, opt = runs[i]
-            times[i].extend(_burst(model, opt, spec.loss_fn, batches, steps, r * steps))
-    flat = torch.tensor(times, dtype=torch.float64)
-    dist.all_reduce(flat, op=dist.ReduceOp.SUM)  # a step: the ranks' mean, as in the rounds
-    per_burst = (flat / dist.get_world_size()).reshape(len(runs), reps, steps).median(dim=2).values
+    step_s = _rotated_rounds(runs, spec.loss_fn, batches, steps, reps)
+    per_burst = step_s.reshape(len(runs), reps, steps).median(dim=2).values
     compute_s = statistics.median(per_burst[0].tolist())
     scaled = calibrate(profile, compute_s)
     out = {}
@@ -430,6 +424,29 @@ def _burst(model: Any, opt: Any, spec_loss: Any, batches: list[Any], steps: int,
     return [b - a for a, b in zip(starts, starts[1:])]
 
 
+def _rotated_rounds(runs: list[tuple[Any, Any]], loss_fn: Any, batches: list[Any], steps: int, rounds: int,
+                    on_burst: Callable[[int, int], None] | None = None) -> torch.Tensor:
+    """Seconds of every counted step, ``(len(runs), rounds * steps)``: in round ``r`` each run
+    does a :func:`_burst`, in an order rotated by ``r`` so that slow phases of the machine hit
+    all alike.  ``on_burst(r, i)`` after each burst.  A collective call: every rank runs it.
+
+    A step's time is the ranks' mean.  Training (compute only too) couples the ranks, so over
+    a burst every rank takes the same time, but a rank's step (zero_grad to zero_grad) need
+    not line up with the others': under a plan that overlaps the next forward one rank's long
+    step is another's short one, and a per-step maximum would count the long one twice."""
+    times: list[list[float]] = [[] for _ in runs]
+    for r in range(rounds):
+        shift = r % len(runs)
+        for i in list(range(len(runs)))[shift:] + list(range(len(runs)))[:shift]:
+            model, opt = runs[i]
+            times[i].extend(_burst(model, opt, loss_fn, batches, steps, r * steps))
+            if on_burst is not None:
+                on_burst(r, i)
+    flat = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    return flat / dist.get_world_size()
+
+
 def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
     """The whole job on this rank; rank 0 returns the result (``rows`` + run facts), others None."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -471,29 +488,19 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
         bar = tqdm(total=rounds * (len(entries) + 1) * steps, desc=f"bench {cfg['model']} x{world}", unit="step",
                    file=sys.stderr, dynamic_ncols=True)
     labels = [e["label"] for e in entries] + [reference.label]
-    per_round: list[list[list[float]]] = [[] for _ in models]
-    for r in range(rounds):
-        shift = r % len(models)
-        for i in list(range(len(models)))[shift:] + list(range(len(models)))[:shift]:
-            if bar is not None:
-                bar.set_postfix_str(f"round {r + 1}/{rounds} {labels[i]}", refresh=False)
-            model, opt = models[i]
-            per_round[i].append(_burst(model, opt, loss_fn, batches, steps, r * steps))
-            if bar is not None:
-                bar.update(steps)
+
+    def on_burst(r: int, i: int) -> None:
+        if bar is not None:
+            bar.set_postfix_str(f"round {r + 1}/{rounds} {labels[i]}", refresh=False)
+            bar.update(steps)
+
+    step_s = _rotated_rounds(models, loss_fn, batches, steps, rounds, on_burst)
     if bar is not None:
         bar.close()
     dist.barrier()
-
-    # A step's time is the ranks' mean.  Training (compute only too) couples the ranks, so over
-    # a burst every rank takes the same time, but a rank's step (zero_grad to zero_grad) need
-    # not line up with the others': under a plan that overlaps the next forward one rank's long
-    # step is another's short one, and a per-step maximum would count the long one twice.
-    flat = torch.tensor([[t for rnd in per_round[i] for t in rnd] for i in range(len(models))], dtype=torch.float64)
-    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
     if rank != 0:
         return None
-    times = (flat / world).tolist()
+    times = step_s.tolist()
     ref_steps = times[-1]
     compute_only_s = statistics.median(ref_steps[warm * steps:] or ref_steps)
     planned_with = profile
@@ -507,7 +514,7 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
         counted = all_steps[warm * steps:] or all_steps
         median = statistics.median(counted)
         row: dict[str, Any] = {
-            "strategy": entry["label"], "runs": "torch DDP" if entry["torch_ddp"] else "gradsched",
+            "strategy": entry["label"], "runs": _runtime(entry["torch_ddp"]),
             "iteration_s_median": median, "iteration_s_mean": statistics.fmean(counted),
             "predicted_iteration_s": predicted, "prediction_error": (predicted - median) / median,
             "lower_bound_s": bound["lower_bound_s"], "vs_lower_bound": median / bound["lower_bound_s"],
