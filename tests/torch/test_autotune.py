@@ -29,6 +29,13 @@ def test_options_split_between_tuner_and_planner():
     assert implied.planner_options == {"density": 0.01} and not implied.adaptive
 
 
+def test_trial_windows_split_each_plans_iterations_over_the_rounds():
+    cfg = AutoTuneConfig.from_options({"trial_iterations": 10, "trial_rounds": 3})
+    assert cfg.trial_window == 4  # rounded up: no plan measured less than asked
+    one = AutoTuneConfig.from_options({"trial_iterations": 10, "trial_rounds": 1})
+    assert one.trial_window == 10
+
+
 @pytest.mark.parametrize("options, words", [
     ({"switch_iterations": 3}, "unknown option"),
     ({"density": 0.01, "adaptive": True}, "drop adaptive=true"),
@@ -37,6 +44,7 @@ def test_options_split_between_tuner_and_planner():
     ({"initial": "nope"}, "unknown strategy"),
     ({"replan_threshold": 0}, "replan_threshold"),
     ({"patience": 0}, "patience"),
+    ({"trial_rounds": 0}, "trial_rounds"),
 ])
 def test_bad_options_say_what_is_wrong(options, words):
     with pytest.raises(GradschedError, match=words):
@@ -163,10 +171,11 @@ def _train(rank: int, world: int, strategy: str, optimizer: str, options: dict |
 CASES = {
     "auto/sgd": ("sgd", {"switch_iteration": 3, "patience": 4}, True),
     "auto/adam": ("adam", {"switch_iteration": 3, "patience": 4}, True),
-    # the three best predicted plans and DDP's, 2 iterations each, then the fastest measured stays; on
-    # this small model many strategies plan the same single bucket (a plan is never run twice), so the
-    # search is left with three strategies whose plans always differ
-    "trials/sgd": ("sgd", {"switch_iteration": 3, "trials": 3, "trial_iterations": 2, "max_replans": 0,
+    # the three best predicted plans and DDP's take turns twice, 1 iteration each (+1 for the switch),
+    # then the fastest measured stays; on this small model many strategies plan the same single bucket
+    # (one plan is measured once), so the search is left with three strategies whose plans always differ
+    "trials/sgd": ("sgd", {"switch_iteration": 3, "trials": 3, "trial_iterations": 2, "trial_rounds": 2,
+                           "max_replans": 0,
                            "exclude": ["sync", "ddp", "threshold", "horovod", "mgwfbp", "optimal"]}, True),
     # given a profile and cluster (slow network: another best plan), their best plan is measured too
     "trials-offline/sgd": ("sgd", {"switch_iteration": 3, "trials": 2, "trial_iterations": 2, "max_replans": 0}, True),
@@ -229,13 +238,16 @@ def test_replans_when_measured_time_is_off_and_stops_at_the_cap(results):
 def test_trials_measure_the_best_predicted_plans_and_keep_the_fastest(results):
     r = results[0]["trials/sgd"]
     sw = r["switches"]
-    # profiled at 3, then one trial every 2 + 1 iterations; the last switch (if any) goes to the fastest
+    # profiled at 3, then a trial window every 1 + 1 iterations: the four candidates take turns twice
+    # (the first plan's first window is the profiled switch); the last switch (if any) goes to the fastest
     trials = [s for s in sw if s[3] == "trial"]
-    assert [s[0] for s in sw[1:2 + len(trials)]] == [3 + 3 * k for k in range(len(trials) + 1)]
-    assert len(trials) == 3  # the two runners-up and DDP's default (excluded from the search, not from this)
+    assert len(trials) == 2 * 4 - 1
+    assert [s[0] for s in sw[1:2 + len(trials)]] == [3 + 2 * k for k in range(len(trials) + 1)]
+    turn = [s[1] for s in sw[1:5]]
+    assert len(set(turn)) == 4  # the first plan, the two runners-up, DDP's default: each once a turn
+    assert [s[1] for s in sw[5:9]] == turn  # the same turn again
     assert {s[2] for s in sw[1:4]} <= {"wfbp", "bytescheduler", "usbyte"}
     assert r["ddp_hash"] == sw[4][1]  # what users would run otherwise is always measured
-    assert len({s[1] for s in sw[1:2 + len(trials)]}) == len(trials) + 1  # no plan measured twice
     measured = r["measured_by_plan"]
     assert {s[1] for s in sw} <= set(measured)  # every plan that ran was measured (initial included)
     assert r["plan_hash"] == min(measured, key=measured.__getitem__)

@@ -15,11 +15,14 @@
    iteration are already applied, so the numbers computed are unchanged: only the
    buckets and the order of the collectives differ.
 3. **Trials.**  The simulator can be wrong on a given machine, so the first plan is
-   not trusted blindly: the best plans of the next ``trials - 1`` strategies by
+   not trusted blindly: it, the best plans of the next ``trials - 1`` strategies by
    prediction, the best plan for a ``profile=`` and ``cluster=`` given to the wrapper
-   (if any) and DDP's default buckets each run ``trial_iterations`` iterations, at
-   iterations known in advance; then rank 0 broadcasts the plan that measured
-   fastest (the initial one included) and the strategies that lost are excluded.
+   (if any) and DDP's default buckets take turns, ``trial_rounds`` times over, in
+   windows of :attr:`AutoTuneConfig.trial_window` iterations (``trial_iterations`` each
+   in all), at iterations known in advance; then rank 0 broadcasts the plan whose
+   iterations measured fastest (the initial one included) and the strategies that lost
+   are excluded.  Taking turns spreads each plan's iterations over the machine's slow
+   and fast phases; one window per plan let a lucky window pick the winner.
 4. **Re-plan.**  Every ``patience`` iterations after the trials (again at iterations
    known in advance) rank 0 compares the median of the last ``patience`` measured
    iterations with the prediction and broadcasts its decision: off by more than
@@ -38,15 +41,16 @@ sizes for a line, a few probe all-reduces of known sizes at start-up supply the 
 
 Options (``plan_options`` of ``"auto"``; ``gradsched train --option KEY=VALUE``):
 ``switch_iteration`` (5), ``initial`` ("wfbp"), ``initial_options`` ({}), ``trials``
-(3), ``trial_iterations`` (10), ``replan_threshold`` (0.15), ``patience`` (10),
-``max_replans`` (3), ``adaptive`` (true; false plans ``auto`` once at start-up from
-``profile=``/``cluster=``, as any other strategy), and the ``auto`` planner's own
-``channels`` and ``exclude``.
+(3), ``trial_iterations`` (12), ``trial_rounds`` (3), ``min_gain`` (0.03),
+``replan_threshold`` (0.15), ``patience`` (10), ``max_replans`` (3), ``adaptive`` (true;
+false plans ``auto`` once at start-up from ``profile=``/``cluster=``, as any other
+strategy), and the ``auto`` planner's own ``channels`` and ``exclude``.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import time
 from collections import deque
@@ -86,7 +90,8 @@ class AutoTuneConfig:
     initial: str = "wfbp"  # the safe default that runs while profiling
     initial_options: dict[str, Any] = field(default_factory=dict)
     trials: int = 3  # best predicted plans (one per strategy) measured before settling; 1: trust the simulator
-    trial_iterations: int = 10  # iterations each trial plan runs (the median of them is its measurement)
+    trial_iterations: int = 12  # iterations each trial plan runs in all (the median of them is its measurement) ...
+    trial_rounds: int = 3  # ... in this many windows, the candidates taking turns (see trial_window)
     min_gain: float = 0.03  # a trial plan replaces DDP's buckets only if it measured at least this much faster
     replan_threshold: float = 0.15  # relative |measured - predicted| / predicted that triggers a re-plan
     patience: int = 10  # iterations per check (the median of this many is compared)
@@ -129,6 +134,8 @@ class AutoTuneConfig:
             raise GradschedError(f"auto: trials must be a positive integer (1: no trials), got {self.trials!r}")
         if not isinstance(self.trial_iterations, int) or self.trial_iterations < 1:
             raise GradschedError(f"auto: trial_iterations must be a positive integer, got {self.trial_iterations!r}")
+        if not isinstance(self.trial_rounds, int) or self.trial_rounds < 1:
+            raise GradschedError(f"auto: trial_rounds must be a positive integer, got {self.trial_rounds!r}")
         if not isinstance(self.patience, int) or self.patience < 1:
             raise GradschedError(f"auto: patience must be a positive integer, got {self.patience!r}")
         if not isinstance(self.max_replans, int) or self.max_replans < 0:
@@ -145,13 +152,17 @@ class AutoTuneConfig:
         if is_sparse(self.initial):
             raise GradschedError(f"auto: initial strategy {self.initial!r} compresses gradients; choose a dense one")
 
+    @property
+    def trial_window(self) -> int:
+        """Measured iterations of one trial window (one more runs first, for the switch)."""
+        return math.ceil(self.trial_iterations / self.trial_rounds)
 
     @property
     def tuning_iterations(self) -> int:
         """Iterations until every scheduled decision (switch, trials, checks up to the re-plan cap) is made."""
-        # the trials, at most one plan of a given profile and cluster, DDP's default buckets, the winner
-        trial_runs = self.trials + OFFLINE_TRIALS + 1 if self.trials > 1 else 0
-        return self.switch_iteration + 1 + (trial_runs + 1) * (self.trial_iterations + 1) \
+        # the first plan, the runners-up, at most one plan of a given profile and cluster, DDP's default buckets
+        candidates = self.trials + OFFLINE_TRIALS + 1 if self.trials > 1 else 0
+        return self.switch_iteration + 1 + (candidates * self.trial_rounds + 1) * (self.trial_window + 1) \
             + self.max_replans * (self.patience + 1)
 
 
@@ -394,7 +405,7 @@ class AutoTuner:
         self._recent_s: deque[float] = deque(maxlen=1000)  # measured iteration times under the current plan
         self._points: dict[int, deque[float]] = {}
         self._next_check: int | None = None
-        self._trial_queue: list[tuple[str, Plan, list[int], float]] = []  # plans still to be measured
+        self._trial_turns: list[str] = []  # plan hashes of the trial windows still to run, in order
         self._next_trial: int | None = None
         self._root = dist.get_global_rank(model._group, 0)
         sizes = set(model.plan.op_bytes(model._own_profile))
@@ -466,14 +477,14 @@ class AutoTuner:
         """Every rank: the current trial plan has run its iterations; switch to the next one, or,
         when all have run, to the one that measured fastest (rank 0's measurement, broadcast)."""
         self._model.synchronize()
-        window = self._window(self.config.trial_iterations)
+        window = self._window(self.config.trial_window)
         measured_before = statistics.median(s.duration_s for s in window) if window else None
         if self._is_root and measured_before is not None:
             self._record(self._model.plan.hash, window)
-        if self._trial_queue:
-            strategy, plan, order, predicted = self._trial_queue.pop(0)
+        if self._trial_turns:
+            strategy, plan, order, predicted = self._tried[self._trial_turns.pop(0)]
             self._switch(step, strategy, plan, order, predicted, measured_before, "trial")
-            self._next_trial = step + self.config.trial_iterations + 1
+            self._next_trial = step + self.config.trial_window + 1
             return
         self._next_trial = None
         best = None
@@ -524,8 +535,8 @@ class AutoTuner:
             self._record(self._model.plan.hash, window)  # what the plan being left achieved
             payload = self._plan(window, measured, peers, reason)
         self._apply(step, self._broadcast(payload), reason)
-        if self._trial_queue:
-            self._next_trial = step + self.config.trial_iterations + 1
+        if self._trial_turns:
+            self._next_trial = step + self.config.trial_window + 1
         else:
             self._schedule_check(step)
 
@@ -616,12 +627,14 @@ class AutoTuner:
         chose = plan.options.get("chose", plan.strategy)
         self._tried[plan.hash] = (chose, plan, list(payload["order"]), payload["predicted_s"])
         self.switches.append(Switch(step, chose, plan.hash, payload["predicted_s"], payload["measured_s"], reason))
-        self._trial_queue = []
+        turn = [plan.hash]
         for name, trial_plan, order, predicted in payload.get("trials", []):
             trial_plan.check(model._own_profile, "auto trial plan")
-            if trial_plan.hash not in self._tried:  # never measure one plan twice
+            if trial_plan.hash not in self._tried:  # one plan under two names is measured once
                 self._tried[trial_plan.hash] = (name, trial_plan, list(order), predicted)
-                self._trial_queue.append((name, trial_plan, list(order), predicted))
+                turn.append(trial_plan.hash)
+        # the candidates take turns, trial_rounds times over; the first window (this plan's) starts now
+        self._trial_turns = (turn * self.config.trial_rounds)[1:] if len(turn) > 1 else []
 
     # ------------------------------------------------------------------ measurements
     def _events(self) -> list[Event]:
