@@ -17,11 +17,10 @@
 3. **Trials.**  The simulator can be wrong on a given machine, so the first plan is
    not trusted blindly: it, the best plans of the next ``trials - 1`` strategies by
    prediction, the best plan for a ``profile=`` and ``cluster=`` given to the wrapper
-   (if any) and DDP's default buckets take turns, ``trial_rounds`` times over, in
+   (if any), DDP's default buckets and the initial plan take turns, ``trial_rounds`` times over, in
    windows of :attr:`AutoTuneConfig.trial_window` iterations (``trial_iterations`` each
    in all), at iterations known in advance; then rank 0 broadcasts the plan whose
-   iterations measured fastest (the initial one included) and the strategies that lost
-   are excluded.  Taking turns spreads each plan's iterations over the machine's slow
+   windows measured fastest and the strategies that lost are excluded.  Taking turns spreads each plan's iterations over the machine's slow
    and fast phases; one window per plan let a lucky window pick the winner.
 4. **Re-plan.**  Every ``patience`` iterations after the trials (again at iterations
    known in advance) rank 0 compares the median of the last ``patience`` measured
@@ -160,8 +159,9 @@ class AutoTuneConfig:
     @property
     def tuning_iterations(self) -> int:
         """Iterations until every scheduled decision (switch, trials, checks up to the re-plan cap) is made."""
-        # the first plan, the runners-up, at most one plan of a given profile and cluster, DDP's default buckets
-        candidates = self.trials + OFFLINE_TRIALS + 1 if self.trials > 1 else 0
+        # the first plan, the runners-up, at most one plan of a given profile and cluster, DDP's default
+        # buckets, the initial plan
+        candidates = self.trials + OFFLINE_TRIALS + 2 if self.trials > 1 else 0
         return self.switch_iteration + 1 + (candidates * self.trial_rounds + 1) * (self.trial_window + 1) \
             + self.max_replans * (self.patience + 1)
 
@@ -406,6 +406,7 @@ class AutoTuner:
         self._points: dict[int, deque[float]] = {}
         self._next_check: int | None = None
         self._trial_turns: list[str] = []  # plan hashes of the trial windows still to run, in order
+        self._trial_candidates: list[str] = []  # the plans that take turns in the trials
         self._next_trial: int | None = None
         self._root = dist.get_global_rank(model._group, 0)
         sizes = set(model.plan.op_bytes(model._own_profile))
@@ -490,7 +491,8 @@ class AutoTuner:
         best = None
         if self._is_root:
             baseline = next((h for h, (name, *_) in self._tried.items() if name == "ddp"), None)
-            best = fastest(self._measured_by_plan, baseline, self.config.min_gain)
+            taken = {h: self._measured_by_plan[h] for h in self._trial_candidates if h in self._measured_by_plan}
+            best = fastest(taken, baseline, self.config.min_gain)
         best = self._broadcast(best)
         strategy, plan, order, predicted = self._tried[best]
         if predicted is None:  # the initial plan won: what it measured is the best prediction there is
@@ -633,8 +635,18 @@ class AutoTuner:
             if trial_plan.hash not in self._tried:  # one plan under two names is measured once
                 self._tried[trial_plan.hash] = (name, trial_plan, list(order), predicted)
                 turn.append(trial_plan.hash)
+        if len(turn) == 1:
+            self._trial_turns = []
+            return
+        initial = self.switches[0].plan_hash
+        if initial not in turn:
+            turn.append(initial)  # the safe default competes on the same terms
+        for h in turn:  # only windows taken in turn count (the initial's profiling window was its own phase)
+            self._samples_by_plan.pop(h, None)
+            self._measured_by_plan.pop(h, None)
+        self._trial_candidates = turn
         # the candidates take turns, trial_rounds times over; the first window (this plan's) starts now
-        self._trial_turns = (turn * self.config.trial_rounds)[1:] if len(turn) > 1 else []
+        self._trial_turns = (turn * self.config.trial_rounds)[1:]
 
     # ------------------------------------------------------------------ measurements
     def _events(self) -> list[Event]:
