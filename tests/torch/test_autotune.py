@@ -165,7 +165,8 @@ def _train(rank: int, world: int, strategy: str, optimizer: str, options: dict |
             "predicted": tuner.predicted_iteration_s, "plan_hash": model.plan.hash,
             "measured_by_plan": dict(tuner._measured_by_plan), "rejected": list(tuner.rejected),
             "ddp_hash": ddp_plan.hash, "offline_hash": offline_hash,
-            "plan_overlaps": model.plan.overlap_forward, "checks": len(tuner.checks)}
+            "plan_overlaps": model.plan.overlap_forward, "checks": [c.iteration for c in tuner.checks],
+            "completions": tuner._tracer.completions}
 
 
 CASES = {
@@ -179,7 +180,8 @@ CASES = {
                            "exclude": ["sync", "ddp", "threshold", "horovod", "mgwfbp", "optimal"]}, True),
     # given a profile and cluster (slow network: another best plan), their best plan is measured too
     "trials-offline/sgd": ("sgd", {"switch_iteration": 3, "trials": 2, "trial_iterations": 2, "max_replans": 0}, True),
-    # every check is off by more than 1e-9: re-plan at iterations 3+4+1 = 8 and 13, then stop (cap)
+    # every check is off by more than 1e-9: checks at 3+4+1 = 8 and 18, each followed by a measuring
+    # window and a re-plan at 13 and 23 (or a revert at the check itself), then stop (cap)
     "replan/sgd": ("sgd", {"switch_iteration": 3, "patience": 4, "replan_threshold": 1e-9, "max_replans": 2,
                            "trials": 1}, True),
     "replan/adam": ("adam", {"switch_iteration": 3, "patience": 4, "replan_threshold": 1e-9, "max_replans": 2,
@@ -226,12 +228,18 @@ def test_every_rank_switches_at_the_same_iteration_to_the_same_plan(results, lab
 
 @pytest.mark.slow
 def test_replans_when_measured_time_is_off_and_stops_at_the_cap(results):
-    sw = results[0]["replan/sgd"]["switches"]
-    assert [s[0] for s in sw] == [0, 3, 8, 13]
-    # with a zero threshold every check acts: re-plan, or go back to a plan that measured faster
-    assert [s[3] for s in sw[:2]] == ["initial", "profiled"] and {s[3] for s in sw[2:]} <= {"replan", "revert"}
-    assert results[0]["replan/sgd"]["checks"] == 2  # none after the cap: no more broadcasts
-    assert results[1]["replan/sgd"]["checks"] == 0  # rank 0 measures and decides
+    r = results[0]["replan/sgd"]
+    sw, checks = r["switches"], r["checks"]
+    assert [s[0] for s in sw[:2]] == [0, 3] and [s[3] for s in sw[:2]] == ["initial", "profiled"]
+    # with a zero threshold every check acts: go back to a plan that measured faster, at the check, or
+    # re-plan from a window of `patience` (4) iterations measured in full after it
+    assert len(checks) == 2 and len(sw) == 4  # none after the cap: no more broadcasts
+    for check, s in zip(checks, sw[2:]):
+        assert (s[3], s[0]) in {("revert", check), ("replan", check + 5)}
+    assert checks[0] == 8 and checks[1] == sw[2][0] + 5
+    assert results[1]["replan/sgd"]["checks"] == []  # rank 0 measures and decides
+    # every completion is stamped only while measuring for a plan: off once the last re-plan is made
+    assert r["completions"] is False and results[0]["auto/sgd"]["completions"] is False
 
 
 @pytest.mark.slow

@@ -17,18 +17,25 @@
 3. **Trials.**  The simulator can be wrong on a given machine, so the first plan is
    not trusted blindly: it, the best plans of the next ``trials - 1`` strategies by
    prediction, the best plan for a ``profile=`` and ``cluster=`` given to the wrapper
-   (if any), DDP's default buckets and the initial plan take turns, ``trial_rounds`` times over, in
-   windows of :attr:`AutoTuneConfig.trial_window` iterations (``trial_iterations`` each
-   in all), at iterations known in advance; then rank 0 broadcasts the plan whose
-   windows measured fastest and the strategies that lost are excluded.  Taking turns spreads each plan's iterations over the machine's slow
-   and fast phases; one window per plan let a lucky window pick the winner.
+   (if any), DDP's default buckets and the initial plan take turns, ``trial_rounds``
+   times over, in windows of :attr:`AutoTuneConfig.trial_window` iterations
+   (``trial_iterations`` each in all), at iterations known in advance; then rank 0
+   broadcasts the plan whose windows measured fastest and the strategies that lost are
+   excluded.  Taking turns spreads each plan's iterations over the machine's slow and
+   fast phases; one window per plan let a lucky window pick the winner.
 4. **Re-plan.**  Every ``patience`` iterations after the trials (again at iterations
    known in advance) rank 0 compares the median of the last ``patience`` measured
    iterations with the prediction and broadcasts its decision: off by more than
-   ``replan_threshold`` means the measurements taken under the current plan (its own
-   ready and collective times, under its own load) are turned into a new profile and
-   cluster and ``auto`` is planned again.  At most ``max_replans`` times; after that no
-   more checks (and no more broadcasts) are made.
+   ``replan_threshold`` means the current plan runs ``patience`` more iterations traced
+   in full, and those measurements (its own ready and collective times, under its own
+   load) are turned into a new profile and cluster and ``auto`` is planned again.  At
+   most ``max_replans`` times; after that no more checks (and no more broadcasts) are
+   made.
+
+Only the profiling window and a re-plan's measuring window stamp every operation's
+completion (:attr:`~gradsched.torch.trace.Tracer.completions`): the stamp is a Python
+callback per operation that slows the plan under measurement, and trials and checks
+need only iteration times, so the plans compared there run as they would untraced.
 
 Operation costs: each traced operation's *service time* is its completion minus the
 later of its issue and the previous operation's completion (operations of one rank
@@ -163,7 +170,7 @@ class AutoTuneConfig:
         # buckets, the initial plan
         candidates = self.trials + OFFLINE_TRIALS + 2 if self.trials > 1 else 0
         return self.switch_iteration + 1 + (candidates * self.trial_rounds + 1) * (self.trial_window + 1) \
-            + self.max_replans * (self.patience + 1)
+            + self.max_replans * 2 * (self.patience + 1)  # a check, then (re-plan) a measuring window
 
 
 @dataclass(frozen=True)
@@ -405,6 +412,7 @@ class AutoTuner:
         self._recent_s: deque[float] = deque(maxlen=1000)  # measured iteration times under the current plan
         self._points: dict[int, deque[float]] = {}
         self._next_check: int | None = None
+        self._next_replan: int | None = None  # where a re-plan's measuring window ends
         self._trial_turns: list[str] = []  # plan hashes of the trial windows still to run, in order
         self._trial_candidates: list[str] = []  # the plans that take turns in the trials
         self._next_trial: int | None = None
@@ -432,6 +440,9 @@ class AutoTuner:
             self._trial(step)
         elif step == self._next_check:
             self._check(step)
+        elif step == self._next_replan:
+            self._next_replan = None
+            self._retune(step, self._window(self.config.patience), "replan")
         else:
             acted = False
         self._steps.append(StepRecord(step, self._tracer.iteration, now, measured=not acted))
@@ -461,7 +472,10 @@ class AutoTuner:
             self._revert(step, target, window)
             self._schedule_check(step)
         else:
-            self._retune(step, window, "replan")
+            # measure the current plan for a new one: `patience` iterations with every completion stamped
+            self._tracer.completions = True
+            self._next_check = None
+            self._next_replan = step + self.config.patience + 1
 
     def _revert(self, step: int, target: str, window: list[StepRecord]) -> None:
         """Every rank: go back to plan ``target`` (measured faster) and exclude the current strategy."""
@@ -537,6 +551,9 @@ class AutoTuner:
             self._record(self._model.plan.hash, window)  # what the plan being left achieved
             payload = self._plan(window, measured, peers, reason)
         self._apply(step, self._broadcast(payload), reason)
+        # Stamping every completion slows the plan it measures (Tracer.completions); what comes
+        # next (trials, checks) needs only iteration times, so it stops until the next re-plan.
+        self._tracer.completions = self._keep_events
         if self._trial_turns:
             self._next_trial = step + self.config.trial_window + 1
         else:
@@ -609,12 +626,16 @@ class AutoTuner:
                 trials.append(Ranked(simulate(baseline, profile, cluster, timeline=False).iteration_s, "ddp",
                                      baseline))
         trial_plans = [(r.strategy, as_auto(r, len(results)), r.predicted_s) for r in trials]
+        initial_s = None
+        if trials:  # the initial plan takes turns too: its prediction is the current one while it runs
+            initial_s = simulate(self._tried[self.switches[0].plan_hash][1], profile, cluster,
+                                 timeline=False).iteration_s
         logger.info("auto: planned %s (%s) from %d measured iterations in %.0f ms: predicted %.2f ms per "
                     "iteration, measured %.2f ms under %s", plan.options["chose"], plan.options["chosen_options"],
                     len(window), (time.perf_counter() - t0) * 1e3, predicted * 1e3, measured_s * 1e3,
                     self.switches[-1].strategy)
         return {"plan": plan, "order": order, "predicted_s": predicted, "measured_s": measured_s,
-                "profile": profile, "cluster": cluster,
+                "profile": profile, "cluster": cluster, "initial_predicted_s": initial_s,
                 "trials": [(name, tp, issue_order(tp, profile, cluster), pred) for name, tp, pred in trial_plans]}
 
     def _apply(self, step: int, payload: dict[str, Any], reason: str) -> None:
@@ -639,6 +660,8 @@ class AutoTuner:
             self._trial_turns = []
             return
         initial = self.switches[0].plan_hash
+        name, initial_plan, initial_order, _ = self._tried[initial]
+        self._tried[initial] = (name, initial_plan, initial_order, payload.get("initial_predicted_s"))
         if initial not in turn:
             turn.append(initial)  # the safe default competes on the same terms
         for h in turn:  # only windows taken in turn count (the initial's profiling window was its own phase)

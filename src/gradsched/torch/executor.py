@@ -199,9 +199,6 @@ class Executor:
             for r in self.runners:
                 r.group = group
             self._wake = _Wake()
-        if tracer is not None or self._wake is not None:
-            for r in self.runners:
-                r.on_complete = self._on_complete
         self.enabled = True  # False inside no_sync()
         self.in_backward = False
         self.on_backward_end: Callable[[], None] | None = None  # set by the wrapper (overlap plans)
@@ -415,6 +412,9 @@ class Executor:
                 return
             if self.tracer is not None:
                 self.tracer.op_issued(j)
+            # a completion callback only where something needs it: it takes the GIL from the model
+            stamp = self.tracer is not None and self.tracer.completions
+            r.on_complete = self._on_complete if stamp or self._wake is not None else None
             r.issue()
             self.op_state[j] = ISSUED
             self.inflight.append(j)
