@@ -166,7 +166,7 @@ def _train(rank: int, world: int, strategy: str, optimizer: str, options: dict |
             "measured_by_plan": dict(tuner._measured_by_plan), "rejected": list(tuner.rejected),
             "ddp_hash": ddp_plan.hash, "offline_hash": offline_hash,
             "plan_overlaps": model.plan.overlap_forward, "checks": [c.iteration for c in tuner.checks],
-            "completions": tuner._tracer.completions}
+            "completions": tuner._tracer.completions, "expected": tuner.summary()["expected_iteration_s"]}
 
 
 CASES = {
@@ -260,6 +260,8 @@ def test_trials_measure_the_best_predicted_plans_and_keep_the_fastest(results):
     measured = r["measured_by_plan"]
     assert {s[1] for s in sw} <= set(measured)  # every plan that ran was measured (initial included)
     assert r["plan_hash"] == min(measured, key=measured.__getitem__)
+    # later checks would look for drift from what the winner measured, not from the simulator's figure
+    assert r["expected"] == measured[r["plan_hash"]]
     winner = next(s[2] for s in sw if s[1] == r["plan_hash"])
     assert winner not in r["rejected"] and set(r["rejected"]) == {s[2] for s in sw} - {winner}
     assert sw[-1][3] in ("fastest", "trial", "profiled")
