@@ -25,7 +25,9 @@
    fast phases; one window per plan let a lucky window pick the winner.
 4. **Re-plan.**  Every ``patience`` iterations after the trials (again at iterations
    known in advance) rank 0 compares the median of the last ``patience`` measured
-   iterations with the prediction and broadcasts its decision: off by more than
+   iterations with what the plan is expected to take (what the trials' winner measured
+   in them; after a re-plan, its prediction corrected by the simulator's error on the
+   plan just measured) and broadcasts its decision: off by more than
    ``replan_threshold`` means the current plan runs ``patience`` more iterations traced
    in full, and those measurements (its own ready and collective times, under its own
    load) are turned into a new profile and cluster and ``auto`` is planned again.  At
@@ -99,7 +101,7 @@ class AutoTuneConfig:
     trial_iterations: int = 12  # iterations each trial plan runs in all (the median of them is its measurement) ...
     trial_rounds: int = 3  # ... in this many windows, the candidates taking turns (see trial_window)
     min_gain: float = 0.03  # a trial plan replaces DDP's buckets only if it measured at least this much faster
-    replan_threshold: float = 0.15  # relative |measured - predicted| / predicted that triggers a re-plan
+    replan_threshold: float = 0.15  # relative |measured - expected| / expected that triggers a re-plan
     patience: int = 10  # iterations per check (the median of this many is compared)
     max_replans: int = 3  # re-plans after the first plan; then no more checks
     planner_options: dict[str, Any] = field(default_factory=dict)  # for the auto planner: channels, exclude
