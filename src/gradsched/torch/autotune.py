@@ -16,12 +16,12 @@
    buckets and the order of the collectives differ.
 3. **Trials.**  The simulator can be wrong on a given machine, so the first plan is
    not trusted blindly: it, its strategy with default options, the best plans of the
-   next ``trials - 1`` strategies by prediction, the best plan for a ``profile=`` and ``cluster=`` given to the wrapper
-   (if any), DDP's default buckets and the initial plan take turns, ``trial_rounds``
-   times over, in windows of :attr:`AutoTuneConfig.trial_window` iterations
-   (``trial_iterations`` each in all), at iterations known in advance; then rank 0
-   broadcasts the plan whose windows measured fastest and the strategies that lost are
-   excluded.  Taking turns spreads each plan's iterations over the machine's slow and
+   next ``trials - 1`` strategies by prediction, the best plan for a ``profile=`` and
+   ``cluster=`` given to the wrapper (if any), DDP's default buckets and the initial
+   plan take turns, ``trial_rounds`` times over, in windows of
+   :attr:`AutoTuneConfig.trial_window` iterations (``trial_iterations`` each in all), at
+   iterations known in advance; then rank 0 broadcasts the plan whose windows measured
+   fastest and the strategies that lost are excluded.  Taking turns spreads each plan's iterations over the machine's slow and
    fast phases; one window per plan let a lucky window pick the winner.
 4. **Re-plan.**  Every ``patience`` iterations after the trials (again at iterations
    known in advance) rank 0 compares the median of the last ``patience`` measured
