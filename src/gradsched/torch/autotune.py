@@ -521,9 +521,7 @@ class AutoTuner:
             taken = {h: self._measured_by_plan[h] for h in self._trial_candidates if h in self._measured_by_plan}
             best = fastest(taken, baseline, self.config.min_gain)
         best = self._broadcast(best)
-        strategy, plan, order, predicted = self._tried[best]
-        if predicted is None:  # the initial plan won: what it measured is the best prediction there is
-            predicted = self._broadcast(self._measured_by_plan[best] if self._is_root else None)
+        strategy, plan, order, predicted = self._tried[best]  # every candidate has a prediction
         # measured slower than the winner: the simulator's ranking does not hold here, keep them out
         self.rejected.extend(sorted({s for s, *_ in self._tried.values() if s != strategy} - set(self.rejected)))
         if best != self._model.plan.hash:
@@ -629,6 +627,11 @@ class AutoTuner:
         # the simulator's error on the plan these measurements were taken under, carried to the new one
         measured_plan_s = simulate(model.plan, profile, cluster, timeline=False).iteration_s
         expected = predicted * measured_s / measured_plan_s if measured_plan_s > 0 else predicted
+
+        def with_defaults(strategy: str) -> Ranked:
+            default = make_plan(strategy, profile, cluster)
+            return Ranked(simulate(default, profile, cluster, timeline=False).iteration_s, strategy, default)
+
         trials = []
         if reason == "profiled" and self.config.trials > 1:
             # The search tunes each strategy's options on the simulator's model; the options its
@@ -636,8 +639,7 @@ class AutoTuner:
             # search's usbyte and bytescheduler plans measured 584-623 ms in one job's trials, DDP's
             # buckets 563-574; their default options ran at 509-511 ms in the next job's rounds.
             chosen = results[0].strategy
-            default = make_plan(chosen, profile, cluster)
-            trials.append(Ranked(simulate(default, profile, cluster, timeline=False).iteration_s, chosen, default))
+            trials.append(with_defaults(chosen))
             picked = {chosen}
             for r in results[1:]:
                 if len(picked) < self.config.trials and r.strategy not in picked:
@@ -647,14 +649,10 @@ class AutoTuner:
                 off_profile, off_cluster = self._offline
                 trials.extend(runnable(ranked(off_profile, off_cluster, **opts))[:OFFLINE_TRIALS])
             if "ddp" not in picked:  # what the user would run otherwise is always measured
-                baseline = make_plan("ddp", profile, cluster)
-                trials.append(Ranked(simulate(baseline, profile, cluster, timeline=False).iteration_s, "ddp",
-                                     baseline))
+                trials.append(with_defaults("ddp"))
         trial_plans = [(r.strategy, as_auto(r, len(results)), r.predicted_s) for r in trials]
-        initial_s = None
-        if trials:  # the initial plan takes turns too: its prediction is the current one while it runs
-            initial_s = simulate(self._tried[self.switches[0].plan_hash][1], profile, cluster,
-                                 timeline=False).iteration_s
+        # the initial plan takes turns too (trials come only at the first plan, which leaves the initial one)
+        initial_s = measured_plan_s if trials else None
         logger.info("auto: planned %s (%s) from %d measured iterations in %.0f ms: predicted %.2f ms per "
                     "iteration, measured %.2f ms under %s", plan.options["chose"], plan.options["chosen_options"],
                     len(window), (time.perf_counter() - t0) * 1e3, predicted * 1e3, measured_s * 1e3,
