@@ -114,7 +114,7 @@ def test_short_benchmark_end_to_end_writes_valid_json(tmp_path, capsys):
 @pytest.mark.parametrize("kc,kn,lat", [(0.5, 0.3, 0.0), (0.0, 1.0, 2e-3), (0.8, 0.0, 1e-4), (0.2, 2.5, 5e-4)])
 @pytest.mark.parametrize("compute_s,comm_s,small_s", [(1.0, 0.6, 0.01), (0.05, 0.003, 0.004)])
 def test_contention_figures_invert_the_probe(kc, kn, lat, compute_s, comm_s, small_s):
-    from gradsched.torch.bench_worker import contention_from_probe
+    from gradsched.torch.probe import contention_from_probe
 
     ops = 8  # what the model predicts for each probe measurement, inverted back
     fitted = contention_from_probe(compute_s, comm_s, compute_s * (1 + kc), comm_s * (1 + kn),
@@ -137,7 +137,7 @@ def test_calibration_keeps_the_shape_and_sets_the_scale():
 
 
 def test_contention_figures_are_never_negative():
-    from gradsched.torch.bench_worker import contention_from_probe
+    from gradsched.torch.probe import contention_from_probe
 
     # noise can make the busy runs faster than the quiet ones: that is no contention, not a speed-up
     fitted = contention_from_probe(1.0, 0.5, 0.9, 0.45, 0.01, 0.008, 8)
@@ -166,7 +166,7 @@ def test_runtime_costs_add_bucket_passes_and_the_buffer_broadcast():
 
 def test_probe_repetitions_fit_the_budget():
     pytest.importorskip("torch")
-    from gradsched.torch.bench_worker import PROBE_BUDGET_S, PROBE_REPS, probe_reps
+    from gradsched.torch.probe import PROBE_BUDGET_S, PROBE_REPS, probe_reps
 
     assert probe_reps(0.001, 0.0005) == PROBE_REPS[1]  # ms-scale model: the most
     assert probe_reps(10.0, 5.0) == PROBE_REPS[0]  # a slow model: still the fewest allowed

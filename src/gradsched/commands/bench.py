@@ -65,6 +65,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--profile-iterations", type=int, default=5, help="profiler iterations (default 5)")
     p.add_argument("--net-reps", type=int, default=3, help="timed repetitions per size in the network benchmark")
     p.add_argument("--no-probe", action="store_true", help="skip the compute/communication contention probe")
+    p.add_argument("--resample-share", type=float, default=0.25, metavar="F",
+                   help="between rounds, sample the contention probe and the small all-reduces again within this "
+                   "share of the rounds' time; predictions use the medians over all samples (default 0.25; 0: "
+                   "start-up figures only)")
     p.add_argument("--timeout-s", type=float, default=1800.0, help="stop the whole job after this (default 1800)")
     p.add_argument("--json", default=None, metavar="OUT.json", help="write every figure here (a list, one object "
                    "per strategy and DDP bucket size)")
@@ -152,10 +156,13 @@ def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
     if not 0 <= args.warmup_rounds < args.rounds:
         raise GradschedError(f"--warmup-rounds must be between 0 and --rounds - 1 ({args.rounds - 1}), "
                              f"got {args.warmup_rounds}")
+    if not 0 <= args.resample_share < 1:
+        raise GradschedError(f"--resample-share must be at least 0 and below 1, got {args.resample_share}")
     return {"model": args.model, "seed": args.seed, "batch_size": args.batch_size, "lr": args.lr,
             "entries": entries(args.strategies, args.ddp_buckets, args.density), "steps": args.steps, "rounds": args.rounds,
             "warmup_rounds": args.warmup_rounds, "profile_iterations": args.profile_iterations,
-            "net_reps": args.net_reps, "probe": not args.no_probe, "timeout_s": args.timeout_s,
+            "net_reps": args.net_reps, "probe": not args.no_probe, "resample_share": args.resample_share,
+            "timeout_s": args.timeout_s,
             "progress": not args.quiet, "out_dir": out_dir,
             "backend": "gloo", "threads": 1}  # CPU tensors over gloo; one compute thread per worker
 

@@ -62,14 +62,13 @@ from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.torch.models import build_model
 from gradsched.torch.optim import DistributedOptimizer
+from gradsched.torch.netbench import reps_for
+from gradsched.torch.probe import ContentionProbe, NetworkResampler, slowest, slowest_median
 from gradsched.torch.worker import run_worker
-from gradsched.torch.wrapper import DistributedDataParallel, broadcast_buffers
+from gradsched.torch.wrapper import DistributedDataParallel
 
 MiB = 1 << 20
-SMALL_OPS = 8  # the busy-latency probe: this many all-reduces ...
-SMALL_NUMEL = 1024  # ... of 4 KiB each, issued at once as the runtime issues ready operations
-PROBE_BUDGET_S = 10.0  # the contention probe's measurements take about this long ...
-PROBE_REPS = (5, 30)  # ... with at least and at most this many repetitions each
+RESAMPLE_SHARE = 0.25  # between rounds, the probes sample again within this share of the rounds' time
 OVERHEAD_BUDGET_S = 12.0  # the runtimes' overhead probe takes about this long ...
 OVERHEAD_REPS = (3, 20)  # ... in this many rotations of short bursts
 
@@ -106,158 +105,56 @@ def _measure_cluster(total_bytes: int, cfg: dict[str, Any]) -> Cluster:
     return _broadcast(cluster)
 
 
-def _contention_probe(cfg: dict[str, Any], total_bytes: int, cluster: Cluster) -> dict[str, Any]:
-    """Compute alone, all-reduce alone, each while the other keeps the cores busy (module docstring).
-
-    "Compute" is a whole training step without communication (zero_grad, forward,
-    backward, optimizer step), timed as the rounds time a step: the slowest rank's
-    time per repetition, then the median.  :func:`calibrate` scales the profile to it
-    (the profile's hooks see only one rank and miss the gaps between layers).  Each
-    slowdown is measured with the other side busy for the whole measurement (compute
-    behind a queue of all-reduces; an all-reduce while steps run back to back), so it
-    is a plain ratio (:func:`contention_from_probe`).  The communication side divides
-    by ``cluster``'s times for the same operations, not by the probe's own: those are
-    the times the simulator stretches, and one all-reduce of 1-2 MB alone measured
-    0.9-3.6 ms from one job to the next (the same one during compute 7-11 ms), which
-    moved the slowdown between 1 and 8."""
-    spec = build_model(cfg["model"], seed=cfg["seed"])
-    module = spec.module
-    opt = torch.optim.SGD(module.parameters(), lr=cfg["lr"], momentum=0.9)
-    gen = torch.Generator().manual_seed(cfg["seed"] * 1000 + 998)
-    x, y = spec.make_batch(cfg["batch_size"], gen)
-
-    def compute() -> None:
-        opt.zero_grad(set_to_none=True)
-        spec.loss_fn(module(x), y).backward()
-        opt.step()
-
-    def timed(f: Callable[[], None]) -> float:
-        dist.barrier()
-        t0 = time.perf_counter()
-        f()
-        return time.perf_counter() - t0
-
-    big = torch.zeros(max(1, total_bytes // 4))  # zeros: the probe's sums stay finite whatever it runs
-    smalls = [torch.zeros(SMALL_NUMEL) for _ in range(SMALL_OPS)]
-
-    def comm_while(bufs: list[torch.Tensor], busy: bool) -> float:
-        """Seconds until all-reduces of ``bufs``, issued at once, are all done; compute runs meanwhile if ``busy``."""
-        stamp: list[float] = []
-        t0 = time.perf_counter()
-        works = [dist.all_reduce(b, async_op=True) for b in bufs]
-        # stamped on the backend's thread the moment the last one completes
-        works[-1].get_future().add_done_callback(lambda _f: stamp.append(time.perf_counter()))
-        while busy and not stamp:
-            compute()
-        for w in works:
-            w.wait()
-        while not stamp:  # the callback may run just after wait() returns
-            time.sleep(1e-4)
-        return stamp[0] - t0
-
-    compute()  # warm-up
-    comm_while(smalls, False)
-    reps = probe_reps(_slowest_median([timed(compute)]), _slowest_median([timed(lambda: comm_while([big], False))]))
-    c = _slowest_median([timed(compute) for _ in range(reps)])
-    n = _slowest_median([timed(lambda: comm_while([big], False)) for _ in range(reps)])
-    queue = [big] * (math.ceil(c / max(n, 1e-9)) + 1)  # longer than a step: compute is slowed all along
-
-    def step_behind_queue() -> float:
-        """Seconds of one step while the queued all-reduces run (they are waited for off the clock)."""
-        work = [dist.all_reduce(b, async_op=True) for b in queue]
-        t0 = time.perf_counter()
-        compute()
-        seconds = time.perf_counter() - t0
-        for w in work:
-            w.wait()
-        return seconds
-
-    bc, bn, sa, sb = [], [], [], []
-    for _ in range(reps):
-        dist.barrier()
-        bc.append(step_behind_queue())
-        dist.barrier()
-        bn.append(comm_while([big], True))
-        dist.barrier()
-        sa.append(comm_while(smalls, False))
-        dist.barrier()
-        sb.append(comm_while(smalls, True))
-    bc_, bn_, sa_, sb_ = (_slowest_median(v) for v in (bc, bn, sa, sb))
-    copy_s, scale_s = _bucket_pass_s(big, reps)
-    buffers_s = _buffer_sync_s(module, reps, cfg["timeout_s"])
-    cost = cluster.cost("allreduce")
-    n_model, sa_model = cost.time_s(total_bytes), SMALL_OPS * cost.time_s(SMALL_NUMEL * 4)
-    return {"compute_alone_s": c, "allreduce_alone_s": n, "compute_overlapped_s": bc_, "allreduce_overlapped_s": bn_,
-            "compute_slowdown": bc_ / c, "allreduce_slowdown": bn_ / n, "allreduce_bytes": total_bytes,
-            "allreduce_model_s": n_model, "reps": reps, "small_ops": SMALL_OPS, "small_ops_alone_s": sa_,
-            "small_ops_busy_s": sb_, "small_ops_model_s": sa_model,
-            "bucket_copy_s": copy_s, "bucket_scale_s": scale_s, "buffer_sync_s": buffers_s,
-            "fitted": contention_from_probe(c, n_model, bc_, bn_, sa_model, sb_, SMALL_OPS)}
+def _startup_probe(contention: ContentionProbe, cluster: Cluster, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The contention probe's start-up figures with ``cluster``'s all-reduce times, and the
+    runtimes' bucket passes and buffer broadcast (measured once: they are plain copies)."""
+    reps = contention.start_reps
+    contention.measure(reps)
+    copy_s, scale_s = contention.bucket_pass_s(reps)
+    return {**contention.figures(cluster.cost("allreduce")), "bucket_copy_s": copy_s, "bucket_scale_s": scale_s,
+            "buffer_sync_s": contention.buffer_sync_s(reps, cfg["timeout_s"])}
 
 
-def probe_reps(step_s: float, allreduce_s: float) -> int:
-    """Repetitions of each probe measurement: as many as fit :data:`PROBE_BUDGET_S`, within
-    :data:`PROBE_REPS`.  A repetition runs about three steps and two all-reduces of all
-    gradients.  Millisecond-scale models get the most: their figures are the noisiest (on
-    cnn, 5 repetitions gave a compute slowdown of 0.52 in one job and 0.03 in the next)."""
-    per_rep = 3 * step_s + 2 * allreduce_s
-    lo, hi = PROBE_REPS
-    return max(lo, min(hi, int(PROBE_BUDGET_S / max(per_rep, 1e-6))))
+def _with_contention(cluster: Cluster, fitted: dict[str, float]) -> Cluster:
+    return dataclasses.replace(cluster, extra={**cluster.extra, "contention": fitted})
 
 
-def _bucket_pass_s(buf: torch.Tensor, reps: int) -> tuple[float, float]:
-    """Seconds to copy ``buf``'s worth of gradients into a bucket, and to scale the bucket by 1/world.
+class _Resampling:
+    """Between rounds, one more sample of the contention probe and of the small all-reduces,
+    as long as the samples so far and the next one fit ``share`` of the rounds' time.
 
-    What a runtime does to every gradient on the compute stream besides computing it
-    (:meth:`Profile.with_bucket_costs`); timed on every rank at once, as training runs."""
-    src = torch.ones_like(buf)
-    copies, scales = [], []
-    dist.barrier()
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        buf.copy_(src)
-        t1 = time.perf_counter()
-        buf.div_(dist.get_world_size())
-        copies.append(t1 - t0)
-        scales.append(time.perf_counter() - t1)
-    buf.zero_()
-    return _slowest_median(copies), _slowest_median(scales)
+    Every rank decides alike: the times compared are the slowest rank's.  The next
+    sample's cost is the last one's; before the first, a start-up repetition's plus
+    the network table's time for the sizes sampled."""
 
+    def __init__(self, contention: ContentionProbe, network: NetworkResampler, share: float) -> None:
+        self.contention, self.network, self.share = contention, network, share
+        self.count, self.spent_s, self._rounds_s = 0, 0.0, 0.0
+        self._next_s: float | None = None
+        self._since = 0.0
 
-def _buffer_sync_s(module: torch.nn.Module, reps: int, timeout_s: float) -> float:
-    """Seconds a forward spends broadcasting rank 0's buffers (BatchNorm statistics), as both
-    runtimes do before every forward by default; 0 for a model without buffers."""
-    if not any(True for _ in module.buffers()):
-        return 0.0
-    times = []
-    for _ in range(reps):
-        dist.barrier()
-        t0 = time.perf_counter()
-        broadcast_buffers(module, None, 0, timeout_s)
-        times.append(time.perf_counter() - t0)
-    return _slowest_median(times)
+    def start(self) -> None:
+        """The rounds start now."""
+        self._since = time.perf_counter()
 
+    def after_round(self, r: int) -> None:
+        now = time.perf_counter()
+        self._rounds_s += now - self._since
+        rounds_s = max(slowest([self._rounds_s]))
+        if self._next_s is None:
+            self._next_s = self._first_estimate_s()
+        if self.share > 0 and self.spent_s + self._next_s <= self.share * rounds_s:
+            took = self.network.measure() + self.contention.measure(1)
+            self.spent_s += took
+            self._next_s = took
+            self.count += 1
+        self._since = time.perf_counter()
 
-def _slowest_median(per_rep: list[float]) -> float:
-    """The median over repetitions of the slowest rank's time (a collective call: every rank passes its own)."""
-    t = torch.tensor(per_rep, dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return statistics.median(t.tolist())
-
-
-def contention_from_probe(compute_s: float, comm_s: float, compute_busy_s: float, comm_busy_s: float,
-                          small_alone_s: float, small_busy_s: float, small_ops: int) -> dict[str, float]:
-    """The simulator's contention figures (docs/simulator.md) from the probe's times.
-
-    Compute was slowed for its whole duration, and so was the all-reduce, so each
-    slowdown is a ratio; the small operations pay the all-reduce's slowdown plus a
-    latency per operation, which is what is left of their busy time.  ``comm_s`` and
-    ``small_alone_s`` are the times the simulator would give the same operations
-    alone (the bench passes its cluster's), so that it reproduces the busy times."""
-    kc = max(0.0, compute_busy_s / compute_s - 1.0)
-    kn = max(0.0, comm_busy_s / comm_s - 1.0)
-    lat = max(0.0, (small_busy_s - small_alone_s * (1.0 + kn)) / small_ops)
-    return {"compute_slowdown": kc, "comm_slowdown": kn, "busy_latency_s": lat}
+    def _first_estimate_s(self) -> float:
+        samples = self.contention.samples
+        rep_s = sum(statistics.median(v) for v in samples.values())
+        net_s = sum(reps_for(b, 1) * statistics.median(self.network.samples[b]) for b in self.network.sizes)
+        return rep_s + net_s
 
 
 def calibrate(profile: Profile, compute_s: float) -> Profile:
@@ -324,7 +221,7 @@ def _runtime_overheads(cfg: dict[str, Any], profile: Profile, cluster: Cluster,
     per_rep = sum(statistics.median(_burst(model, opt, spec.loss_fn, batches, steps, 0)) for model, opt in runs)
     per_rep *= steps + 2
     lo, hi = OVERHEAD_REPS
-    reps = max(lo, min(hi, int(OVERHEAD_BUDGET_S / max(_slowest_median([per_rep]), 1e-6))))
+    reps = max(lo, min(hi, int(OVERHEAD_BUDGET_S / max(slowest_median([per_rep]), 1e-6))))
     step_s = _rotated_rounds(runs, spec.loss_fn, batches, steps, reps)
     per_burst = step_s.reshape(len(runs), reps, steps).median(dim=2).values
     compute_s = statistics.median(per_burst[0].tolist())
@@ -425,10 +322,12 @@ def _burst(model: Any, opt: Any, spec_loss: Any, batches: list[Any], steps: int,
 
 
 def _rotated_rounds(runs: list[tuple[Any, Any]], loss_fn: Any, batches: list[Any], steps: int, rounds: int,
-                    on_burst: Callable[[int, int], None] | None = None) -> torch.Tensor:
+                    on_burst: Callable[[int, int], None] | None = None,
+                    on_round: Callable[[int], None] | None = None) -> torch.Tensor:
     """Seconds of every counted step, ``(len(runs), rounds * steps)``: in round ``r`` each run
     does a :func:`_burst`, in an order rotated by ``r`` so that slow phases of the machine hit
-    all alike.  ``on_burst(r, i)`` after each burst.  A collective call: every rank runs it.
+    all alike.  ``on_burst(r, i)`` after each burst, ``on_round(r)`` after each round.  A
+    collective call: every rank runs it.
 
     A step's time is the ranks' mean.  Training (compute only too) couples the ranks, so over
     a burst every rank takes the same time, but a rank's step (zero_grad to zero_grad) need
@@ -442,6 +341,8 @@ def _rotated_rounds(runs: list[tuple[Any, Any]], loss_fn: Any, batches: list[Any
             times[i].extend(_burst(model, opt, loss_fn, batches, steps, r * steps))
             if on_burst is not None:
                 on_burst(r, i)
+        if on_round is not None:
+            on_round(r)
     flat = torch.tensor(times, dtype=torch.float64)
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
     return flat / dist.get_world_size()
@@ -453,10 +354,13 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
     t_start = time.time()
     profile = _measure_profile(cfg)
     cluster = _measure_cluster(profile.total_bytes, cfg)
-    probe = _contention_probe(cfg, profile.total_bytes, cluster) if cfg.get("probe", True) else None
     hooked = profile
-    if probe is not None:
-        cluster = dataclasses.replace(cluster, extra={**cluster.extra, "contention": probe["fitted"]})
+    probe, samplers = None, None
+    if cfg.get("probe", True):
+        contention = ContentionProbe(cfg, profile.total_bytes)
+        samplers = _Resampling(contention, NetworkResampler(cluster), cfg.get("resample_share", RESAMPLE_SHARE))
+        probe = _startup_probe(contention, cluster, cfg)
+        cluster = _with_contention(cluster, probe["fitted"])
         profile = calibrate(profile, probe["compute_alone_s"])
         probe["runtime_overhead_s"] = _runtime_overheads(cfg, profile, cluster, probe)
 
@@ -494,12 +398,20 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
             bar.set_postfix_str(f"round {r + 1}/{rounds} {labels[i]}", refresh=False)
             bar.update(steps)
 
-    step_s = _rotated_rounds(models, loss_fn, batches, steps, rounds, on_burst)
+    if samplers is not None:
+        samplers.start()
+    step_s = _rotated_rounds(models, loss_fn, batches, steps, rounds, on_burst,
+                             samplers.after_round if samplers is not None else None)
     if bar is not None:
         bar.close()
     dist.barrier()
     if rank != 0:
         return None
+    if samplers is not None:  # predictions from the medians over every sample, start-up and between rounds
+        pooled = samplers.network.pooled()
+        probe = {**probe, **samplers.contention.figures(pooled.cost("allreduce")),
+                 "startup_fitted": probe["fitted"], "resamples": samplers.count, "resample_s": samplers.spent_s}
+        cluster = _with_contention(pooled, probe["fitted"])
     times = step_s.tolist()
     ref_steps = times[-1]
     compute_only_s = statistics.median(ref_steps[warm * steps:] or ref_steps)

@@ -82,27 +82,34 @@ def benchmark(*, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, reps: i
     unknown = [c for c in collectives if c not in COLLECTIVES]
     if unknown:
         raise GradschedError(f"unknown collective {unknown[0]!r}; known: {', '.join(COLLECTIVES)}")
-    device = _device()
     points: dict[str, list[tuple[float, float]]] = {}
     for name in collectives:
         top = max_bytes if name == "allreduce" else max(min_bytes, max_bytes // world)
-        points[name] = []
-        for nbytes in sizes_bytes(min_bytes, top):
-            seconds = _time_collective(name, nbytes, world, device, reps_for(nbytes, reps), warmup)
-            points[name].append((float(nbytes), seconds))
-            if report is not None and dist.get_rank() == 0:
-                report(f"{name:9s} {nbytes:>11,d} B  {seconds * 1e6:12.1f} us  "
-                       f"{nbytes / seconds / 1e9:8.3f} GB/s")
-            dist.barrier()
+        points[name] = measure_points(name, sizes_bytes(min_bytes, top), reps=reps, warmup=warmup, report=report)
     if dist.get_rank() != 0:
         return None
     # Scheduling noise only adds time: the table is the measurements' lower monotone envelope
     # (docs/cost-model.md); the medians as measured are kept beside it.
     fitted = {name: CollectiveCost.fit(pts, envelope=True) for name, pts in points.items()}
     return Cluster(world, fitted, backend=dist.get_backend(),
-                   extra={"measured_by": "gradsched netbench", "device": device.type, "reps": reps,
+                   extra={"measured_by": "gradsched netbench", "device": _device().type, "reps": reps,
                           "host": socket.gethostname(), "measured_points": {k: [list(p) for p in v]
                                                                             for k, v in points.items()}})
+
+
+def measure_points(name: str, sizes: Sequence[int], *, reps: int, warmup: int,
+                   report: Callable[[str], None] | None = None) -> list[tuple[float, float]]:
+    """``(bytes, seconds)`` of collective ``name`` at each size: the slowest rank's median over
+    ``reps_for(size, reps)`` repetitions, the same on every rank (a collective call)."""
+    world, device = dist.get_world_size(), _device()
+    points = []
+    for nbytes in sizes:
+        seconds = _time_collective(name, nbytes, world, device, reps_for(nbytes, reps), warmup)
+        points.append((float(nbytes), seconds))
+        if report is not None and dist.get_rank() == 0:
+            report(f"{name:9s} {nbytes:>11,d} B  {seconds * 1e6:12.1f} us  {nbytes / seconds / 1e9:8.3f} GB/s")
+        dist.barrier()
+    return points
 
 
 def _time_collective(name: str, nbytes: int, world: int, device: torch.device, reps: int, warmup: int) -> float:

@@ -1,0 +1,255 @@
+"""What ``gradsched bench`` measures of the machine besides the profile, sampled again and again.
+
+Two samplers, both collective calls (every rank runs them, with the same arguments):
+
+- :class:`ContentionProbe`: a training step alone and while a queue of all-reduces of
+  all gradients keeps communication busy; one such all-reduce alone and while steps
+  run back to back; a burst of small all-reduces alone and with compute busy.
+  :meth:`ContentionProbe.figures` turns the medians into the simulator's contention
+  figures (:func:`contention_from_probe`).  It also times what a runtime's hooks do
+  to every gradient (a copy into a bucket, a division) and the broadcast of the
+  model's buffers before every forward.
+- :class:`NetworkResampler`: the all-reduce table's latency-bound sizes (4 KiB to
+  4 MiB), timed once more; :meth:`NetworkResampler.pooled` gives the cluster with
+  each of those sizes at its median over every sample.
+
+Why sample more than once: the bench measures these at start-up, then spends minutes
+in its rounds, and the machine's speed for small operations drifts through a job.
+One start-up measurement moved every many-operation prediction by 10-25% from one
+job to the next (``cnn``'s ``wfbp`` -8%, 0%, -24%, +8% in four jobs), while the
+measured rows moved much less; re-simulating three kept jobs with the figures pooled
+over the three start-ups brought the median error from 4.6% to 3.3%
+(docs/simulator.md).  So the bench samples both again between its rounds, within a
+share of the rounds' time, and predicts from the medians over all samples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from gradsched.cluster import Cluster, CollectiveCost
+from gradsched.torch.models import build_model
+from gradsched.torch.netbench import measure_points
+from gradsched.torch.wrapper import broadcast_buffers
+
+SMALL_OPS = 8  # the busy-latency probe: this many all-reduces ...
+SMALL_NUMEL = 1024  # ... of 4 KiB each, issued at once as the runtime issues ready operations
+PROBE_BUDGET_S = 10.0  # the start-up contention probe takes about this long ...
+PROBE_REPS = (5, 30)  # ... with at least and at most this many repetitions
+RESAMPLE_MAX_BYTES = 4 << 20  # the network sizes sampled again: the latency-bound ones, whose times drift most
+
+
+def slowest(per_rep: list[float]) -> list[float]:
+    """Each repetition's slowest rank (a collective call: every rank passes its own times)."""
+    t = torch.tensor(per_rep, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
+def slowest_median(per_rep: list[float]) -> float:
+    """The median over repetitions of the slowest rank's time (a collective call)."""
+    return statistics.median(slowest(per_rep))
+
+
+def probe_reps(step_s: float, allreduce_s: float) -> int:
+    """Repetitions of the start-up probe: as many as fit :data:`PROBE_BUDGET_S`, within
+    :data:`PROBE_REPS`.  A repetition runs about three steps and two all-reduces of all
+    gradients.  Millisecond-scale models get the most: their figures are the noisiest (on
+    cnn, 5 repetitions gave a compute slowdown of 0.52 in one job and 0.03 in the next)."""
+    per_rep = 3 * step_s + 2 * allreduce_s
+    lo, hi = PROBE_REPS
+    return max(lo, min(hi, int(PROBE_BUDGET_S / max(per_rep, 1e-6))))
+
+
+def contention_from_probe(compute_s: float, comm_s: float, compute_busy_s: float, comm_busy_s: float,
+                          small_alone_s: float, small_busy_s: float, small_ops: int) -> dict[str, float]:
+    """The simulator's contention figures (docs/simulator.md) from the probe's times.
+
+    Compute was slowed for its whole duration, and so was the all-reduce, so each
+    slowdown is a ratio; the small operations pay the all-reduce's slowdown plus a
+    latency per operation, which is what is left of their busy time.  ``comm_s`` and
+    ``small_alone_s`` are the times the simulator would give the same operations
+    alone (the bench passes its cluster's), so that it reproduces the busy times."""
+    kc = max(0.0, compute_busy_s / compute_s - 1.0)
+    kn = max(0.0, comm_busy_s / comm_s - 1.0)
+    lat = max(0.0, (small_busy_s - small_alone_s * (1.0 + kn)) / small_ops)
+    return {"compute_slowdown": kc, "comm_slowdown": kn, "busy_latency_s": lat}
+
+
+class ContentionProbe:
+    """Compute and communication, each alone and while the other keeps the cores busy.
+
+    "Compute" is a whole training step without communication (zero_grad, forward,
+    backward, optimizer step), timed as the rounds time a step: the slowest rank's
+    time per repetition.  Each slowdown is measured with the other side busy for the
+    whole measurement (compute behind a queue of all-reduces; an all-reduce while steps
+    run back to back), so it is a plain ratio.  The communication side divides by the
+    cluster's times for the same operations, not by the probe's own: those are the
+    times the simulator stretches, and one all-reduce of 1-2 MB alone measured 0.9-3.6
+    ms from one job to the next (the same one during compute 7-11 ms), which moved the
+    slowdown between 1 and 8.  Every repetition runs all six measurements, so that
+    :meth:`measure` can be called again between the bench's rounds and the samples
+    pooled."""
+
+    TIMES = ("compute_alone_s", "allreduce_alone_s", "compute_overlapped_s", "allreduce_overlapped_s",
+             "small_ops_alone_s", "small_ops_busy_s")
+
+    def __init__(self, cfg: dict[str, Any], total_bytes: int) -> None:
+        spec = build_model(cfg["model"], seed=cfg["seed"])
+        self.module, self._loss_fn = spec.module, spec.loss_fn
+        self._opt = torch.optim.SGD(self.module.parameters(), lr=cfg["lr"], momentum=0.9)
+        gen = torch.Generator().manual_seed(cfg["seed"] * 1000 + 998)
+        self._x, self._y = spec.make_batch(cfg["batch_size"], gen)
+        self.total_bytes = total_bytes
+        self._big = torch.zeros(max(1, total_bytes // 4))  # zeros: the probe's sums stay finite whatever it runs
+        self._smalls = [torch.zeros(SMALL_NUMEL) for _ in range(SMALL_OPS)]
+        self.samples: dict[str, list[float]] = {k: [] for k in self.TIMES}
+        self._compute()  # warm-up
+        self._comm_while(self._smalls, False)
+        step_s = slowest_median([self._timed(self._compute)])
+        allreduce_s = slowest_median([self._timed(lambda: self._comm_while([self._big], False))])
+        self.start_reps = probe_reps(step_s, allreduce_s)
+        # a queue longer than a step, so that compute is slowed all along
+        self._queue = [self._big] * (math.ceil(step_s / max(allreduce_s, 1e-9)) + 1)
+
+    def _compute(self) -> None:
+        self._opt.zero_grad(set_to_none=True)
+        self._loss_fn(self.module(self._x), self._y).backward()
+        self._opt.step()
+
+    @staticmethod
+    def _timed(f: Callable[[], None]) -> float:
+        dist.barrier()
+        t0 = time.perf_counter()
+        f()
+        return time.perf_counter() - t0
+
+    def _comm_while(self, bufs: list[torch.Tensor], busy: bool) -> float:
+        """Seconds until all-reduces of ``bufs``, issued at once, are all done; compute runs meanwhile if ``busy``."""
+        stamp: list[float] = []
+        t0 = time.perf_counter()
+        works = [dist.all_reduce(b, async_op=True) for b in bufs]
+        # stamped on the backend's thread the moment the last one completes
+        works[-1].get_future().add_done_callback(lambda _f: stamp.append(time.perf_counter()))
+        while busy and not stamp:
+            self._compute()
+        for w in works:
+            w.wait()
+        while not stamp:  # the callback may run just after wait() returns
+            time.sleep(1e-4)
+        return stamp[0] - t0
+
+    def _step_behind_queue(self) -> float:
+        """Seconds of one step while the queued all-reduces run (they are waited for off the clock)."""
+        work = [dist.all_reduce(b, async_op=True) for b in self._queue]
+        t0 = time.perf_counter()
+        self._compute()
+        seconds = time.perf_counter() - t0
+        for w in work:
+            w.wait()
+        return seconds
+
+    def measure(self, reps: int) -> float:
+        """``reps`` more repetitions of every measurement; returns the seconds they took (slowest rank)."""
+        t0 = time.perf_counter()
+        per_rep: dict[str, list[float]] = {k: [] for k in self.TIMES}
+        for _ in range(reps):
+            per_rep["compute_alone_s"].append(self._timed(self._compute))
+            per_rep["allreduce_alone_s"].append(self._timed(lambda: self._comm_while([self._big], False)))
+            # these time themselves: the queue's wait, and the compute after the last completion, are off the clock
+            for key, f in (("compute_overlapped_s", self._step_behind_queue),
+                           ("allreduce_overlapped_s", lambda: self._comm_while([self._big], True)),
+                           ("small_ops_alone_s", lambda: self._comm_while(self._smalls, False)),
+                           ("small_ops_busy_s", lambda: self._comm_while(self._smalls, True))):
+                dist.barrier()
+                per_rep[key].append(f())
+        for k, v in per_rep.items():
+            self.samples[k].extend(slowest(v))
+        return max(slowest([time.perf_counter() - t0]))
+
+    def figures(self, cost: CollectiveCost) -> dict[str, Any]:
+        """The medians over every repetition so far, and the contention figures they give with ``cost``."""
+        m = {k: statistics.median(v) for k, v in self.samples.items()}
+        n_model, sa_model = cost.time_s(self.total_bytes), SMALL_OPS * cost.time_s(SMALL_NUMEL * 4)
+        return {**m, "compute_slowdown": m["compute_overlapped_s"] / m["compute_alone_s"],
+                "allreduce_slowdown": m["allreduce_overlapped_s"] / m["allreduce_alone_s"],
+                "allreduce_bytes": self.total_bytes, "allreduce_model_s": n_model,
+                "reps": len(self.samples["compute_alone_s"]), "small_ops": SMALL_OPS,
+                "small_ops_model_s": sa_model,
+                "fitted": contention_from_probe(m["compute_alone_s"], n_model, m["compute_overlapped_s"],
+                                                m["allreduce_overlapped_s"], sa_model, m["small_ops_busy_s"],
+                                                SMALL_OPS)}
+
+    def bucket_pass_s(self, reps: int) -> tuple[float, float]:
+        """Seconds to copy all gradients' worth of bytes into a bucket, and to scale the bucket by 1/world.
+
+        What a runtime does to every gradient on the compute stream besides computing it
+        (:meth:`Profile.with_bucket_costs`); timed on every rank at once, as training runs."""
+        buf = self._big
+        src = torch.ones_like(buf)
+        copies, scales = [], []
+        dist.barrier()
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            buf.copy_(src)
+            t1 = time.perf_counter()
+            buf.div_(dist.get_world_size())
+            copies.append(t1 - t0)
+            scales.append(time.perf_counter() - t1)
+        buf.zero_()
+        return slowest_median(copies), slowest_median(scales)
+
+    def buffer_sync_s(self, reps: int, timeout_s: float) -> float:
+        """Seconds a forward spends broadcasting rank 0's buffers (BatchNorm statistics), as both
+        runtimes do before every forward by default; 0 for a model without buffers."""
+        if not any(True for _ in self.module.buffers()):
+            return 0.0
+        times = []
+        for _ in range(reps):
+            dist.barrier()
+            t0 = time.perf_counter()
+            broadcast_buffers(self.module, None, 0, timeout_s)
+            times.append(time.perf_counter() - t0)
+        return slowest_median(times)
+
+
+class NetworkResampler:
+    """The latency-bound sizes of a measured all-reduce table, timed again and pooled.
+
+    ``cluster`` is the start-up measurement (``gradsched netbench``'s, with its
+    ``measured_points``); each :meth:`measure` times the sizes up to
+    :data:`RESAMPLE_MAX_BYTES` once more (small sizes repeated as the netbench does).
+    Larger sizes are bandwidth-bound and keep their start-up times: they drift little,
+    and on a shaped network they cost seconds each."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        start = (cluster.extra or {}).get("measured_points", {}).get("allreduce", [])
+        self.samples: dict[int, list[float]] = {int(b): [t] for b, t in start}
+        self.sizes = [b for b in self.samples if b <= RESAMPLE_MAX_BYTES]
+
+    def measure(self) -> float:
+        """One more time of every resampled size; returns the seconds it took (slowest rank)."""
+        t0 = time.perf_counter()
+        for b, t in measure_points("allreduce", self.sizes, reps=1, warmup=0):
+            self.samples[int(b)].append(t)
+        return max(slowest([time.perf_counter() - t0]))
+
+    def pooled(self) -> Cluster:
+        """The start-up cluster with every size at its median over all samples, refitted as the netbench fits."""
+        if not self.sizes:
+            return self.cluster
+        points = [(float(b), statistics.median(ts)) for b, ts in sorted(self.samples.items())]
+        cost = CollectiveCost.fit(points, envelope=True)
+        extra = {**self.cluster.extra, "measured_points": {**self.cluster.extra["measured_points"],
+                                                           "allreduce": [list(p) for p in points]},
+                 "samples": max(len(ts) for ts in self.samples.values())}
+        return dataclasses.replace(self.cluster, collectives={**self.cluster.collectives, "allreduce": cost},
+                                   extra=extra)
