@@ -186,7 +186,12 @@ def test_probe_measures_contention_and_runtime_costs(tmp_path):
     probe = rows[0]["contention"]
     assert set(probe["fitted"]) == {"compute_slowdown", "comm_slowdown", "busy_latency_s"}
     assert all(v >= 0 for v in probe["fitted"].values())
-    assert 5 <= probe["reps"] <= 30
+    assert 5 <= probe["startup_reps"] <= 30
+    # the figures pool the start-up repetitions and one more per sample between rounds, the table likewise
+    assert probe["reps"] == probe["startup_reps"] + probe["resamples"]
+    assert rows[0]["cluster"]["samples"] == 1 + probe["resamples"]
+    assert set(probe["startup_fitted"]) == set(probe["fitted"])
+    assert set(probe["startup_runtime_overhead_s"]) == set(probe["runtime_overhead_s"])
     assert probe["bucket_copy_s"] > 0 and probe["bucket_scale_s"] > 0 and probe["buffer_sync_s"] > 0
     assert rows[0]["cluster"]["contention"] == probe["fitted"]
     assert set(probe["runtime_overhead_s"]) == {"gradsched", "torch DDP"}

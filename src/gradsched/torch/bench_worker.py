@@ -18,7 +18,7 @@ What one job does, in order (every rank runs the same steps, so collectives matc
    steps run back to back; a burst of small all-reduces alone and with compute
    busy; a copy of all gradients and a division of them, as a runtime's hooks do; the
    broadcast of the model's buffers that precedes every forward.
-   :func:`contention_from_probe` turns these into the simulator's contention
+   :mod:`gradsched.torch.probe` turns these into the simulator's contention
    figures (compute slowdown, communication slowdown, latency per operation), put
    into the cluster, so that the plans (``auto``) and the predictions account for
    CPU contention.  Then each runtime's own overhead per step, beyond what the
@@ -32,8 +32,11 @@ What one job does, in order (every rank runs the same steps, so collectives matc
    entry runs the same steps without moving gradients (:class:`_ComputeOnly`).  A burst
    starts behind a barrier (off the clock) and times steady-state steps only (see
    :func:`_burst`).  Rounds before ``warmup_rounds`` are not counted (DDP rebuilds
-   its buckets there; caches warm up).
-6. **Predictions**: each entry's plan simulated with the cluster of steps 2-3 and
+   its buckets there; caches warm up).  Between rounds, the contention probe and the
+   network's latency-bound sizes are sampled again, within ``resample_share`` of the
+   rounds' time (:class:`_Resampling`).
+6. **Predictions**: each entry's plan simulated with the cluster of steps 2-3 (each
+   figure the median over the start-up measurement and the samples between rounds) and
    the profile of step 1 scaled to the compute-only entry's median (the profile gives
    which layer costs what; the rounds give how long a step's compute takes now), plus
    the runtimes' own costs that the probe measured (:func:`with_runtime_costs`).
@@ -62,7 +65,6 @@ from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.torch.models import build_model
 from gradsched.torch.optim import DistributedOptimizer
-from gradsched.torch.netbench import reps_for
 from gradsched.torch.probe import ContentionProbe, NetworkResampler, slowest, slowest_median
 from gradsched.torch.worker import run_worker
 from gradsched.torch.wrapper import DistributedDataParallel
@@ -111,7 +113,8 @@ def _startup_probe(contention: ContentionProbe, cluster: Cluster, cfg: dict[str,
     reps = contention.start_reps
     contention.measure(reps)
     copy_s, scale_s = contention.bucket_pass_s(reps)
-    return {**contention.figures(cluster.cost("allreduce")), "bucket_copy_s": copy_s, "bucket_scale_s": scale_s,
+    return {**contention.figures(cluster.cost("allreduce")), "startup_reps": reps,
+            "bucket_copy_s": copy_s, "bucket_scale_s": scale_s,
             "buffer_sync_s": contention.buffer_sync_s(reps, cfg["timeout_s"])}
 
 
@@ -120,41 +123,32 @@ def _with_contention(cluster: Cluster, fitted: dict[str, float]) -> Cluster:
 
 
 class _Resampling:
-    """Between rounds, one more sample of the contention probe and of the small all-reduces,
-    as long as the samples so far and the next one fit ``share`` of the rounds' time.
+    """Between rounds, one more sample of every sampler, as long as the samples so far and
+    the next one fit ``share`` of the rounds' time.
 
-    Every rank decides alike: the times compared are the slowest rank's.  The next
-    sample's cost is the last one's; before the first, a start-up repetition's plus
-    the network table's time for the sizes sampled."""
+    ``samplers`` each take one sample and return the seconds it took.  Every rank
+    decides alike: the times compared are the slowest rank's.  The next sample's cost
+    is the last one's; before the first, ``first_estimate_s`` (the slowest rank's)."""
 
-    def __init__(self, contention: ContentionProbe, network: NetworkResampler, share: float) -> None:
-        self.contention, self.network, self.share = contention, network, share
-        self.count, self.spent_s, self._rounds_s = 0, 0.0, 0.0
-        self._next_s: float | None = None
+    def __init__(self, samplers: list[Callable[[], float]], share: float, first_estimate_s: float,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.samplers, self.share, self._clock = samplers, share, clock
+        self.count, self.spent_s, self.rounds_s = 0, 0.0, 0.0
+        self._next_s = max(slowest([first_estimate_s]))
         self._since = 0.0
 
     def start(self) -> None:
         """The rounds start now."""
-        self._since = time.perf_counter()
+        self._since = self._clock()
 
     def after_round(self, r: int) -> None:
-        now = time.perf_counter()
-        self._rounds_s += now - self._since
-        rounds_s = max(slowest([self._rounds_s]))
-        if self._next_s is None:
-            self._next_s = self._first_estimate_s()
-        if self.share > 0 and self.spent_s + self._next_s <= self.share * rounds_s:
-            took = self.network.measure() + self.contention.measure(1)
+        self.rounds_s += max(slowest([self._clock() - self._since]))
+        if self.share > 0 and self.spent_s + self._next_s <= self.share * self.rounds_s:
+            took = sum(sample() for sample in self.samplers)
             self.spent_s += took
             self._next_s = took
             self.count += 1
-        self._since = time.perf_counter()
-
-    def _first_estimate_s(self) -> float:
-        samples = self.contention.samples
-        rep_s = sum(statistics.median(v) for v in samples.values())
-        net_s = sum(reps_for(b, 1) * statistics.median(self.network.samples[b]) for b in self.network.sizes)
-        return rep_s + net_s
+        self._since = self._clock()
 
 
 def calibrate(profile: Profile, compute_s: float) -> Profile:
@@ -193,8 +187,7 @@ def _runtime(torch_ddp: bool) -> str:
     return "torch DDP" if torch_ddp else "gradsched"
 
 
-def _runtime_overheads(cfg: dict[str, Any], profile: Profile, cluster: Cluster,
-                       probe: dict[str, Any]) -> dict[str, float]:
+class _RuntimeOverheads:
     """Per runtime, what a step of its simplest plan costs beyond the simulator's account of it.
 
     The probe's copies, divisions and buffer broadcast are timed on their own; a runtime
@@ -208,31 +201,49 @@ def _runtime_overheads(cfg: dict[str, Any], profile: Profile, cluster: Cluster,
     less what the simulator adds to compute for that plan (from the profile scaled to
     the compute-only median and the costs measured so far); never negative.  On 2 local
     ranks (docs/simulator.md, "Fidelity"): 0-5.5 ms a step for gradsched, 0-12 ms for
-    PyTorch DDP; with them the median prediction error fell from 5.4% to 3.9% in one run."""
-    spec = build_model(cfg["model"], seed=cfg["seed"])
-    gen = torch.Generator().manual_seed(cfg["seed"] * 1000 + 997 + dist.get_rank())
-    batches = [spec.make_batch(cfg["batch_size"], gen) for _ in range(4)]
-    reference = _ComputeOnly(cfg)
-    entries = [{"strategy": "sync", "torch_ddp": False}, {"strategy": "ddp", "torch_ddp": True}]
-    runs = [(reference, reference)] + [_build_entry(e, cfg, with_runtime_costs(profile, probe, e["torch_ddp"]),
-                                                    cluster) for e in entries]
-    steps = 2  # counted per burst; one more runs on each side (see _burst)
-    # warm-up, off the clock (DDP builds its buckets); it also says what a rotation costs
-    per_rep = sum(statistics.median(_burst(model, opt, spec.loss_fn, batches, steps, 0)) for model, opt in runs)
-    per_rep *= steps + 2
-    lo, hi = OVERHEAD_REPS
-    reps = max(lo, min(hi, int(OVERHEAD_BUDGET_S / max(slowest_median([per_rep]), 1e-6))))
-    step_s = _rotated_rounds(runs, spec.loss_fn, batches, steps, reps)
-    per_burst = step_s.reshape(len(runs), reps, steps).median(dim=2).values
-    compute_s = statistics.median(per_burst[0].tolist())
-    scaled = calibrate(profile, compute_s)
-    out = {}
-    for i, (e, (model, _)) in enumerate(zip(entries, runs[1:]), start=1):
-        # paired by rotation: a slow phase of the machine moves both bursts of a rotation alike
-        extra = statistics.median((per_burst[i] - per_burst[0]).tolist())
-        _, predicted = _predict(e, model, with_runtime_costs(scaled, probe, e["torch_ddp"]), cluster, profile)
-        out[_runtime(e["torch_ddp"])] = max(0.0, extra - (predicted - compute_s))
-    return out
+    PyTorch DDP; with them the median prediction error fell from 5.4% to 3.9% in one run.
+    :meth:`measure` runs more rotations (the bench's samples between rounds)."""
+
+    ENTRIES = ({"strategy": "sync", "torch_ddp": False}, {"strategy": "ddp", "torch_ddp": True})
+    STEPS = 2  # counted per burst; one more runs on each side (see _burst)
+
+    def __init__(self, cfg: dict[str, Any], profile: Profile, cluster: Cluster, probe: dict[str, Any]) -> None:
+        spec = build_model(cfg["model"], seed=cfg["seed"])
+        gen = torch.Generator().manual_seed(cfg["seed"] * 1000 + 997 + dist.get_rank())
+        self._batches = [spec.make_batch(cfg["batch_size"], gen) for _ in range(4)]
+        self._loss_fn = spec.loss_fn
+        reference = _ComputeOnly(cfg)
+        self.runs = [(reference, reference)] + [
+            _build_entry(e, cfg, with_runtime_costs(profile, probe, e["torch_ddp"]), cluster) for e in self.ENTRIES]
+        self.bursts: list[list[float]] = [[] for _ in self.runs]  # per run, each rotation's median step
+        # warm-up, off the clock (DDP builds its buckets); it also says what a rotation costs
+        per_rep = sum(statistics.median(_burst(model, opt, self._loss_fn, self._batches, self.STEPS, 0))
+                      for model, opt in self.runs) * (self.STEPS + 2)
+        lo, hi = OVERHEAD_REPS
+        self.start_reps = max(lo, min(hi, int(OVERHEAD_BUDGET_S / max(slowest_median([per_rep]), 1e-6))))
+
+    def measure(self, rotations: int) -> float:
+        """``rotations`` more rotations; returns the seconds they took (slowest rank)."""
+        t0 = time.perf_counter()
+        step_s = _rotated_rounds(self.runs, self._loss_fn, self._batches, self.STEPS, rotations,
+                                 first=len(self.bursts[0]))
+        per_burst = step_s.reshape(len(self.runs), rotations, self.STEPS).median(dim=2).values
+        for runs_bursts, new in zip(self.bursts, per_burst.tolist()):
+            runs_bursts.extend(new)
+        return max(slowest([time.perf_counter() - t0]))
+
+    def figures(self, profile: Profile, cluster: Cluster, probe: dict[str, Any]) -> dict[str, float]:
+        """Each runtime's overhead from every rotation so far, against ``profile`` and ``cluster``."""
+        probe = {k: v for k, v in probe.items() if k != "runtime_overhead_s"}
+        compute_s = statistics.median(self.bursts[0])
+        scaled = calibrate(profile, compute_s)
+        out = {}
+        for e, (model, _), bursts in zip(self.ENTRIES, self.runs[1:], self.bursts[1:]):
+            # paired by rotation: a slow phase of the machine moves both bursts of a rotation alike
+            extra = statistics.median(b - c for b, c in zip(bursts, self.bursts[0]))
+            _, predicted = _predict(e, model, with_runtime_costs(scaled, probe, e["torch_ddp"]), cluster, profile)
+            out[_runtime(e["torch_ddp"])] = max(0.0, extra - (predicted - compute_s))
+        return out
 
 
 def _build_entry(entry: dict[str, Any], cfg: dict[str, Any], profile: Profile, cluster: Cluster) -> tuple[Any, Any]:
@@ -323,18 +334,19 @@ def _burst(model: Any, opt: Any, spec_loss: Any, batches: list[Any], steps: int,
 
 def _rotated_rounds(runs: list[tuple[Any, Any]], loss_fn: Any, batches: list[Any], steps: int, rounds: int,
                     on_burst: Callable[[int, int], None] | None = None,
-                    on_round: Callable[[int], None] | None = None) -> torch.Tensor:
+                    on_round: Callable[[int], None] | None = None, first: int = 0) -> torch.Tensor:
     """Seconds of every counted step, ``(len(runs), rounds * steps)``: in round ``r`` each run
     does a :func:`_burst`, in an order rotated by ``r`` so that slow phases of the machine hit
-    all alike.  ``on_burst(r, i)`` after each burst, ``on_round(r)`` after each round.  A
-    collective call: every rank runs it.
+    all alike (rounds counted from ``first``, for rounds run a few at a time).  ``on_burst(r,
+    i)`` after each burst, ``on_round(r)`` after each round.  A collective call: every rank
+    runs it.
 
     A step's time is the ranks' mean.  Training (compute only too) couples the ranks, so over
     a burst every rank takes the same time, but a rank's step (zero_grad to zero_grad) need
     not line up with the others': under a plan that overlaps the next forward one rank's long
     step is another's short one, and a per-step maximum would count the long one twice."""
     times: list[list[float]] = [[] for _ in runs]
-    for r in range(rounds):
+    for r in range(first, first + rounds):
         shift = r % len(runs)
         for i in list(range(len(runs)))[shift:] + list(range(len(runs)))[:shift]:
             model, opt = runs[i]
@@ -357,12 +369,18 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
     hooked = profile
     probe, samplers = None, None
     if cfg.get("probe", True):
-        contention = ContentionProbe(cfg, profile.total_bytes)
-        samplers = _Resampling(contention, NetworkResampler(cluster), cfg.get("resample_share", RESAMPLE_SHARE))
+        contention, network = ContentionProbe(cfg, profile.total_bytes), NetworkResampler(cluster)
+        t0 = time.perf_counter()
         probe = _startup_probe(contention, cluster, cfg)
+        probe_rep_s = (time.perf_counter() - t0) / probe["startup_reps"]
         cluster = _with_contention(cluster, probe["fitted"])
         profile = calibrate(profile, probe["compute_alone_s"])
-        probe["runtime_overhead_s"] = _runtime_overheads(cfg, profile, cluster, probe)
+        overheads = _RuntimeOverheads(cfg, profile, cluster, probe)
+        rotation_s = overheads.measure(overheads.start_reps) / overheads.start_reps
+        probe["runtime_overhead_s"] = overheads.figures(profile, cluster, probe)
+        samplers = _Resampling([network.measure, lambda: contention.measure(1), lambda: overheads.measure(1)],
+                               cfg.get("resample_share", RESAMPLE_SHARE),
+                               network.estimate_s() + probe_rep_s + rotation_s)
 
     entries = cfg["entries"]
     models = []
@@ -408,10 +426,12 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
     if rank != 0:
         return None
     if samplers is not None:  # predictions from the medians over every sample, start-up and between rounds
-        pooled = samplers.network.pooled()
-        probe = {**probe, **samplers.contention.figures(pooled.cost("allreduce")),
-                 "startup_fitted": probe["fitted"], "resamples": samplers.count, "resample_s": samplers.spent_s}
+        pooled = network.pooled()
+        probe = {**probe, **contention.figures(pooled.cost("allreduce")), "startup_fitted": probe["fitted"],
+                 "startup_runtime_overhead_s": probe["runtime_overhead_s"], "resamples": samplers.count,
+                 "resample_s": samplers.spent_s}
         cluster = _with_contention(pooled, probe["fitted"])
+        probe["runtime_overhead_s"] = overheads.figures(profile, cluster, probe)
     times = step_s.tolist()
     ref_steps = times[-1]
     compute_only_s = statistics.median(ref_steps[warm * steps:] or ref_steps)

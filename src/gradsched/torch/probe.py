@@ -36,7 +36,7 @@ import torch.distributed as dist
 
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.torch.models import build_model
-from gradsched.torch.netbench import measure_points
+from gradsched.torch.netbench import measure_points, reps_for
 from gradsched.torch.wrapper import broadcast_buffers
 
 SMALL_OPS = 8  # the busy-latency probe: this many all-reduces ...
@@ -242,14 +242,18 @@ class NetworkResampler:
             self.samples[int(b)].append(t)
         return max(slowest([time.perf_counter() - t0]))
 
+    def estimate_s(self) -> float:
+        """About how long one :meth:`measure` takes, from the times so far."""
+        return sum(reps_for(b, 1) * statistics.median(self.samples[b]) for b in self.sizes)
+
     def pooled(self) -> Cluster:
         """The start-up cluster with every size at its median over all samples, refitted as the netbench fits."""
         if not self.sizes:
             return self.cluster
         points = [(float(b), statistics.median(ts)) for b, ts in sorted(self.samples.items())]
         cost = CollectiveCost.fit(points, envelope=True)
-        extra = {**self.cluster.extra, "measured_points": {**self.cluster.extra["measured_points"],
-                                                           "allreduce": [list(p) for p in points]},
-                 "samples": max(len(ts) for ts in self.samples.values())}
+        measured = self.cluster.extra["measured_points"]
+        extra = {**self.cluster.extra, "measured_points": {**measured, "allreduce": [list(p) for p in points]},
+                 "startup_measured_points": measured, "samples": max(len(ts) for ts in self.samples.values())}
         return dataclasses.replace(self.cluster, collectives={**self.cluster.collectives, "allreduce": cost},
                                    extra=extra)

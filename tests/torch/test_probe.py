@@ -1,0 +1,100 @@
+"""The bench's machine probes: pooling samples taken between rounds, and when to take them."""
+
+import statistics
+
+import pytest
+
+pytest.importorskip("torch")
+
+from gradsched.cluster import Cluster, CollectiveCost  # noqa: E402
+from gradsched.torch import bench_worker  # noqa: E402
+from gradsched.torch.netbench import reps_for  # noqa: E402
+from gradsched.torch.probe import (  # noqa: E402
+    RESAMPLE_MAX_BYTES, SMALL_NUMEL, SMALL_OPS, ContentionProbe, NetworkResampler, contention_from_probe)
+
+SIZES = [4096 << k for k in range(14)]  # 4 KiB .. 32 MiB
+
+
+def _cluster(seconds: list[float]) -> Cluster:
+    points = list(zip(map(float, SIZES), seconds))
+    return Cluster(2, {"allreduce": CollectiveCost.fit(points, envelope=True)}, backend="gloo",
+                   extra={"measured_by": "gradsched netbench", "measured_points": {"allreduce": [list(p) for p in points]}})
+
+
+def test_pooled_table_is_the_median_of_every_sample_for_the_small_sizes_only():
+    start = [1e-3 * (1 + k) for k in range(len(SIZES))]
+    net = NetworkResampler(_cluster(start))
+    assert net.sizes == [b for b in SIZES if b <= RESAMPLE_MAX_BYTES] and len(net.sizes) < len(SIZES)
+    later = [[0.5 * t for t in start], [0.6 * t for t in start]]  # the machine got faster for small operations
+    for sample in later:
+        for b, t in zip(SIZES, sample):
+            if b in net.sizes:
+                net.samples[b].append(t)
+    pooled = net.pooled()
+    points = dict(pooled.extra["measured_points"]["allreduce"])
+    for b, t in zip(SIZES, start):
+        if b <= RESAMPLE_MAX_BYTES:
+            assert points[b] == pytest.approx(statistics.median([t, 0.5 * t, 0.6 * t]))
+        else:
+            assert points[b] == pytest.approx(t)  # bandwidth-bound: the start-up time stays
+    cost = pooled.cost("allreduce")
+    assert cost.time_s(4096) == pytest.approx(0.6 * start[0])  # the table follows the samples
+    assert [t for _, t in cost.points] == [min(points[b] for b in SIZES[k:]) for k in range(len(SIZES))]
+    assert pooled.extra["samples"] == 3 and pooled.world_size == 2 and pooled.backend == "gloo"
+    assert net.cluster.cost("allreduce").time_s(4096) == pytest.approx(start[0])  # the start-up one is untouched
+    assert pooled.extra["startup_measured_points"] == net.cluster.extra["measured_points"]  # kept beside it
+
+
+def test_contention_figures_come_from_the_medians_of_every_repetition():
+    probe = ContentionProbe.__new__(ContentionProbe)  # its samples only: no model, no process group
+    probe.total_bytes = 1 << 20
+    probe.samples = {k: [] for k in ContentionProbe.TIMES}
+    reps = [(40e-3, 2e-3, 60e-3, 8e-3, 5e-3, 16e-3), (41e-3, 2e-3, 62e-3, 9e-3, 5e-3, 17e-3),
+            (90e-3, 9e-3, 99e-3, 40e-3, 20e-3, 60e-3)]  # the last one in a slow phase of the machine
+    for rep in reps:
+        for key, t in zip(ContentionProbe.TIMES, rep):
+            probe.samples[key].append(t)
+    cost = CollectiveCost(1e-4, 1e-9)
+    fig = probe.figures(cost)
+    medians = {k: statistics.median(r[i] for r in reps) for i, k in enumerate(ContentionProbe.TIMES)}
+    assert {k: fig[k] for k in ContentionProbe.TIMES} == pytest.approx(medians)
+    assert fig["reps"] == 3
+    assert fig["fitted"] == pytest.approx(contention_from_probe(
+        medians["compute_alone_s"], cost.time_s(1 << 20), medians["compute_overlapped_s"],
+        medians["allreduce_overlapped_s"], SMALL_OPS * cost.time_s(SMALL_NUMEL * 4), medians["small_ops_busy_s"],
+        SMALL_OPS))
+
+
+@pytest.mark.parametrize("share,expected", [(0.25, [3, 7, 11]), (0.5, [1, 3, 5, 7, 9, 11]), (0.0, [])])
+def test_resampling_keeps_within_its_share_of_the_rounds(monkeypatch, share, expected):
+    monkeypatch.setattr(bench_worker, "slowest", lambda v: v)  # one rank: its own times are the slowest
+    now = [0.0]
+    calls = [0, 0]
+
+    def sampler(k: int):
+        def sample() -> float:  # 0.5 s of the clock each
+            calls[k] += 1
+            now[0] += 0.5
+            return 0.5
+        return sample
+
+    sampling = bench_worker._Resampling([sampler(0), sampler(1)], share, first_estimate_s=1.0, clock=lambda: now[0])
+    sampling.start()
+    sampled = []
+    for r in range(12):
+        now[0] += 1.0  # a round takes 1 s
+        before = sampling.count
+        sampling.after_round(r)
+        if sampling.count > before:
+            sampled.append(r)
+        assert sampling.spent_s <= share * sampling.rounds_s
+    assert sampled == expected  # a sample of 1 s whenever it fits: after round 3 at a quarter, 1 at a half
+    assert calls == [len(expected)] * 2
+    assert sampling.spent_s == pytest.approx(len(expected))
+    assert sampling.rounds_s == pytest.approx(12.0)  # the samples' own time is not the rounds'
+
+
+def test_network_sample_estimate_counts_the_repetitions():
+    net = NetworkResampler(_cluster([1e-3 * (1 + k) for k in range(len(SIZES))]))
+    assert net.estimate_s() == pytest.approx(sum(reps_for(b, 1) * 1e-3 * (1 + k)
+                                                 for k, b in enumerate(SIZES) if b <= RESAMPLE_MAX_BYTES))
