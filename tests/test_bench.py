@@ -252,6 +252,10 @@ def test_table_reports_the_runtime_costs_the_probe_measured():
     assert "buffer broadcast 1.2 ms" in text
     assert "gradsched 4.8 ms, torch DDP 3.5 ms" in text
     assert "2.0 ms alone (1.6 ms in the cost model), 10.0 ms while steps run (x6.25 the cost model)" in text
+    assert "samples between rounds" not in text  # start-up figures only
+    probe.update(resamples=7, resample_s=3.25)
+    text = table({"rows": [_row("ddp", 55.0)], "lower_bound": bound, "best_ddp": "ddp", "contention": probe})
+    assert "start-up measurement and 7 samples between rounds (3.2 s)" in text
     del probe["runtime_overhead_s"]  # a result written before the overhead probe existed still prints
     assert "runtime overhead" not in table({"rows": [_row("ddp", 55.0)], "lower_bound": bound, "best_ddp": "ddp",
                                             "contention": probe})
