@@ -113,13 +113,17 @@ def test_short_benchmark_end_to_end_writes_valid_json(tmp_path, capsys):
 
 @pytest.mark.parametrize("kc,kn,lat", [(0.5, 0.3, 0.0), (0.0, 1.0, 2e-3), (0.8, 0.0, 1e-4), (0.2, 2.5, 5e-4)])
 @pytest.mark.parametrize("compute_s,comm_s,small_s", [(1.0, 0.6, 0.01), (0.05, 0.003, 0.004)])
-def test_contention_figures_invert_the_probe(kc, kn, lat, compute_s, comm_s, small_s):
-    from gradsched.torch.probe import contention_from_probe
+@pytest.mark.parametrize("op_lat", [0.0, 1e-4])
+def test_contention_figures_invert_the_probe(kc, kn, lat, compute_s, comm_s, small_s, op_lat):
+    pytest.importorskip("torch")
+    from gradsched.torch.probe import OP_LATENCY_SHARE, contention_from_probe
 
     ops = 8  # what the model predicts for each probe measurement, inverted back
+    alone = small_s + ops * op_lat / OP_LATENCY_SHARE  # the model's op latency is a share of this excess
     fitted = contention_from_probe(compute_s, comm_s, compute_s * (1 + kc), comm_s * (1 + kn),
-                                   small_s, small_s * (1 + kn) + ops * lat, ops)
-    assert fitted == pytest.approx({"compute_slowdown": kc, "comm_slowdown": kn, "busy_latency_s": lat}, abs=1e-12)
+                                   small_s, small_s * (1 + kn) + ops * (lat + op_lat), ops, alone)
+    assert fitted == pytest.approx({"compute_slowdown": kc, "comm_slowdown": kn, "busy_latency_s": lat,
+                                    "op_latency_s": op_lat}, abs=1e-12)
 
 
 def test_calibration_keeps_the_shape_and_sets_the_scale():
@@ -140,8 +144,8 @@ def test_contention_figures_are_never_negative():
     from gradsched.torch.probe import contention_from_probe
 
     # noise can make the busy runs faster than the quiet ones: that is no contention, not a speed-up
-    fitted = contention_from_probe(1.0, 0.5, 0.9, 0.45, 0.01, 0.008, 8)
-    assert fitted == {"compute_slowdown": 0.0, "comm_slowdown": 0.0, "busy_latency_s": 0.0}
+    fitted = contention_from_probe(1.0, 0.5, 0.9, 0.45, 0.01, 0.008, 8, 0.009)
+    assert fitted == {"compute_slowdown": 0.0, "comm_slowdown": 0.0, "busy_latency_s": 0.0, "op_latency_s": 0.0}
 
 
 def test_runtime_costs_add_bucket_passes_and_the_buffer_broadcast():
@@ -184,7 +188,7 @@ def test_probe_measures_contention_and_runtime_costs(tmp_path):
     assert code == 0
     rows = json.loads(out.read_text())
     probe = rows[0]["contention"]
-    assert set(probe["fitted"]) == {"compute_slowdown", "comm_slowdown", "busy_latency_s"}
+    assert set(probe["fitted"]) == {"compute_slowdown", "comm_slowdown", "busy_latency_s", "op_latency_s"}
     assert all(v >= 0 for v in probe["fitted"].values())
     assert 5 <= probe["startup_reps"] <= 30
     # the figures pool the start-up repetitions and one more per sample between rounds, the table likewise
@@ -244,7 +248,8 @@ def test_table_reports_the_runtime_costs_the_probe_measured():
 
     probe = {"compute_alone_s": 0.05, "compute_overlapped_s": 0.07, "compute_slowdown": 1.4,
              "allreduce_alone_s": 0.002, "allreduce_overlapped_s": 0.01, "allreduce_slowdown": 5.0,
-             "allreduce_model_s": 0.0016, "fitted": {"comm_slowdown": 5.25, "busy_latency_s": 0.0},
+             "allreduce_model_s": 0.0016, "fitted": {"comm_slowdown": 5.25, "busy_latency_s": 0.0,
+                                                     "op_latency_s": 1.5e-4},
              "bucket_copy_s": 1e-4, "bucket_scale_s": 1e-4,
              "buffer_sync_s": 1.2e-3, "runtime_overhead_s": {"gradsched": 4.8e-3, "torch DDP": 3.5e-3}}
     bound = {"lower_bound_s": 0.05, "compute_s": 0.05, "allreduce_all_s": 0.002, "contention_bound_s": 0.05}
@@ -252,6 +257,7 @@ def test_table_reports_the_runtime_costs_the_probe_measured():
     assert "buffer broadcast 1.2 ms" in text
     assert "gradsched 4.8 ms, torch DDP 3.5 ms" in text
     assert "2.0 ms alone (1.6 ms in the cost model), 10.0 ms while steps run (x6.25 the cost model)" in text
+    assert "0.15 ms more per operation in any case" in text
     assert "samples between rounds" not in text  # start-up figures only
     probe.update(resamples=7, resample_s=3.25)
     text = table({"rows": [_row("ddp", 55.0)], "lower_bound": bound, "best_ddp": "ddp", "contention": probe})

@@ -139,14 +139,25 @@ def test_sparse_selection_delays_backward_and_uses_allgather(case):
     assert r.compute_s == pytest.approx(0.9 + sel)
 
 
-def contention_case(compute_slowdown, comm_slowdown, busy_latency_s=0.0, other_s=0.0):
+def contention_case(compute_slowdown, comm_slowdown, busy_latency_s=0.0, other_s=0.0, op_latency_s=0.0):
     # t1 (layer 1): backward 1 s, ready at 1; t0 (layer 0): backward 1 s; each all-reduce 1 s
     profile = Profile("two", (TensorProfile("t0", 1, 4, 0.0, 1.0), TensorProfile("t1", 1, 4, 0.0, 1.0)),
                       other_s=other_s)
     cluster = Cluster(2, {"allreduce": Cluster.alpha_beta(1.0, 0.0, 2).collectives["allreduce"]},
                       extra={"contention": {"compute_slowdown": compute_slowdown, "comm_slowdown": comm_slowdown,
-                                            "busy_latency_s": busy_latency_s}})
+                                            "busy_latency_s": busy_latency_s, "op_latency_s": op_latency_s}})
     return simulate(make_plan("wfbp", profile, cluster), profile, cluster)
+
+
+def test_op_latency_is_paid_by_every_operation_and_not_stretched():
+    # t1's all-reduce starts at 1 during t0's backward: half speed (comm slowdown 1) until 2,
+    # then the other half 2-2.5, plus 0.2 waited: ends 2.7; t0's, with the cores idle: 2.7-3.9.
+    r = contention_case(0.0, 1.0, op_latency_s=0.2)
+    assert r.op_start_s == pytest.approx([1.0, 2.7]) and r.op_end_s == pytest.approx([2.7, 3.9])
+    assert r.iteration_s == pytest.approx(3.9)
+    # alone, without any slowdown, it is just 0.2 more per operation
+    r = contention_case(0.0, 0.0, op_latency_s=0.2)
+    assert r.op_end_s == pytest.approx([2.2, 3.4]) and r.iteration_s == pytest.approx(3.4)
 
 
 def test_busy_latency_is_paid_by_operations_that_start_during_compute():

@@ -33,7 +33,7 @@ from gradsched.errors import FormatError, GradschedError
 
 FORMAT = "gradsched.cluster/1"
 COLLECTIVES = ("allreduce", "allgather")
-CONTENTION_FIELDS = ("compute_slowdown", "comm_slowdown", "busy_latency_s")  # docs/simulator.md, "Contention"
+CONTENTION_FIELDS = ("compute_slowdown", "comm_slowdown", "busy_latency_s", "op_latency_s")  # docs/simulator.md, "Contention"
 
 
 @dataclass(frozen=True)

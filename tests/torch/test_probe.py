@@ -62,7 +62,8 @@ def test_contention_figures_come_from_the_medians_of_every_repetition():
     assert fig["fitted"] == pytest.approx(contention_from_probe(
         medians["compute_alone_s"], cost.time_s(1 << 20), medians["compute_overlapped_s"],
         medians["allreduce_overlapped_s"], SMALL_OPS * cost.time_s(SMALL_NUMEL * 4), medians["small_ops_busy_s"],
-        SMALL_OPS))
+        SMALL_OPS, medians["small_ops_alone_s"]))
+    assert fig["fitted"]["op_latency_s"] > 0  # the small operations took longer than the table says
 
 
 @pytest.mark.parametrize("share,expected", [(0.25, [3, 7, 11]), (0.5, [1, 3, 5, 7, 9, 11]), (0.0, [])])

@@ -193,7 +193,7 @@ def lower_bound_s(profile: "Profile", cluster: "Cluster") -> dict[str, float]:
         row[3] += t.update_s
     last = max(ready)
     compute_bound, alone_after = profile.compute_s, 0.0
-    kc, kn, _ = contention(cluster)
+    kc, kn, _, _ = contention(cluster)
     before = 0.0  # forward and update of the layers before this one
     rest = profile.forward_s + profile.update_s  # ... of this one and those after it
     for nbytes, r, fwd, upd in layers.values():
@@ -326,7 +326,8 @@ def table(result: dict[str, Any]) -> str:
                      f"({c.get('allreduce_model_s', c['allreduce_alone_s']) * 1e3:.1f} ms in the cost model), "
                      f"{c['allreduce_overlapped_s'] * 1e3:.1f} ms while steps run "
                      f"(x{1 + c['fitted'].get('comm_slowdown', 0.0):.2f} the cost model); "
-                     f"{c['fitted'].get('busy_latency_s', 0.0) * 1e3:.2f} ms more per operation started during compute")
+                     f"{c['fitted'].get('busy_latency_s', 0.0) * 1e3:.2f} ms more per operation started during compute, "
+                     f"{c['fitted'].get('op_latency_s', 0.0) * 1e3:.2f} ms more per operation in any case")
         if "bucket_copy_s" in c:
             lines.append(f"runtime costs per step: bucket passes over all gradients {c['bucket_copy_s'] * 1e3:.1f} ms "
                          f"(copy) + {c['bucket_scale_s'] * 1e3:.1f} ms (scale); buffer broadcast "

@@ -77,8 +77,8 @@ def simulate(plan: Plan, profile: Profile, cluster: Cluster, *, channels: int = 
     if channels < 1:
         raise GradschedError(f"channels must be at least 1, got {channels}")
     st = _Static(plan, profile, cluster)
-    kc, kn, lat = contention(cluster)
-    timing = _run(plan, profile, st, channels, _free, _free)
+    kc, kn, lat, op_lat = contention(cluster)
+    timing = _run(plan, profile, st, channels, _free, _dilator([], 0.0, op_latency_s=op_lat))
     if kc > 0 or kn > 0 or lat > 0:
         # Fixed point: compute slows while communication is in flight and vice versa;
         # each pass dilates one resource's work by the other's busy intervals of the
@@ -86,7 +86,8 @@ def simulate(plan: Plan, profile: Profile, cluster: Cluster, *, channels: int = 
         for _ in range(MAX_CONTENTION_PASSES):
             comm_busy = _merge([(a, b) for a, b in zip(timing.start, timing.end) if b > a])
             compute_busy = _merge([(a, b) for _, cat, a, b, _ in timing.compute if cat != WAIT and b > a])
-            nxt = _run(plan, profile, st, channels, _dilator(comm_busy, kc), _dilator(compute_busy, kn, lat))
+            nxt = _run(plan, profile, st, channels, _dilator(comm_busy, kc),
+                       _dilator(compute_busy, kn, lat, op_lat))
             done = abs(nxt.iteration - timing.iteration) <= 1e-9 * max(1.0, timing.iteration)
             timing = nxt
             if done:
@@ -94,21 +95,24 @@ def simulate(plan: Plan, profile: Profile, cluster: Cluster, *, channels: int = 
     return _result(plan, profile, cluster, st, timing, channels, timeline)
 
 
-def contention(cluster: Cluster) -> tuple[float, float, float]:
-    """``(compute_slowdown, comm_slowdown, busy_latency_s)`` from the cluster's optional ``contention``.
+def contention(cluster: Cluster) -> tuple[float, float, float, float]:
+    """``(compute_slowdown, comm_slowdown, busy_latency_s, op_latency_s)`` from the cluster's
+    optional ``contention``.
 
     While a collective is in flight, compute runs ``1 + compute_slowdown`` times
     slower; while compute runs, a collective runs ``1 + comm_slowdown`` times slower,
     and each collective that overlaps compute pays ``busy_latency_s`` more (CPU
     collectives share the cores with the model: DESIGN.md's testbed section; every
     step of a collective waits for its thread to get a core, which costs small
-    operations far more than their bytes do)."""
+    operations far more than their bytes do).  Every collective pays ``op_latency_s``
+    more, compute or not: what an operation issued by a runtime, among others, costs
+    beyond one timed alone (docs/simulator.md, "Contention")."""
     c = cluster.extra.get("contention") or {}
     kc, kn = float(c.get("compute_slowdown", 0.0)), float(c.get("comm_slowdown", 0.0))
-    lat = float(c.get("busy_latency_s", 0.0))
-    if not all(x >= 0 and math.isfinite(x) for x in (kc, kn, lat)):
+    lat, op_lat = float(c.get("busy_latency_s", 0.0)), float(c.get("op_latency_s", 0.0))
+    if not all(x >= 0 and math.isfinite(x) for x in (kc, kn, lat, op_lat)):
         raise GradschedError(f"cluster contention figures must be finite and non-negative, got {c}")
-    return kc, kn, lat
+    return kc, kn, lat, op_lat
 
 
 MAX_CONTENTION_PASSES = 30
@@ -129,17 +133,19 @@ def _merge(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return [(a, b) for a, b in out]
 
 
-def _dilator(busy: list[tuple[float, float]], slowdown: float, latency_s: float = 0.0) -> Dilate:
+def _dilator(busy: list[tuple[float, float]], slowdown: float, latency_s: float = 0.0,
+             op_latency_s: float = 0.0) -> Dilate:
     """End time of ``work_s`` started at ``start_s`` that runs ``1 + slowdown`` times
     slower inside the ``busy`` intervals (sorted, disjoint), plus ``latency_s`` once
-    if it starts inside one of them."""
+    if it starts inside one of them, plus ``op_latency_s`` in any case (latencies are
+    waiting, not work: they are not stretched)."""
     if (slowdown == 0 and latency_s == 0) or not busy:
-        return _free
+        return _free if op_latency_s == 0 else (lambda start_s, work_s: start_s + work_s + op_latency_s)
     starts = [a for a, _ in busy]
     factor = 1.0 + slowdown
 
     def finish(start_s: float, work_s: float) -> float:
-        end = _stretch(start_s, work_s)
+        end = _stretch(start_s, work_s) + op_latency_s
         if latency_s > 0:
             k = bisect.bisect_right(starts, start_s) - 1
             if k >= 0 and busy[k][0] <= start_s < busy[k][1]:
