@@ -22,7 +22,7 @@ What one job does, in order (every rank runs the same steps, so collectives matc
    figures (compute slowdown, communication slowdown, latency per operation), put
    into the cluster, so that the plans (``auto``) and the predictions account for
    CPU contention.  Then each runtime's own overhead per step, beyond what the
-   simulator accounts for, on its simplest plan (:func:`_runtime_overheads`).
+   simulator accounts for, on its simplest plan (:class:`_RuntimeOverheads`).
 4. **Models**: one copy of the model per entry (strategy, or DDP with one
    ``bucket_cap_mb``), all from the same seed, each with its own optimizer.  gradsched
    wrappers and PyTorch DDP coexist on one process group: only one of them runs at a
@@ -173,7 +173,7 @@ def with_runtime_costs(profile: Profile, probe: dict[str, Any] | None, torch_ddp
       ``other_s``, which runs where that broadcast does, between the update and the
       next forward.
     - The rest of the runtime's own cost per step, measured on its simplest plan
-      (:func:`_runtime_overheads`): into ``other_s`` too."""
+      (:class:`_RuntimeOverheads`): into ``other_s`` too."""
     if probe is None or not probe.get("allreduce_bytes"):
         return profile
     per_byte = 1.0 / probe["allreduce_bytes"]
