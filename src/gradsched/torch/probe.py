@@ -44,9 +44,10 @@ SMALL_NUMEL = 1024  # ... of 4 KiB each, issued at once as the runtime issues re
 PROBE_BUDGET_S = 10.0  # the start-up contention probe takes about this long ...
 PROBE_REPS = (5, 30)  # ... with at least and at most this many repetitions
 # What share of the small operations' own excess over the table (issued together, cores idle)
-# every operation pays (docs/simulator.md, "Contention"): chosen on six kept fidelity runs
-# re-simulated offline, where 0.25 took the median error from 5.1% to 3.8% and from 4.6% to
-# 3.9%; the whole excess overshot (4.7% and 5.8%).
+# every operation pays (docs/simulator.md, "Contention").  Chosen on kept fidelity runs
+# re-simulated offline (every row but auto): over five runs of 2026-12-03 with pooled figures,
+# shares 0 / 0.25 / 0.5 / 1 gave 5.3 / 4.4 / 4.2 / 4.1% median error; over three earlier runs
+# with start-up figures 4.6 / 3.8 / 4.6 / 5.1%.  0.25 is the share that helped in both sets.
 OP_LATENCY_SHARE = 0.25
 RESAMPLE_MAX_BYTES = 4 << 20  # the network sizes sampled again: the latency-bound ones, whose times drift most
 
