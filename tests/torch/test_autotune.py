@@ -166,7 +166,8 @@ def _train(rank: int, world: int, strategy: str, optimizer: str, options: dict |
             "measured_by_plan": dict(tuner._measured_by_plan), "rejected": list(tuner.rejected),
             "ddp_hash": ddp_plan.hash, "offline_hash": offline_hash,
             "plan_overlaps": model.plan.overlap_forward, "checks": [c.iteration for c in tuner.checks],
-            "completions": tuner._tracer.completions, "expected": tuner.summary()["expected_iteration_s"]}
+            "completions": tuner._tracer.completions, "measuring": tuner._next_replan is not None,
+            "expected": tuner.summary()["expected_iteration_s"]}
 
 
 CASES = {
@@ -239,7 +240,10 @@ def test_replans_when_measured_time_is_off_and_stops_at_the_cap(results):
     assert checks[0] == 8 and checks[1] == sw[2][0] + 5
     assert results[1]["replan/sgd"]["checks"] == []  # rank 0 measures and decides
     # every completion is stamped only while measuring for a plan: off once the last re-plan is made
-    assert r["completions"] is False and results[0]["auto/sgd"]["completions"] is False
+    assert r["completions"] is False and r["measuring"] is False
+    # where a check near the end opened a re-plan's measuring window, it is still on (timing decides which)
+    auto = results[0]["auto/sgd"]
+    assert auto["completions"] is auto["measuring"]
 
 
 @pytest.mark.slow
