@@ -21,8 +21,9 @@
    plan take turns, ``trial_rounds`` times over, in windows of
    :attr:`AutoTuneConfig.trial_window` iterations (``trial_iterations`` each in all), at
    iterations known in advance; then rank 0 broadcasts the plan whose windows measured
-   fastest and the strategies that lost are excluded.  Taking turns spreads each plan's iterations over the machine's slow and
-   fast phases; one window per plan let a lucky window pick the winner.
+   fastest and the strategies that lost are excluded.  Taking turns spreads each plan's
+   iterations over the machine's slow and fast phases; one window per plan let a lucky
+   window pick the winner.
 4. **Re-plan.**  Every ``patience`` iterations after the trials (again at iterations
    known in advance) rank 0 compares the median of the last ``patience`` measured
    iterations with what the plan is expected to take (what the trials' winner measured

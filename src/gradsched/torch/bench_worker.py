@@ -134,7 +134,7 @@ class _Resampling:
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.samplers, self.share, self._clock = samplers, share, clock
         self.count, self.spent_s, self.rounds_s = 0, 0.0, 0.0
-        self._next_s = max(slowest([first_estimate_s]))
+        self._next_s = slowest([first_estimate_s])[0]
         self._since = 0.0
 
     def start(self) -> None:
@@ -142,7 +142,7 @@ class _Resampling:
         self._since = self._clock()
 
     def after_round(self, r: int) -> None:
-        self.rounds_s += max(slowest([self._clock() - self._since]))
+        self.rounds_s += slowest([self._clock() - self._since])[0]
         if self.share > 0 and self.spent_s + self._next_s <= self.share * self.rounds_s:
             took = sum(sample() for sample in self.samplers)
             self.spent_s += took
@@ -230,7 +230,7 @@ class _RuntimeOverheads:
         per_burst = step_s.reshape(len(self.runs), rotations, self.STEPS).median(dim=2).values
         for runs_bursts, new in zip(self.bursts, per_burst.tolist()):
             runs_bursts.extend(new)
-        return max(slowest([time.perf_counter() - t0]))
+        return slowest([time.perf_counter() - t0])[0]
 
     def figures(self, profile: Profile, cluster: Cluster, probe: dict[str, Any]) -> dict[str, float]:
         """Each runtime's overhead from every rotation so far, against ``profile`` and ``cluster``."""

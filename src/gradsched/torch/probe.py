@@ -76,7 +76,7 @@ def probe_reps(step_s: float, allreduce_s: float) -> int:
 
 def contention_from_probe(compute_s: float, comm_s: float, compute_busy_s: float, comm_busy_s: float,
                           small_model_s: float, small_busy_s: float, small_ops: int,
-                          small_alone_s: float | None = None) -> dict[str, float]:
+                          small_alone_s: float) -> dict[str, float]:
     """The simulator's contention figures (docs/simulator.md) from the probe's times.
 
     Compute was slowed for its whole duration, and so was the all-reduce, so each
@@ -84,12 +84,12 @@ def contention_from_probe(compute_s: float, comm_s: float, compute_busy_s: float
     would give the same operations alone (the bench passes its cluster's), so that it
     reproduces the busy times.  Every operation pays :data:`OP_LATENCY_SHARE` of what
     the small operations, issued together with the cores idle, took beyond the table
-    (``small_alone_s``, when measured) per operation; during compute they pay the
+    (``small_alone_s``) per operation; during compute they pay the
     all-reduce's slowdown and that latency, plus a latency per operation started during
     compute, which is what is left of their busy time."""
     kc = max(0.0, compute_busy_s / compute_s - 1.0)
     kn = max(0.0, comm_busy_s / comm_s - 1.0)
-    op_lat = 0.0 if small_alone_s is None else OP_LATENCY_SHARE * max(0.0, (small_alone_s - small_model_s) / small_ops)
+    op_lat = OP_LATENCY_SHARE * max(0.0, (small_alone_s - small_model_s) / small_ops)
     lat = max(0.0, (small_busy_s - small_model_s * (1.0 + kn)) / small_ops - op_lat)
     return {"compute_slowdown": kc, "comm_slowdown": kn, "busy_latency_s": lat, "op_latency_s": op_lat}
 
@@ -183,7 +183,7 @@ class ContentionProbe:
                 per_rep[key].append(f())
         for k, v in per_rep.items():
             self.samples[k].extend(slowest(v))
-        return max(slowest([time.perf_counter() - t0]))
+        return slowest([time.perf_counter() - t0])[0]
 
     def figures(self, cost: CollectiveCost) -> dict[str, Any]:
         """The medians over every repetition so far, and the contention figures they give with ``cost``."""
@@ -251,7 +251,7 @@ class NetworkResampler:
         t0 = time.perf_counter()
         for b, t in measure_points("allreduce", self.sizes, reps=1, warmup=0):
             self.samples[int(b)].append(t)
-        return max(slowest([time.perf_counter() - t0]))
+        return slowest([time.perf_counter() - t0])[0]
 
     def estimate_s(self) -> float:
         """About how long one :meth:`measure` takes, from the times so far."""
