@@ -166,6 +166,11 @@ def test_runtime_costs_add_bucket_passes_and_the_buffer_broadcast():
     probe["runtime_overhead_s"] = {"gradsched": 3e-3, "torch DDP": 1e-3}
     assert with_runtime_costs(prof, probe, False).other_s == pytest.approx(0.045 + 3e-3)
     assert with_runtime_costs(prof, probe, True).other_s == pytest.approx(0.045 + 1e-3)
+    # gradsched's host time per operation goes to its rows only (DDP issues its buckets from C++)
+    assert ours.op_host_s() == (0.0, 0.0)
+    probe["op_host"] = {"issue_s": 8e-5, "retire_s": 5e-5}
+    assert with_runtime_costs(prof, probe, False).op_host_s() == (8e-5, 5e-5)
+    assert with_runtime_costs(prof, probe, True).op_host_s() == (0.0, 0.0)
 
 
 def test_probe_repetitions_fit_the_budget():
@@ -200,12 +205,16 @@ def test_probe_measures_contention_and_runtime_costs(tmp_path):
     assert rows[0]["cluster"]["contention"] == probe["fitted"]
     assert set(probe["runtime_overhead_s"]) == {"gradsched", "torch DDP"}
     assert all(v >= 0 for v in probe["runtime_overhead_s"].values())
+    # host time per operation, from wfbp's 38 operations against sync's one, in the gradsched rows' profile
+    assert set(probe["op_host"]) == set(probe["startup_op_host"]) == {"issue_s", "retire_s"}
+    assert probe["op_host"]["issue_s"] > 0 and probe["op_host"]["retire_s"] >= 0
     # one all-reduce after backward: its prediction holds the compute, both bucket passes, the broadcast
     # and gradsched's measured overhead
     sync = next(r for r in rows if r["strategy"] == "sync")
     runtime = (probe["bucket_copy_s"] + probe["bucket_scale_s"] + probe["buffer_sync_s"]
                + probe["runtime_overhead_s"]["gradsched"])
-    assert sync["predicted_iteration_s"] > rows[0]["compute_only"]["iteration_s_median"] + runtime
+    assert sync["predicted_iteration_s"] > (rows[0]["compute_only"]["iteration_s_median"] + runtime
+                                           + probe["op_host"]["issue_s"] + probe["op_host"]["retire_s"])
 
 
 def test_contention_bound_by_hand():
@@ -258,6 +267,10 @@ def test_table_reports_the_runtime_costs_the_probe_measured():
     assert "gradsched 4.8 ms, torch DDP 3.5 ms" in text
     assert "2.0 ms alone (1.6 ms in the cost model), 10.0 ms while steps run (x6.25 the cost model)" in text
     assert "0.15 ms more per operation in any case" in text
+    assert "host time per operation" not in text  # not measured: no line
+    probe["op_host"] = {"issue_s": 8.5e-5, "retire_s": 4.2e-5}
+    text = table({"rows": [_row("ddp", 55.0)], "lower_bound": bound, "best_ddp": "ddp", "contention": probe})
+    assert "host time per operation: 0.085 ms to issue, 0.042 ms to retire" in text
     assert "samples between rounds" not in text  # start-up figures only
     probe.update(resamples=7, resample_s=3.25)
     text = table({"rows": [_row("ddp", 55.0)], "lower_bound": bound, "best_ddp": "ddp", "contention": probe})

@@ -170,3 +170,31 @@ def test_bad_flags(tmp_path, capsys):
 def test_bad_optional_cluster_fields(tmp_path, capsys, field, value, reason):
     line, _, c = simulate_with(tmp_path, capsys, cluster=mutate(CLUSTER, [field], value))
     assert f"{c}: {reason}" in line
+
+
+@pytest.mark.parametrize("value,reason", [
+    ({"issue_s": -1e-4}, "op_host.issue_s: is negative"),
+    ({"issue_s": 1e-4, "wait_s": 1e-4}, "op_host.wait_s: unknown field"),
+    (1e-4, "op_host: must be a JSON object"),
+])
+def test_bad_host_time_per_operation(tmp_path, capsys, value, reason):
+    line, p, _ = simulate_with(tmp_path, capsys, profile=mutate(PROFILE, ["op_host"], value))
+    assert f"{p}: {reason}" in line
+
+
+def test_host_time_per_operation_makes_many_operations_dearer(tmp_path, capsys):
+    c = write(tmp_path, "c.json", CLUSTER)
+
+    def simulated(profile):
+        p = write(tmp_path, "p.json", profile)
+        assert main(["simulate", "--profile", p, "--cluster", c, "--strategy", "wfbp,sync", "--json"]) == 0
+        return {r["strategy"]: r for r in json.loads(capsys.readouterr().out)}
+
+    plain = simulated(PROFILE)
+    dear = simulated(mutate(PROFILE, ["op_host"], {"issue_s": 0.01, "retire_s": 0.005}))
+    assert plain["wfbp"]["operations"] == 3 and plain["sync"]["operations"] == 1
+    for strategy, r in plain.items():
+        # issuing and retiring are compute-stream work: the stream alone takes that much longer
+        assert dear[strategy]["compute_s"] == pytest.approx(r["compute_s"] + r["operations"] * 0.015)
+        assert dear[strategy]["iteration_s"] >= dear[strategy]["compute_s"] - 1e-12
+    assert dear["wfbp"]["iteration_s"] - plain["wfbp"]["iteration_s"] > dear["sync"]["iteration_s"] - plain["sync"]["iteration_s"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from gradsched import Cluster, Profile, TensorProfile
-from gradsched.plan import Operation, Plan, Slice
+from gradsched.plan import Operation, Plan, Slice, whole_tensor_ops
 from gradsched.planners import make_plan
 from gradsched.sim import simulate
 
@@ -199,6 +199,53 @@ def test_contention_slows_communication_while_compute_runs():
 def test_no_contention_is_the_plain_timeline():
     r = contention_case(0.0, 0.0)
     assert r.op_end_s == pytest.approx([2.0, 3.0]) and r.iteration_s == pytest.approx(3.0)
+
+
+def host_case(issue_s, retire_s, compute_slowdown=0.0, overlap_forward=False):
+    # as contention_case, plus 0.2 s of forward per layer; one operation per tensor, t1's first
+    profile = Profile("two", (TensorProfile("t0", 1, 4, 0.2, 1.0), TensorProfile("t1", 1, 4, 0.2, 1.0)))
+    profile = profile.with_op_host(issue_s, retire_s)
+    cluster = Cluster(2, {"allreduce": Cluster.alpha_beta(1.0, 0.0, 2).collectives["allreduce"]},
+                      extra={"contention": {"compute_slowdown": compute_slowdown, "comm_slowdown": 0.0}})
+    plan = Plan("byhand", whole_tensor_ops([[1], [0]], profile), profile.fingerprint, overlap_forward=overlap_forward)
+    return simulate(plan, profile, cluster)
+
+
+def test_host_time_per_operation_delays_backward_and_the_wait():
+    # t1's backward 0-1, its issue 1-1.1, its all-reduce 1.1-2.1; t0's backward 1.1-2.1, its
+    # issue 2.1-2.2, its all-reduce 2.2-3.2.  Retiring, in issue order: t1's 2.2-2.25 (done
+    # long ago), t0's once done, 3.2-3.25; then the forward, 3.25-3.65.
+    r = host_case(0.1, 0.05)
+    assert r.op_start_s == pytest.approx([1.1, 2.2]) and r.op_end_s == pytest.approx([2.1, 3.2])
+    assert r.backward_end_s == pytest.approx(2.2)
+    assert r.iteration_s == pytest.approx(3.65)
+    assert r.compute_s == pytest.approx(2.4 + 2 * 0.15)  # host time is compute-stream work
+    host = [(e.name, e.start_s, e.end_s) for e in r.timeline.events if e.cat == "host"]
+    assert host == [("issue op0", pytest.approx(1.0), pytest.approx(1.1)),
+                    ("issue op1", pytest.approx(2.1), pytest.approx(2.2)),
+                    ("retire op0", pytest.approx(2.2), pytest.approx(2.25)),
+                    ("retire op1", pytest.approx(3.2), pytest.approx(3.25))]
+    # without it, the plain timeline: all-reduces 1-2 and 2-3, forward 3-3.4
+    assert host_case(0.0, 0.0).iteration_s == pytest.approx(3.4)
+
+
+def test_host_time_is_stretched_like_compute():
+    # compute at half speed while an all-reduce runs: t1's all-reduce 1.1-2.1 halves t0's
+    # backward there (0.5 done), the rest 2.1-2.6; issue 2.6-2.7, all-reduce 2.7-3.7;
+    # retiring t1's during it: 0.05 of work at half speed, 2.7-2.8; t0's 3.7-3.75; forward 3.75-4.15
+    r = host_case(0.1, 0.05, compute_slowdown=1.0)
+    assert r.op_start_s == pytest.approx([1.1, 2.7])
+    assert r.iteration_s == pytest.approx(4.15)
+
+
+def test_host_time_with_the_next_forward_overlapped():
+    # each forward layer first retires, oldest first, every operation issued up to the last one
+    # holding its tensors (the runtime retires in issue order): t0's forward needs op1, so op0
+    # (done at 2.1) is retired 2.2-2.25, op1 once done 3.2-3.25; forwards 3.25-3.45 and 3.45-3.65.
+    r = host_case(0.1, 0.05, overlap_forward=True)
+    assert r.iteration_s == pytest.approx(3.65)
+    retire = [(e.name, e.start_s) for e in r.timeline.events if e.name.startswith("retire")]
+    assert retire == [("retire op0", pytest.approx(2.2)), ("retire op1", pytest.approx(3.2))]
 
 
 def test_auto_picks_the_fastest_candidate(case):

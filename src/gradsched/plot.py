@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from gradsched.timeline import Timeline
 
 COLORS = {"backward": "#4c72b0", "forward": "#55a868", "comm": "#dd8452", "select": "#8172b3",
-          "update": "#937860", "other": "#bbbbbb", "wait": "#c44e52"}
+          "update": "#937860", "other": "#bbbbbb", "wait": "#c44e52", "host": "#da8bc3"}
 
 
 def _pyplot():

@@ -26,6 +26,7 @@ from gradsched import _validate as v
 from gradsched.errors import FormatError
 
 FORMAT = "gradsched.profile/1"
+OP_HOST_FIELDS = ("issue_s", "retire_s")  # docs/simulator.md, "Host time per operation"
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +184,14 @@ class Profile:
         if ready is not None:
             ready = tuple(v.integer(x, source, f"ready_order[{j}]") for j, x in enumerate(v.array(ready, source, "ready_order")))
         other = v.number(data.get("other_s", 0.0), source, "other_s")
+        if "op_host" in data:
+            host = data["op_host"]
+            if not isinstance(host, dict):
+                raise FormatError(source, "op_host", "must be a JSON object with issue_s and retire_s")
+            for key, value in host.items():
+                if key not in OP_HOST_FIELDS:
+                    raise FormatError(source, f"op_host.{key}", f"unknown field; known: {', '.join(OP_HOST_FIELDS)}")
+                v.number(value, source, f"op_host.{key}")
         known = {"format", "model", "tensors", "ready_order", "other_s"}
         extra = {k: val for k, val in data.items() if k not in known}
         profile = cls.__new__(cls)
@@ -207,6 +216,22 @@ class Profile:
                                                        t.backward_s * scale, t.layer, t.update_s * scale)
                                          for t in self.tensors),
                        self.ready_order, self.other_s * scale, dict(self.extra))
+
+    def op_host_s(self) -> tuple[float, float]:
+        """``(issue_s, retire_s)``: host time the runtime spends per operation on the training thread.
+
+        From the optional ``op_host`` field (``gradsched bench`` measures it on gradsched's
+        runtime: :mod:`gradsched.torch.hosttime`): issuing an operation right after the
+        layer that completes it, and retiring it once it is done.  None: nothing charged."""
+        host = self.extra.get("op_host") or {}
+        return float(host.get("issue_s", 0.0)), float(host.get("retire_s", 0.0))
+
+    def with_op_host(self, issue_s: float, retire_s: float) -> "Profile":
+        """A copy whose runtime spends ``issue_s`` and ``retire_s`` of host time per operation."""
+        if issue_s < 0 or retire_s < 0:
+            raise ValueError("host time per operation cannot be negative")
+        return Profile(self.model, self.tensors, self.ready_order, self.other_s,
+                       {**self.extra, "op_host": {"issue_s": issue_s, "retire_s": retire_s}})
 
     def with_bucket_costs(self, backward_s_per_byte: float = 0.0, update_s_per_byte: float = 0.0) -> "Profile":
         """A copy where each tensor's backward and update take longer by its bytes times a rate.

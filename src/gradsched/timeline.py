@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 # Categories used by both the simulator and the runtime.
 BACKWARD, FORWARD, COMM, SELECT, UPDATE, OTHER, WAIT = "backward", "forward", "comm", "select", "update", "other", "wait"
+HOST = "host"  # the runtime's own work per operation on the training thread (issue, retire)
 
 
 @dataclass(frozen=True, slots=True)

@@ -335,6 +335,9 @@ def table(result: dict[str, Any]) -> str:
         if c.get("runtime_overhead_s"):
             lines.append("runtime overhead per step (a step of its simplest plan beyond the simulated one): " + ", ".join(
                 f"{name} {seconds * 1e3:.1f} ms" for name, seconds in c["runtime_overhead_s"].items()))
+        if c.get("op_host"):
+            lines.append(f"gradsched's host time per operation: {c['op_host']['issue_s'] * 1e3:.3f} ms to issue, "
+                         f"{c['op_host']['retire_s'] * 1e3:.3f} ms to retire (wfbp against sync, thread CPU time)")
         if c.get("resamples"):
             lines.append(f"these figures and the network table's sizes up to 4 MiB: medians over the start-up "
                          f"measurement and {c['resamples']} samples between rounds ({c['resample_s']:.1f} s); "

@@ -14,6 +14,10 @@ The model (docs/simulator.md has the figures):
    higher-priority operation overtakes at every operation boundary (preemption at
    block boundaries).  With ``credit_bytes`` operations are issued while the bytes
    issued but unfinished stay within the window, queueing on busy channels.
+   The runtime's own host time per operation (the profile's optional ``op_host``)
+   runs on the compute stream: issuing it right after the layer that completes it,
+   retiring it (waiting done, results written back) once it is done and the stream
+   reaches it, in issue order.
 3. **Update and next forward**: without ``overlap_forward``, ``other_s`` (the
    optimizer step, the loss, whatever is not a layer) runs when every operation is
    done and the updates applied, then the next forward (the optimizer needs the
@@ -42,7 +46,7 @@ from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
 from gradsched.profile import Profile
-from gradsched.timeline import BACKWARD, COMM, FORWARD, OTHER, SELECT, UPDATE, WAIT, Timeline
+from gradsched.timeline import BACKWARD, COMM, FORWARD, HOST, OTHER, SELECT, UPDATE, WAIT, Timeline
 
 INDEX_BYTES = 4  # int32 indices of top-k
 EPS_S = 1e-12  # events closer than this are simultaneous
@@ -232,6 +236,7 @@ class _Static:
         self.forward = [(profile.tensors[ts[0]].name, sum(profile.tensors[i].forward_s for i in ts),
                          sum(profile.tensors[i].update_s for i in ts), ts) for ts in grouped.values()]
         self.update_total = sum(x.update_s for x in profile.tensors)
+        self.issue_s, self.retire_s = profile.op_host_s()
 
 
 @dataclass
@@ -266,6 +271,10 @@ def _run(plan: Plan, profile: Profile, st: _Static, channels: int, on_compute: D
                 end = on_compute(clock, st.select[j])
                 spans.append((f"select op{j}", SELECT, clock, end, {"op": j}))
                 clock = end
+            if st.issue_s > 0:  # the hook issues it: host time before it starts and the next layer waits for
+                end = on_compute(clock, st.issue_s)
+                spans.append((f"issue op{j}", HOST, clock, end, {"op": j}))
+                clock = end
             ready[j] = clock
     backward_end = clock
 
@@ -287,26 +296,44 @@ def _run(plan: Plan, profile: Profile, st: _Static, channels: int, on_compute: D
 
     if plan.overlap_forward:
         t = other(t)  # the optimizer's bookkeeping and the loss run while the operations are in flight
-    tensor_done = [0.0] * profile.num_tensors
-    for j, op in enumerate(plan.operations):
-        for s in op.slices:
-            if finish[j] > tensor_done[s.tensor]:
-                tensor_done[s.tensor] = finish[j]
+    by_issue = sorted(range(n_ops), key=lambda j: (start[j], j))
+    position = {j: k for k, j in enumerate(by_issue)}
+    settled = 0  # operations retired so far, a prefix of by_issue
+
+    def settle(t: float, upto: int, label: str) -> float:
+        """Wait for the operations in issue order up to position ``upto`` and retire each once
+        it is done (its host time), as the runtime retires operations: oldest first."""
+        nonlocal settled
+        if st.retire_s <= 0:
+            need = max((finish[j] for j in by_issue[settled:upto + 1]), default=t)
+            settled = max(settled, upto + 1)
+            if need > t:
+                spans.append((label, WAIT, t, need, {}))
+            return max(t, need)
+        for j in by_issue[settled:upto + 1]:
+            if finish[j] > t + EPS_S:
+                spans.append((label, WAIT, t, finish[j], {}))
+                t = finish[j]
+            end = on_compute(t, st.retire_s)
+            spans.append((f"retire op{j}", HOST, t, end, {"op": j}))
+            t = end
+        settled = max(settled, upto + 1)
+        return t
+
     if not plan.overlap_forward:
-        if comm_end > t:
-            spans.append(("wait for communication", WAIT, t, comm_end, {}))
-            t = comm_end
+        t = settle(t, n_ops - 1, "wait for communication")
         if st.update_total > 0:
             end = on_compute(t, st.update_total)
             spans.append(("update", UPDATE, t, end, {}))
             t = end
         t = other(t)  # the optimizer step needs the averaged gradients: it cannot overlap communication
+    last_holding = [-1] * profile.num_tensors  # the latest issued operation each tensor waits for
+    for j, op in enumerate(plan.operations):
+        for s in op.slices:
+            last_holding[s.tensor] = max(last_holding[s.tensor], position[j])
     for name, fwd, upd, tensors in st.forward:
         if plan.overlap_forward:
-            need = max(tensor_done[i] for i in tensors)
-            if need > t:
-                spans.append((f"wait {name}", WAIT, t, need, {}))
-                t = need
+            t = settle(t, max(last_holding[i] for i in tensors), f"wait {name}")
             if upd > 0:
                 end = on_compute(t, upd)
                 spans.append((f"update {name}", UPDATE, t, end, {}))
@@ -322,12 +349,13 @@ def _result(plan: Plan, profile: Profile, cluster: Cluster, st: _Static, timing:
             timeline: bool) -> SimResult:
     ops = plan.operations
     n_ops = len(ops)
-    compute = profile.compute_s + sum(st.select)
+    compute = profile.compute_s + sum(st.select) + n_ops * (st.issue_s + st.retire_s)
     # ---- memory over time
     deltas: list[tuple[float, int]] = []
     for j in range(n_ops):
         if st.inflight_mem[j]:
-            alloc_at = timing.layer_end[st.first_layer[j]] if not ops[j].sparse else timing.ready[j] - st.select[j]
+            alloc_at = (timing.layer_end[st.first_layer[j]] if not ops[j].sparse
+                        else timing.ready[j] - st.select[j] - st.issue_s)
             deltas.append((alloc_at, st.inflight_mem[j]))
             deltas.append((timing.end[j], -st.inflight_mem[j]))
     deltas.sort(key=lambda d: (d[0], d[1]))  # frees before allocations at the same instant

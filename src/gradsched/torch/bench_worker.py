@@ -172,6 +172,9 @@ def with_runtime_costs(profile: Profile, probe: dict[str, Any] | None, torch_ddp
     - The broadcast of rank 0's buffers before every forward (both, by default): into
       ``other_s``, which runs where that broadcast does, between the update and the
       next forward.
+    - gradsched's host time per operation (:meth:`_RuntimeOverheads.op_host`), into the
+      profile's ``op_host``: PyTorch DDP issues its few buckets from C++, and whatever
+      that costs is in its overhead below.
     - The rest of the runtime's own cost per step, measured on its simplest plan
       (:class:`_RuntimeOverheads`): into ``other_s`` too."""
     if probe is None or not probe.get("allreduce_bytes"):
@@ -179,6 +182,8 @@ def with_runtime_costs(profile: Profile, probe: dict[str, Any] | None, torch_ddp
     per_byte = 1.0 / probe["allreduce_bytes"]
     out = profile.with_bucket_costs((probe["bucket_copy_s"] + probe["bucket_scale_s"]) * per_byte,
                                     probe["bucket_copy_s"] * per_byte if torch_ddp else 0.0)
+    if not torch_ddp and probe.get("op_host"):
+        out = out.with_op_host(probe["op_host"]["issue_s"], probe["op_host"]["retire_s"])
     overhead = (probe.get("runtime_overhead_s") or {}).get(_runtime(torch_ddp), 0.0)
     return dataclasses.replace(out, other_s=out.other_s + probe.get("buffer_sync_s", 0.0) + overhead)
 
@@ -205,6 +210,10 @@ class _RuntimeOverheads:
     :meth:`measure` runs more rotations (the bench's samples between rounds)."""
 
     ENTRIES = ({"strategy": "sync", "torch_ddp": False}, {"strategy": "ddp", "torch_ddp": True})
+    # gradsched's runtime with one operation per tensor, beside its one-operation ``sync``:
+    # the difference in host time per step, per extra operation, is the host time per
+    # operation (:mod:`gradsched.torch.hosttime`); its step times are not used.
+    MANY_OPS = {"strategy": "wfbp", "torch_ddp": False}
     STEPS = 2  # counted per burst; one more runs on each side (see _burst)
 
     def __init__(self, cfg: dict[str, Any], profile: Profile, cluster: Cluster, probe: dict[str, Any]) -> None:
@@ -214,23 +223,43 @@ class _RuntimeOverheads:
         self._loss_fn = spec.loss_fn
         reference = _ComputeOnly(cfg)
         self.runs = [(reference, reference)] + [
-            _build_entry(e, cfg, with_runtime_costs(profile, probe, e["torch_ddp"]), cluster) for e in self.ENTRIES]
+            _build_entry(e, cfg, with_runtime_costs(profile, probe, e["torch_ddp"]), cluster)
+            for e in (*self.ENTRIES, self.MANY_OPS)]
         self.bursts: list[list[float]] = [[] for _ in self.runs]  # per run, each rotation's median step
+        one_op, many_ops = self.runs[1][0], self.runs[-1][0]
+        self._timers = (one_op.host_timer(), many_ops.host_timer())
+        self.extra_ops = len(many_ops.plan.operations) - len(one_op.plan.operations)
+        self.host: list[tuple[float, float]] = []  # per rotation: (issue_s, retire_s) per operation
         # warm-up, off the clock (DDP builds its buckets); it also says what a rotation costs
         per_rep = sum(statistics.median(_burst(model, opt, self._loss_fn, self._batches, self.STEPS, 0))
                       for model, opt in self.runs) * (self.STEPS + 2)
         lo, hi = OVERHEAD_REPS
         self.start_reps = max(lo, min(hi, int(OVERHEAD_BUDGET_S / max(slowest_median([per_rep]), 1e-6))))
+        for t in self._timers:
+            t.reset()  # the warm-up is not counted
 
     def measure(self, rotations: int) -> float:
         """``rotations`` more rotations; returns the seconds they took (slowest rank)."""
         t0 = time.perf_counter()
         step_s = _rotated_rounds(self.runs, self._loss_fn, self._batches, self.STEPS, rotations,
-                                 first=len(self.bursts[0]))
+                                 first=len(self.bursts[0]), on_round=self._count_host)
         per_burst = step_s.reshape(len(self.runs), rotations, self.STEPS).median(dim=2).values
         for runs_bursts, new in zip(self.bursts, per_burst.tolist()):
             runs_bursts.extend(new)
         return slowest([time.perf_counter() - t0])[0]
+
+    def _count_host(self, _round: int) -> None:
+        """The rotation's host time per operation (slowest rank), and the timers restarted."""
+        one, many = (t.per_pass() for t in self._timers)
+        extra = max(1, self.extra_ops)
+        per_op = slowest([(many[k] - one[k]) / extra for k in ("issue", "retire")])
+        self.host.append((per_op[0], per_op[1]) if self.extra_ops > 0 else (0.0, 0.0))
+        for t in self._timers:
+            t.reset()
+
+    def op_host(self) -> dict[str, float]:
+        """Host seconds per operation, issuing and retiring: the medians over every rotation so far (never negative)."""
+        return {k: max(0.0, statistics.median(v)) for k, v in zip(("issue_s", "retire_s"), zip(*self.host))}
 
     def figures(self, profile: Profile, cluster: Cluster, probe: dict[str, Any]) -> dict[str, float]:
         """Each runtime's overhead from every rotation so far, against ``profile`` and ``cluster``."""
@@ -377,6 +406,7 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
         profile = calibrate(profile, probe["compute_alone_s"])
         overheads = _RuntimeOverheads(cfg, profile, cluster, probe)
         rotation_s = overheads.measure(overheads.start_reps) / overheads.start_reps
+        probe["op_host"] = overheads.op_host()
         probe["runtime_overhead_s"] = overheads.figures(profile, cluster, probe)
         samplers = _Resampling([network.measure, lambda: contention.measure(1), lambda: overheads.measure(1)],
                                cfg.get("resample_share", RESAMPLE_SHARE),
@@ -428,8 +458,8 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
     if samplers is not None:  # predictions from the medians over every sample, start-up and between rounds
         pooled = network.pooled()
         probe = {**probe, **contention.figures(pooled.cost("allreduce")), "startup_fitted": probe["fitted"],
-                 "startup_runtime_overhead_s": probe["runtime_overhead_s"], "resamples": samplers.count,
-                 "resample_s": samplers.spent_s}
+                 "startup_runtime_overhead_s": probe["runtime_overhead_s"], "startup_op_host": probe["op_host"],
+                 "op_host": overheads.op_host(), "resamples": samplers.count, "resample_s": samplers.spent_s}
         cluster = _with_contention(pooled, probe["fitted"])
         probe["runtime_overhead_s"] = overheads.figures(profile, cluster, probe)
     times = step_s.tolist()

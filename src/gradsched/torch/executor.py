@@ -48,6 +48,7 @@ from torch import nn
 
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
+from gradsched.torch.hosttime import HostTimer
 from gradsched.torch.layout import build_layout
 from gradsched.torch.memory import MemoryLedger, storage_bytes
 from gradsched.torch.ops import CollectiveError, OpRunner, make_runner
@@ -202,6 +203,7 @@ class Executor:
         self.enabled = True  # False inside no_sync()
         self.in_backward = False
         self.on_backward_end: Callable[[], None] | None = None  # set by the wrapper (overlap plans)
+        self.host_timer: HostTimer | None = None  # counts host time per operation when set (gradsched bench)
         self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(i)) for i, p in enumerate(params)]
         self._reset()
         self.settled = True  # no operation of a past backward outstanding
@@ -386,6 +388,13 @@ class Executor:
             self.op_missing[j] -= 1
 
     # ------------------------------------------------------------------ issuing
+    def _host(self, kind: str, fn: Callable[..., None], *args: object) -> None:
+        """``fn(*args)``, counted as host time of ``kind`` if a :class:`HostTimer` is set."""
+        if self.host_timer is None:
+            fn(*args)
+        else:
+            self.host_timer.count(kind, fn, *args)
+
     def progress(self, dense_only: bool = False) -> None:
         """Retire completed operations and issue every operation the order and credit allow.
 
@@ -394,6 +403,9 @@ class Executor:
         same sequence.  ``dense_only`` (the progress thread) stops at a sparse
         operation: its issue compresses and allocates LaySA buffers, and its retirement
         rebuilds results, which stay on the main thread with the rest of that state."""
+        self._host("issue", self._progress_under_lock, dense_only)
+
+    def _progress_under_lock(self, dense_only: bool) -> None:
         with self._lock:
             self._progress_locked(dense_only)
 
@@ -487,6 +499,8 @@ class Executor:
         else:
             self.on_backward_end()
         self.sparse_step += 1
+        if self.host_timer is not None:
+            self.host_timer.passes += 1
 
     def _agree_on_unused(self) -> None:
         device = self.params[0].device if dist.get_backend(self.ctrl_group) == "nccl" else torch.device("cpu")
@@ -503,6 +517,9 @@ class Executor:
     # ------------------------------------------------------------------ results
     def settle(self, tensors: list[int]) -> None:
         """Make sure the averaged gradients of ``tensors`` are in their ``.grad``."""
+        self._host("retire", self._settle, tensors)
+
+    def _settle(self, tensors: list[int]) -> None:
         with self._lock:
             for i in tensors:
                 if self.written[i]:
@@ -511,6 +528,9 @@ class Executor:
                     self._complete(j)
 
     def settle_all(self) -> None:
+        self._host("retire", self._settle_all)
+
+    def _settle_all(self) -> None:
         with self._lock:
             for j in self.order:
                 self._complete(j)

@@ -32,6 +32,7 @@ from gradsched.profile import Profile
 from gradsched.timeline import Timeline
 from gradsched.torch.autotune import AutoTuneConfig, AutoTuner
 from gradsched.torch.executor import Executor
+from gradsched.torch.hosttime import HostTimer
 from gradsched.torch.ops import CollectiveError
 from gradsched.torch.planning import (default_cluster, in_profile_order, issue_order, profile_from_module,
                                       resolve_plan, trainable_parameters)
@@ -333,6 +334,17 @@ class DistributedDataParallel(nn.Module):
                                   "to start with empty residuals)")
                 return
             self._executor.load_sparse_state(sparse)
+
+    def host_timer(self) -> HostTimer | None:
+        """Start (or keep) counting the runtime's host time per operation; ``None`` under PyTorch's DDP.
+
+        The bench's measure of what issuing and retiring an operation costs the training
+        thread (:mod:`gradsched.torch.hosttime`).  Counts until the plan changes."""
+        if self._executor is None:
+            return None
+        if self._executor.host_timer is None:
+            self._executor.host_timer = HostTimer()
+        return self._executor.host_timer
 
     def memory_stats(self) -> dict[str, int] | None:
         """Bytes of the runtime's own buffers (live, peak; docs/sparse.md); ``None`` under PyTorch's DDP."""
