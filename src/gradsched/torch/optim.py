@@ -11,9 +11,9 @@ holding that module's own parameters, then steps the optimizer over those
 parameters alone.  Whatever the forward did not touch is updated when the wrapped
 forward returns.  ``zero_grad()`` after ``step()`` is deferred the same way.
 
-Stepping a subset: ``torch.optim`` optimizers skip parameters whose ``.grad`` is
-``None`` and keep per-parameter state, so hiding the other gradients for one call
-updates exactly the subset, with the same arithmetic as one full step.  The
+Stepping a subset: ``torch.optim`` optimizers keep per-parameter state and step
+through ``param_groups``, so a call with groups that hold only the subset updates
+exactly the subset, with the same arithmetic as one full step.  The
 hyper-parameters (``lr`` ...) in force when :meth:`step` was called are restored for
 the deferred updates, so an LR scheduler stepped right after ``step()`` acts on the
 next iteration, as it would without deferral.  Optimizers that couple parameters
@@ -134,25 +134,35 @@ class DistributedOptimizer:
         self._pending.difference_update(todo)
         if not self._pending:
             self._zero = None
+            self._hparams = []
         if tracer is not None:
             tracer.span(f"update {model._names[todo[0]]}", UPDATE, t0, tensors=todo)
 
     def _step_subset(self, params: list[torch.nn.Parameter]) -> None:
+        """One ``step()`` of the wrapped optimizer over ``params`` alone, with the hyper-parameters
+        in force at :meth:`step`.
+
+        The optimizer steps through groups that hold only the subset (each a copy of its
+        group, snapshot hyper-parameters on top), put in place of its own for the call:
+        the arithmetic and the per-parameter state are those of a full step, and its cost
+        is the subset's.  Hiding every other gradient for a full step instead cost a pass
+        over every parameter per layer: on ``cnn`` (25 layers, SGD with momentum, one
+        thread) the per-layer updates of a step took 2.2 ms that way and take 1.4 ms
+        this way, against 0.6 ms for one fused step (what remains is ``step()``'s own
+        cost per call)."""
         keep = {id(p) for p in params}
-        hidden: list[tuple[torch.nn.Parameter, torch.Tensor]] = []
-        current: list[dict[str, Any]] = []
+        own = self.optimizer.param_groups
+        # the snapshot of the deferred step; LaySA's updates on arrival (no deferral) step as the groups are
+        snaps = self._hparams if len(self._hparams) == len(own) else [{}] * len(own)
+        groups = []
+        for g, snap in zip(own, snaps):
+            mine = [p for p in g["params"] if id(p) in keep]
+            if mine:
+                groups.append({**g, **snap, "params": mine})
+        if not groups:
+            return
+        self.optimizer.param_groups = groups
         try:
-            for g in self.optimizer.param_groups:
-                for p in g["params"]:
-                    if p.grad is not None and id(p) not in keep:
-                        hidden.append((p, p.grad))
-                        p.grad = None
-            for g, snap in zip(self.optimizer.param_groups, self._hparams):
-                current.append({k: g[k] for k in snap if k in g})
-                g.update(snap)
             self.optimizer.step()
         finally:
-            for g, cur in zip(self.optimizer.param_groups, current):
-                g.update(cur)
-            for p, grad in hidden:
-                p.grad = grad
+            self.optimizer.param_groups = own

@@ -1,0 +1,64 @@
+"""DistributedOptimizer's deferred update, one subset at a time, is one full step (no process group needed)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+
+from gradsched.torch.optim import DistributedOptimizer  # noqa: E402
+
+
+class _Overlapping:
+    """What DistributedOptimizer needs of the wrapper to defer updates: an overlapping plan, no tracer."""
+
+    overlaps_forward = True
+    _tracer = None
+
+    def __init__(self, module: nn.Module) -> None:
+        self._params = list(module.parameters())
+
+    def _attach_optimizer(self, optimizer: DistributedOptimizer) -> None:
+        pass
+
+
+def _model_and_grads() -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 2))
+    model(torch.randn(3, 6)).square().sum().backward()
+    return model
+
+
+@pytest.mark.parametrize("make", [
+    lambda groups: torch.optim.SGD(groups, lr=0.1, momentum=0.9),
+    lambda groups: torch.optim.Adam(groups, lr=0.01),
+], ids=["sgd", "adam"])
+def test_layer_by_layer_updates_equal_one_step_with_the_hyperparameters_of_step(make):
+    ref, mine = _model_and_grads(), _model_and_grads()
+
+    def groups(m: nn.Module) -> list[dict]:  # two groups with their own learning rates
+        return [{"params": list(m[0].parameters()) + list(m[4].parameters())},
+                {"params": list(m[2].parameters()), "lr": 0.05}]
+
+    ref_opt, inner = make(groups(ref)), make(groups(mine))
+    opt = DistributedOptimizer(inner, _Overlapping(mine))
+    ref_sched = torch.optim.lr_scheduler.StepLR(ref_opt, step_size=1, gamma=0.5)
+    sched = torch.optim.lr_scheduler.StepLR(inner, step_size=1, gamma=0.5)
+    for _ in range(3):
+        ref_opt.step()
+        ref_sched.step()
+        opt.step()  # deferred: records the hyper-parameters in force now
+        sched.step()  # acts on the next step only, as without deferral
+        before = [g for g in inner.param_groups]
+        for layer in (0, 2, 4):  # the forward's order: each layer's update just before it runs
+            opt._step_subset(list(mine[layer].parameters()))
+        opt._pending.clear()  # what apply() does after updating: the step is done
+        assert inner.param_groups == before and all(a is b for a, b in zip(inner.param_groups, before))
+    for a, b in zip(ref.parameters(), mine.parameters()):
+        assert torch.equal(a, b)
+    assert [g["lr"] for g in inner.param_groups] == [g["lr"] for g in ref_opt.param_groups]
+    assert copy.deepcopy(inner.state_dict())["state"].keys() == ref_opt.state_dict()["state"].keys()
