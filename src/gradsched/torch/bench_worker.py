@@ -22,7 +22,8 @@ What one job does, in order (every rank runs the same steps, so collectives matc
    figures (compute slowdown, communication slowdown, latency per operation), put
    into the cluster, so that the plans (``auto``) and the predictions account for
    CPU contention.  Then each runtime's own overhead per step, beyond what the
-   simulator accounts for, on its simplest plan (:class:`_RuntimeOverheads`).
+   simulator accounts for, on its simplest plan, and gradsched's host time per
+   operation (:class:`_RuntimeOverheads`).
 4. **Models**: one copy of the model per entry (strategy, or DDP with one
    ``bucket_cap_mb``), all from the same seed, each with its own optimizer.  gradsched
    wrappers and PyTorch DDP coexist on one process group: only one of them runs at a
@@ -207,6 +208,9 @@ class _RuntimeOverheads:
     the compute-only median and the costs measured so far); never negative.  On 2 local
     ranks (docs/simulator.md, "Fidelity"): 0-5.5 ms a step for gradsched, 0-12 ms for
     PyTorch DDP; with them the median prediction error fell from 5.4% to 3.9% in one run.
+    Per operation, gradsched's Python costs more with more operations: the rotations
+    also run ``wfbp`` to measure that (:meth:`op_host`), and the simulator charges it per
+    operation, before the overhead, which is then what is left per step.
     :meth:`measure` runs more rotations (the bench's samples between rounds)."""
 
     ENTRIES = ({"strategy": "sync", "torch_ddp": False}, {"strategy": "ddp", "torch_ddp": True})
