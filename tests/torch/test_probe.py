@@ -59,6 +59,7 @@ def test_contention_figures_come_from_the_medians_of_every_repetition():
     medians = {k: statistics.median(r[i] for r in reps) for i, k in enumerate(ContentionProbe.TIMES)}
     assert {k: fig[k] for k in ContentionProbe.TIMES} == pytest.approx(medians)
     assert fig["reps"] == 3
+    assert fig["samples"] == {k: [r[i] for r in reps] for i, k in enumerate(ContentionProbe.TIMES)}  # kept, in order
     assert fig["fitted"] == pytest.approx(contention_from_probe(
         medians["compute_alone_s"], cost.time_s(1 << 20), medians["compute_overlapped_s"],
         medians["allreduce_overlapped_s"], SMALL_OPS * cost.time_s(SMALL_NUMEL * 4), medians["small_ops_busy_s"],

@@ -463,7 +463,8 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
         pooled = network.pooled()
         probe = {**probe, **contention.figures(pooled.cost("allreduce")), "startup_fitted": probe["fitted"],
                  "startup_runtime_overhead_s": probe["runtime_overhead_s"], "startup_op_host": probe["op_host"],
-                 "op_host": overheads.op_host(), "resamples": samplers.count, "resample_s": samplers.spent_s}
+                 "op_host": overheads.op_host(), "op_host_samples": overheads.host, "resamples": samplers.count,
+                 "resample_s": samplers.spent_s}
         cluster = _with_contention(pooled, probe["fitted"])
         probe["runtime_overhead_s"] = overheads.figures(profile, cluster, probe)
     times = step_s.tolist()

@@ -186,14 +186,15 @@ class ContentionProbe:
         return slowest([time.perf_counter() - t0])[0]
 
     def figures(self, cost: CollectiveCost) -> dict[str, Any]:
-        """The medians over every repetition so far, and the contention figures they give with ``cost``."""
+        """The medians over every repetition so far, and the contention figures they give with ``cost``;
+        ``samples`` keeps every repetition's times (slowest rank, in the order taken) for offline study."""
         m = {k: statistics.median(v) for k, v in self.samples.items()}
         n_model, sa_model = cost.time_s(self.total_bytes), SMALL_OPS * cost.time_s(SMALL_NUMEL * 4)
         return {**m, "compute_slowdown": m["compute_overlapped_s"] / m["compute_alone_s"],
                 "allreduce_slowdown": m["allreduce_overlapped_s"] / m["allreduce_alone_s"],
                 "allreduce_bytes": self.total_bytes, "allreduce_model_s": n_model,
                 "reps": len(self.samples["compute_alone_s"]), "small_ops": SMALL_OPS,
-                "small_ops_model_s": sa_model,
+                "small_ops_model_s": sa_model, "samples": {k: list(v) for k, v in self.samples.items()},
                 "fitted": contention_from_probe(m["compute_alone_s"], n_model, m["compute_overlapped_s"],
                                                 m["allreduce_overlapped_s"], sa_model, m["small_ops_busy_s"],
                                                 SMALL_OPS, m["small_ops_alone_s"])}
