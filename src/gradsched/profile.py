@@ -26,7 +26,7 @@ from gradsched import _validate as v
 from gradsched.errors import FormatError
 
 FORMAT = "gradsched.profile/1"
-OP_HOST_FIELDS = ("issue_s", "retire_s")  # docs/simulator.md, "Host time per operation"
+OP_HOST_FIELDS = ("issue_s", "retire_s")  # docs/simulator.md, "What it models", 7
 
 
 @dataclass(frozen=True, slots=True)

@@ -327,10 +327,11 @@ def _run(plan: Plan, profile: Profile, st: _Static, channels: int, on_compute: D
             spans.append(("update", UPDATE, t, end, {}))
             t = end
         t = other(t)  # the optimizer step needs the averaged gradients: it cannot overlap communication
-    last_holding = [-1] * profile.num_tensors  # the latest issued operation each tensor waits for
-    for j, op in enumerate(plan.operations):
-        for s in op.slices:
-            last_holding[s.tensor] = max(last_holding[s.tensor], position[j])
+    last_holding = [-1] * profile.num_tensors  # overlapping plans: the latest issued operation each tensor waits for
+    if plan.overlap_forward:
+        for j, op in enumerate(plan.operations):
+            for s in op.slices:
+                last_holding[s.tensor] = max(last_holding[s.tensor], position[j])
     for name, fwd, upd, tensors in st.forward:
         if plan.overlap_forward:
             t = settle(t, max(last_holding[i] for i in tensors), f"wait {name}")

@@ -255,9 +255,11 @@ class _RuntimeOverheads:
     def _count_host(self, _round: int) -> None:
         """The rotation's host time per operation (slowest rank), and the timers restarted."""
         one, many = (t.per_pass() for t in self._timers)
-        extra = max(1, self.extra_ops)
-        per_op = slowest([(many[k] - one[k]) / extra for k in ("issue", "retire")])
-        self.host.append((per_op[0], per_op[1]) if self.extra_ops > 0 else (0.0, 0.0))
+        if self.extra_ops > 0:  # a model of one tensor has no extra operation to measure
+            issue_s, retire_s = slowest([(many[k] - one[k]) / self.extra_ops for k in ("issue", "retire")])
+            self.host.append((issue_s, retire_s))
+        else:
+            self.host.append((0.0, 0.0))
         for t in self._timers:
             t.reset()
 
