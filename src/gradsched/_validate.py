@@ -87,5 +87,15 @@ def array(value: Any, source: str, field: str) -> list:
     return value
 
 
+def numbers(value: Any, source: str, field: str, known: tuple[str, ...]) -> dict[str, float]:
+    """A JSON object of optional numbers (finite, non-negative), each named in ``known``."""
+    if not isinstance(value, dict):
+        raise FormatError(source, field, f"must be a JSON object with some of {', '.join(known)}")
+    for key, x in value.items():
+        if key not in known:
+            raise FormatError(source, f"{field}.{key}", f"unknown field; known: {', '.join(known)}")
+    return {key: number(x, source, f"{field}.{key}") for key, x in value.items()}
+
+
 def _join(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key

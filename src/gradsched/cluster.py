@@ -231,14 +231,7 @@ class Cluster:
         if "topk_selection_s_per_nlogn" in data:
             v.number(data["topk_selection_s_per_nlogn"], source, "topk_selection_s_per_nlogn")
         if "contention" in data:
-            c = data["contention"]
-            if not isinstance(c, dict):
-                raise FormatError(source, "contention", "must be a JSON object with compute_slowdown and comm_slowdown")
-            for key, value in c.items():
-                if key not in CONTENTION_FIELDS:
-                    raise FormatError(source, f"contention.{key}",
-                                      f"unknown field; known: {', '.join(CONTENTION_FIELDS)}")
-                v.number(value, source, f"contention.{key}")
+            v.numbers(data["contention"], source, "contention", CONTENTION_FIELDS)
         known = {"format", "world_size", "backend", "algorithm", "collectives", "points"}
         return cls(world, collectives, backend, algorithm, {k: x for k, x in data.items() if k not in known})
 

@@ -185,13 +185,7 @@ class Profile:
             ready = tuple(v.integer(x, source, f"ready_order[{j}]") for j, x in enumerate(v.array(ready, source, "ready_order")))
         other = v.number(data.get("other_s", 0.0), source, "other_s")
         if "op_host" in data:
-            host = data["op_host"]
-            if not isinstance(host, dict):
-                raise FormatError(source, "op_host", "must be a JSON object with issue_s and retire_s")
-            for key, value in host.items():
-                if key not in OP_HOST_FIELDS:
-                    raise FormatError(source, f"op_host.{key}", f"unknown field; known: {', '.join(OP_HOST_FIELDS)}")
-                v.number(value, source, f"op_host.{key}")
+            v.numbers(data["op_host"], source, "op_host", OP_HOST_FIELDS)
         known = {"format", "model", "tensors", "ready_order", "other_s"}
         extra = {k: val for k, val in data.items() if k not in known}
         profile = cls.__new__(cls)
