@@ -3,9 +3,10 @@
 Every operation costs the thread that trains some Python and a backend call: issuing
 it (the hook's bookkeeping, ``all_reduce(async_op=True)``) and retiring it (the wait's
 bookkeeping, the results written back).  On 2 local ranks of this project's 2-core
-machine that is about 0.1-0.15 ms of CPU per operation, against 1.5-50 ms steps: `mlp`'s
-8 one-tensor operations cost a millisecond more than its single bucket does, which the
-simulator did not see (its predictions for many-operation plans were 6-39% optimistic).
+machine that is 0.08-0.25 ms of CPU to issue and 0.02-0.07 ms to retire, against
+1.5-50 ms steps: ``mlp``'s 8 one-tensor operations cost a millisecond more than its
+single bucket does, which the simulator did not see (``mlp``'s ``wfbp`` was predicted
+19-39% short in four jobs; docs/simulator.md, "Fidelity").
 
 :class:`HostTimer` counts the thread's CPU time (``time.thread_time``), not wall time:
 when communication keeps the cores busy, the simulator stretches compute-stream work by
