@@ -297,7 +297,6 @@ def _run(plan: Plan, profile: Profile, st: _Static, channels: int, on_compute: D
     if plan.overlap_forward:
         t = other(t)  # the optimizer's bookkeeping and the loss run while the operations are in flight
     by_issue = sorted(range(n_ops), key=lambda j: (start[j], j))
-    position = {j: k for k, j in enumerate(by_issue)}
     settled = 0  # operations retired so far, a prefix of by_issue
 
     def settle(t: float, upto: int, label: str) -> float:
@@ -329,9 +328,9 @@ def _run(plan: Plan, profile: Profile, st: _Static, channels: int, on_compute: D
         t = other(t)  # the optimizer step needs the averaged gradients: it cannot overlap communication
     last_holding = [-1] * profile.num_tensors  # overlapping plans: the latest issued operation each tensor waits for
     if plan.overlap_forward:
-        for j, op in enumerate(plan.operations):
-            for s in op.slices:
-                last_holding[s.tensor] = max(last_holding[s.tensor], position[j])
+        for k, j in enumerate(by_issue):
+            for s in plan.operations[j].slices:
+                last_holding[s.tensor] = k  # by_issue is in issue order: the last one seen is the latest
     for name, fwd, upd, tensors in st.forward:
         if plan.overlap_forward:
             t = settle(t, max(last_holding[i] for i in tensors), f"wait {name}")

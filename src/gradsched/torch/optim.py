@@ -152,8 +152,8 @@ class DistributedOptimizer:
         cost per call)."""
         keep = {id(p) for p in params}
         own = self.optimizer.param_groups
-        # the snapshot of the deferred step; LaySA's updates on arrival (no deferral) step as the groups are
-        snaps = self._hparams if len(self._hparams) == len(own) else [{}] * len(own)
+        # the deferred step's snapshot (cleared once applied); LaySA's updates on arrival step as the groups are
+        snaps = self._hparams or [{}] * len(own)
         groups = []
         for g, snap in zip(own, snaps):
             mine = [p for p in g["params"] if id(p) in keep]
