@@ -2,8 +2,8 @@
 
 Two samplers, both collective calls (every rank runs them, with the same arguments):
 
-- :class:`ContentionProbe`: a training step alone and while all-reduces of all
-  gradients, one after another, keep communication busy; one such all-reduce alone and while steps
+- :class:`ContentionProbe`: a training step alone and while a queue of all-reduces of
+  all gradients keeps communication busy; one such all-reduce alone and while steps
   run back to back; a burst of small all-reduces alone and with compute busy.
   :meth:`ContentionProbe.figures` turns the medians into the simulator's contention
   figures (:func:`contention_from_probe`).  It also times what a runtime's hooks do
@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-import threading
 import time
 from typing import Any, Callable
 
@@ -101,12 +100,8 @@ class ContentionProbe:
     "Compute" is a whole training step without communication (zero_grad, forward,
     backward, optimizer step), timed as the rounds time a step: the slowest rank's
     time per repetition.  Each slowdown is measured with the other side busy for the
-    whole measurement (compute beside a chain of all-reduces; an all-reduce while steps
-    run back to back), so it is a plain ratio.  The chain keeps one all-reduce in flight,
-    not a queue of them: gloo runs queued collectives on more than one thread, and a
-    queue's depth changed the figure (``cnn``'s compute slowdown 0.22-0.44 behind the
-    11-15 all-reduces the start-up timing asked for, 0.37-0.65 behind 40; one at a time,
-    0.31-0.35 in three jobs, about what its training rows imply).  The communication side divides by the
+    whole measurement (compute behind a queue of all-reduces; an all-reduce while steps
+    run back to back), so it is a plain ratio.  The communication side divides by the
     cluster's times for the same operations, not by the probe's own: those are the
     times the simulator stretches, and one all-reduce of 1-2 MB alone measured 0.9-3.6
     ms from one job to the next (the same one during compute 7-11 ms), which moved the
@@ -132,9 +127,8 @@ class ContentionProbe:
         step_s = slowest_median([self._timed(self._compute)])
         allreduce_s = slowest_median([self._timed(lambda: self._comm_while([self._big], False))])
         self.start_reps = probe_reps(step_s, allreduce_s)
-        # a chain that outlasts a step even when each of its all-reduces is slowed by the step
-        busy_s = slowest_median([self._comm_while([self._big], True)])
-        self.chain_ops = math.ceil(2 * step_s / max(busy_s, 1e-9)) + 1
+        # a queue longer than a step, so that compute is slowed all along
+        self._queue = [self._big] * (math.ceil(step_s / max(allreduce_s, 1e-9)) + 1)
 
     def _compute(self) -> None:
         self._opt.zero_grad(set_to_none=True)
@@ -163,30 +157,14 @@ class ContentionProbe:
             time.sleep(1e-4)
         return stamp[0] - t0
 
-    def _step_beside_chain(self) -> float:
-        """Seconds of one step while all-reduces of all gradients run one after another.
-
-        A helper thread issues :attr:`chain_ops` of them, each when the last is done, so
-        exactly one is in flight, as on the simulator's one channel; the rest of the chain
-        runs off the clock.  Every rank issues the same number (gloo matches collectives by
-        order).  If the chain ran out before the step on any rank, the step's tail ran
-        alone: the next repetitions get a chain twice as long."""
-        ran_out: list[bool] = []
-
-        def chain() -> None:
-            for _ in range(self.chain_ops):
-                dist.all_reduce(self._big)
-            ran_out.append(True)
-
-        helper = threading.Thread(target=chain, name="gradsched-probe-chain", daemon=True)
-        helper.start()
+    def _step_behind_queue(self) -> float:
+        """Seconds of one step while the queued all-reduces run (they are waited for off the clock)."""
+        work = [dist.all_reduce(b, async_op=True) for b in self._queue]
         t0 = time.perf_counter()
         self._compute()
         seconds = time.perf_counter() - t0
-        short = bool(ran_out)
-        helper.join()
-        if max(slowest([float(short)])):
-            self.chain_ops *= 2
+        for w in work:
+            w.wait()
         return seconds
 
     def measure(self, reps: int) -> float:
@@ -196,8 +174,8 @@ class ContentionProbe:
         for _ in range(reps):
             per_rep["compute_alone_s"].append(self._timed(self._compute))
             per_rep["allreduce_alone_s"].append(self._timed(lambda: self._comm_while([self._big], False)))
-            # these time themselves: the chain's tail, and the compute after the last completion, are off the clock
-            for key, f in (("compute_overlapped_s", self._step_beside_chain),
+            # these time themselves: the queue's wait, and the compute after the last completion, are off the clock
+            for key, f in (("compute_overlapped_s", self._step_behind_queue),
                            ("allreduce_overlapped_s", lambda: self._comm_while([self._big], True)),
                            ("small_ops_alone_s", lambda: self._comm_while(self._smalls, False)),
                            ("small_ops_busy_s", lambda: self._comm_while(self._smalls, True))):
@@ -215,7 +193,7 @@ class ContentionProbe:
         return {**m, "compute_slowdown": m["compute_overlapped_s"] / m["compute_alone_s"],
                 "allreduce_slowdown": m["allreduce_overlapped_s"] / m["allreduce_alone_s"],
                 "allreduce_bytes": self.total_bytes, "allreduce_model_s": n_model,
-                "reps": len(self.samples["compute_alone_s"]), "chain_ops": self.chain_ops, "small_ops": SMALL_OPS,
+                "reps": len(self.samples["compute_alone_s"]), "small_ops": SMALL_OPS,
                 "small_ops_model_s": sa_model, "samples": {k: list(v) for k, v in self.samples.items()},
                 "fitted": contention_from_probe(m["compute_alone_s"], n_model, m["compute_overlapped_s"],
                                                 m["allreduce_overlapped_s"], sa_model, m["small_ops_busy_s"],
