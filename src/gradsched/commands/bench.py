@@ -65,6 +65,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--profile-iterations", type=int, default=5, help="profiler iterations (default 5)")
     p.add_argument("--net-reps", type=int, default=3, help="timed repetitions per size in the network benchmark")
     p.add_argument("--no-probe", action="store_true", help="skip the compute/communication contention probe")
+    p.add_argument("--contention-from", action="append", default=[], metavar="EARLIER.json",
+                   help="an earlier `gradsched bench --json` of the same model, hosts, network and batch: predict "
+                        "with the median of its contention figures and this job's (repeatable)")
     p.add_argument("--resample-share", type=float, default=0.25, metavar="F",
                    help="between rounds, sample the contention probe and the small all-reduces again within this "
                    "share of the rounds' time; predictions use the medians over all samples (default 0.25; 0: "
@@ -146,7 +149,40 @@ def _network(args: argparse.Namespace) -> str | None:
     return DEFAULT_RATE
 
 
-def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
+def contention_history(paths: list[str], job: dict[str, Any]) -> list[dict[str, float]]:
+    """The contention figures of earlier ``gradsched bench --json`` runs of the same ``job``
+    (model, hosts, network, rate, batch size), each that job's own, to pool with this one's.
+
+    Why: the probe's figures move from job to job more than the machine does, and more than
+    the rounds they predict (``cnn``'s compute slowdown 0.20-0.67 in four jobs, each a median
+    of 44-45 repetitions); over those jobs re-simulated with each figure at its median across
+    them, the median prediction error fell from 4.7% to 3.3% (docs/simulator.md, "Fidelity")."""
+    from gradsched import _validate
+    from gradsched.cluster import CONTENTION_FIELDS
+
+    history = []
+    for path in paths:
+        where = f"--contention-from {path}"
+        try:
+            rows = json.loads(Path(path).read_text())
+        except OSError as e:
+            raise GradschedError(f"{where}: cannot read it ({e.strerror})") from None
+        except ValueError as e:
+            raise GradschedError(f"{where}: not JSON ({e})") from None
+        if not (isinstance(rows, list) and rows and isinstance(rows[0], dict) and "contention" in rows[0]):
+            raise GradschedError(f"{where}: expected the JSON that `gradsched bench --json` writes, with its probe's "
+                                 f"figures (a job run without --no-probe)")
+        for key, value in job.items():
+            if rows[0].get(key) != value:
+                raise GradschedError(f"{where}: that job's {key} was {rows[0].get(key)!r}, this one's is {value!r}; "
+                                     f"contention depends on it, so only the same job's figures pool")
+        probe = rows[0]["contention"]
+        history.append(_validate.numbers(probe.get("own_fitted", probe.get("fitted")), path, "contention.fitted",
+                                         CONTENTION_FIELDS))
+    return history
+
+
+def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, float]]) -> dict[str, Any]:
     if args.model not in MODELS:
         raise GradschedError(f"unknown model {args.model!r}; known: {', '.join(MODELS)}")
     if args.hosts < 2:
@@ -158,10 +194,13 @@ def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
                              f"got {args.warmup_rounds}")
     if not 0 <= args.resample_share < 1:
         raise GradschedError(f"--resample-share must be at least 0 and below 1, got {args.resample_share}")
+    if history and args.no_probe:
+        raise GradschedError("--contention-from pools earlier figures with this job's probe: drop --no-probe")
     return {"model": args.model, "seed": args.seed, "batch_size": args.batch_size, "lr": args.lr,
             "entries": entries(args.strategies, args.ddp_buckets, args.density), "steps": args.steps, "rounds": args.rounds,
             "warmup_rounds": args.warmup_rounds, "profile_iterations": args.profile_iterations,
             "net_reps": args.net_reps, "probe": not args.no_probe, "resample_share": args.resample_share,
+            "contention_history": history,
             "timeout_s": args.timeout_s,
             "progress": not args.quiet, "out_dir": out_dir,
             "backend": "gloo", "threads": 1}  # CPU tensors over gloo; one compute thread per worker
@@ -320,14 +359,21 @@ def table(result: dict[str, Any]) -> str:
                          f"{tune['predicted_iteration_s'] * 1e3:.1f} ms; {tune['replans']} re-plan(s))")
     c = result.get("contention")
     if c:
+        own = c.get("own_fitted", c["fitted"])  # this job's probe; `fitted` is what predictions use
         lines.append(f"contention: a step {c['compute_alone_s'] * 1e3:.0f} ms alone, "
                      f"{c['compute_overlapped_s'] * 1e3:.0f} ms behind all-reduces (x{c['compute_slowdown']:.2f}); "
                      f"an all-reduce {c['allreduce_alone_s'] * 1e3:.1f} ms alone "
                      f"({c.get('allreduce_model_s', c['allreduce_alone_s']) * 1e3:.1f} ms in the cost model), "
                      f"{c['allreduce_overlapped_s'] * 1e3:.1f} ms while steps run "
-                     f"(x{1 + c['fitted'].get('comm_slowdown', 0.0):.2f} the cost model); "
-                     f"{c['fitted'].get('busy_latency_s', 0.0) * 1e3:.2f} ms more per operation started during compute, "
-                     f"{c['fitted'].get('op_latency_s', 0.0) * 1e3:.2f} ms more per operation in any case")
+                     f"(x{1 + own.get('comm_slowdown', 0.0):.2f} the cost model); "
+                     f"{own.get('busy_latency_s', 0.0) * 1e3:.2f} ms more per operation started during compute, "
+                     f"{own.get('op_latency_s', 0.0) * 1e3:.2f} ms more per operation in any case")
+        if c.get("history"):
+            f = c["fitted"]
+            lines.append(f"  predicted with each figure at its median over this job and {len(c['history'])} earlier "
+                         f"(--contention-from): compute {f['compute_slowdown']:.2f}, communication "
+                         f"{f['comm_slowdown']:.2f}, {f['busy_latency_s'] * 1e3:.2f} and "
+                         f"{f['op_latency_s'] * 1e3:.2f} ms per operation")
         if "bucket_copy_s" in c:
             lines.append(f"runtime costs per step: bucket passes over all gradients {c['bucket_copy_s'] * 1e3:.1f} ms "
                          f"(copy) + {c['bucket_scale_s'] * 1e3:.1f} ms (scale); buffer broadcast "
@@ -355,9 +401,12 @@ def plot(result: dict[str, Any], path: str, title: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rate = _network(args)
+    network = f"testbed {rate}" if rate else "loopback"
+    history = contention_history(args.contention_from, {"model": args.model, "hosts": args.hosts, "network": network,
+                                                         "rate": rate, "batch_size": args.batch_size})
     with tempfile.TemporaryDirectory(prefix="gradsched-bench-") as tmp:
         os.chmod(tmp, 0o755)
-        cfg = _config(args, tmp)
+        cfg = _config(args, tmp, history)
         cfg_path = Path(tmp, "config.json")
         cfg_path.write_text(json.dumps(cfg))
         if rate is None:
@@ -368,7 +417,6 @@ def run(args: argparse.Namespace) -> int:
         if not out.exists():
             raise GradschedError("the benchmark's workers exited without writing results; see their output above")
         result = json.loads(out.read_text())
-    network = f"testbed {rate}" if rate else "loopback"
     meta = {"model": args.model, "hosts": args.hosts, "network": network, "rate": rate,
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "steps_per_round": args.steps, "rounds": args.rounds, "batch_size": args.batch_size,

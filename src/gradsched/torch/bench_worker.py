@@ -66,7 +66,7 @@ from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.torch.models import build_model
 from gradsched.torch.optim import DistributedOptimizer
-from gradsched.torch.probe import ContentionProbe, NetworkResampler, slowest, slowest_median
+from gradsched.torch.probe import ContentionProbe, NetworkResampler, across_jobs, slowest, slowest_median
 from gradsched.torch.worker import run_worker
 from gradsched.torch.wrapper import DistributedDataParallel
 
@@ -403,12 +403,13 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
     cluster = _measure_cluster(profile.total_bytes, cfg)
     hooked = profile
     probe, samplers = None, None
+    history = cfg.get("contention_history") or []  # earlier jobs' figures (gradsched bench --contention-from)
     if cfg.get("probe", True):
         contention, network = ContentionProbe(cfg, profile.total_bytes), NetworkResampler(cluster)
         t0 = time.perf_counter()
         probe = _startup_probe(contention, cluster, cfg)
         probe_rep_s = (time.perf_counter() - t0) / probe["startup_reps"]
-        cluster = _with_contention(cluster, probe["fitted"])
+        cluster = _with_contention(cluster, across_jobs(probe["fitted"], history))
         profile = calibrate(profile, probe["compute_alone_s"])
         overheads = _RuntimeOverheads(cfg, profile, cluster, probe)
         rotation_s = overheads.measure(overheads.start_reps) / overheads.start_reps
@@ -467,6 +468,9 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
                  "startup_runtime_overhead_s": probe["runtime_overhead_s"], "startup_op_host": probe["op_host"],
                  "op_host": overheads.op_host(), "op_host_samples": overheads.host, "resamples": samplers.count,
                  "resample_s": samplers.spent_s}
+        if history:  # what the predictions use; this job's own beside it, for later jobs to pool
+            probe.update(own_fitted=probe["fitted"], fitted=across_jobs(probe["fitted"], history),
+                         history=history)
         cluster = _with_contention(pooled, probe["fitted"])
         probe["runtime_overhead_s"] = overheads.figures(profile, cluster, probe)
     times = step_s.tolist()

@@ -94,6 +94,14 @@ def contention_from_probe(compute_s: float, comm_s: float, compute_busy_s: float
     return {"compute_slowdown": kc, "comm_slowdown": kn, "busy_latency_s": lat, "op_latency_s": op_lat}
 
 
+def across_jobs(own: dict[str, float], history: list[dict[str, float]]) -> dict[str, float]:
+    """Each contention figure at its median over this job's and earlier jobs' (``gradsched bench
+    --contention-from``); a figure an earlier job lacks counts as 0, as the simulator reads it."""
+    if not history:
+        return dict(own)
+    return {k: statistics.median([v, *(h.get(k, 0.0) for h in history)]) for k, v in own.items()}
+
+
 class ContentionProbe:
     """Compute and communication, each alone and while the other keeps the cores busy.
 
