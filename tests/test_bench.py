@@ -187,14 +187,23 @@ def test_probe_repetitions_fit_the_budget():
 def test_probe_measures_contention_and_runtime_costs(tmp_path):
     """The contention probe runs (loopback, cnn: BatchNorm buffers) and its figures reach the predictions."""
     out = tmp_path / "bench.json"
+    # two earlier jobs of the same shape, both well above anything this machine measures: the medians
+    # over the three jobs are theirs
+    earlier = {"compute_slowdown": 2.0, "comm_slowdown": 50.0, "busy_latency_s": 0.01, "op_latency_s": 0.002}
+    history = []
+    for k in range(2):
+        history += ["--contention-from", str(tmp_path / f"earlier{k}.json")]
+        (tmp_path / f"earlier{k}.json").write_text(json.dumps([_earlier("cnn", earlier)]))
     code = main(["bench", "--model", "cnn", "--hosts", "2", "--loopback", "--strategies", "sync",
                  "--ddp-buckets", "none", "--steps", "2", "--rounds", "2", "--warmup-rounds", "0",
-                 "--profile-iterations", "2", "--net-reps", "1", "-q", "--timeout-s", "120", "--json", str(out)])
+                 "--profile-iterations", "2", "--net-reps", "1", "-q", "--timeout-s", "120", "--json", str(out),
+                 *history])
     assert code == 0
     rows = json.loads(out.read_text())
     probe = rows[0]["contention"]
-    assert set(probe["fitted"]) == {"compute_slowdown", "comm_slowdown", "busy_latency_s", "op_latency_s"}
-    assert all(v >= 0 for v in probe["fitted"].values())
+    assert set(probe["own_fitted"]) == {"compute_slowdown", "comm_slowdown", "busy_latency_s", "op_latency_s"}
+    assert all(0 <= v < earlier[k] for k, v in probe["own_fitted"].items())
+    assert probe["fitted"] == earlier and probe["history"] == [earlier, earlier]  # what the predictions use
     assert 5 <= probe["startup_reps"] <= 30
     # the figures pool the start-up repetitions and one more per sample between rounds, the table likewise
     assert probe["reps"] == probe["startup_reps"] + probe["resamples"]
@@ -215,6 +224,54 @@ def test_probe_measures_contention_and_runtime_costs(tmp_path):
                + probe["runtime_overhead_s"]["gradsched"])
     assert sync["predicted_iteration_s"] > (rows[0]["compute_only"]["iteration_s_median"] + runtime
                                            + probe["op_host"]["issue_s"] + probe["op_host"]["retire_s"])
+
+
+def _earlier(model: str, fitted: dict[str, float], **job) -> dict:
+    """The first row of an earlier ``gradsched bench --json``, as much of it as --contention-from reads."""
+    return {"model": model, "hosts": 2, "network": "loopback", "rate": None, "batch_size": 16,
+            "contention": {"fitted": fitted}, **job}
+
+
+FIGURES = {"compute_slowdown": 0.4, "comm_slowdown": 3.0, "busy_latency_s": 0.0, "op_latency_s": 1e-4}
+
+
+@pytest.mark.parametrize("content,says", [
+    ("[{", "not JSON"),
+    ("{}", "the JSON that `gradsched bench --json` writes"),
+    (json.dumps([{"model": "mlp"}]), "without --no-probe"),
+    (json.dumps([_earlier("cnn", FIGURES)]), "model was 'cnn', this one's is 'mlp'"),
+    (json.dumps([_earlier("mlp", FIGURES, batch_size=32)]), "batch_size was 32, this one's is 16"),
+    (json.dumps([_earlier("mlp", FIGURES, hosts=4)]), "hosts was 4"),
+    (json.dumps([_earlier("mlp", {**FIGURES, "compute_slowdown": -1.0})]), "compute_slowdown"),
+    (json.dumps([_earlier("mlp", {**FIGURES, "speed": 1.0})]), "unknown field"),
+])
+def test_earlier_contention_must_be_the_same_jobs_figures(tmp_path, capsys, content, says):
+    path = tmp_path / "earlier.json"
+    path.write_text(content)
+    assert main(["bench", "--model", "mlp", "--loopback", "--contention-from", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and str(path) in err
+
+
+def test_earlier_contention_needs_a_file_and_this_jobs_probe(tmp_path, capsys):
+    assert main(["bench", "--model", "mlp", "--loopback", "--contention-from", str(tmp_path / "none.json")]) == 2
+    assert "cannot read it" in capsys.readouterr().err
+    path = tmp_path / "earlier.json"
+    path.write_text(json.dumps([_earlier("mlp", FIGURES)]))
+    assert main(["bench", "--model", "mlp", "--loopback", "--no-probe", "--contention-from", str(path)]) == 2
+    assert "drop --no-probe" in capsys.readouterr().err
+
+
+def test_earlier_contention_is_that_jobs_own(tmp_path):
+    from gradsched.commands.bench import contention_history
+
+    job = {"model": "mlp", "hosts": 2, "network": "loopback", "rate": None, "batch_size": 16}
+    row = _earlier("mlp", {**FIGURES, "compute_slowdown": 0.9})  # a job that pooled: its own figures count
+    row["contention"]["own_fitted"] = FIGURES
+    path = tmp_path / "earlier.json"
+    path.write_text(json.dumps([row]))
+    assert contention_history([str(path), str(path)], job) == [FIGURES, FIGURES]
+    assert contention_history([], job) == []
 
 
 def test_contention_bound_by_hand():
@@ -272,9 +329,16 @@ def test_table_reports_the_runtime_costs_the_probe_measured():
     text = table({"rows": [_row("ddp", 55.0)], "lower_bound": bound, "best_ddp": "ddp", "contention": probe})
     assert "host time per operation: 0.085 ms to issue, 0.042 ms to retire" in text
     assert "samples between rounds" not in text  # start-up figures only
+    assert "--contention-from" not in text  # this job's figures only
     probe.update(resamples=7, resample_s=3.25)
     text = table({"rows": [_row("ddp", 55.0)], "lower_bound": bound, "best_ddp": "ddp", "contention": probe})
     assert "start-up measurement and 7 samples between rounds (3.2 s)" in text
+    pooled = {"compute_slowdown": 0.5, "comm_slowdown": 4.0, "busy_latency_s": 2e-4, "op_latency_s": 1e-4}
+    probe.update(own_fitted=probe["fitted"], fitted=pooled, history=[pooled, pooled])
+    text = table({"rows": [_row("ddp", 55.0)], "lower_bound": bound, "best_ddp": "ddp", "contention": probe})
+    assert "(x6.25 the cost model)" in text  # the measurement line stays this job's own
+    assert ("median over this job and 2 earlier (--contention-from): compute 0.50, communication 4.00, "
+            "0.20 and 0.10 ms per operation") in text
     del probe["runtime_overhead_s"]  # a result written before the overhead probe existed still prints
     assert "runtime overhead" not in table({"rows": [_row("ddp", 55.0)], "lower_bound": bound, "best_ddp": "ddp",
                                             "contention": probe})

@@ -10,7 +10,8 @@ from gradsched.cluster import Cluster, CollectiveCost  # noqa: E402
 from gradsched.torch import bench_worker  # noqa: E402
 from gradsched.torch.netbench import reps_for  # noqa: E402
 from gradsched.torch.probe import (  # noqa: E402
-    RESAMPLE_MAX_BYTES, SMALL_NUMEL, SMALL_OPS, ContentionProbe, NetworkResampler, contention_from_probe)
+    RESAMPLE_MAX_BYTES, SMALL_NUMEL, SMALL_OPS, ContentionProbe, NetworkResampler, across_jobs,
+    contention_from_probe)
 
 SIZES = [4096 << k for k in range(14)]  # 4 KiB .. 32 MiB
 
@@ -100,3 +101,15 @@ def test_network_sample_estimate_counts_the_repetitions():
     net = NetworkResampler(_cluster([1e-3 * (1 + k) for k in range(len(SIZES))]))
     assert net.estimate_s() == pytest.approx(sum(reps_for(b, 1) * 1e-3 * (1 + k)
                                                  for k, b in enumerate(SIZES) if b <= RESAMPLE_MAX_BYTES))
+
+
+def test_figures_across_jobs_are_each_figures_median():
+    own = {"compute_slowdown": 0.2, "comm_slowdown": 3.0, "busy_latency_s": 1e-3}
+    earlier = [{"compute_slowdown": 0.6, "comm_slowdown": 1.0, "busy_latency_s": 0.0},
+               {"compute_slowdown": 0.4, "comm_slowdown": 2.0}]  # no latency measured: it reads as 0
+    assert across_jobs(own, earlier) == pytest.approx({"compute_slowdown": 0.4, "comm_slowdown": 2.0,
+                                                       "busy_latency_s": 0.0})
+    assert across_jobs(own, earlier[:1]) == pytest.approx({"compute_slowdown": 0.4, "comm_slowdown": 2.0,
+                                                           "busy_latency_s": 5e-4})  # two jobs: their mean
+    alone = across_jobs(own, [])
+    assert alone == own and alone is not own  # no history: this job's own, a copy
