@@ -228,8 +228,10 @@ def test_probe_measures_contention_and_runtime_costs(tmp_path):
 
 def _earlier(model: str, fitted: dict[str, float], **job) -> dict:
     """The first row of an earlier ``gradsched bench --json``, as much of it as --contention-from reads."""
+    from gradsched.commands.bench import this_machine
+
     return {"model": model, "hosts": 2, "network": "loopback", "rate": None, "batch_size": 16,
-            "contention": {"fitted": fitted}, **job}
+            "machine": f"{this_machine()}, torch 2.13.0+cpu", "contention": {"fitted": fitted}, **job}
 
 
 FIGURES = {"compute_slowdown": 0.4, "comm_slowdown": 3.0, "busy_latency_s": 0.0, "op_latency_s": 1e-4}
@@ -242,6 +244,7 @@ FIGURES = {"compute_slowdown": 0.4, "comm_slowdown": 3.0, "busy_latency_s": 0.0,
     (json.dumps([_earlier("cnn", FIGURES)]), "model was 'cnn', this one's is 'mlp'"),
     (json.dumps([_earlier("mlp", FIGURES, batch_size=32)]), "batch_size was 32, this one's is 16"),
     (json.dumps([_earlier("mlp", FIGURES, hosts=4)]), "hosts was 4"),
+    (json.dumps([_earlier("mlp", FIGURES, machine="big x86_64, 96 CPUs, torch 2.13.0")]), "not on this machine"),
     (json.dumps([_earlier("mlp", {**FIGURES, "compute_slowdown": -1.0})]), "compute_slowdown"),
     (json.dumps([_earlier("mlp", {**FIGURES, "speed": 1.0})]), "unknown field"),
 ])

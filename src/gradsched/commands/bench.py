@@ -19,6 +19,7 @@ import argparse
 import datetime
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -149,6 +150,11 @@ def _network(args: argparse.Namespace) -> str | None:
     return DEFAULT_RATE
 
 
+def this_machine() -> str:
+    """Host name, architecture and core count: how the bench's JSON names the machine (before the torch version)."""
+    return f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs"
+
+
 def contention_history(paths: list[str], job: dict[str, Any]) -> list[dict[str, float]]:
     """The contention figures of earlier ``gradsched bench --json`` runs of the same ``job``
     (model, hosts, network, rate, batch size), each that job's own, to pool with this one's.
@@ -176,6 +182,9 @@ def contention_history(paths: list[str], job: dict[str, Any]) -> list[dict[str, 
             if rows[0].get(key) != value:
                 raise GradschedError(f"{where}: that job's {key} was {rows[0].get(key)!r}, this one's is {value!r}; "
                                      f"contention depends on it, so only the same job's figures pool")
+        if not str(rows[0].get("machine", "")).startswith(this_machine() + ","):
+            raise GradschedError(f"{where}: measured on {rows[0].get('machine')!r}, not on this machine "
+                                 f"({this_machine()}): contention is the machine's")
         probe = rows[0]["contention"]
         history.append(_validate.numbers(probe.get("own_fitted", probe.get("fitted")), path, "contention.fitted",
                                          CONTENTION_FIELDS))

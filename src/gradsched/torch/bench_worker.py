@@ -50,8 +50,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import platform
 import statistics
 import sys
 import time
@@ -61,7 +59,7 @@ import torch
 import torch.distributed as dist
 
 from gradsched.cluster import Cluster
-from gradsched.commands.bench import lower_bound_s
+from gradsched.commands.bench import lower_bound_s, this_machine
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.torch.models import build_model
@@ -519,8 +517,7 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
                              "step_s": [ref_steps[k * steps:(k + 1) * steps] for k in range(rounds)]},
             "cluster": cluster.to_dict(), "lower_bound": bound, "contention": probe,
             "best_ddp": best_ddp["strategy"] if best_ddp else None, "world_size": world,
-            "backend": dist.get_backend(), "machine": f"{platform.node()} {platform.machine()}, "
-            f"{os.cpu_count()} CPUs, torch {torch.__version__}", "job_s": time.time() - t_start}
+            "backend": dist.get_backend(), "machine": f"{this_machine()}, torch {torch.__version__}", "job_s": time.time() - t_start}
 
 
 def main(argv: list[str] | None = None) -> int:
