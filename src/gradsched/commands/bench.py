@@ -67,8 +67,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--net-reps", type=int, default=3, help="timed repetitions per size in the network benchmark")
     p.add_argument("--no-probe", action="store_true", help="skip the compute/communication contention probe")
     p.add_argument("--contention-from", action="append", default=[], metavar="EARLIER.json",
-                   help="an earlier `gradsched bench --json` of the same model, hosts, network and batch: predict "
-                        "with the median of its contention figures and this job's (repeatable)")
+                   help="an earlier `gradsched bench --json` of the same model, hosts, network and batch on this "
+                        "machine: plan and predict with each contention figure at its median over it and this job "
+                        "(repeatable)")
     p.add_argument("--resample-share", type=float, default=0.25, metavar="F",
                    help="between rounds, sample the contention probe and the small all-reduces again within this "
                    "share of the rounds' time; predictions use the medians over all samples (default 0.25; 0: "
@@ -157,12 +158,14 @@ def this_machine() -> str:
 
 def contention_history(paths: list[str], job: dict[str, Any]) -> list[dict[str, float]]:
     """The contention figures of earlier ``gradsched bench --json`` runs of the same ``job``
-    (model, hosts, network, rate, batch size), each that job's own, to pool with this one's.
+    (model, hosts, network, rate, batch size) on this machine, each that job's own, to pool
+    with this one's.
 
     Why: the probe's figures move from job to job more than the machine does, and more than
     the rounds they predict (``cnn``'s compute slowdown 0.20-0.67 in four jobs, each a median
-    of 44-45 repetitions); over those jobs re-simulated with each figure at its median across
-    them, the median prediction error fell from 4.7% to 3.3% (docs/simulator.md, "Fidelity")."""
+    of 44-45 repetitions).  Seven kept fidelity runs re-simulated with each job's figures
+    pooled with the other six's: median prediction error 4.7% to 3.4%; three runs made so,
+    2.5-3.4% (docs/simulator.md, "Fidelity")."""
     from gradsched import _validate
     from gradsched.cluster import CONTENTION_FIELDS
 

@@ -517,7 +517,8 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
                              "step_s": [ref_steps[k * steps:(k + 1) * steps] for k in range(rounds)]},
             "cluster": cluster.to_dict(), "lower_bound": bound, "contention": probe,
             "best_ddp": best_ddp["strategy"] if best_ddp else None, "world_size": world,
-            "backend": dist.get_backend(), "machine": f"{this_machine()}, torch {torch.__version__}", "job_s": time.time() - t_start}
+            "backend": dist.get_backend(), "machine": f"{this_machine()}, torch {torch.__version__}",
+            "job_s": time.time() - t_start}
 
 
 def main(argv: list[str] | None = None) -> int:
