@@ -5,7 +5,7 @@
 1. **Profile in situ.**  Iterations ``0 .. switch_iteration - 1`` run a safe default
    (``initial``, default ``wfbp``) on gradsched's executor, traced: every gradient's
    ready time, every operation from issue to completion, forward, waits and updates
-   (:mod:`gradsched.torch.trace`).  Iteration 0 is a warm-up and is left out.
+   (:mod:`gradsched.torch.runtime.trace`).  Iteration 0 is a warm-up and is left out.
 2. **Plan.**  At the start of iteration ``switch_iteration`` (fixed in advance, so the
    ranks need no extra agreement) every rank finishes outstanding work, rank 0 turns
    the medians of what it measured into a :class:`~gradsched.profile.Profile` and a
@@ -36,7 +36,7 @@
    made.
 
 Only the profiling window and a re-plan's measuring window stamp every operation's
-completion (:attr:`~gradsched.torch.trace.Tracer.completions`): the stamp is a Python
+completion (:attr:`~gradsched.torch.runtime.trace.Tracer.completions`): the stamp is a Python
 callback per operation that slows the plan under measurement, and trials and checks
 need only iteration times, so the plans compared there run as they would untraced.
 
@@ -76,8 +76,8 @@ from gradsched.profile import Profile, TensorProfile
 from gradsched.timeline import BACKWARD, COMM, FORWARD, UPDATE, WAIT, Event
 
 if TYPE_CHECKING:
-    from gradsched.torch.trace import Tracer
-    from gradsched.torch.wrapper import DistributedDataParallel
+    from gradsched.torch.runtime.trace import Tracer
+    from gradsched.torch.runtime.wrapper import DistributedDataParallel
 
 logger = logging.getLogger("gradsched.autotune")
 
@@ -593,7 +593,7 @@ class AutoTuner:
         from gradsched.planners import make_plan
         from gradsched.planners.auto import Ranked, as_auto, ranked
         from gradsched.sim import simulate
-        from gradsched.torch.planning import issue_order
+        from gradsched.torch.runtime.planning import issue_order
 
         model = self._model
         t0 = time.perf_counter()
@@ -608,7 +608,7 @@ class AutoTuner:
         if len(points) >= 2:
             cluster = fit_cluster(points, model._world, dist.get_backend(model._group))
         else:  # every operation finished behind another: nothing to fit; keep what we had
-            from gradsched.torch.planning import default_cluster
+            from gradsched.torch.runtime.planning import default_cluster
 
             cluster = self.cluster or default_cluster(model._world)
             logger.warning("auto: too few measured operation sizes to fit collective costs; planning with %s",

@@ -2,7 +2,7 @@
 
 Run by the test suite (gloo, 2 and 3 ranks) and by ``benchmarks/gpu_check.py`` (NCCL):
 
-    python -m gradsched.torch.selftest --world 2 [--backend gloo|nccl] [--steps 20] [--json out.json]
+    python -m gradsched.torch.jobs.selftest --world 2 [--backend gloo|nccl] [--steps 20] [--json out.json]
 
 Each rank trains the same seeded model on its own shard of the same synthetic data,
 once per (strategy, optimizer), and compares with a run under
@@ -150,9 +150,9 @@ def _worker(rank: int, world: int, port: int, backend: str, cases: list[tuple[st
         Path(out).write_text(json.dumps(results, indent=1))
     dist.barrier()
     dist.destroy_process_group()
-    from gradsched.torch.shutdown import leave
+    from gradsched.torch.runtime.shutdown import leave
 
-    leave(0)  # see gradsched.torch.shutdown: a finished worker must not die in finalisation
+    leave(0)  # see gradsched.torch.runtime.shutdown: a finished worker must not die in finalisation
 
 
 def _entry(rank: int, fn: Any, world: int, port: int, backend: str, args: tuple, outdir: str,
@@ -169,7 +169,7 @@ def _entry(rank: int, fn: Any, world: int, port: int, backend: str, args: tuple,
         dist.barrier()
     finally:
         dist.destroy_process_group()
-    from gradsched.torch.shutdown import leave
+    from gradsched.torch.runtime.shutdown import leave
 
     leave(0)  # only after success: an exception above propagates to mp.spawn as usual
 

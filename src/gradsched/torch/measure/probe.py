@@ -35,9 +35,9 @@ import torch
 import torch.distributed as dist
 
 from gradsched.cluster import Cluster, CollectiveCost
-from gradsched.torch.models import build_model
-from gradsched.torch.netbench import measure_points, reps_for
-from gradsched.torch.wrapper import broadcast_buffers
+from gradsched.torch.jobs.models import build_model
+from gradsched.torch.measure.netbench import measure_points, reps_for
+from gradsched.torch.runtime.wrapper import broadcast_buffers
 
 SMALL_OPS = 8  # the busy-latency probe: this many all-reduces ...
 SMALL_NUMEL = 1024  # ... of 4 KiB each, issued at once as the runtime issues ready operations
