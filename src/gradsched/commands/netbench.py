@@ -8,11 +8,7 @@ import subprocess
 import sys
 
 from gradsched.errors import GradschedError
-
-# Defaults mirrored from gradsched.torch.measure.netbench (this module must not import torch).
-MIN_BYTES = 4 * 1024
-MAX_BYTES = 256 * 1024 * 1024
-COLLECTIVES = ("allreduce", "allgather")
+from gradsched.netbench_args import MAX_BYTES, MIN_BYTES, add_arguments  # noqa: F401 (MIN/MAX_BYTES: public names)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,19 +21,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="launch this many local ranks through torch.distributed.run (loopback)")
     add_arguments(p)
     p.set_defaults(func=run)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags shared by ``gradsched netbench`` and ``python -m gradsched.torch.measure.netbench``."""
-    p.add_argument("-o", "--output", default="cluster.json", help="cluster file to write (default cluster.json)")
-    p.add_argument("--min-bytes", type=int, default=MIN_BYTES, help=f"smallest size (default {MIN_BYTES})")
-    p.add_argument("--max-bytes", type=int, default=MAX_BYTES, help=f"largest size (default {MAX_BYTES} = 256 MiB)")
-    p.add_argument("--reps", type=int, default=5, help="timed repetitions per size; the median is kept (default 5)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed repetitions per size first (default 2)")
-    p.add_argument("--collectives", default=",".join(COLLECTIVES),
-                   help=f"comma-separated, from {', '.join(COLLECTIVES)} (default: all)")
-    p.add_argument("--backend", default=None, help="process-group backend (default: nccl with CUDA, else gloo)")
-    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -403,7 +403,8 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
     probe, samplers = None, None
     history = cfg.get("contention_history") or []  # earlier jobs' figures (gradsched bench --contention-from)
     if cfg.get("probe", True):
-        contention, network = ContentionProbe(cfg, profile.total_bytes), NetworkResampler(cluster)
+        spec = build_model(cfg["model"], seed=cfg["seed"])
+        contention, network = ContentionProbe(spec, cfg, profile.total_bytes), NetworkResampler(cluster)
         t0 = time.perf_counter()
         probe = _startup_probe(contention, cluster, cfg)
         probe_rep_s = (time.perf_counter() - t0) / probe["startup_reps"]

@@ -38,9 +38,7 @@ import torch.distributed as dist
 
 from gradsched.cluster import COLLECTIVES, Cluster, CollectiveCost
 from gradsched.errors import GradschedError
-
-MIN_BYTES = 4 * 1024
-MAX_BYTES = 256 * 1024 * 1024
+from gradsched.netbench_args import MAX_BYTES, MIN_BYTES, add_arguments
 _ELEMENT = torch.float32  # 4 bytes per element
 
 
@@ -190,8 +188,6 @@ def run_under_launcher(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gradsched.commands.netbench import add_arguments  # the flags live with the (torch-free) command
-
     parser = argparse.ArgumentParser(prog="python -m gradsched.torch.measure.netbench", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)

@@ -30,7 +30,7 @@ from gradsched.errors import GradschedError
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.timeline import Timeline
-from gradsched.torch.runtime.autotune import AutoTuneConfig, AutoTuner
+from gradsched.torch.runtime.autotune import AutoTuneConfig, AutoTuner, TunedModel
 from gradsched.torch.runtime.executor import Executor
 from gradsched.torch.runtime.hosttime import HostTimer
 from gradsched.torch.runtime.ops import CollectiveError
@@ -160,7 +160,14 @@ class DistributedDataParallel(nn.Module):
         if tune is not None:
             assert self._tracer is not None
             self.strategy = "auto"
-            self.autotuner = AutoTuner(self, tune, self._tracer, keep_events=trace, offline=given)
+            self.autotuner = AutoTuner(self._tuned_model(), tune, self._tracer, keep_events=trace, offline=given)
+
+    def _tuned_model(self) -> TunedModel:
+        """What run-time ``auto`` sees of this wrapper (:class:`~gradsched.torch.runtime.autotune.TunedModel`)."""
+        return TunedModel(group=self._group, world=self._world, rank=self._rank, device=self._params[0].device,
+                          profile=self._own_profile, plan=lambda: self.plan, order=lambda: self._order,
+                          switch_plan=self._switch_plan, synchronize=self.synchronize,
+                          has_optimizer=lambda: self._optimizer is not None)
 
     def _start_executor(self) -> None:
         """Build the executor (and forward gating) for ``self.plan`` and ``self._order``."""
