@@ -117,12 +117,11 @@ def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
 
 def launch(cfg: dict[str, Any], nproc: int) -> tuple[int, str]:
     """Run the workers under ``torch.distributed.run``; return (exit code, their combined output)."""
-    from gradsched.torch.jobs.selftest import free_port
+    from gradsched.torch.jobs.launch import loopback_command
 
     cfg_path = Path(cfg["out_dir"], "config.json")
     cfg_path.write_text(json.dumps(cfg))
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
-           "--master-addr=127.0.0.1", f"--master-port={free_port()}", "-m", "gradsched.torch.jobs.trainer", str(cfg_path)]
+    cmd = loopback_command("gradsched.torch.jobs.trainer", nproc, cfg_path)
     env = dict(os.environ, OMP_NUM_THREADS=str(cfg["threads"]))
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc.returncode, proc.stdout

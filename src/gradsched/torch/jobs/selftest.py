@@ -16,12 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import tempfile
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+from gradsched.torch.jobs.launch import free_port
 
 # Options that make small test models exercise partitioned blocks and several buckets.
 SMALL_MODEL_OPTIONS: dict[str, dict[str, Any]] = {
@@ -36,12 +37,6 @@ def dense_strategies() -> list[str]:
     from gradsched.planners import is_sparse, strategy_names
 
     return [s for s in strategy_names() if not is_sparse(s)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rel_diff(a: "Any", b: "Any") -> float:
