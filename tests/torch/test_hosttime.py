@@ -11,8 +11,8 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer  # noqa: E402
-from gradsched.torch.hosttime import HostTimer  # noqa: E402
-from gradsched.torch.selftest import spawn_local  # noqa: E402
+from gradsched.torch.runtime.hosttime import HostTimer  # noqa: E402
+from gradsched.torch.jobs.selftest import spawn_local  # noqa: E402
 
 
 def _spin(seconds: float) -> None:

@@ -17,7 +17,7 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer  # noqa: E402
-from gradsched.torch.selftest import rel_diff, spawn_local, train  # noqa: E402
+from gradsched.torch.jobs.selftest import rel_diff, spawn_local, train  # noqa: E402
 
 ONE_BLOCK = {"partition_bytes": 8192, "credit_bytes": 8192}  # mlp: every weight in several blocks, one in flight
 SLEEP_S = 0.25  # the long layer's compute, between two gating hooks of the next forward

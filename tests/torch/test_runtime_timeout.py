@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from gradsched.torch.selftest import free_port  # noqa: E402
+from gradsched.torch.jobs.launch import free_port  # noqa: E402
 
 TIMEOUT_S = 5.0
 

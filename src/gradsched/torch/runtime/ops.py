@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from gradsched.errors import GradschedError
 from gradsched.plan import DENSE, Operation
-from gradsched.torch.layout import Piece
+from gradsched.torch.runtime.layout import Piece
 
 
 class CollectiveError(GradschedError):
@@ -109,7 +109,7 @@ def wait_all(works: list[dist.Work], *, host_wait: bool, timeout_s: float, rank:
                 f"stalled or ran a different number of steps ({type(exc).__name__}: {first})") from exc
 
 
-# gradsched.torch.sparse adds the sparse kind ("topk-allgather": TopkAllGather) when imported.
+# gradsched.torch.runtime.sparse adds the sparse kind ("topk-allgather": TopkAllGather) when imported.
 OP_KINDS: dict[str, type] = {DENSE: DenseAllReduce}
 
 

@@ -7,7 +7,7 @@ One executor per wrapped model.  Per backward pass:
    the arena, otherwise it is copied there.  The first hook of a backward queues
    :meth:`Executor.finalize` to run when the autograd engine finishes the pass.
 2. :meth:`Executor.progress` issues operations strictly in the issue order (see
-   :mod:`gradsched.torch.planning`): the next one goes as soon as all its tensors are
+   :mod:`gradsched.torch.runtime.planning`): the next one goes as soon as all its tensors are
    ready and, with a credit window, the bytes in flight leave room for it.  Progress
    is made at every gradient-ready hook, at the end of backward and whenever a
    caller waits.  With a credit window that is not enough: a block that completes
@@ -26,12 +26,12 @@ One executor per wrapped model.  Per backward pass:
 A parameter unused on every rank keeps its ``.grad`` unchanged (``None`` stays
 ``None``), as in DDP, so optimizers skip it.
 
-Sparse (``topk-allgather``) operations run in :mod:`gradsched.torch.sparse`; in its
+Sparse (``topk-allgather``) operations run in :mod:`gradsched.torch.runtime.sparse`; in its
 default ``laysa`` memory mode their tensors' gradients are added into the residual
 (their piece of the flat buffer) and released, and the dense result is delivered one
 chunk of whole tensors at a time: each chunk updates its weights through
 :attr:`Executor.mirror` (set by ``DistributedOptimizer``) and is freed.  Every
-buffer goes through :attr:`Executor.ledger` (:mod:`gradsched.torch.memory`).
+buffer goes through :attr:`Executor.ledger` (:mod:`gradsched.torch.runtime.memory`).
 """
 
 from __future__ import annotations
@@ -48,13 +48,13 @@ from torch import nn
 
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
-from gradsched.torch.hosttime import HostTimer
-from gradsched.torch.layout import build_layout
-from gradsched.torch.memory import MemoryLedger, storage_bytes
-from gradsched.torch.ops import CollectiveError, OpRunner, make_runner
-from gradsched.torch.planning import dtype_key
-from gradsched.torch.sparse import SparseOptions, TopkAllGather
-from gradsched.torch.trace import UPDATE, WAIT, Tracer
+from gradsched.torch.runtime.hosttime import HostTimer
+from gradsched.torch.runtime.layout import build_layout
+from gradsched.torch.runtime.memory import MemoryLedger, storage_bytes
+from gradsched.torch.runtime.ops import CollectiveError, OpRunner, make_runner
+from gradsched.torch.runtime.planning import dtype_key
+from gradsched.torch.runtime.sparse import SparseOptions, TopkAllGather
+from gradsched.torch.runtime.trace import UPDATE, WAIT, Tracer
 
 PENDING, ISSUED, DONE = 0, 1, 2
 NCCL_POLL_S = 0.001  # NCCL futures complete at enqueue, not at the end: the progress thread polls is_completed()
