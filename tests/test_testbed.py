@@ -137,6 +137,43 @@ def clean():
     assert _root_snapshot() == before
 
 
+FOREIGN = "gsf"  # a prefix whose objects a test makes by hand, as another tool (or a user) would
+
+
+@pytest.fixture
+def foreign():
+    """Objects named like testbed ``gsf``'s but made by hand: a namespace, a root bridge, an /etc/netns folder."""
+    def remove() -> None:
+        subprocess.run(["ip", "netns", "delete", f"{FOREIGN}-h0"], capture_output=True)
+        subprocess.run(["ip", "link", "delete", f"{FOREIGN}-br0"], capture_output=True)
+        shutil.rmtree(os.path.join(ETC_NETNS, f"{FOREIGN}-h1"), ignore_errors=True)
+
+    remove()
+    subprocess.run(["ip", "netns", "add", f"{FOREIGN}-h0"], check=True)
+    subprocess.run(["ip", "link", "add", f"{FOREIGN}-br0", "type", "bridge"], check=True)
+    os.makedirs(os.path.join(ETC_NETNS, f"{FOREIGN}-h1"), exist_ok=True)
+    with open(os.path.join(ETC_NETNS, f"{FOREIGN}-h1", "hosts"), "w") as f:
+        f.write("127.0.0.1 localhost\n")
+    yield
+    remove()
+
+
+@pytest.mark.root
+@root
+def test_down_removes_only_what_the_testbed_made(foreign):
+    down = subprocess.run([*GRADSCHED, "testbed", "down", "--prefix", FOREIGN], check=True,
+                          capture_output=True, text=True)
+    assert "removed 0" in down.stdout and f"left netns {FOREIGN}-h0" in down.stdout
+    assert f"{FOREIGN}-h0" in list_namespaces()
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    assert f" {FOREIGN}-br0" in links  # someone else's bridge in the root namespace: never touched
+    assert os.path.exists(os.path.join(ETC_NETNS, f"{FOREIGN}-h1", "hosts"))
+    with pytest.raises(GradschedError, match=f"{FOREIGN}-h0 exists but was not made by the gradsched testbed"):
+        Testbed(hosts=1, prefix=FOREIGN).up()  # never adopts (nor, failing, removes) another's namespace
+    assert f"{FOREIGN}-h0" in list_namespaces()
+    assert f"{FOREIGN}-sw" not in list_namespaces()  # the failed up removed what it had made
+
+
 @pytest.mark.root
 @root
 def test_up_is_idempotent_reshapes_and_down_removes_everything(clean):
