@@ -415,7 +415,6 @@ def run(args: argparse.Namespace) -> int:
     history = contention_history(args.contention_from, {"model": args.model, "hosts": args.hosts, "network": network,
                                                          "rate": rate, "batch_size": args.batch_size})
     with tempfile.TemporaryDirectory(prefix="gradsched-bench-") as tmp:
-        os.chmod(tmp, 0o755)
         cfg = _config(args, tmp, history)
         cfg_path = Path(tmp, "config.json")
         cfg_path.write_text(json.dumps(cfg))

@@ -135,7 +135,6 @@ def launch_testbed(cfg: dict[str, Any], hosts: int, rate: str) -> tuple[int, str
         raise GradschedError("--rate runs workers on the testbed, which needs root; drop --rate to use loopback")
     cfg_path = Path(cfg["out_dir"], "config.json")
     cfg_path.write_text(json.dumps(cfg))
-    os.chmod(cfg["out_dir"], 0o755)
     with Testbed(hosts=hosts, rate=rate, prefix=TESTBED_PREFIX) as tb:
         try:
             tb.launch(["-m", "gradsched.torch.jobs.trainer", str(cfg_path)]).wait(timeout_s=cfg["timeout_s"] + 600)

@@ -53,12 +53,14 @@ from gradsched.torch.runtime.layout import build_layout
 from gradsched.torch.runtime.memory import MemoryLedger, storage_bytes
 from gradsched.torch.runtime.ops import CollectiveError, OpRunner, make_runner
 from gradsched.torch.runtime.planning import dtype_key
+from gradsched.torch.runtime.shutdown import close_at_exit, release_at_exit
 from gradsched.torch.runtime.sparse import SparseOptions, TopkAllGather
 from gradsched.torch.runtime.trace import UPDATE, WAIT, Tracer
 
 PENDING, ISSUED, DONE = 0, 1, 2
 NCCL_POLL_S = 0.001  # NCCL futures complete at enqueue, not at the end: the progress thread polls is_completed()
 IDLE_CHECK_S = 1.0  # an idle progress thread checks this often whether its executor is gone (no leak)
+CLOSE_WAIT_S = 30.0  # closing waits at most this long for each operation in flight (peers may be gone)
 
 # Plans issued from a progress thread use a private copy of the user's group: another
 # collective on the user's group (a logged loss all-reduce between steps) could otherwise
@@ -68,6 +70,7 @@ _PRIVATE_GROUPS: dict[dist.ProcessGroup, dist.ProcessGroup] = {}
 
 
 def _private_group(group: dist.ProcessGroup, timeout_s: float) -> dist.ProcessGroup:
+    release_at_exit(_PRIVATE_GROUPS.clear)  # never held into finalisation (gradsched.torch.runtime.shutdown)
     if group not in _PRIVATE_GROUPS:
         _PRIVATE_GROUPS[group] = dist.new_group(dist.get_process_group_ranks(group), backend=dist.get_backend(group),
                                                 timeout=timedelta(seconds=timeout_s))
@@ -209,6 +212,7 @@ class Executor:
         self.settled = True  # no operation of a past backward outstanding
         if self._wake is not None:
             self._start_thread(device)
+        close_at_exit(self)
 
     def _check_sparse_plan(self, sparse_ops: list[int]) -> None:
         if self.plan.overlap_forward:
@@ -312,11 +316,27 @@ class Executor:
         self.inflight_bytes = 0
 
     def close(self) -> None:
+        """Stop the progress thread, remove the hooks, let the collectives in flight finish, forget them.
+
+        The executor is not used again (a plan switch builds a new one).  Called at
+        interpreter exit too (:mod:`gradsched.torch.runtime.shutdown`): a collective that
+        completed during finalisation would run its completion callback on a backend
+        thread that can no longer take the GIL, which aborts the process, so every
+        operation in flight is waited for here (bounded: a peer may be gone)."""
         self.stop_progress_thread()
         with self._lock:
             for h in self._hooks:
                 h.remove()
             self._hooks = []
+            for j in self.inflight:
+                try:
+                    self.runners[j].wait(min(self.timeout_s, CLOSE_WAIT_S))
+                except GradschedError:
+                    pass  # a peer is gone or the group destroyed: nothing left to wait for
+            for r in self.runners:
+                r.on_complete = None
+                r.works = []
+            self.inflight.clear()
 
     # ------------------------------------------------------------------ hooks
     def _make_hook(self, i: int) -> Callable[[torch.Tensor], None]:

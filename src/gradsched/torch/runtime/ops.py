@@ -33,6 +33,7 @@ class OpRunner(Protocol):
     nbytes: int
     group: dist.ProcessGroup  # read at issue
     on_complete: Callable[[int], None] | None  # read at issue: called on the backend's thread when done
+    works: list[dist.Work]  # the collectives in flight (empty when none)
 
     def issue(self) -> None: ...
 
