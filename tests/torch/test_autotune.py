@@ -9,8 +9,9 @@ torch = pytest.importorskip("torch")
 from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.profile import Profile, TensorProfile  # noqa: E402
 from gradsched.timeline import BACKWARD, COMM, FORWARD, UPDATE, WAIT, Event  # noqa: E402
-from gradsched.torch.runtime.autotune import (AutoTuneConfig, StepRecord, fit_cluster, issue_times,  # noqa: E402
-                                      measured_profile, service_points)
+from gradsched.calibration import (StepRecord, fit_cluster, issue_times, measured_profile,  # noqa: E402
+                                   service_points)
+from gradsched.torch.runtime.autotune import AutoTuneConfig  # noqa: E402
 from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
 
 TOLERANCE = 1e-5
@@ -290,7 +291,7 @@ def test_without_distributed_optimizer_auto_never_picks_an_overlapping_plan(resu
 
 
 def test_decide_reverts_to_a_plan_that_measured_faster():
-    from gradsched.torch.runtime.autotune import decide
+    from gradsched.calibration import decide
 
     # the current plan (b) measured 120 ms; plan a measured 100 ms before: revert to a
     assert decide("b", 0.120, 0.080, {"a": 0.100, "b": 0.120}, 0.15) == ("revert", "a")
@@ -306,7 +307,7 @@ def test_decide_reverts_to_a_plan_that_measured_faster():
 
 
 def test_trials_keep_ddps_buckets_unless_clearly_beaten():
-    from gradsched.torch.runtime.autotune import fastest
+    from gradsched.calibration import fastest
 
     assert fastest({"a": 0.099, "ddp": 0.100, "b": 0.120}, "ddp", 0.03) == "ddp"  # 1% faster: noise
     assert fastest({"a": 0.090, "ddp": 0.100, "b": 0.120}, "ddp", 0.03) == "a"  # 10% faster: keep it
