@@ -59,7 +59,7 @@ import torch
 import torch.distributed as dist
 
 from gradsched.calibration import across_jobs, calibrate, lower_bound_s, runtime_name, this_machine, with_runtime_costs
-from gradsched.cluster import Cluster
+from gradsched.cluster import Cluster, Contention
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.torch.jobs.models import build_model
@@ -118,7 +118,7 @@ def _startup_probe(contention: ContentionProbe, cluster: Cluster, cfg: dict[str,
 
 
 def _with_contention(cluster: Cluster, fitted: dict[str, float]) -> Cluster:
-    return dataclasses.replace(cluster, extra={**cluster.extra, "contention": fitted})
+    return dataclasses.replace(cluster, contention=Contention(**fitted))
 
 
 class _Resampling:
