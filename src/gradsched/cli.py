@@ -3,7 +3,8 @@
 Each subcommand lives in its own module under ``gradsched.commands`` with a
 ``register(subparsers)`` function that adds its parser and sets ``func``.  Errors a
 user can cause (:class:`~gradsched.errors.GradschedError`) print one line and exit
-2, never a traceback.
+2, never a traceback.  Any other exception is a fault of gradsched: its traceback is
+printed with a one-line request to report it, and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 
+from gradsched import __version__
 from gradsched.errors import GradschedError
 
 # Subcommand modules, in help order.  Each is imported only when the CLI starts,
@@ -27,13 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Start with `gradsched simulate` (no PyTorch needed) or `gradsched bench` (real training).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"gradsched.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"gradsched.commands.{name}":
-                continue  # not written yet
-            raise
-        module.register(sub)
+        importlib.import_module(f"gradsched.commands.{name}").register(sub)
     return parser
 
 
@@ -51,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"gradsched {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception:  # a fault of gradsched, not of the input: the traceback is what a report needs
+        traceback.print_exc()
+        print(f"gradsched {args.command}: internal error in gradsched {__version__}; please report it as a bug, "
+              "with the traceback above and the command line", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from gradsched.cluster import Cluster, CollectiveCost
-from gradsched.errors import GradschedError
+from gradsched.errors import InternalError
 from gradsched.profile import Profile, TensorProfile
 from gradsched.timeline import BACKWARD, COMM, FORWARD, UPDATE, WAIT, Event
 
@@ -46,7 +46,7 @@ def measured_profile(base: Profile, events: Iterable[Event], steps: list[StepRec
     was neither forward, backward nor waiting for communication (loss, optimizer,
     data)."""
     if not steps:
-        raise GradschedError("internal: no measured iteration to build a profile from")
+        raise InternalError("no measured iteration to build a profile from")
     n = base.num_tensors
     by_iter = {s.trace_iteration: s for s in steps}
     backward: dict[int, list[Event]] = {k: [] for k in by_iter}
@@ -78,7 +78,7 @@ def measured_profile(base: Profile, events: Iterable[Event], steps: list[StepRec
         bwd.append(end - t0)
         other.append(max(s.duration_s - max(f, 0.0) - (end - t0) - waits, 0.0))
     if not bwd:
-        raise GradschedError("internal: the measured iterations recorded no gradient (was tracing on?)")
+        raise InternalError("the measured iterations recorded no gradient (was tracing on?)")
     last = max(bwd)
     med = [statistics.median(r) if r else last for r in ready]  # never ready: an unused parameter, last
     layer = base.layer_of
@@ -158,6 +158,6 @@ def fit_cluster(points: dict[int, Iterable[float]], world_size: int, backend: st
     medians are too noisy to interpolate between)."""
     medians = [(b, statistics.median(ts)) for b, ts in sorted(points.items()) if b > 0 and list(ts)]
     if len(medians) < 2:
-        raise GradschedError("internal: fewer than two operation sizes were measured; nothing to fit a line to")
+        raise InternalError("fewer than two operation sizes were measured; nothing to fit a line to")
     return Cluster(world_size, {"allreduce": CollectiveCost.fit(medians, keep_table=False)}, backend,
                    extra={"method": "in-situ"})
