@@ -47,9 +47,32 @@ def measured_profile(base: Profile, events: Iterable[Event], steps: list[StepRec
     data)."""
     if not steps:
         raise InternalError("no measured iteration to build a profile from")
-    n = base.num_tensors
-    by_iter = {s.trace_iteration: s for s in steps}
-    backward: dict[int, list[Event]] = {k: [] for k in by_iter}
+    ready, fwd, bwd, other = _samples(base.num_tensors, events, steps)
+    last = max(bwd)
+    med = [statistics.median(r) if r else last for r in ready]  # never ready: an unused parameter, last
+    layer = base.layer_of
+    order, layer_bwd = _layer_backward(layer, med)
+    total_bwd = sum(layer_bwd.values())
+    fwd_s = statistics.median(fwd)
+    first: set[int] = set()
+    tensors = []
+    for i, t in enumerate(base.tensors):
+        lid = layer[i]
+        if lid in first:
+            tensors.append(TensorProfile(t.name, t.numel, t.bytes, 0.0, 0.0, lid))
+            continue
+        first.add(lid)
+        share = layer_bwd[lid] / total_bwd if total_bwd > 0 else 1.0 / len(layer_bwd)
+        tensors.append(TensorProfile(t.name, t.numel, t.bytes, fwd_s * share, layer_bwd[lid], lid))
+    return Profile(base.model, tuple(tensors), tuple(order), statistics.median(other),
+                   {"method": "in-situ", "iterations": len(bwd)})
+
+
+def _samples(n: int, events: Iterable[Event], steps: list[StepRecord]
+             ) -> tuple[list[list[float]], list[float], list[float], list[float]]:
+    """Per step: each of the ``n`` tensors' ready time after its backward's start, the forward
+    (less the waits and updates inside it), the backward, and the rest of the iteration."""
+    backward: dict[int, list[Event]] = {s.trace_iteration: [] for s in steps}
     spans: list[Event] = []
     for e in events:
         it = (e.args or {}).get("iteration")
@@ -79,11 +102,14 @@ def measured_profile(base: Profile, events: Iterable[Event], steps: list[StepRec
         other.append(max(s.duration_s - max(f, 0.0) - (end - t0) - waits, 0.0))
     if not bwd:
         raise InternalError("the measured iterations recorded no gradient (was tracing on?)")
-    last = max(bwd)
-    med = [statistics.median(r) if r else last for r in ready]  # never ready: an unused parameter, last
-    layer = base.layer_of
+    return ready, fwd, bwd, other
+
+
+def _layer_backward(layer: tuple[int, ...], med: list[float]) -> tuple[list[int], dict[int, float]]:
+    """The tensors' ready order (by median ready time) and each layer's backward time: from the
+    previous layer's end to when its last tensor is ready."""
+    n = len(med)
     order = sorted(range(n), key=lambda i: (med[i], i))
-    done: dict[int, float] = {}
     layer_end: dict[int, float] = {}
     for i in range(n):
         layer_end[layer[i]] = max(layer_end.get(layer[i], 0.0), med[i])
@@ -91,26 +117,12 @@ def measured_profile(base: Profile, events: Iterable[Event], steps: list[StepRec
     layer_bwd: dict[int, float] = {}
     for i in order:
         lid = layer[i]
-        if lid in done:
+        if lid in layer_bwd:
             continue
         end_s = max(clock, layer_end[lid])
         layer_bwd[lid] = end_s - clock
-        done[lid] = clock = end_s
-    total_bwd = sum(layer_bwd.values())
-    fwd_s = statistics.median(fwd)
-    first: set[int] = set()
-    tensors = []
-    for i, t in enumerate(base.tensors):
-        lid = layer[i]
-        if lid in first:
-            tensors.append(TensorProfile(t.name, t.numel, t.bytes, 0.0, 0.0, lid))
-            continue
-        first.add(lid)
-        share = layer_bwd[lid] / total_bwd if total_bwd > 0 else 1.0 / len(layer_bwd)
-        tensors.append(TensorProfile(t.name, t.numel, t.bytes, fwd_s * share, layer_bwd[lid], lid))
-    return Profile(base.model, tuple(tensors), tuple(order), statistics.median(other),
-                   {"method": "in-situ", "iterations": len(bwd)})
-
+        clock = end_s
+    return order, layer_bwd
 
 IssueTimes = dict[int, dict[int, float]]  # step -> operation -> issue time (tracer clock)
 

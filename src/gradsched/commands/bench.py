@@ -242,50 +242,64 @@ def table(result: dict[str, Any]) -> str:
         cb = lb["contention_bound_s"]
         lines.append(f"lower bound with the measured contention {cb * 1e3:.1f} ms (overlap is not free here); "
                      f"the fastest row, {best['strategy']}, is {best['iteration_s_median'] / cb:.2f}x it")
-    auto = next((r for r in result["rows"] if r["strategy"] == "auto"), None)
-    if auto is not None:
-        opts = auto.get("plan_options") or {}
-        tune = auto.get("autotune")
-        if "chose" in opts:
-            chose = f"{opts['chose']} {opts.get('chosen_options')}"
-        else:  # run-time auto settled on a plan it measured (its first plan, a trial's, DDP's buckets)
-            chose = f"{tune['switches'][-1]['strategy']} {opts}" if tune and tune.get("switches") else str(opts)
-        lines.append(f"auto chose {chose} ({auto['operations']} operations)")
-        if tune and tune.get("predicted_iteration_s"):
-            lines.append(f"  (planned at run time from its own in-training measurements, which predicted "
-                         f"{tune['predicted_iteration_s'] * 1e3:.1f} ms; {tune['replans']} re-plan(s))")
-    c = result.get("contention")
-    if c:
-        own = c.get("own_fitted", c["fitted"])  # this job's probe; `fitted` is what predictions use
-        lines.append(f"contention: a step {c['compute_alone_s'] * 1e3:.0f} ms alone, "
-                     f"{c['compute_overlapped_s'] * 1e3:.0f} ms behind all-reduces (x{c['compute_slowdown']:.2f}); "
-                     f"an all-reduce {c['allreduce_alone_s'] * 1e3:.1f} ms alone "
-                     f"({c.get('allreduce_model_s', c['allreduce_alone_s']) * 1e3:.1f} ms in the cost model), "
-                     f"{c['allreduce_overlapped_s'] * 1e3:.1f} ms while steps run "
-                     f"(x{1 + own.get('comm_slowdown', 0.0):.2f} the cost model); "
-                     f"{own.get('busy_latency_s', 0.0) * 1e3:.2f} ms more per operation started during compute, "
-                     f"{own.get('op_latency_s', 0.0) * 1e3:.2f} ms more per operation in any case")
-        if c.get("history"):
-            f = c["fitted"]
-            lines.append(f"  predicted with each figure at its median over this job and {len(c['history'])} earlier "
-                         f"(--contention-from): compute {f['compute_slowdown']:.2f}, communication "
-                         f"{f['comm_slowdown']:.2f}, {f['busy_latency_s'] * 1e3:.2f} and "
-                         f"{f['op_latency_s'] * 1e3:.2f} ms per operation")
-        if "bucket_copy_s" in c:
-            lines.append(f"runtime costs per step: bucket passes over all gradients {c['bucket_copy_s'] * 1e3:.1f} ms "
-                         f"(copy) + {c['bucket_scale_s'] * 1e3:.1f} ms (scale); buffer broadcast "
-                         f"{c.get('buffer_sync_s', 0.0) * 1e3:.1f} ms")
-        if c.get("runtime_overhead_s"):
-            lines.append("runtime overhead per step (a step of its simplest plan beyond the simulated one): " + ", ".join(
-                f"{name} {seconds * 1e3:.1f} ms" for name, seconds in c["runtime_overhead_s"].items()))
-        if c.get("op_host"):
-            lines.append(f"gradsched's host time per operation: {c['op_host']['issue_s'] * 1e3:.3f} ms to issue, "
-                         f"{c['op_host']['retire_s'] * 1e3:.3f} ms to retire (wfbp against sync, thread CPU time)")
-        if c.get("resamples"):
-            lines.append(f"these figures and the network table's sizes up to 4 MiB: medians over the start-up "
-                         f"measurement and {c['resamples']} samples between rounds ({c['resample_s']:.1f} s); "
-                         f"the plans were made from the start-up ones")
+    lines += _auto_lines(result["rows"]) + _contention_lines(result.get("contention"))
     return "\n".join(lines)
+
+
+def _auto_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """What run-time or offline ``auto`` chose, if it ran."""
+    auto = next((r for r in rows if r["strategy"] == "auto"), None)
+    if auto is None:
+        return []
+    lines: list[str] = []
+    opts = auto.get("plan_options") or {}
+    tune = auto.get("autotune")
+    if "chose" in opts:
+        chose = f"{opts['chose']} {opts.get('chosen_options')}"
+    else:  # run-time auto settled on a plan it measured (its first plan, a trial's, DDP's buckets)
+        chose = f"{tune['switches'][-1]['strategy']} {opts}" if tune and tune.get("switches") else str(opts)
+    lines.append(f"auto chose {chose} ({auto['operations']} operations)")
+    if tune and tune.get("predicted_iteration_s"):
+        lines.append(f"  (planned at run time from its own in-training measurements, which predicted "
+                     f"{tune['predicted_iteration_s'] * 1e3:.1f} ms; {tune['replans']} re-plan(s))")
+    return lines
+
+
+def _contention_lines(c: dict[str, Any] | None) -> list[str]:
+    """The probe's figures, pooled ones and runtime costs, if the job probed."""
+    if not c:
+        return []
+    lines: list[str] = []
+    own = c.get("own_fitted", c["fitted"])  # this job's probe; `fitted` is what predictions use
+    lines.append(f"contention: a step {c['compute_alone_s'] * 1e3:.0f} ms alone, "
+                 f"{c['compute_overlapped_s'] * 1e3:.0f} ms behind all-reduces (x{c['compute_slowdown']:.2f}); "
+                 f"an all-reduce {c['allreduce_alone_s'] * 1e3:.1f} ms alone "
+                 f"({c.get('allreduce_model_s', c['allreduce_alone_s']) * 1e3:.1f} ms in the cost model), "
+                 f"{c['allreduce_overlapped_s'] * 1e3:.1f} ms while steps run "
+                 f"(x{1 + own.get('comm_slowdown', 0.0):.2f} the cost model); "
+                 f"{own.get('busy_latency_s', 0.0) * 1e3:.2f} ms more per operation started during compute, "
+                 f"{own.get('op_latency_s', 0.0) * 1e3:.2f} ms more per operation in any case")
+    if c.get("history"):
+        f = c["fitted"]
+        lines.append(f"  predicted with each figure at its median over this job and {len(c['history'])} earlier "
+                     f"(--contention-from): compute {f['compute_slowdown']:.2f}, communication "
+                     f"{f['comm_slowdown']:.2f}, {f['busy_latency_s'] * 1e3:.2f} and "
+                     f"{f['op_latency_s'] * 1e3:.2f} ms per operation")
+    if "bucket_copy_s" in c:
+        lines.append(f"runtime costs per step: bucket passes over all gradients {c['bucket_copy_s'] * 1e3:.1f} ms "
+                     f"(copy) + {c['bucket_scale_s'] * 1e3:.1f} ms (scale); buffer broadcast "
+                     f"{c.get('buffer_sync_s', 0.0) * 1e3:.1f} ms")
+    if c.get("runtime_overhead_s"):
+        lines.append("runtime overhead per step (a step of its simplest plan beyond the simulated one): " + ", ".join(
+            f"{name} {seconds * 1e3:.1f} ms" for name, seconds in c["runtime_overhead_s"].items()))
+    if c.get("op_host"):
+        lines.append(f"gradsched's host time per operation: {c['op_host']['issue_s'] * 1e3:.3f} ms to issue, "
+                     f"{c['op_host']['retire_s'] * 1e3:.3f} ms to retire (wfbp against sync, thread CPU time)")
+    if c.get("resamples"):
+        lines.append(f"these figures and the network table's sizes up to 4 MiB: medians over the start-up "
+                     f"measurement and {c['resamples']} samples between rounds ({c['resample_s']:.1f} s); "
+                     f"the plans were made from the start-up ones")
+    return lines
 
 
 def plot(result: dict[str, Any], path: str, title: str) -> None:

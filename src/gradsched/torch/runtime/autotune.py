@@ -78,6 +78,7 @@ from gradsched.profile import Profile
 from gradsched.timeline import Event
 
 if TYPE_CHECKING:
+    from gradsched.planners.auto import Ranked
     from gradsched.torch.runtime.trace import Tracer
 
 logger = logging.getLogger("gradsched.autotune")
@@ -439,20 +440,7 @@ class AutoTuner:
         t0 = time.perf_counter()
         events = self._events()
         profile = measured_profile(model.profile, events, window)
-        for nbytes, s in service_points(events, window, peers):
-            self._points.setdefault(nbytes, deque(maxlen=KEEP_POINTS)).append(s)
-        points = {b: list(ts) for b, ts in self._points.items()}
-        if len(points) < MIN_SIZES:
-            for nbytes, s in self._probes:
-                points.setdefault(nbytes, [s])
-        if len(points) >= 2:
-            cluster = fit_cluster(points, model.world, dist.get_backend(model.group))
-        else:  # every operation finished behind another: nothing to fit; keep what we had
-            from gradsched.torch.runtime.planning import default_cluster
-
-            cluster = self.cluster or default_cluster(model.world)
-            logger.warning("auto: too few measured operation sizes to fit collective costs; planning with %s",
-                           "the previous fit" if self.cluster else "a loopback-like default")
+        cluster = self._fit(events, window, peers)
         exclude = tuple(self.config.planner_options.get("exclude", ())) + tuple(self.rejected)
         opts = dict(self.config.planner_options, exclude=exclude)
         def runnable(candidates: list[Ranked]) -> list[Ranked]:
@@ -473,24 +461,9 @@ class AutoTuner:
             default = make_plan(strategy, profile, cluster)
             return Ranked(simulate(default, profile, cluster, timeline=False).iteration_s, strategy, default)
 
-        trials = []
+        trials: list[Ranked] = []
         if reason == "profiled" and self.config.trials > 1:
-            # The search tunes each strategy's options on the simulator's model; the options its
-            # authors chose by hand are measured beside them.  On 2 hosts at 1gbit (vgg) the
-            # search's usbyte and bytescheduler plans measured 584-623 ms in one job's trials, DDP's
-            # buckets 563-574; their default options ran at 509-511 ms in the next job's rounds.
-            chosen = results[0].strategy
-            trials.append(with_defaults(chosen))
-            picked = {chosen}
-            for r in results[1:]:
-                if len(picked) < self.config.trials and r.strategy not in picked:
-                    picked.add(r.strategy)
-                    trials.append(r)
-            if self._offline is not None:  # the user's own measurements may know what in situ cannot
-                off_profile, off_cluster = self._offline
-                trials.extend(runnable(ranked(off_profile, off_cluster, **opts))[:OFFLINE_TRIALS])
-            if "ddp" not in picked:  # what the user would run otherwise is always measured
-                trials.append(with_defaults("ddp"))
+            trials = self._trials(results, with_defaults, lambda p, c: runnable(ranked(p, c, **opts)))
         trial_plans = [(r.strategy, as_auto(r, len(results)), r.predicted_s) for r in trials]
         # the initial plan takes turns too (trials come only at the first plan, which leaves the initial one)
         initial_s = measured_plan_s if trials else None
@@ -502,6 +475,46 @@ class AutoTuner:
                 "measured_s": measured_s,
                 "profile": profile, "cluster": cluster, "initial_predicted_s": initial_s,
                 "trials": [(name, tp, issue_order(tp, profile, cluster), pred) for name, tp, pred in trial_plans]}
+
+    def _fit(self, events: list[Event], window: list[StepRecord], peers: list[IssueTimes] | None) -> Cluster:
+        """Rank 0: the service times measured so far (and the start-up probes, if too few sizes)
+        -> a fitted cluster; the previous fit, or a default, when there is nothing to fit."""
+        model = self._model
+        for nbytes, s in service_points(events, window, peers):
+            self._points.setdefault(nbytes, deque(maxlen=KEEP_POINTS)).append(s)
+        points = {b: list(ts) for b, ts in self._points.items()}
+        if len(points) < MIN_SIZES:
+            for nbytes, s in self._probes:
+                points.setdefault(nbytes, [s])
+        if len(points) >= 2:
+            return fit_cluster(points, model.world, dist.get_backend(model.group))
+        # every operation finished behind another: nothing to fit; keep what we had
+        from gradsched.torch.runtime.planning import default_cluster
+
+        logger.warning("auto: too few measured operation sizes to fit collective costs; planning with %s",
+                       "the previous fit" if self.cluster else "a loopback-like default")
+        return self.cluster or default_cluster(model.world)
+
+    def _trials(self, results: list[Ranked], with_defaults: Callable[[str], Ranked],
+                rank_offline: Callable[[Profile, Cluster], list[Ranked]]) -> list[Ranked]:
+        """Rank 0, at the first plan: the plans measured beside the chosen one (:attr:`AutoTuneConfig.trials`).
+
+        The search tunes each strategy's options on the simulator's model; the options its
+        authors chose by hand are measured beside them.  On 2 hosts at 1gbit (vgg) the
+        search's usbyte and bytescheduler plans measured 584-623 ms in one job's trials, DDP's
+        buckets 563-574; their default options ran at 509-511 ms in the next job's rounds."""
+        chosen = results[0].strategy
+        trials = [with_defaults(chosen)]
+        picked = {chosen}
+        for r in results[1:]:
+            if len(picked) < self.config.trials and r.strategy not in picked:
+                picked.add(r.strategy)
+                trials.append(r)
+        if self._offline is not None:  # the user's own measurements may know what in situ cannot
+            trials.extend(rank_offline(*self._offline)[:OFFLINE_TRIALS])
+        if "ddp" not in picked:  # what the user would run otherwise is always measured
+            trials.append(with_defaults("ddp"))
+        return trials
 
     def _apply(self, step: int, payload: dict[str, Any], reason: str) -> None:
         plan: Plan = payload["plan"]
