@@ -252,6 +252,8 @@ class _Timing:
 
 
 def _run(plan: Plan, profile: Profile, st: _Static, channels: int, on_compute: Dilate, on_comm: Dilate) -> _Timing:
+    # long function: one pass over the timeline: backward, communication, update and forward share
+    # clocks and spans; split, they would pass a dozen lists between them
     n_ops = len(plan.operations)
     spans: list[tuple[str, str, float, float, dict]] = []
     # ---- backward on the compute stream, selections inserted after the completing layer
@@ -387,6 +389,7 @@ def _channel_of(j: int, plan: Plan, channels: int) -> int:
 def _schedule(plan: Plan, ready: list[float], cost: list[float], nbytes: list[int], channels: int,
               start: list[float], end: list[float], on_comm: Dilate = _free) -> None:
     """Fill ``start``/``end`` of every operation (see the module docstring, point 2)."""
+    # long function: the scheduling disciplines (fifo, credit, priority) share the channels' state; each branch is short
     n = len(ready)
     if n == 0:
         return

@@ -354,6 +354,7 @@ def _rotated_rounds(runs: list[tuple[Any, Any]], loss_fn: Any, batches: list[Any
 
 def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
     """The whole job on this rank; rank 0 returns the result (``rows`` + run facts), others None."""
+    # long function: the job's steps in the order every rank must run them (module docstring, 1-6), each a call
     rank, world = dist.get_rank(), dist.get_world_size()
     t_start = time.time()
     profile = _measure_profile(cfg)

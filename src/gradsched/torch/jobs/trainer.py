@@ -36,6 +36,7 @@ from gradsched.torch.runtime.wrapper import DistributedDataParallel
 
 def train(cfg: dict[str, Any]) -> dict[str, Any]:
     """Run the configured training on this rank (process group already initialised)."""
+    # long function: setup, loop and report read top to bottom, as a training script does
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cpu")
     if dist.get_backend() == "nccl":

@@ -138,6 +138,7 @@ class Executor:
                  group: dist.ProcessGroup, ctrl_group: dist.ProcessGroup, *, timeout_s: float,
                  find_unused_parameters: bool, tracer: Tracer | None,
                  sparse_options: SparseOptions | dict | None = None, progress_thread: bool = True) -> None:
+        # long function: declares the executor's whole state in one place, grouped by role
         self.params = params
         self.names = names
         self.plan = plan
