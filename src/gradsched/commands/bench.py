@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gradsched.calibration import contention_history
+from gradsched.constants import MODEL_NAMES
 from gradsched.errors import GradschedError
 
 DEFAULT_MODEL = "vgg"
@@ -33,13 +34,12 @@ DEFAULT_STRATEGIES = "ddp,auto"
 DEFAULT_BUCKETS = "1,5,25,100,all"  # DDP's bucket_cap_mb sweep; 25 is DDP's default (the "ddp" row)
 DEFAULT_RATE = "1gbit"
 TESTBED_PREFIX = "gsb"  # its own prefix: never touches a `gs` testbed the user has up
-MODELS = ("mlp", "cnn", "vgg", "gpt2", "bert")
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("bench", help="benchmark strategies against PyTorch DDP (and its bucket sizes)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=DEFAULT_MODEL, help=f"built-in model: {', '.join(MODELS)} (default "
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"built-in model: {', '.join(MODEL_NAMES)} (default "
                    f"{DEFAULT_MODEL})")
     p.add_argument("--hosts", type=int, default=2, help="workers, one per host (default 2)")
     net = p.add_mutually_exclusive_group()
@@ -148,8 +148,8 @@ def _network(args: argparse.Namespace) -> str | None:
 
 
 def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, float]]) -> dict[str, Any]:
-    if args.model not in MODELS:
-        raise GradschedError(f"unknown model {args.model!r}; known: {', '.join(MODELS)}")
+    if args.model not in MODEL_NAMES:
+        raise GradschedError(f"unknown model {args.model!r}; known: {', '.join(MODEL_NAMES)}")
     if args.hosts < 2:
         raise GradschedError(f"--hosts must be at least 2 (data parallelism needs two workers), got {args.hosts}")
     if args.steps < 1 or args.rounds < 1 or args.batch_size < 1:

@@ -19,16 +19,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gradsched.constants import MODEL_NAMES
 from gradsched.errors import GradschedError
-
-MODELS = ("mlp", "cnn", "vgg", "gpt2", "bert")
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("train", help="train a built-in model on N local workers under a strategy",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nproc", type=int, default=2, help="workers (ranks) on this machine (default 2)")
-    p.add_argument("--model", default="mlp", help=f"built-in model: {', '.join(MODELS)} (default mlp)")
+    p.add_argument("--model", default="mlp", help=f"built-in model: {', '.join(MODEL_NAMES)} (default mlp)")
     p.add_argument("--strategy", default="wfbp", help="strategy name (default wfbp); ddp = PyTorch DDP")
     p.add_argument("--plan", default=None, help="run this plan file (gradsched.plan/1) instead of --strategy")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
@@ -77,8 +76,8 @@ def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
         raise GradschedError(f"--nproc must be at least 1, got {args.nproc}")
     if args.steps < 1 or args.batch_size < 1:
         raise GradschedError("--steps and --batch-size must be at least 1")
-    if args.model not in MODELS:
-        raise GradschedError(f"unknown model {args.model!r}; known: {', '.join(MODELS)}")
+    if args.model not in MODEL_NAMES:
+        raise GradschedError(f"unknown model {args.model!r}; known: {', '.join(MODEL_NAMES)}")
     if args.model in ("gpt2", "bert"):
         import importlib.util
 

@@ -13,12 +13,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 from gradsched.cluster import Cluster
+from gradsched.constants import MiB
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
 from gradsched.planners.registry import get_planner, is_sparse, register, strategy_names
 from gradsched.profile import Profile
-
-MiB = 1 << 20
 
 # Options tried per strategy; strategies not listed are tried with their defaults.
 GRID: dict[str, list[dict[str, Any]]] = {

@@ -60,6 +60,7 @@ import torch.distributed as dist
 
 from gradsched.calibration import across_jobs, calibrate, lower_bound_s, runtime_name, this_machine, with_runtime_costs
 from gradsched.cluster import Cluster, Contention
+from gradsched.constants import MiB
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.torch.jobs.models import build_model
@@ -68,7 +69,6 @@ from gradsched.torch.measure.probe import ContentionProbe, NetworkResampler, slo
 from gradsched.torch.jobs.worker import run_worker
 from gradsched.torch.runtime.wrapper import DistributedDataParallel
 
-MiB = 1 << 20
 RESAMPLE_SHARE = 0.25  # between rounds, the probes sample again within this share of the rounds' time
 OVERHEAD_BUDGET_S = 12.0  # the runtimes' overhead probe takes about this long ...
 OVERHEAD_REPS = (3, 20)  # ... in this many rotations of short bursts
