@@ -35,11 +35,11 @@ def with_runtime_costs(profile: Profile, probe: dict[str, Any] | None, torch_ddp
     - The broadcast of rank 0's buffers before every forward (both, by default): into
       ``other_s``, which runs where that broadcast does, between the update and the
       next forward.
-    - gradsched's host time per operation (:meth:`_RuntimeOverheads.op_host`), into the
+    - gradsched's host time per operation (the bench worker's ``_RuntimeOverheads.op_host``), into the
       profile's ``op_host``: PyTorch DDP issues its few buckets from C++, and whatever
       that costs is in its overhead below.
     - The rest of the runtime's own cost per step, measured on its simplest plan
-      (:class:`_RuntimeOverheads`): into ``other_s`` too."""
+      (the bench worker's ``_RuntimeOverheads``): into ``other_s`` too."""
     if probe is None or not probe.get("allreduce_bytes"):
         return profile
     per_byte = 1.0 / probe["allreduce_bytes"]
