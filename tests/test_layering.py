@@ -90,7 +90,7 @@ def _within(module: str, *packages: str) -> bool:
 
 CORE = ("gradsched._validate", "gradsched.errors", "gradsched.bundled", "gradsched.cluster", "gradsched.profile",
         "gradsched.plan", "gradsched.planners", "gradsched.sim", "gradsched.synthetic", "gradsched.timeline",
-        "gradsched.plot", "gradsched.fidelity", "gradsched.calibration", "gradsched.constants")
+        "gradsched.plot", "gradsched.fidelity", "gradsched.calibration", "gradsched.constants", "gradsched.jobconfig")
 
 # (who, what it must not import, why)
 RULES = [
