@@ -618,8 +618,9 @@ class AutoTuner:
         def runnable(candidates: list[Ranked]) -> list[Ranked]:
             if model._optimizer is not None:
                 return candidates
-            # overlapping the update with the next forward needs DistributedOptimizer
-            return [r for r in candidates if not r.plan.overlap_forward]
+            # without a DistributedOptimizer an overlapping plan waits at the end of backward
+            # (gradsched.torch.inflight), so the simulator's figure for it would not hold
+            return [r for r in candidates if not r.plan.overlap_forward] or candidates
 
         results = runnable(ranked(profile, cluster, **opts))
         plan = as_auto(results[0], len(results))

@@ -49,6 +49,7 @@ from torch import nn
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
 from gradsched.torch.hosttime import HostTimer
+from gradsched.torch.inflight import unwrap
 from gradsched.torch.layout import build_layout
 from gradsched.torch.memory import MemoryLedger, storage_bytes
 from gradsched.torch.ops import CollectiveError, OpRunner, make_runner
@@ -60,18 +61,17 @@ PENDING, ISSUED, DONE = 0, 1, 2
 NCCL_POLL_S = 0.001  # NCCL futures complete at enqueue, not at the end: the progress thread polls is_completed()
 IDLE_CHECK_S = 1.0  # an idle progress thread checks this often whether its executor is gone (no leak)
 
-# Plans issued from a progress thread use a private copy of the user's group: another
-# collective on the user's group (a logged loss all-reduce between steps) could otherwise
-# interleave with the thread's issues in a different order on different ranks.  One per
-# user group per process, created at the same point on every rank (executor creation).
-_PRIVATE_GROUPS: dict[dist.ProcessGroup, dist.ProcessGroup] = {}
+def private_group(group: dist.ProcessGroup, timeout_s: float) -> dist.ProcessGroup:
+    """A private copy of ``group`` (a collective: every rank of ``group`` calls it at the same point).
 
-
-def _private_group(group: dist.ProcessGroup, timeout_s: float) -> dist.ProcessGroup:
-    if group not in _PRIVATE_GROUPS:
-        _PRIVATE_GROUPS[group] = dist.new_group(dist.get_process_group_ranks(group), backend=dist.get_backend(group),
-                                                timeout=timedelta(seconds=timeout_s))
-    return _PRIVATE_GROUPS[group]
+    Plans whose issue times depend on timing (a credit window: a completion frees
+    room) issue on a group of their own: another collective on the user's group (a
+    logged loss all-reduce between steps), or another wrapped model's operations (a
+    GAN's generator and discriminator, a teacher and a student), could otherwise
+    interleave with them in a different order on different ranks.  The wrapper keeps
+    one per wrapped model (``Executor(private=...)``), made when its first such plan starts."""
+    return dist.new_group(dist.get_process_group_ranks(group), backend=dist.get_backend(group),
+                          timeout=timedelta(seconds=timeout_s))
 
 
 class _Wake:
@@ -134,7 +134,8 @@ class Executor:
     def __init__(self, params: list[nn.Parameter], names: list[str], plan: Plan, order: list[int],
                  group: dist.ProcessGroup, ctrl_group: dist.ProcessGroup, *, timeout_s: float,
                  find_unused_parameters: bool, tracer: Tracer | None,
-                 sparse_options: SparseOptions | dict | None = None, progress_thread: bool = True) -> None:
+                 sparse_options: SparseOptions | dict | None = None, progress_thread: bool = True,
+                 private: Callable[[], dist.ProcessGroup] | None = None) -> None:
         self.params = params
         self.names = names
         self.plan = plan
@@ -195,14 +196,16 @@ class Executor:
         self._thread_error: BaseException | None = None
         self._wake: _Wake | None = None
         self._thread: threading.Thread | None = None
-        if progress_thread and self.credit_bytes is not None:
-            self.group = group = _private_group(group, timeout_s)
+        if self.credit_bytes is not None:  # issue times depend on completions: a group of its own
+            self.group = group = private() if private is not None else private_group(group, timeout_s)
             for r in self.runners:
                 r.group = group
+        if progress_thread and self.credit_bytes is not None:
             self._wake = _Wake()
         self.enabled = True  # False inside no_sync()
         self.in_backward = False
-        self.on_backward_end: Callable[[], None] | None = None  # set by the wrapper (overlap plans)
+        # set by the wrapper (overlap plans): True when it leaves operations in flight (gradsched.torch.inflight)
+        self.on_backward_end: Callable[[], bool] | None = None
         self.host_timer: HostTimer | None = None  # counts host time per operation when set (gradsched bench)
         self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(i)) for i, p in enumerate(params)]
         self._reset()
@@ -491,13 +494,11 @@ class Executor:
         if self.find_unused:
             self._agree_on_unused()
         self.progress()
-        if self.on_backward_end is None:
+        if self.on_backward_end is None or not self.on_backward_end():
             wait_start = self.tracer.now() if self.tracer is not None else 0.0
             self.settle_all()
             if self.tracer is not None:
                 self.tracer.span("wait for communication", WAIT, wait_start)
-        else:
-            self.on_backward_end()
         self.sparse_step += 1
         if self.host_timer is not None:
             self.host_timer.passes += 1
@@ -594,6 +595,7 @@ class Executor:
         if i in self.globally_unused:
             return  # no rank computed it: leave .grad as it was (None stays None), like DDP
         p = self.params[i]
+        unwrap(p)  # a guard that waited for this (gradsched.torch.inflight): the plain tensor again
         view = self.views[i]
         if view is not None:
             if p.grad is None or p.grad.data_ptr() != view.data_ptr():

@@ -17,6 +17,7 @@ takes rank 0's parameters and buffers, as DDP does.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 from datetime import timedelta
 from typing import Any, Iterator
@@ -31,7 +32,8 @@ from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.timeline import Timeline
 from gradsched.torch.autotune import AutoTuneConfig, AutoTuner
-from gradsched.torch.executor import Executor
+from gradsched.torch import inflight
+from gradsched.torch.executor import Executor, private_group
 from gradsched.torch.hosttime import HostTimer
 from gradsched.torch.ops import CollectiveError
 from gradsched.torch.planning import (default_cluster, in_profile_order, issue_order, profile_from_module,
@@ -168,12 +170,19 @@ class DistributedDataParallel(nn.Module):
         self._executor = Executor(self._params, self._names, self.plan, self._order, self._group,
                                   self._ctrl or self._group, timeout_s=self._timeout_s,
                                   find_unused_parameters=self._find_unused, tracer=self._tracer,
-                                  sparse_options=self._sparse_options)
+                                  sparse_options=self._sparse_options, private=self._private_group)
         if self._optimizer is not None:
-            self._executor.mirror = self._optimizer._step_subset  # sparse results update their weights on arrival
+            self._executor.mirror = self._optimizer.on_arrival  # sparse results update their weights on arrival
         if self.plan.overlap_forward:
-            self._executor.on_backward_end = lambda: None  # leave operations in flight
+            # in flight past backward only with a DistributedOptimizer (gradsched.torch.inflight)
+            self._executor.on_backward_end = functools.partial(inflight.on_backward_end, self)
             self._install_gating()
+
+    def _private_group(self) -> dist.ProcessGroup:
+        """This model's own copy of its group, for timing-dependent issue (made once, collectively)."""
+        if self.__dict__.get("_private") is None:
+            self.__dict__["_private"] = private_group(self._group, self._timeout_s)
+        return self.__dict__["_private"]
 
     def _switch_plan(self, plan: Plan, order: list[int]) -> None:
         """Run ``plan`` from the next backward on.  Call on every rank at the same iteration
@@ -238,7 +247,7 @@ class DistributedDataParallel(nn.Module):
                                  "model.parameters()")
         self._optimizer = optimizer
         if self._executor is not None:
-            self._executor.mirror = optimizer._step_subset  # sparse results update their weights on arrival
+            self._executor.mirror = optimizer.on_arrival  # sparse results update their weights on arrival
 
     # ------------------------------------------------------------------ properties
     @property
@@ -260,10 +269,7 @@ class DistributedDataParallel(nn.Module):
         if self.autotuner is not None and syncing:
             self.autotuner.on_iteration_start()  # an iteration boundary: the plan may switch here
         t0 = tracer.now() if tracer is not None else 0.0
-        if self.overlaps_forward and syncing and self._optimizer is None:
-            raise GradschedError(f"plan {self.strategy!r} overlaps the optimizer update with the next forward: wrap "
-                                 "the optimizer, opt = gradsched.torch.DistributedOptimizer(opt, model), and call "
-                                 "its step() and zero_grad()")
+        self._finish_unstepped()
         if self._broadcast_buffers and self._ctrl is not None and syncing:
             self._sync_buffers()
         out = self.module(*args, **kwargs)
@@ -272,6 +278,13 @@ class DistributedDataParallel(nn.Module):
         if tracer is not None:
             tracer.span("forward", FORWARD, t0)
         return out
+
+    def _finish_unstepped(self) -> None:
+        """A backward left in flight that no ``step()`` followed (a GAN's generator step through the
+        discriminator): finish it now, before autograd accumulates into its buckets."""
+        ex = self._executor
+        if ex is not None and not ex.settled and not (self._optimizer is not None and self._optimizer.pending):
+            inflight.wait_all(ex)
 
     def _sync_buffers(self) -> None:
         """Rank 0's buffers to every rank, on the side-traffic group."""
