@@ -76,6 +76,8 @@ def _train(loop: str, wrap_opt: bool, strategy: str, options: dict | None, spars
         if loop == "log":
             logged.append(float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])))
             torch.nn.utils.clip_grad_value_(model.parameters(), 0.01)  # an edit that needs the averaged values
+        elif integrated and opt is inner:  # the reference (torch DDP) clips by hand
+            torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
         elif loop != "plain" and not integrated:
             logged.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)))
         if scaler is not None:

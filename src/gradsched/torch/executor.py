@@ -49,7 +49,7 @@ from torch import nn
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
 from gradsched.torch.hosttime import HostTimer
-from gradsched.torch.inflight import unwrap
+from gradsched.torch.inflight import applied, unwrap
 from gradsched.torch.layout import build_layout
 from gradsched.torch.memory import MemoryLedger, storage_bytes
 from gradsched.torch.ops import CollectiveError, OpRunner, make_runner
@@ -585,7 +585,7 @@ class Executor:
                 if self.tracer is not None:
                     self.tracer.span(f"update {self.names[g[0][0]]}", UPDATE, t0, tensors=[t for t, _, _ in g])
             for p in params:
-                p.grad = None  # updated from the aggregated result: the dense gradient is not kept
+                p.grad = applied(p)  # updated from the aggregated result: not kept, and any use is an error
             if name is not None:
                 self.ledger.free(name)
         self.op_state[j] = DONE

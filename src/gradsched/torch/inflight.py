@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils._pytree import tree_leaves
 
+from gradsched.errors import GradschedError
 from gradsched.torch.trace import WAIT
 
 if TYPE_CHECKING:
@@ -55,6 +56,37 @@ class InFlightGrad(torch.Tensor):
                     wait_all(ex, "wait: gradients read before step()")
         with torch._C.DisableTorchFunctionSubclass():
             return func(*args, **kwargs)
+
+
+APPLIED = ("this parameter's top-k result was applied to its weights as it arrived (sparse memory mode 'laysa' "
+           "with a DistributedOptimizer), so its gradient is gone after backward(); to read or change gradients "
+           "between backward() and step() use DistributedOptimizer(..., clip_grad_norm=...), "
+           "sparse_options={'memory': 'naive'}, or a plain torch.optim optimizer")
+
+
+class AppliedGrad(torch.Tensor):
+    """``.grad`` of a parameter LaySA already updated from its top-k result: any use is an error.
+
+    Left as ``None`` the gradient would be skipped silently by ``clip_grad_norm_`` and
+    ``GradScaler``, a wrong step nobody sees; this stand-in (one element, expanded:
+    no memory) raises a :class:`~gradsched.errors.GradschedError` instead.  The
+    optimizer wrapper and the next forward put ``None`` back."""
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        raise GradschedError(APPLIED)
+
+
+def applied(p: torch.Tensor) -> torch.Tensor:
+    """The :class:`AppliedGrad` stand-in for ``p.grad``."""
+    return torch.zeros((), dtype=p.dtype, device=p.device).expand_as(p).as_subclass(AppliedGrad)
+
+
+def clear_applied(params: Any) -> None:
+    """``None`` back in place of every :class:`AppliedGrad` (before the optimizer or autograd sees them)."""
+    for p in params:
+        if type(p.grad) is AppliedGrad:
+            p.grad = None
 
 
 def guard(ex: "Executor", grad: torch.Tensor) -> torch.Tensor:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from gradsched.errors import GradschedError
+from gradsched.torch.inflight import clear_applied
 from gradsched.torch.trace import UPDATE, WAIT
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ class DistributedOptimizer:
     def step(self, closure: Any = None) -> Any:
         if closure is not None:
             raise GradschedError("optimizer closures are not supported by gradsched; call backward() and step() instead")
+        clear_applied(self._params())  # LaySA's results already applied: None, as the optimizer expects
         if not self._model.overlaps_forward:
             tracer = self._model._tracer
             t0 = tracer.now() if tracer is not None else 0.0
@@ -112,6 +114,7 @@ class DistributedOptimizer:
             self._zero = set_to_none
             return
         self._model._finish_unstepped()  # results still in flight would land in the zeroed .grad
+        clear_applied(self._params())
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def state_dict(self) -> dict[str, Any]:
@@ -172,10 +175,13 @@ class DistributedOptimizer:
         if tracer is not None:
             tracer.span(f"update {model._names[todo[0]]}", UPDATE, t0, tensors=todo)
 
+    def _params(self) -> list[torch.nn.Parameter]:
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
+
     def _clip(self) -> None:
         if self.clip_grad_norm is None:
             return
-        params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
+        params = [p for p in self._params() if p.grad is not None]
         self.last_grad_norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm, self.norm_type)
 
     def _step_subset(self, params: list[torch.nn.Parameter]) -> None:

@@ -283,7 +283,11 @@ class DistributedDataParallel(nn.Module):
         """A backward left in flight that no ``step()`` followed (a GAN's generator step through the
         discriminator): finish it now, before autograd accumulates into its buckets."""
         ex = self._executor
-        if ex is not None and not ex.settled and not (self._optimizer is not None and self._optimizer.pending):
+        if ex is None:
+            return
+        if ex.laysa:
+            inflight.clear_applied(self._params)  # autograd cannot accumulate into the stand-ins
+        if not ex.settled and not (self._optimizer is not None and self._optimizer.pending):
             inflight.wait_all(ex)
 
     def _sync_buffers(self) -> None:
