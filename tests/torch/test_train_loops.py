@@ -146,3 +146,47 @@ def test_clip_grad_norm_option_is_checked():
             DistributedOptimizer(opt, _Model(), clip_grad_norm=bad)  # type: ignore[arg-type]
     with pytest.raises(GradschedError, match="norm_type must be positive"):
         DistributedOptimizer(opt, _Model(), clip_grad_norm=1.0, norm_type=0)
+
+
+# --------------------------------------------------------------------------- top-k (LaySA) after its results are applied
+def _sparse_clip(memory: str, how: str) -> list[torch.Tensor]:
+    """Top-k (density 0.1, no warm-up), 6 steps with global-norm clipping done ``how``."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    spec = build_model("mlp", seed=0)
+    model = DistributedDataParallel(spec.module, "topk", plan_options={"density": 0.1},
+                                    sparse_options={"memory": memory}, timeout_s=60)
+    inner = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt: Any = inner if how == "plain-optimizer" else DistributedOptimizer(
+        inner, model, clip_grad_norm=CLIP if how == "integrated" else None)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(6):
+        opt.zero_grad()
+        x, y = spec.make_batch(8 * world, gen)
+        spec.loss_fn(model(x[rank::world]), y[rank::world]).backward()
+        if how != "integrated":
+            torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        opt.step()
+    return [p.detach().clone() for p in spec.module.parameters()]
+
+
+def _sparse_job(rank: int, world: int) -> dict:
+    out: dict[str, Any] = {"naive": _sparse_clip("naive", "plain-clip"),
+                           "laysa-integrated": _sparse_clip("laysa", "integrated"),
+                           "laysa-plain-optimizer": _sparse_clip("laysa", "plain-optimizer")}
+    try:
+        _sparse_clip("laysa", "plain-clip")
+        out["error"] = None
+    except Exception as exc:  # noqa: BLE001 - the message is what is checked
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    dist.barrier()
+    return out
+
+
+@pytest.mark.slow
+def test_topk_clipping_is_integrated_or_a_clear_error():
+    """LaySA applies top-k results as they arrive: clipping then must be integrated (or the result kept)."""
+    for r in spawn_local(_sparse_job, 2, timeout_s=60):
+        assert rel_diff(r["laysa-integrated"], r["naive"]) <= TOLERANCE
+        assert rel_diff(r["laysa-plain-optimizer"], r["naive"]) <= TOLERANCE
+        assert r["error"] is not None and r["error"].startswith("GradschedError")
+        assert "clip_grad_norm=" in r["error"] and "applied to its weights" in r["error"]
