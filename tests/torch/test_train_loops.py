@@ -54,7 +54,7 @@ def _train(loop: str, wrap_opt: bool, strategy: str, options: dict | None, spars
                                         sparse_options=sparse, timeout_s=60)
     inner = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     integrated = loop == "clip_integrated"
-    opt: Any = (DistributedOptimizer(inner, model, clip_grad_norm=CLIP if integrated else None)
+    opt: Any = (DistributedOptimizer(inner, model, **({"clip_grad_norm": CLIP} if integrated else {}))
                 if wrap_opt and strategy != "torch-ddp" else inner)
     sched = torch.optim.lr_scheduler.StepLR(inner, step_size=3, gamma=0.5)
     amp = {"scaler": torch.float16, "bf16": torch.bfloat16}.get(loop)
