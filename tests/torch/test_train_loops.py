@@ -88,7 +88,8 @@ def _train(loop: str, wrap_opt: bool, strategy: str, options: dict | None, spars
         sched.step()
     if strategy != "torch-ddp":
         model.synchronize()
-    return {"params": [p.detach().clone() for p in spec.module.parameters()], "logged": logged}
+    return {"params": [p.detach().clone() for p in spec.module.parameters()], "logged": logged,
+            "overlapping": model.overlaps_forward}
 
 
 def _job(rank: int, world: int, loop: str, wrap_opt: bool) -> dict:
@@ -128,7 +129,9 @@ def test_plain_optimizer_and_scheduler_match_ddp(loop):
 @pytest.mark.parametrize("loop", ["clip", "clip_integrated", "scaler", "bf16", "log", "accumulate"])
 def test_distributed_optimizer_loops_match_ddp(loop):
     """DistributedOptimizer with clipping (plain and integrated), GradScaler (fp16), bf16, logging, no_sync."""
-    _check(spawn_local(_job, 2, loop, True, timeout_s=60))
+    results = spawn_local(_job, 2, loop, True, timeout_s=60)
+    _check(results)
+    assert all(r["auto"]["overlapping"] and r["usbyte"]["overlapping"] for r in results)  # auto did switch
 
 
 def test_clip_grad_norm_option_is_checked():
