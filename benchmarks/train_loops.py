@@ -32,7 +32,7 @@ CLIP = 1.0
 
 def _unfinished_fraction(model: Any) -> float:
     """Share of the plan's bytes whose operation is not complete (not issued, or issued and running)."""
-    from gradsched.torch.executor import DONE, PENDING
+    from gradsched.torch.runtime.executor import DONE, PENDING
 
     ex = model._executor
     total = sum(r.nbytes for r in ex.runners)
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "train_loops.json"))
     args = ap.parse_args(argv)
-    from gradsched.torch.selftest import spawn_local
+    from gradsched.torch.jobs.selftest import spawn_local
 
     t0 = time.time()
     results = spawn_local(_job, 2, args.strategy, args.model, args.steps, args.warmup, args.batch_size,

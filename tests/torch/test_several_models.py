@@ -21,7 +21,7 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer  # noqa: E402
-from gradsched.torch.selftest import rel_diff, spawn_local  # noqa: E402
+from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
 
 TOLERANCE = 1e-5
 STEPS = 8

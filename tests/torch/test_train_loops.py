@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer, build_model  # noqa: E402
-from gradsched.torch.selftest import SMALL_MODEL_OPTIONS, dense_strategies, rel_diff, spawn_local  # noqa: E402
+from gradsched.torch.jobs.selftest import SMALL_MODEL_OPTIONS, dense_strategies, rel_diff, spawn_local  # noqa: E402
 
 TOLERANCE = 1e-5  # as tests/torch/test_runtime_equivalence.py
 STEPS = 8

@@ -28,22 +28,23 @@ therefore finishes a backward's communication before the next forward or
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_leaves
 
 from gradsched.errors import GradschedError
-from gradsched.torch.trace import WAIT
+from gradsched.torch.runtime.trace import WAIT
 
-if TYPE_CHECKING:
-    from gradsched.torch.executor import Executor
+# The executor imports this module (to unwrap guards), so it is typed here by what is used:
+# ``settled``, ``settle_all()``, ``tracer``, ``params``, ``written``, ``views``, ``globally_unused``.
+Executor = Any
 
 
 class InFlightGrad(torch.Tensor):
     """A gradient whose reduction may still be in flight: any torch operation on it waits first."""
 
-    _gs_owner: "weakref.ReferenceType[Executor]"
+    _gs_owner: "weakref.ReferenceType[Any]"
     _gs_plain: torch.Tensor
 
     @classmethod
@@ -89,7 +90,7 @@ def clear_applied(params: Any) -> None:
             p.grad = None
 
 
-def guard(ex: "Executor", grad: torch.Tensor) -> torch.Tensor:
+def guard(ex: Executor, grad: torch.Tensor) -> torch.Tensor:
     """``grad`` (same memory) as an :class:`InFlightGrad` owned by ``ex``."""
     g = grad.as_subclass(InFlightGrad)
     g._gs_owner = weakref.ref(ex)
@@ -104,7 +105,7 @@ def unwrap(p: torch.Tensor) -> None:
         p.grad = g._gs_plain
 
 
-def wait_all(ex: "Executor", label: str = "wait for communication") -> None:
+def wait_all(ex: Executor, label: str = "wait for communication") -> None:
     """Finish all of ``ex``'s communication and write every result back (traced as a wait)."""
     tracer = ex.tracer
     t0 = tracer.now() if tracer is not None else 0.0
@@ -113,7 +114,7 @@ def wait_all(ex: "Executor", label: str = "wait for communication") -> None:
         tracer.span(label, WAIT, t0)
 
 
-def guard_unwritten(ex: "Executor") -> None:
+def guard_unwritten(ex: Executor) -> None:
     """After backward with operations in flight: every parameter whose result is not written gets a guard.
 
     A parameter no rank used keeps its ``.grad`` as it was (``None`` stays ``None``),

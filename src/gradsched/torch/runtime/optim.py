@@ -20,7 +20,7 @@ next iteration, as it would without deferral.
 
 Reading or changing gradients between ``backward()`` and ``step()`` (clipping,
 ``GradScaler``, logging) is correct with every plan: a gradient still being reduced
-waits at its first touch (:mod:`gradsched.torch.inflight`), which gives up the
+waits at its first touch (:mod:`gradsched.torch.runtime.inflight`), which gives up the
 overlap of that step.  ``clip_grad_norm=`` clips inside the deferred update instead,
 after the last operation completes, so communication still overlaps whatever runs
 between ``step()`` and the next forward (docs/runtime.md, "Between backward() and
@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from gradsched.errors import GradschedError
-from gradsched.torch.inflight import clear_applied
-from gradsched.torch.trace import UPDATE, WAIT
+from gradsched.torch.runtime.inflight import clear_applied
+from gradsched.torch.runtime.trace import UPDATE, WAIT
 
 if TYPE_CHECKING:
-    from gradsched.torch.wrapper import DistributedDataParallel
+    from gradsched.torch.runtime.wrapper import DistributedDataParallel
 
 
 class DistributedOptimizer:

@@ -7,7 +7,7 @@ One executor per wrapped model.  Per backward pass:
    the arena, otherwise it is copied there.  The first hook of a backward queues
    :meth:`Executor.finalize` to run when the autograd engine finishes the pass.
 2. :meth:`Executor.progress` issues operations strictly in the issue order (see
-   :mod:`gradsched.torch.planning`): the next one goes as soon as all its tensors are
+   :mod:`gradsched.torch.runtime.planning`): the next one goes as soon as all its tensors are
    ready and, with a credit window, the bytes in flight leave room for it.  Progress
    is made at every gradient-ready hook, at the end of backward and whenever a
    caller waits.  With a credit window that is not enough: a block that completes
@@ -26,12 +26,12 @@ One executor per wrapped model.  Per backward pass:
 A parameter unused on every rank keeps its ``.grad`` unchanged (``None`` stays
 ``None``), as in DDP, so optimizers skip it.
 
-Sparse (``topk-allgather``) operations run in :mod:`gradsched.torch.sparse`; in its
+Sparse (``topk-allgather``) operations run in :mod:`gradsched.torch.runtime.sparse`; in its
 default ``laysa`` memory mode their tensors' gradients are added into the residual
 (their piece of the flat buffer) and released, and the dense result is delivered one
 chunk of whole tensors at a time: each chunk updates its weights through
 :attr:`Executor.mirror` (set by ``DistributedOptimizer``) and is freed.  Every
-buffer goes through :attr:`Executor.ledger` (:mod:`gradsched.torch.memory`).
+buffer goes through :attr:`Executor.ledger` (:mod:`gradsched.torch.runtime.memory`).
 """
 
 from __future__ import annotations
@@ -48,30 +48,39 @@ from torch import nn
 
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
-from gradsched.torch.hosttime import HostTimer
-from gradsched.torch.inflight import applied, unwrap
-from gradsched.torch.layout import build_layout
-from gradsched.torch.memory import MemoryLedger, storage_bytes
-from gradsched.torch.ops import CollectiveError, OpRunner, make_runner
-from gradsched.torch.planning import dtype_key
-from gradsched.torch.sparse import SparseOptions, TopkAllGather
-from gradsched.torch.trace import UPDATE, WAIT, Tracer
+from gradsched.torch.runtime.hosttime import HostTimer
+from gradsched.torch.runtime.inflight import applied, unwrap
+from gradsched.torch.runtime.layout import build_layout
+from gradsched.torch.runtime.memory import MemoryLedger, storage_bytes
+from gradsched.torch.runtime.ops import CollectiveError, OpRunner, make_runner
+from gradsched.torch.runtime.planning import dtype_key
+from gradsched.torch.runtime.shutdown import close_at_exit, release_at_exit
+from gradsched.torch.runtime.sparse import SparseOptions, TopkAllGather
+from gradsched.torch.runtime.trace import UPDATE, WAIT, Tracer
 
 PENDING, ISSUED, DONE = 0, 1, 2
 NCCL_POLL_S = 0.001  # NCCL futures complete at enqueue, not at the end: the progress thread polls is_completed()
 IDLE_CHECK_S = 1.0  # an idle progress thread checks this often whether its executor is gone (no leak)
+CLOSE_WAIT_S = 30.0  # closing waits at most this long for each operation in flight (peers may be gone)
 
-def private_group(group: dist.ProcessGroup, timeout_s: float) -> dist.ProcessGroup:
-    """A private copy of ``group`` (a collective: every rank of ``group`` calls it at the same point).
+_PRIVATE_GROUPS: "weakref.WeakKeyDictionary[object, dist.ProcessGroup]" = weakref.WeakKeyDictionary()
+
+
+def private_group(group: dist.ProcessGroup, timeout_s: float, owner: object) -> dist.ProcessGroup:
+    """``owner``'s private copy of ``group`` (a collective: every rank of ``group`` calls it at the same point).
 
     Plans whose issue times depend on timing (a credit window: a completion frees
     room) issue on a group of their own: another collective on the user's group (a
     logged loss all-reduce between steps), or another wrapped model's operations (a
     GAN's generator and discriminator, a teacher and a student), could otherwise
-    interleave with them in a different order on different ranks.  The wrapper keeps
-    one per wrapped model (``Executor(private=...)``), made when its first such plan starts."""
-    return dist.new_group(dist.get_process_group_ranks(group), backend=dist.get_backend(group),
-                          timeout=timedelta(seconds=timeout_s))
+    interleave with them in a different order on different ranks.  One per ``owner``
+    (the wrapped model; made when its first such plan starts), held here, not by the
+    owner, so that it is never held into finalisation (gradsched.torch.runtime.shutdown)."""
+    release_at_exit(_PRIVATE_GROUPS.clear)
+    if owner not in _PRIVATE_GROUPS:
+        _PRIVATE_GROUPS[owner] = dist.new_group(dist.get_process_group_ranks(group), backend=dist.get_backend(group),
+                                                timeout=timedelta(seconds=timeout_s))
+    return _PRIVATE_GROUPS[owner]
 
 
 class _Wake:
@@ -135,7 +144,7 @@ class Executor:
                  group: dist.ProcessGroup, ctrl_group: dist.ProcessGroup, *, timeout_s: float,
                  find_unused_parameters: bool, tracer: Tracer | None,
                  sparse_options: SparseOptions | dict | None = None, progress_thread: bool = True,
-                 private: Callable[[], dist.ProcessGroup] | None = None) -> None:
+                 private_owner: object | None = None) -> None:
         self.params = params
         self.names = names
         self.plan = plan
@@ -197,14 +206,14 @@ class Executor:
         self._wake: _Wake | None = None
         self._thread: threading.Thread | None = None
         if self.credit_bytes is not None:  # issue times depend on completions: a group of its own
-            self.group = group = private() if private is not None else private_group(group, timeout_s)
+            self.group = group = private_group(group, timeout_s, self if private_owner is None else private_owner)
             for r in self.runners:
                 r.group = group
         if progress_thread and self.credit_bytes is not None:
             self._wake = _Wake()
         self.enabled = True  # False inside no_sync()
         self.in_backward = False
-        # set by the wrapper (overlap plans): True when it leaves operations in flight (gradsched.torch.inflight)
+        # set by the wrapper (overlap plans): True when it leaves operations in flight (gradsched.torch.runtime.inflight)
         self.on_backward_end: Callable[[], bool] | None = None
         self.host_timer: HostTimer | None = None  # counts host time per operation when set (gradsched bench)
         self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(i)) for i, p in enumerate(params)]
@@ -212,6 +221,7 @@ class Executor:
         self.settled = True  # no operation of a past backward outstanding
         if self._wake is not None:
             self._start_thread(device)
+        close_at_exit(self)
 
     def _check_sparse_plan(self, sparse_ops: list[int]) -> None:
         if self.plan.overlap_forward:
@@ -315,11 +325,27 @@ class Executor:
         self.inflight_bytes = 0
 
     def close(self) -> None:
+        """Stop the progress thread, remove the hooks, let the collectives in flight finish, forget them.
+
+        The executor is not used again (a plan switch builds a new one).  Called at
+        interpreter exit too (:mod:`gradsched.torch.runtime.shutdown`): a collective that
+        completed during finalisation would run its completion callback on a backend
+        thread that can no longer take the GIL, which aborts the process, so every
+        operation in flight is waited for here (bounded: a peer may be gone)."""
         self.stop_progress_thread()
         with self._lock:
             for h in self._hooks:
                 h.remove()
             self._hooks = []
+            for j in self.inflight:
+                try:
+                    self.runners[j].wait(min(self.timeout_s, CLOSE_WAIT_S))
+                except GradschedError:
+                    pass  # a peer is gone or the group destroyed: nothing left to wait for
+            for r in self.runners:
+                r.on_complete = None
+                r.works = []
+            self.inflight.clear()
 
     # ------------------------------------------------------------------ hooks
     def _make_hook(self, i: int) -> Callable[[torch.Tensor], None]:
@@ -595,7 +621,7 @@ class Executor:
         if i in self.globally_unused:
             return  # no rank computed it: leave .grad as it was (None stays None), like DDP
         p = self.params[i]
-        unwrap(p)  # a guard that waited for this (gradsched.torch.inflight): the plain tensor again
+        unwrap(p)  # a guard that waited for this (gradsched.torch.runtime.inflight): the plain tensor again
         view = self.views[i]
         if view is not None:
             if p.grad is None or p.grad.data_ptr() != view.data_ptr():
