@@ -636,8 +636,9 @@ class AutoTuner:
         def runnable(candidates: list[Ranked]) -> list[Ranked]:
             if model.has_optimizer():
                 return candidates
-            # overlapping the update with the next forward needs DistributedOptimizer
-            return [r for r in candidates if not r.plan.overlap_forward]
+            # without a DistributedOptimizer an overlapping plan waits at the end of backward
+            # (gradsched.torch.runtime.inflight), so the simulator's figure for it would not hold
+            return [r for r in candidates if not r.plan.overlap_forward] or candidates
 
         results = runnable(ranked(profile, cluster, **opts))
         plan = as_auto(results[0], len(results))
