@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from typing import Any
 
 from gradsched import _validate as v
-from gradsched.errors import GradschedError
+from gradsched.errors import FormatError, GradschedError
 from gradsched.fidelity import aligned_iteration, compare
 from gradsched.timeline import Timeline
 
@@ -58,4 +60,25 @@ def _trace(path: str) -> dict:
     data = v.read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise GradschedError(f"{path}: traceEvents: missing; not a Chrome trace")
+    for j, ev in enumerate(data["traceEvents"]):
+        _check_event(ev, path, f"traceEvents[{j}]")
     return data
+
+
+def _check_event(ev: Any, path: str, where: str) -> None:
+    """The fields gradsched reads from a Chrome-trace event, present and of the right type."""
+    if not isinstance(ev, dict):
+        raise FormatError(path, where, "must be a JSON object")
+    if ev.get("ph") == "M" and ev.get("name") == "thread_name":
+        for key in ("pid", "tid"):
+            v.integer(v.require(ev, key, path, where), path, f"{where}.{key}", minimum=-(2**62))
+        args = v.require(ev, "args", path, where)
+        v.string(v.require(args, "name", path, f"{where}.args"), path, f"{where}.args.name")
+    elif ev.get("ph") == "X":
+        v.string(v.require(ev, "name", path, where), path, f"{where}.name")
+        for key in ("pid", "tid"):
+            v.integer(v.require(ev, key, path, where), path, f"{where}.{key}", minimum=-(2**62))
+        ts = v.require(ev, "ts", path, where)
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+            raise FormatError(path, f"{where}.ts", f"must be a finite number of microseconds, got {ts!r}")
+        v.number(v.require(ev, "dur", path, where), path, f"{where}.dur", maximum=v.MAX_SECONDS * 1e6)

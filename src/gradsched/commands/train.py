@@ -22,6 +22,8 @@ from typing import Any
 from gradsched.errors import GradschedError
 
 MODELS = ("mlp", "cnn", "vgg", "gpt2", "bert")
+AUTO_PLANNER_KEYS = ("channels", "exclude", "density")  # run-time auto's options that its planner takes
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: beyond it (or NaN) a timeout is a typo
 
 
 def register(subparsers: Any) -> None:
@@ -31,8 +33,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--model", default="mlp", help=f"built-in model: {', '.join(MODELS)} (default mlp)")
     p.add_argument("--strategy", default="wfbp", help="strategy name (default wfbp); ddp = PyTorch DDP")
     p.add_argument("--plan", default=None, help="run this plan file (gradsched.plan/1) instead of --strategy")
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="strategy option, repeatable (e.g. --option mb=4)")
+    p.add_argument("--opt", "--option", dest="option", action="append", default=[], metavar="KEY=VALUE",
+                   help="strategy option, repeatable (e.g. --opt mb=4 with --strategy threshold); --option is the "
+                        "old spelling")
     p.add_argument("--density", type=float, default=None,
                    help="top-k density for --strategy topk|omgs (default 0.001) or auto (allows sparse plans)")
     p.add_argument("--sparse", action="append", default=[], metavar="KEY=VALUE",
@@ -72,11 +75,37 @@ def _options(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+def _checked(strategy: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``--opt`` values of ``strategy``, typed and range-checked here, not in a worker's traceback."""
+    from gradsched.planners.registry import check_options
+
+    mine = options if strategy != "auto" else {k: x for k, x in options.items() if k in AUTO_PLANNER_KEYS}
+    try:
+        checked = check_options(strategy, mine)
+    except GradschedError as exc:
+        raise GradschedError(f"--opt: {exc}") from None
+    checked = {k: list(x) if isinstance(x, tuple) else x for k, x in checked.items()}  # JSON for the workers
+    if strategy == "auto":
+        from gradsched.torch.autotune import AutoTuneConfig
+
+        checked = {**options, **checked}
+        AutoTuneConfig.from_options(checked)  # run-time auto's own settings
+    return checked
+
+
 def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
     if args.nproc < 1:
         raise GradschedError(f"--nproc must be at least 1, got {args.nproc}")
-    if args.steps < 1 or args.batch_size < 1:
-        raise GradschedError("--steps and --batch-size must be at least 1")
+    if args.steps < 1 or args.batch_size < 1 or args.threads < 1:
+        raise GradschedError("--steps, --batch-size and --threads must be at least 1")
+    if not 0 <= args.warmup < args.steps:
+        raise GradschedError(f"--warmup must be between 0 and --steps - 1 ({args.steps - 1}): the steps left out of "
+                             f"the timing, got {args.warmup}")
+    if not 0 < args.timeout_s <= MAX_TIMEOUT_S:
+        raise GradschedError(f"--timeout-s must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g}, "
+                             f"got {args.timeout_s}")
+    if args.lr is not None and not 0 < args.lr < float("inf"):
+        raise GradschedError(f"--lr must be a finite number above 0, got {args.lr}")
     if args.model not in MODELS:
         raise GradschedError(f"unknown model {args.model!r}; known: {', '.join(MODELS)}")
     if args.model in ("gpt2", "bert"):
@@ -99,6 +128,8 @@ def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
     plan_options = _options(args.option)
     if args.density is not None:
         plan_options["density"] = args.density
+    if plan_options and not args.plan:
+        plan_options = _checked(args.strategy, plan_options)
     sparse_options = _options(args.sparse)
     if sparse_options:
         from gradsched.torch.sparse import SparseOptions
