@@ -16,7 +16,8 @@ from gradsched.profile import Profile
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", metavar="P.json", help="gradsched.profile/1 file, or bundled:NAME (default: bundled:googlenet)")
-    p.add_argument("--workers", type=int, default=8, metavar="N", help="number of data-parallel ranks (default 8)")
+    p.add_argument("--workers", type=int, default=8, metavar="N",
+                   help="data-parallel ranks to plan and predict for (default 8); nothing is launched")
     net = p.add_argument_group("network (default: the bundled 10GbE cluster measured with GoogLeNet)")
     net.add_argument("--cluster", metavar="C.json", help="gradsched.cluster/1 file extrapolated to --workers, or bundled:NAME "
                                                          "(googlenet-10gbe: OSU table; googlenet-intrain: in-training times)")

@@ -26,7 +26,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gradsched.errors import GradschedError
+from gradsched.commands._output import add_json_arg, emit_json, to_stdout
+from gradsched.errors import GradschedError, WorkersFailed
 
 if TYPE_CHECKING:
     from gradsched.cluster import Cluster
@@ -45,7 +46,9 @@ def register(subparsers: Any) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"built-in model: {', '.join(MODELS)} (default "
                    f"{DEFAULT_MODEL})")
-    p.add_argument("--hosts", type=int, default=2, help="workers, one per host (default 2)")
+    p.add_argument("--workers", "--hosts", dest="hosts", type=int, default=2, metavar="N",
+                   help="data-parallel ranks, one per testbed host (or local process with --loopback) (default 2; "
+                        "--hosts is the same flag)")
     net = p.add_mutually_exclusive_group()
     net.add_argument("--rate", default=None, help=f"testbed link rate, e.g. 500mbit, 1gbit (root only; default "
                      f"{DEFAULT_RATE} as root)")
@@ -75,8 +78,7 @@ def register(subparsers: Any) -> None:
                    "share of the rounds' time; predictions use the medians over all samples (default 0.25; 0: "
                    "start-up figures only)")
     p.add_argument("--timeout-s", type=float, default=1800.0, help="stop the whole job after this (default 1800)")
-    p.add_argument("--json", default=None, metavar="OUT.json", help="write every figure here (a list, one object "
-                   "per strategy and DDP bucket size)")
+    add_json_arg(p, "every figure (a list, one object per strategy and DDP bucket size)")
     p.add_argument("--plot", default=None, metavar="OUT.png", help="bar chart of the median iteration times")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -301,7 +303,7 @@ def _launch_loopback(cfg_path: Path, hosts: int, timeout_s: float) -> None:
         _stop(proc)
         raise
     if code != 0:
-        raise GradschedError(f"the benchmark's workers failed (exit status {code}); their errors are printed above")
+        raise WorkersFailed(f"the benchmark's workers failed (exit status {code}); their errors are printed above", code)
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -436,12 +438,11 @@ def run(args: argparse.Namespace) -> int:
             "steps_per_round": args.steps, "rounds": args.rounds, "batch_size": args.batch_size,
             "command": " ".join(["gradsched bench", *sys.argv[2:]]) if sys.argv[1:2] == ["bench"] else "gradsched bench"}
     title = f"{args.model}, {args.hosts} hosts, {network} (gloo, CPU)"
-    print(f"{title}: {args.rounds - args.warmup_rounds} counted rounds x {args.steps} steps, batch {args.batch_size}")
-    print(table(result))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(rows_for_json(result, meta), indent=1))
-        print(f"wrote {args.json}")
+    report = sys.stderr if to_stdout(args) else sys.stdout  # stdout carries the JSON alone with --json -
+    print(f"{title}: {args.rounds - args.warmup_rounds} counted rounds x {args.steps} steps, batch {args.batch_size}",
+          file=report)
+    print(table(result), file=report)
+    emit_json(args, rows_for_json(result, meta))
     if args.plot:
         plot(result, args.plot, title)
         print(f"wrote {args.plot}")

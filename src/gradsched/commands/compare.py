@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import sys
 from typing import Any
 
 from gradsched import _validate as v
+from gradsched.commands._output import add_json_arg, emit_json, to_stdout
 from gradsched.errors import FormatError, GradschedError
 from gradsched.fidelity import aligned_iteration, compare
 from gradsched.timeline import Timeline
@@ -23,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("predicted", help="Chrome trace written by gradsched simulate --trace (one strategy)")
     p.add_argument("--rank", type=int, default=0, help="measured rank to compare (default 0)")
     p.add_argument("--plot", metavar="OUT.png", help="draw the prediction above one measured iteration")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_json_arg(p, "the report")
     p.set_defaults(func=run)
 
 
@@ -40,9 +39,8 @@ def run(args: argparse.Namespace) -> int:
         from gradsched.plot import gantt
 
         gantt([("predicted", predicted), ("measured", aligned_iteration(measured, args.rank))], args.plot)
-    if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=1)
-        print()
+    emit_json(args, report.to_dict())
+    if to_stdout(args):
         return 0
     print(f"iteration: predicted {1e3 * report.predicted_iteration_s:.2f} ms, measured median "
           f"{1e3 * report.measured_iteration_s:.2f} ms over {len(report.measured_iterations)} iterations, "

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from gradsched.errors import GradschedError
+from gradsched.errors import GradschedError, WorkersFailed
 
 # Defaults mirrored from gradsched.torch.netbench (this module must not import torch).
 MIN_BYTES = 4 * 1024
@@ -21,8 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "group and fit alpha-beta lines plus the measured table. Run it under torchrun "
                                    "(torchrun ... -m gradsched.torch.netbench, or this command inside torchrun), "
                                    "or pass --nproc N to launch N ranks on this machine over loopback.")
-    p.add_argument("--nproc", type=int, default=None,
-                   help="launch this many local ranks through torch.distributed.run (loopback)")
+    p.add_argument("--workers", "--nproc", dest="nproc", type=int, default=None, metavar="N",
+                   help="launch this many local ranks through torch.distributed.run (loopback); --nproc is the "
+                        "same flag")
     add_arguments(p)
     p.set_defaults(func=run)
 
@@ -66,5 +67,5 @@ def _launch_local(args: argparse.Namespace) -> int:
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # local ranks talk over loopback, whatever the host's routes
     rc = subprocess.call(cmd, env=env)
     if rc != 0:
-        raise GradschedError(f"the launched ranks failed (exit status {rc}); their errors are printed above")
+        raise WorkersFailed(f"the launched ranks failed (exit status {rc}); their errors are printed above", rc)
     return 0

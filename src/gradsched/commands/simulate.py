@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any
 
 from gradsched.commands._inputs import (add_model_args, check_inputs, check_opt_keys, load_cluster, load_profile,
                                         planner_options, strategy_list)
+from gradsched.commands._output import add_json_arg, emit_json, to_stdout
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
 from gradsched.planners import make_plan
@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="simulate this plan file (repeatable; replaces --strategy)")
     p.add_argument("--channels", type=int, default=1, help=f"parallel communication channels, 1 to {MAX_CHANNELS} "
                                                             "(default 1)")
-    p.add_argument("--json", action="store_true", help="print one JSON list, one object per strategy")
+    add_json_arg(p, "one list, one object per strategy,")
     p.add_argument("--trace", metavar="OUT.json", help="Chrome trace of the simulated timelines (one process per strategy)")
     p.add_argument("--plot", metavar="OUT.png", help="Gantt chart of the simulated timelines")
     p.set_defaults(func=run)
@@ -57,11 +57,9 @@ def run(args: argparse.Namespace) -> int:
         from gradsched.plot import gantt
 
         gantt(timelines, args.plot)
-    if args.json:
-        json.dump(rows, sys.stdout, indent=1)
-        print()
-    else:
+    if not to_stdout(args):
         print_table(rows, profile.model, cluster.world_size)
+    emit_json(args, rows)
     return 0
 
 

@@ -19,9 +19,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gradsched.errors import GradschedError
+from gradsched.commands._output import add_json_arg, emit_json, to_stdout
+from gradsched.errors import GradschedError, WorkersFailed
 
 MODELS = ("mlp", "cnn", "vgg", "gpt2", "bert")
+LOG_ENV = "GRADSCHED_LOG_LEVEL"  # set by --log-level (gradsched.cli); the workers log at that level
 AUTO_PLANNER_KEYS = ("channels", "exclude", "density")  # run-time auto's options that its planner takes
 MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: beyond it (or NaN) a timeout is a typo
 
@@ -29,7 +31,9 @@ MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: beyond it (or NaN) a timeout is a typ
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("train", help="train a built-in model on N local workers under a strategy",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nproc", type=int, default=2, help="workers (ranks) on this machine (default 2)")
+    p.add_argument("--workers", "--nproc", dest="nproc", type=int, default=2, metavar="N",
+                   help="data-parallel ranks, one process each: on this machine, or one per testbed host with --rate "
+                        "(default 2; --nproc is the same flag)")
     p.add_argument("--model", default="mlp", help=f"built-in model: {', '.join(MODELS)} (default mlp)")
     p.add_argument("--strategy", default="wfbp", help="strategy name (default wfbp); ddp = PyTorch DDP")
     p.add_argument("--plan", default=None, help="run this plan file (gradsched.plan/1) instead of --strategy")
@@ -58,7 +62,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--timeout-s", type=float, default=300.0, help="collective timeout (default 300)")
     p.add_argument("--save-params", default=None, metavar="PATH", help="torch.save rank 0's final parameters here")
     p.add_argument("--trace", default=None, metavar="OUT.json", help="write the measured Chrome trace of all ranks")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_arg(p, "the result, one object,")
     p.set_defaults(func=run)
 
 
@@ -171,8 +175,8 @@ def launch_testbed(cfg: dict[str, Any], hosts: int, rate: str) -> tuple[int, str
     with Testbed(hosts=hosts, rate=rate, prefix=TESTBED_PREFIX) as tb:
         try:
             tb.launch(["-m", "gradsched.torch.trainer", str(cfg_path)]).wait(timeout_s=cfg["timeout_s"] + 600)
-        except GradschedError as exc:
-            return 1, str(exc)
+        except WorkersFailed as exc:
+            return exc.exit_status, str(exc)
     return 0, ""
 
 
@@ -183,17 +187,20 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="gradsched-train-") as tmp:
         cfg = _config(args, tmp)
         code, output = launch_testbed(cfg, args.nproc, args.rate) if args.rate else launch(cfg, args.nproc)
+        lines = [ln for ln in output.splitlines() if ln.strip()]
+        if os.environ.get(LOG_ENV):  # --log-level: the workers' log (run-time auto's decisions)
+            for ln in lines:
+                if ln.startswith("gradsched[rank"):
+                    print(ln, file=sys.stderr)
         result_path = Path(tmp, "result.json")
         if code != 0 or not result_path.exists():
-            lines = [ln for ln in output.splitlines() if ln.strip()]
             errors = [ln for ln in lines if "Error" in ln and "Traceback" not in ln]
-            tail = "\n".join(lines[-25:])
-            print(tail, file=sys.stderr)
-            raise GradschedError(f"training failed (workers exited with {code})"
-                                 + (f": {errors[-1].strip()}" if errors else ""))
+            print("\n".join(lines[-25:]), file=sys.stderr)
+            raise WorkersFailed(f"training failed (workers exited with {code})"
+                                + (f": {errors[-1].strip()}" if errors else ""), code)
         result = json.loads(result_path.read_text())
-    if args.json:
-        print(json.dumps(result))
+    if to_stdout(args):
+        emit_json(args, result, indent=None)
         return 0
     ops = f"{result['operations']} operations" if result["operations"] is not None else "PyTorch DDP"
     print(f"{result['model']} ({result['params']:,} parameters), {result['nproc']} x {result['backend']}, "
@@ -216,4 +223,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"  parameters of rank 0 saved to {result['saved_params']}")
     if result.get("trace"):
         print(f"  measured trace of all ranks: {result['trace']}")
+    emit_json(args, result, indent=None)
     return 0
