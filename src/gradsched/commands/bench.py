@@ -26,6 +26,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gradsched.commands._model import BUILT_IN, check_model
+from gradsched.commands._model import HELP as MODEL_HELP
 from gradsched.commands._output import add_json_arg, emit_json, to_stdout
 from gradsched.errors import GradschedError, WorkersFailed
 
@@ -38,14 +40,13 @@ DEFAULT_STRATEGIES = "ddp,auto"
 DEFAULT_BUCKETS = "1,5,25,100,all"  # DDP's bucket_cap_mb sweep; 25 is DDP's default (the "ddp" row)
 DEFAULT_RATE = "1gbit"
 TESTBED_PREFIX = "gsb"  # its own prefix: never touches a `gs` testbed the user has up
-MODELS = ("mlp", "cnn", "vgg", "gpt2", "bert")
+MODELS = BUILT_IN
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("bench", help="benchmark strategies against PyTorch DDP (and its bucket sizes)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=DEFAULT_MODEL, help=f"built-in model: {', '.join(MODELS)} (default "
-                   f"{DEFAULT_MODEL})")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"{MODEL_HELP} (default {DEFAULT_MODEL})")
     p.add_argument("--workers", "--hosts", dest="hosts", type=int, default=2, metavar="N",
                    help="data-parallel ranks, one per testbed host (or local process with --loopback) (default 2; "
                         "--hosts is the same flag)")
@@ -197,8 +198,6 @@ def contention_history(paths: list[str], job: dict[str, Any]) -> list[dict[str, 
 
 
 def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, float]]) -> dict[str, Any]:
-    if args.model not in MODELS:
-        raise GradschedError(f"unknown model {args.model!r}; known: {', '.join(MODELS)}")
     if args.hosts < 2:
         raise GradschedError(f"--hosts must be at least 2 (data parallelism needs two workers), got {args.hosts}")
     if args.steps < 1 or args.rounds < 1 or args.batch_size < 1:
@@ -212,6 +211,7 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
         raise GradschedError(f"--resample-share must be at least 0 and below 1, got {args.resample_share}")
     if history and args.no_probe:
         raise GradschedError("--contention-from pools earlier figures with this job's probe: drop --no-probe")
+    check_model(args.model, seed=args.seed, batch_size=args.batch_size)
     return {"model": args.model, "seed": args.seed, "batch_size": args.batch_size, "lr": args.lr,
             "entries": entries(args.strategies, args.ddp_buckets, args.density), "steps": args.steps, "rounds": args.rounds,
             "warmup_rounds": args.warmup_rounds, "profile_iterations": args.profile_iterations,

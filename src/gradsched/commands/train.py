@@ -19,10 +19,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gradsched.commands._model import BUILT_IN, check_model
+from gradsched.commands._model import HELP as MODEL_HELP
 from gradsched.commands._output import add_json_arg, emit_json, to_stdout
 from gradsched.errors import GradschedError, WorkersFailed
 
-MODELS = ("mlp", "cnn", "vgg", "gpt2", "bert")
+MODELS = BUILT_IN
 LOG_ENV = "GRADSCHED_LOG_LEVEL"  # set by --log-level (gradsched.cli); the workers log at that level
 AUTO_PLANNER_KEYS = ("channels", "exclude", "density")  # run-time auto's options that its planner takes
 MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: beyond it (or NaN) a timeout is a typo
@@ -34,7 +36,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--workers", "--nproc", dest="nproc", type=int, default=2, metavar="N",
                    help="data-parallel ranks, one process each: on this machine, or one per testbed host with --rate "
                         "(default 2; --nproc is the same flag)")
-    p.add_argument("--model", default="mlp", help=f"built-in model: {', '.join(MODELS)} (default mlp)")
+    p.add_argument("--model", default="mlp", help=f"{MODEL_HELP} (default mlp)")
     p.add_argument("--strategy", default="wfbp", help="strategy name (default wfbp); ddp = PyTorch DDP")
     p.add_argument("--plan", default=None, help="run this plan file (gradsched.plan/1) instead of --strategy")
     p.add_argument("--opt", "--option", dest="option", action="append", default=[], metavar="KEY=VALUE",
@@ -52,7 +54,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--rate", default=None, help="run each worker on its own testbed host with links shaped to this "
                    "rate (e.g. 1gbit; needs root; see docs/testbed.md) instead of loopback")
     p.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
-    p.add_argument("--warmup", type=int, default=3, help="steps left out of the timing (default 3)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="steps left out of the timing, 0 to --steps - 1 (default 3, or --steps - 1 if fewer)")
     p.add_argument("--batch-size", type=int, default=16, help="per-worker batch size (default 16)")
     p.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default 0.01 sgd, 1e-3 adam)")
@@ -102,6 +105,8 @@ def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
         raise GradschedError(f"--nproc must be at least 1, got {args.nproc}")
     if args.steps < 1 or args.batch_size < 1 or args.threads < 1:
         raise GradschedError("--steps, --batch-size and --threads must be at least 1")
+    if args.warmup is None:
+        args.warmup = min(3, args.steps - 1)
     if not 0 <= args.warmup < args.steps:
         raise GradschedError(f"--warmup must be between 0 and --steps - 1 ({args.steps - 1}): the steps left out of "
                              f"the timing, got {args.warmup}")
@@ -110,13 +115,7 @@ def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
                              f"got {args.timeout_s}")
     if args.lr is not None and not 0 < args.lr < float("inf"):
         raise GradschedError(f"--lr must be a finite number above 0, got {args.lr}")
-    if args.model not in MODELS:
-        raise GradschedError(f"unknown model {args.model!r}; known: {', '.join(MODELS)}")
-    if args.model in ("gpt2", "bert"):
-        import importlib.util
-
-        if importlib.util.find_spec("transformers") is None:
-            raise GradschedError(f"model {args.model} needs the transformers package: pip install transformers")
+    check_model(args.model, seed=args.seed, batch_size=args.batch_size)
     for flag, path in (("--plan", args.plan), ("--profile", args.profile), ("--cluster", args.cluster)):
         if path and not Path(path).is_file():
             raise GradschedError(f"{flag} {path}: no such file")
