@@ -83,6 +83,8 @@ CASES = [
     ("train-warmup-negative", ["train", "--warmup", "-1"], None, None, None, ["--warmup", "-1"]),
     ("train-warmup-too-large", ["train", "--steps", "5", "--warmup", "5"], None, None, None, ["--warmup", "4"]),
     ("train-timeout-nan", ["train", "--timeout-s", "nan"], None, None, None, ["--timeout-s", "nan"]),
+    ("train-auto-exclude-not-names", ["train", "--strategy", "auto", "--opt", "exclude=5"], None, None, None,
+     ["exclude", "strategy names"]),
     ("train-opt-not-a-number", ["train", "--strategy", "threshold", "--opt", "mb=abc"], None, None, None,
      ["mb", "must be a number"]),
     ("compare-event-without-ts", ["compare", "{trace}", "{trace}"], None, None,

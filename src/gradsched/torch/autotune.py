@@ -112,9 +112,9 @@ class AutoTuneConfig:
         """Split ``plan_options`` of ``"auto"`` into tuner settings and planner options; check them."""
         opts = dict(options or {})
         planner = {k: opts.pop(k) for k in PLANNER_KEYS if k in opts}
-        if "exclude" in planner:
-            ex = planner["exclude"]
-            planner["exclude"] = (ex,) if isinstance(ex, str) else tuple(ex)
+        from gradsched.planners.registry import check_options
+
+        planner = check_options("auto", planner)  # typed and range-checked as the auto planner declares them
         density = opts.pop("density", 1)
         if density != 1:
             # Sparse plans are planned once at start-up: a run-time switch must not change
