@@ -84,6 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     except GradschedError as exc:
         print(f"gradsched {args.command}: error: {exc}", file=sys.stderr)
         return int(getattr(exc, "exit_status", 2))
+    except OSError as exc:
+        if exc.filename is None:
+            raise  # not a path the user gave
+        print(f"gradsched {args.command}: error: {exc.filename}: {exc.strerror or exc}; give a path that can be "
+              "written (or read)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"gradsched {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -205,6 +205,8 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
     if not 0 <= args.warmup_rounds < args.rounds:
         raise GradschedError(f"--warmup-rounds must be between 0 and --rounds - 1 ({args.rounds - 1}), "
                              f"got {args.warmup_rounds}")
+    if not 0 < args.lr < float("inf"):
+        raise GradschedError(f"--lr must be a finite number above 0, got {args.lr}")
     if not 0 < args.timeout_s <= 7 * 24 * 3600:
         raise GradschedError(f"--timeout-s must be a number of seconds above 0 and at most a week, got {args.timeout_s}")
     if not 0 <= args.resample_share < 1:

@@ -41,7 +41,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """The shared flags' values, checked before any rank starts."""
+    if args.reps < 1 or args.warmup < 0:
+        raise GradschedError(f"--reps must be at least 1 and --warmup at least 0, got {args.reps} and {args.warmup}")
+    if not 1 <= args.min_bytes <= args.max_bytes <= 1 << 40:
+        raise GradschedError(f"--min-bytes and --max-bytes must satisfy 1 <= min <= max <= 1 TiB, got "
+                             f"{args.min_bytes} and {args.max_bytes}")
+    names = [c.strip() for c in args.collectives.split(",") if c.strip()]
+    if not names or any(c not in COLLECTIVES for c in names):
+        raise GradschedError(f"--collectives {args.collectives!r}: name some of {', '.join(COLLECTIVES)}")
+
+
 def run(args: argparse.Namespace) -> int:
+    check_arguments(args)
     if args.nproc is not None:
         return _launch_local(args)
     from gradsched.torch.netbench import run_under_launcher

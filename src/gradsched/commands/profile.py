@@ -49,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     if args.model in _PRESET_NAMES and args.device != "meta":
         raise GradschedError(f"{args.model} is profiled from its shapes only: add --device meta --device-tflops T")
     if args.threads is not None:
+        if args.threads < 1:
+            raise GradschedError(f"--threads must be at least 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     spec, default_batch = _build(args.model, args.seed, args.device)
     batch = spec.make_batch(args.batch_size or default_batch, torch.Generator().manual_seed(args.seed))
