@@ -66,7 +66,7 @@ def test_profile_a_factory(tmp_path, importable, capsys):
 
 
 def test_factory_without_seed_and_with_its_own_loss(importable):
-    from gradsched.torch.models import build_model
+    from gradsched.torch.jobs.models import build_model
 
     spec = build_model(f"{__name__}:build_regression", seed=1)
     x, y = spec.make_batch(4, torch.Generator().manual_seed(0))
@@ -74,7 +74,7 @@ def test_factory_without_seed_and_with_its_own_loss(importable):
 
 
 def test_same_seed_same_parameters(importable):
-    from gradsched.torch.models import build_model
+    from gradsched.torch.jobs.models import build_model
 
     a, b = build_model(FACTORY, seed=3).module, build_model(FACTORY, seed=3).module
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))

@@ -2,7 +2,7 @@
 
 Checked here, in the command's own process, so that a factory that cannot be imported
 or returns the wrong thing is one line before any worker starts, not a traceback
-from every rank (the factory's contract: :mod:`gradsched.torch.factory`)."""
+from every rank (the factory's contract: :mod:`gradsched.torch.jobs.factory`)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def check_model(name: str, *, seed: int = 0, batch_size: int = 2) -> None:
         return
     import torch
 
-    from gradsched.torch.factory import build_from_factory
+    from gradsched.torch.jobs.factory import build_from_factory
 
-    spec = build_from_factory(name, seed)
-    spec.make_batch(batch_size, torch.Generator().manual_seed(seed))  # the batch function works and returns a pair
+    _, make_batch, _ = build_from_factory(name, seed)
+    make_batch(batch_size, torch.Generator().manual_seed(seed))  # the batch function works and returns a pair

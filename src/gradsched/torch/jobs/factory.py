@@ -68,10 +68,10 @@ def load_factory(spec: str) -> Callable[..., Any]:
     return fn
 
 
-def build_from_factory(spec: str, seed: int = 0) -> Any:
-    """Call the factory ``spec`` names and check what it returns: a :class:`~gradsched.torch.models.ModelSpec`."""
-    from gradsched.torch.models import ModelSpec
+def build_from_factory(spec: str, seed: int = 0) -> tuple[nn.Module, Callable[..., Any], Callable[..., Any]]:
+    """Call the factory ``spec`` names and check what it returns: ``(module, make_batch, loss_fn)``.
 
+    (:func:`gradsched.torch.jobs.models.build_model` wraps them in a ``ModelSpec``.)"""
     fn = load_factory(spec)
     torch.manual_seed(seed)
     try:
@@ -93,7 +93,7 @@ def build_from_factory(spec: str, seed: int = 0) -> Any:
                              "loss_fn(outputs, targets) -> tensor")
     if not any(p.requires_grad for p in module.parameters()):
         raise GradschedError(f"--model {spec}: the module has no trainable parameters: nothing to communicate")
-    return ModelSpec(spec, module, _checked_batches(spec, batch_fn), loss_fn)
+    return module, _checked_batches(spec, batch_fn), loss_fn
 
 
 def default_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
