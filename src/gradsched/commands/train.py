@@ -1,10 +1,11 @@
-"""``gradsched train``: data-parallel training of a built-in model on N local workers.
+"""``gradsched train``: data-parallel training of a built-in model (or your own) on N local workers.
 
-Starts ``--nproc`` workers on loopback with PyTorch's own launcher
-(``torch.distributed.run``), trains ``--model`` on synthetic data under
-``--strategy`` (``ddp`` is PyTorch's DDP itself), and prints a summary, or one JSON
-object with ``--json``.  ``--strategy auto`` profiles in situ, switches to the plan it
-predicts fastest (``--option switch_iteration=5``) and adds ``predicted_iteration_s``
+Starts ``--workers`` ranks on loopback with PyTorch's own launcher
+(``torch.distributed.run``), trains ``--model`` (a built-in one on synthetic data, or
+your factory ``MODULE:FUNCTION``) under ``--strategy`` (``ddp`` is PyTorch's DDP
+itself), and prints a summary; ``--json [PATH]`` writes the result as one JSON object
+(``-``: on stdout, instead of the summary).  ``--strategy auto`` profiles in situ, switches to the plan it
+predicts fastest (``--opt switch_iteration=5``) and adds ``predicted_iteration_s``
 (and the median measured after its last switch) to the JSON.
 """
 
@@ -74,7 +75,7 @@ def _options(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
-            raise GradschedError(f"--option {pair!r}: expected KEY=VALUE")
+            raise GradschedError(f"--opt {pair!r}: expected KEY=VALUE")
         try:
             out[key] = json.loads(raw)
         except json.JSONDecodeError:
