@@ -94,7 +94,7 @@ def _checked(strategy: str, options: dict[str, Any]) -> dict[str, Any]:
         raise GradschedError(f"--opt: {exc}") from None
     checked = {k: list(x) if isinstance(x, tuple) else x for k, x in checked.items()}  # JSON for the workers
     if strategy == "auto":
-        from gradsched.torch.autotune import AutoTuneConfig
+        from gradsched.torch.runtime.autotune import AutoTuneConfig
 
         checked = {**options, **checked}
         AutoTuneConfig.from_options(checked)  # run-time auto's own settings
