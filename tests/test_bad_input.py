@@ -85,6 +85,8 @@ CASES = [
     ("train-timeout-nan", ["train", "--timeout-s", "nan"], None, None, None, ["--timeout-s", "nan"]),
     ("train-auto-exclude-not-names", ["train", "--strategy", "auto", "--opt", "exclude=5"], None, None, None,
      ["exclude", "strategy names"]),
+    ("train-auto-setting", ["train", "--strategy", "auto", "--opt", "switch_iteration=x"], None, None, None,
+     ["switch_iteration", "'x'"]),
     ("train-opt-not-a-number", ["train", "--strategy", "threshold", "--opt", "mb=abc"], None, None, None,
      ["mb", "must be a number"]),
     ("plan-output-unwritable", ["plan", "--strategy", "wfbp", "--alpha", "0", "--beta", "1e-9", "-o",
@@ -100,7 +102,7 @@ CASES = [
 
 @pytest.mark.parametrize("argv,profile,cluster,extra,words", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, profile, cluster, extra, words):
-    if argv[0] == "profile":
+    if argv[0] == "profile" or "switch_iteration=x" in argv:
         pytest.importorskip("torch")
     files = {}
     for name, data in (("profile", profile or PROFILE), ("cluster", cluster or CLUSTER), ("plan", extra),
