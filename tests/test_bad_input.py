@@ -77,6 +77,8 @@ CASES = [
      ["tensors[2].name", "a.weight"]),
     ("dense-density", AB + ["--plan", "{plan}"], None, None, _dense_density(PROFILE),
      ["operations[0].density", "allreduce"]),
+    ("density-for-dense-only", AB + ["--strategy", "wfbp,mgwfbp", "--density", "0.01"], None, None, None,
+     ["--density", "wfbp"]),
     ("channels-huge", AB + ["--channels", "1000000000"], None, None, None, ["--channels", "1024"]),
     ("workers-huge", ["simulate", "--profile", "{profile}", "--workers", "1000000000000", "--alpha", "0",
                       "--beta", "1e-9"], None, None, None, ["--workers", "at most"]),

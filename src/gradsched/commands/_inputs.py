@@ -71,7 +71,10 @@ def check_inputs(profile: Profile, cluster: Cluster) -> None:
 
 
 def check_opt_keys(names: list[str], args: argparse.Namespace) -> None:
-    """An ``--opt KEY=VALUE`` that none of the strategies ``names`` takes is an error, not ignored."""
+    """An ``--opt KEY=VALUE`` (or ``--density``) that none of the strategies ``names`` takes is an error, not ignored."""
+    if args.density is not None and not any("density" in planner_option_specs(n) for n in names):
+        raise GradschedError(f"--density applies to the sparse strategies (topk, omgs) and auto, not to "
+                             f"{', '.join(names)}")
     for item in args.opt:
         key = item.partition("=")[0]
         if "." in key:
