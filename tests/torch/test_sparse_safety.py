@@ -101,6 +101,25 @@ def test_selection_in_pieces_equals_selection_over_the_whole():
             assert set(topk_indices(x, k, method, chunk=chunk).tolist()) == whole
 
 
+def test_selection_never_works_on_more_than_a_piece_at_once(monkeypatch):
+    """torch.topk's CPU work space is 16 bytes per input element: its inputs must stay piece-sized."""
+    from gradsched.torch import sparse
+
+    seen: list[int] = []
+    real = torch.topk
+
+    def spy(x, k, *args, **kwargs):
+        seen.append(x.numel())
+        return real(x, k, *args, **kwargs)
+
+    monkeypatch.setattr(sparse.torch, "topk", spy)
+    x = torch.randn(200_000, generator=torch.Generator().manual_seed(0))
+    for method in ("exact", "sampled"):
+        seen.clear()
+        idx = sparse.topk_indices(x, 200, method, chunk=16_384)
+        assert idx.numel() == 200 and seen and max(seen) <= 16_384 + 200
+
+
 def test_parameter_checksum_sees_one_ulp_and_a_swap():
     from gradsched.torch.sparse import parameter_checksum
 
@@ -275,7 +294,7 @@ def drift(rank: int, world: int) -> dict:
     for memory in ("laysa", "naive"):
         spec = build_model("mlp", seed=0)
         model = DistributedDataParallel(spec.module, "topk", plan_options={"density": 0.3},
-                                        sparse_options={"memory": memory, "check_every": 0})
+                                        sparse_options={"memory": memory})
         opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), model)
         gen = torch.Generator().manual_seed(rank)
         for _ in range(4):
