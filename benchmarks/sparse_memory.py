@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of: " + ", ".join(CASES))
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args(argv)
-    from gradsched.torch.selftest import spawn_local
+    from gradsched.torch.jobs.selftest import spawn_local
 
     cases: dict[str, dict] = {}
     for label in args.cases.split(","):

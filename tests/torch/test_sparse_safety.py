@@ -23,8 +23,8 @@ from torch import nn  # noqa: E402
 from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.plan import Operation, Plan, Slice  # noqa: E402
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer, build_model  # noqa: E402
-from gradsched.torch.planning import profile_from_module  # noqa: E402
-from gradsched.torch.selftest import spawn_local  # noqa: E402
+from gradsched.torch.runtime.planning import profile_from_module  # noqa: E402
+from gradsched.torch.jobs.selftest import spawn_local  # noqa: E402
 
 
 # --------------------------------------------------------------------------- CUDA's index_add_, emulated
@@ -62,7 +62,7 @@ def _gathered(world: int, k: int, n: int, seed: int = 0) -> tuple[torch.Tensor, 
 
 
 def test_rebuild_is_the_same_whatever_order_repeated_adds_land_in(monkeypatch):
-    from gradsched.torch.sparse import scatter_ranks
+    from gradsched.torch.runtime.sparse import scatter_ranks
 
     world, k, n = 4, 300, 400
     gi, gv = _gathered(world, k, n)
@@ -91,7 +91,7 @@ def test_rebuild_is_the_same_whatever_order_repeated_adds_land_in(monkeypatch):
 
 
 def test_selection_in_pieces_equals_selection_over_the_whole():
-    from gradsched.torch.sparse import topk_indices
+    from gradsched.torch.runtime.sparse import topk_indices
 
     gen = torch.Generator().manual_seed(0)
     for n, k, chunk in ((10_000, 100, 1_000), (10_000, 3_000, 1_000), (12_345, 7, 100), (50_000, 40, 4_096)):
@@ -103,7 +103,7 @@ def test_selection_in_pieces_equals_selection_over_the_whole():
 
 def test_selection_never_works_on_more_than_a_piece_at_once(monkeypatch):
     """torch.topk's CPU work space is 16 bytes per input element: its inputs must stay piece-sized."""
-    from gradsched.torch import sparse
+    from gradsched.torch.runtime import sparse
 
     seen: list[int] = []
     real = torch.topk
@@ -121,7 +121,7 @@ def test_selection_never_works_on_more_than_a_piece_at_once(monkeypatch):
 
 
 def test_parameter_checksum_sees_one_ulp_and_a_swap():
-    from gradsched.torch.sparse import parameter_checksum
+    from gradsched.torch.runtime.sparse import parameter_checksum
 
     gen = torch.Generator().manual_seed(0)
     params = [torch.randn(1000, generator=gen), torch.randn(3, 7, generator=gen).to(torch.bfloat16)]
@@ -136,7 +136,7 @@ def test_parameter_checksum_sees_one_ulp_and_a_swap():
 
 
 def test_check_every_is_validated():
-    from gradsched.torch.sparse import SparseOptions
+    from gradsched.torch.runtime.sparse import SparseOptions
 
     assert SparseOptions.of({"check_every": 0}).check_every == 0
     for bad in (-1, 2.5, True):
