@@ -52,10 +52,10 @@ from gradsched.torch.runtime.hosttime import HostTimer
 from gradsched.torch.runtime.inflight import applied, unwrap
 from gradsched.torch.runtime.layout import build_layout
 from gradsched.torch.runtime.memory import MemoryLedger, storage_bytes
-from gradsched.torch.runtime.ops import CollectiveError, OpRunner, make_runner
+from gradsched.torch.runtime.ops import CollectiveError, OpRunner, make_runner, wait_all
 from gradsched.torch.runtime.planning import dtype_key
 from gradsched.torch.runtime.shutdown import close_at_exit, release_at_exit
-from gradsched.torch.runtime.sparse import SparseOptions, TopkAllGather
+from gradsched.torch.runtime.sparse import SparseOptions, TopkAllGather, check_replicas
 from gradsched.torch.runtime.trace import UPDATE, WAIT, Tracer
 
 PENDING, ISSUED, DONE = 0, 1, 2
@@ -245,23 +245,59 @@ class Executor:
         return out
 
     def sparse_state(self) -> dict[str, torch.Tensor]:
-        """Residuals and the step counter (empty for dense plans): what a resumed run needs to continue exactly."""
+        """This rank's residuals and the step counter (empty for dense plans), tagged with the rank that saved
+        them and the world size: what a resumed run on this rank needs to continue exactly."""
         out: dict[str, torch.Tensor] = {}
         for j, r in enumerate(self.runners):
             if isinstance(r, TopkAllGather):
                 out[f"residual.op{j}"] = r.residual_tensor().detach().clone()
         if out:
             out["step"] = torch.tensor(self.sparse_step, dtype=torch.int64)
+            out["rank"] = torch.tensor(self.rank, dtype=torch.int64)
+            out["world_size"] = torch.tensor(self.world_size, dtype=torch.int64)
+        return out
+
+    def gathered_sparse_state(self) -> dict[str, torch.Tensor]:
+        """Every rank's residuals as one ``[world_size, n]`` tensor per operation (``rank`` -1): a
+        collective on every rank, after :meth:`settle_all`.  Loaded on any rank, it restores that rank's row."""
+        out = self.sparse_state()
+        for key in [k for k in out if k.startswith("residual.")]:
+            mine = out[key]
+            rows = [torch.empty_like(mine) for _ in range(self.world_size)]
+            work = dist.all_gather(rows, mine, group=self.ctrl_group, async_op=True)
+            wait_all([work], host_wait=True, timeout_s=self.timeout_s, rank=self.rank,
+                     what=f"gathering the residuals ({key})")
+            out[key] = torch.stack(rows)
+        if out:
+            out["rank"] = torch.tensor(-1, dtype=torch.int64)
         return out
 
     def load_sparse_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore :meth:`sparse_state` (saved by this rank) or :meth:`gathered_sparse_state` (any rank's file).
+
+        Another rank's own residuals are refused: loading them here would drop this rank's
+        and count that rank's twice."""
         mine = self.sparse_state()
-        if set(state) != set(mine):
+        need = {k for k in mine if k.startswith("residual.")} | {"step"}
+        given = {k for k in state if k.startswith("residual.")} | ({"step"} & set(state))
+        if given != need:
             raise GradschedError(f"sparse state has keys {sorted(state)}, this plan needs {sorted(mine)}: the "
                                  "checkpoint was saved under another plan; load it with the same strategy and options")
+        saver = int(state["rank"]) if "rank" in state else 0  # untagged (older gradsched): rank 0's, the usual saver
+        world = int(state["world_size"]) if "world_size" in state else self.world_size
+        if world != self.world_size:
+            raise GradschedError(f"the checkpoint holds residuals of {world} rank(s), this run has {self.world_size}: "
+                                 "resume on as many ranks, or drop its '_gradsched_sparse.*' keys and load with "
+                                 "strict=False to start with empty residuals")
+        if saver >= 0 and saver != self.rank:
+            raise GradschedError(f"the checkpoint holds rank {saver}'s residuals only, loaded on rank {self.rank}: "
+                                 "save with model.gathered_state_dict() on every rank (a collective; rank 0 writes "
+                                 "the file) to keep every rank's residuals, or save and load one file per rank")
         for j, r in enumerate(self.runners):
             if isinstance(r, TopkAllGather):
                 saved = state[f"residual.op{j}"]
+                if saver < 0 and saved.dim() == 2:
+                    saved = saved[self.rank]
                 if saved.shape != r.residual_tensor().shape:
                     raise GradschedError(f"residual of operation {j} has shape {tuple(saved.shape)}, expected "
                                          f"{tuple(r.residual_tensor().shape)}: checkpoint from another plan")
@@ -371,6 +407,10 @@ class Executor:
     def _begin_backward(self) -> None:
         if not self.settled:
             self.settle_all()  # a backward without the forward gating in between: finish the old one first
+        every = self.sparse_options.check_every
+        if any(self.sparse_tensor) and every and self.sparse_step and self.sparse_step % every == 0:
+            check_replicas(self.params, self.ctrl_group, step=self.sparse_step, rank=self.rank,
+                           timeout_s=self.timeout_s)  # last step's updates are done: ranks must agree
         for name in self.kept:  # last step's results the optimizer has used by now
             self.ledger.free(name)
         self.kept.clear()
@@ -519,6 +559,7 @@ class Executor:
             self.locally_unused = set(missing)
         if self.find_unused:
             self._agree_on_unused()
+            self._hold_back_unused_residuals()
         self.progress()
         if self.on_backward_end is None or not self.on_backward_end():
             wait_start = self.tracer.now() if self.tracer is not None else 0.0
@@ -540,6 +581,14 @@ class Executor:
             raise CollectiveError(f"rank {self.rank}: exchange of used-parameter flags failed or timed out after "
                                   f"{self.timeout_s:g} s: a peer rank probably died ({exc})") from exc
         self.globally_unused = {i for i, c in enumerate(used.tolist()) if c == 0}
+
+    def _hold_back_unused_residuals(self) -> None:
+        """Tell each sparse operation which of its tensors no rank used: their residuals stay for later."""
+        for j, r in enumerate(self.runners):
+            if isinstance(r, TopkAllGather):
+                base = self.layout.op_pieces[j][0].start
+                r.keep = [(s.arena_start - base, s.arena_start - base + s.end - s.start)
+                          for s in self.layout.op_slots[j] if s.tensor in self.globally_unused]
 
     # ------------------------------------------------------------------ results
     def settle(self, tensors: list[int]) -> None:

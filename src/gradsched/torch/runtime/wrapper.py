@@ -346,12 +346,22 @@ class DistributedDataParallel(nn.Module):
             if not sparse:  # e.g. a dense checkpoint: missing keys (strict=False starts with empty residuals)
                 missing_keys.extend(f"{mine}{k}" for k in sorted(needed))
                 return
-            if set(sparse) != set(needed):
-                error_msgs.append(f"sparse state (residuals) has keys {sorted(sparse)}, this plan needs "
-                                  f"{sorted(needed)}; load a checkpoint saved under the same plan (or strict=False "
-                                  "to start with empty residuals)")
+            if not needed:
+                error_msgs.append(f"the checkpoint holds sparse state (residuals: {sorted(sparse)}) but this plan "
+                                  f"{self.strategy!r} has no top-k operations; load it under the plan that saved it")
                 return
-            self._executor.load_sparse_state(sparse)
+            self._executor.load_sparse_state(sparse)  # refuses another plan's or another rank's residuals
+
+    def gathered_state_dict(self) -> dict[str, Any]:
+        """``state_dict()`` with every rank's top-k residuals gathered into one whole: a collective, call
+        it on every rank and let rank 0 save it.  Loaded on every rank, it restores each rank's own
+        residuals (a plain ``state_dict()`` holds the saving rank's alone and is refused on other ranks)."""
+        state = self.state_dict()
+        if self._executor is not None:
+            prefix = f"{_SPARSE_KEY}."
+            for k, v in self._executor.gathered_sparse_state().items():
+                state[prefix + k] = v
+        return state
 
     def host_timer(self) -> HostTimer | None:
         """Start (or keep) counting the runtime's host time per operation; ``None`` under PyTorch's DDP.
