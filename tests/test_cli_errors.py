@@ -29,7 +29,7 @@ def test_a_user_error_is_one_line_and_exit_2(monkeypatch, capsys, exc):
 
 
 @pytest.mark.parametrize("exc", [InternalError("an operation can never be issued"), KeyError("tensor"),
-                                 AssertionError("ready order")])
+                                 AssertionError("ready order"), OSError(5, "input/output error")])
 def test_an_internal_fault_prints_its_traceback_and_asks_for_a_report(monkeypatch, capsys, exc):
     code, err = _run_failing(monkeypatch, capsys, exc)
     assert code == 1

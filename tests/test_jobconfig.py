@@ -13,11 +13,11 @@ from gradsched.jobconfig import TrainConfig
 
 
 def test_the_command_line_builds_a_typed_config_that_round_trips_through_json(tmp_path):
-    args = build_parser().parse_args(["train", "--model", "mlp", "--strategy", "wfbp", "--steps", "4",
+    args = build_parser().parse_args(["train", "--model", "mlp", "--strategy", "ddp", "--steps", "4",
                                       "--optimizer", "adam", "--option", "bucket_cap_mb=5"])
     cfg = _config(args, str(tmp_path))
     assert isinstance(cfg, TrainConfig)
-    assert (cfg.model, cfg.strategy, cfg.steps, cfg.optimizer, cfg.lr) == ("mlp", "wfbp", 4, "adam", 1e-3)
+    assert (cfg.model, cfg.strategy, cfg.steps, cfg.optimizer, cfg.lr) == ("mlp", "ddp", 4, "adam", 1e-3)
     assert cfg.plan_options == {"bucket_cap_mb": 5} and cfg.out_dir == str(tmp_path)
     again = TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))  # what a worker reads
     assert again == cfg

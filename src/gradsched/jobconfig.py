@@ -18,7 +18,7 @@ from gradsched.errors import InternalError
 class TrainConfig:
     """One ``gradsched train`` run, as every rank reads it."""
 
-    model: str  # a built-in model (gradsched.constants.MODEL_NAMES)
+    model: str  # a built-in model (gradsched.constants.MODEL_NAMES) or the user's MODULE:FUNCTION
     strategy: str  # planned at start-up, unless plan_path is given
     steps: int
     batch_size: int  # per rank
