@@ -14,6 +14,8 @@ Models (``MODEL_NAMES``):
   32x32 input: communication-heavy relative to its compute, like the DESIGN's regime.
 - ``gpt2`` / ``bert``: small configs of ``transformers`` models, random init
   (needs ``pip install transformers``).
+- ``replay:PROFILE``: a profile (a file or a bundled name) replayed with emulated
+  compute and real parameters (:mod:`gradsched.torch.replay`).
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ def build_model(name: str, *, seed: int = 0) -> ModelSpec:
 
     The same ``(name, seed)`` gives the same parameters in every process, which is how
     data-parallel ranks start from identical weights without a broadcast."""
+    if name.startswith("replay:"):  # a profile replayed: real parameters, emulated compute
+        from gradsched.torch.replay import replay_spec
+
+        return replay_spec(name[len("replay:"):], seed=seed)
     builders = {"mlp": _mlp, "cnn": _cnn, "vgg": _vgg, "gpt2": _gpt2, "bert": _bert}
     if name not in builders:
         raise GradschedError(f"unknown model {name!r}; known: {', '.join(MODEL_NAMES)}")
