@@ -132,7 +132,7 @@ class ReplayModel(nn.Module):
 
     def __init__(self, profile: Profile, *, seed: int = 0) -> None:
         super().__init__()
-        groups = _layer_groups(profile)
+        groups = check_replayable(profile)
         gen = torch.Generator().manual_seed(seed)
         self.clock = _Clock()
         self.profile, self.other_s = profile, profile.other_s
@@ -166,8 +166,11 @@ def _dtype(profile: Profile, i: int) -> torch.dtype:
     return _DTYPES[t.element_bytes]
 
 
-def _layer_groups(profile: Profile) -> list[list[int]]:
-    """Tensor indices per layer, in forward order; a layer's tensors must be adjacent."""
+def check_replayable(profile: Profile) -> list[list[int]]:
+    """Tensor indices per layer, in forward order; raises GradschedError if ``profile``
+    cannot be replayed (elements of another width, a layer's tensors not adjacent)."""
+    for i in range(profile.num_tensors):
+        _dtype(profile, i)
     groups: list[list[int]] = []
     seen: set[int] = set()
     for i, lid in enumerate(profile.layer_of):
