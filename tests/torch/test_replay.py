@@ -92,6 +92,7 @@ def test_dilation_stretches_compute():
 
 def test_dilation_shapes_links_slower_and_rescales_reports():
     assert shaped_rate("1gbit", 2, 2.0, replay=True) == 500_000_000
+    assert shaped_rate("1gbit", 4, 2.0, replay=True) == 500_000_000  # 2 Gbit/s in all: faithful here
     assert shaped_rate(None, 2, 1.0, replay=True) is None
     result = {"rows": [{"iteration_s_median": 0.8, "step_s": [[0.8, 1.0]], "speedup_vs_ddp": 1.2,
                         "autotune": {"predicted_iteration_s": 0.6}}],
@@ -104,7 +105,7 @@ def test_dilation_shapes_links_slower_and_rescales_reports():
 
 
 @pytest.mark.parametrize("rate,hosts,dilate,words", [
-    ("10gbit", 4, 1.0, "--dilate 10 or more"), ("1gbit", 2, 0.5, "at least 1"), ("1gbit", 2, float("nan"), "at least 1"),
+    ("10gbit", 4, 1.0, "--dilate 20 or more"), ("1gbit", 4, 1.0, "--dilate 2 or more"), ("1gbit", 2, 0.5, "at least 1"), ("1gbit", 2, float("nan"), "at least 1"),
 ])
 def test_impossible_dilation_or_rate_is_refused(rate, hosts, dilate, words):
     with pytest.raises(GradschedError, match=words):

@@ -42,9 +42,10 @@ DEFAULT_RATE = "1gbit"
 TESTBED_PREFIX = "gsb"  # its own prefix: never touches a `gs` testbed the user has up
 MODELS = ("mlp", "cnn", "vgg", "gpt2", "bert")
 # Emulation stays faithful while the links' aggregate shaped rate (rate / dilation x hosts)
-# is at most this: above it the 2 cores cannot move gloo's bytes at the links' rate
-# (docs/bench.md, "Emulated compute"; benchmarks/results/replay_fidelity.json).
-FAITHFUL_AGGREGATE_BPS = 4 * 10**9
+# is at most this: above it the 2 cores cannot move gloo's bytes at the links' rate.  Measured
+# (benchmarks/replay_fidelity.py, docs/bench.md "Emulated compute"): all-reduce of 4-64 MiB
+# within 2% of the rate's line at 2 x 1gbit, 1.3-3x off at 4 x 1gbit, 2 x 2gbit and above.
+FAITHFUL_AGGREGATE_BPS = 2 * 10**9
 
 
 def register(subparsers: Any) -> None:

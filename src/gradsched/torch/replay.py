@@ -113,10 +113,17 @@ class ReplayLayer(nn.Module):
     def __init__(self, shapes: list[tuple[int, torch.dtype]], forward_s: float, backward_s: float,
                  clock: _Clock, generator: torch.Generator) -> None:
         super().__init__()
-        self.params = nn.ParameterList(
-            nn.Parameter((torch.randn(n, generator=generator) * 0.01).to(dtype)) for n, dtype in shapes)
+        # registered on the layer itself (not in a ParameterList), so that the modules that
+        # own them directly are the ones called in forward: gating and the profiler hook those
+        for j, (n, dtype) in enumerate(shapes):
+            self.register_parameter(f"t{j}", nn.Parameter((torch.randn(n, generator=generator) * 0.01).to(dtype)))
         self.forward_s, self.backward_s, self.clock = forward_s, backward_s, clock
         self.ready = list(range(len(shapes)))  # the order autograd accumulates its tensors in
+
+    @property
+    def params(self) -> list[nn.Parameter]:
+        """This layer's tensors, in the profile's forward order."""
+        return list(self._parameters.values())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.clock.wait(self.forward_s)
