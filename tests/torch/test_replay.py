@@ -20,8 +20,9 @@ from gradsched.torch.selftest import rel_diff, run, spawn_local  # noqa: E402
 LAYER_S = 0.02  # each layer's backward; forward half of it
 
 
-def _profile(scale: float = 1.0) -> Profile:
-    """Five layers; layer 2 has a float16 weight and a float64 bias; ready order is not the reverse of forward."""
+def _profile(scale: float = 1.0, mixed: bool = True) -> Profile:
+    """Five layers; layer 2 has a float16 weight and a float64 bias (float32 both unless ``mixed``); ready
+    order is not the reverse of forward."""
     tensors = [
         {"name": "a.w", "numel": 3000, "bytes": 12000, "forward_s": LAYER_S / 2, "backward_s": LAYER_S},
         {"name": "b.w", "numel": 200_000, "bytes": 800_000, "forward_s": LAYER_S / 2, "backward_s": LAYER_S},
@@ -30,6 +31,8 @@ def _profile(scale: float = 1.0) -> Profile:
         {"name": "d.w", "numel": 70_000, "bytes": 280_000, "forward_s": LAYER_S / 2, "backward_s": LAYER_S},
         {"name": "e.w", "numel": 10, "bytes": 40, "forward_s": LAYER_S / 2, "backward_s": LAYER_S},
     ]
+    if not mixed:
+        tensors[2]["bytes"], tensors[3]["bytes"] = 20000, 200
     data = {"format": "gradsched.profile/1", "model": "toy", "tensors": tensors,
             "ready_order": [5, 2, 3, 4, 1, 0], "other_s": LAYER_S}
     return Profile.from_dict(data).with_times(scale)
@@ -180,7 +183,34 @@ def _train_topk(rank: int, world: int, path: str) -> list:
 
 
 @pytest.mark.slow
-def test_sparse_topk_trains_on_replay(toy_path):
-    (start0, end0), (_, end1) = spawn_local(_train_topk, 2, toy_path)
+def test_sparse_topk_trains_on_replay(tmp_path):
+    # one dtype: gradsched's sparse operations do not mix element types within a layer
+    path = tmp_path / "toy32.profile.json"
+    _profile(0.1, mixed=False).save(path)
+    (start0, end0), (_, end1) = spawn_local(_train_topk, 2, str(path))
     assert rel_diff(end0, end1) == 0.0  # every rank applies the same sparse average
     assert rel_diff(end0, start0) > 1e-4  # and it moved the parameters
+
+
+@pytest.mark.parametrize("shape", ["cnn", "llama"])
+def test_meta_profiles_of_real_architectures_are_replayable(shape):
+    """``gradsched profile --device meta --device-tflops`` profiles replay with their sizes and FLOP times."""
+    from gradsched.torch.flops import TransformerConfig, build_transformer
+    from gradsched.torch.profiler import profile_module
+
+    if shape == "cnn":
+        with torch.device("meta"):
+            spec = build_model("cnn")
+    else:  # LLaMA's shapes (SwiGLU, untied head, no biases), scaled down to fit
+        spec = build_transformer(TransformerConfig(n_layer=2, n_embd=64, n_head=4, vocab_size=256, seq_len=16,
+                                                   ffn_hidden=172, gated_mlp=True, tie_embeddings=False,
+                                                   learned_positions=False, bias=False), device="meta")
+    batch = spec.make_batch(2, torch.Generator().manual_seed(0))
+    prof = profile_module(spec.module, batch, loss_fn=spec.loss_fn, iterations=1, warmup=0, device="meta",
+                          device_tflops=1.0)
+    model = ReplayModel(prof)
+    assert [p.numel() for p in model.parameters()] == [t.numel for t in prof.tensors]
+    _step(model)
+    _, wall, _, stamps = _step(model)
+    assert [i for i, _ in stamps] == list(prof.order)
+    assert wall >= prof.other_s + prof.forward_s + prof.backward_s - 1e-3
