@@ -504,8 +504,10 @@ def run(args: argparse.Namespace) -> int:
     shaped = shaped_rate(rate, args.hosts, args.dilate, args.replay is not None)
     network = f"testbed {rate}" if rate else "loopback"
     name = f"replay:{args.replay}" if args.replay is not None else args.model
-    history = contention_history(args.contention_from, {"model": name, "hosts": args.hosts, "network": network,
-                                                         "rate": rate, "batch_size": args.batch_size})
+    job = {"model": name, "hosts": args.hosts, "network": network, "rate": rate, "batch_size": args.batch_size}
+    if args.replay is not None:
+        job["dilate"] = args.dilate  # links and compute are stretched alike only within one dilation
+    history = contention_history(args.contention_from, job)
     with tempfile.TemporaryDirectory(prefix="gradsched-bench-") as tmp:
         os.chmod(tmp, 0o755)
         model = args.model
