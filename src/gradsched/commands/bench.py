@@ -547,6 +547,6 @@ def run(args: argparse.Namespace) -> int:
 def _title(args: argparse.Namespace, network: str) -> str:
     if args.replay is None:
         return f"{args.model}, {args.hosts} hosts, {network} (gloo, CPU)"
-    dilated = f", links at 1/{args.dilate:g} and compute x{args.dilate:g}, times rescaled" if args.dilate != 1 else ""
-    return (f"{args.replay} replayed (emulated compute, real gloo communication), {args.hosts} hosts, "
-            f"{network}{dilated}")
+    dilated = f" (dilation {args.dilate:g})" if args.dilate != 1 else ""
+    name = Path(args.replay).stem.removesuffix(".profile")
+    return f"{name} replayed, {args.hosts} hosts, {network}{dilated} (emulated compute)"
