@@ -39,10 +39,10 @@ def compute_fidelity(source: str, iterations: int) -> dict:
     import torch
 
     from gradsched.torch.profiler import profile_module
-    from gradsched.torch.replay import replay_spec
+    from gradsched.torch.models import build_model
 
     torch.set_num_threads(1)
-    spec = replay_spec(source)
+    spec = build_model(f"replay:{source}")
     gen = torch.Generator().manual_seed(0)
     batch = spec.make_batch(4, gen)
     measured = profile_module(spec.module, batch, loss_fn=spec.loss_fn, iterations=iterations, warmup=2)

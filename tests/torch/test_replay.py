@@ -14,7 +14,7 @@ from gradsched.commands.bench import shaped_rate, undilate  # noqa: E402
 from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.profile import Profile  # noqa: E402
 from gradsched.torch.models import build_model  # noqa: E402
-from gradsched.torch.replay import ReplayModel, replay_spec  # noqa: E402
+from gradsched.torch.replay import ReplayModel  # noqa: E402
 from gradsched.torch.selftest import rel_diff, run, spawn_local  # noqa: E402
 
 LAYER_S = 0.02  # each layer's backward; forward half of it
@@ -168,7 +168,7 @@ def test_ddp_and_gradsched_strategies_train_alike_on_replay(toy_path):
 def _train_topk(rank: int, world: int, path: str) -> list:
     from gradsched.torch import DistributedDataParallel, DistributedOptimizer
 
-    spec = replay_spec(path, seed=0)
+    spec = build_model(f"replay:{path}", seed=0)
     start = [p.detach().clone() for p in spec.module.parameters()]
     model = DistributedDataParallel(spec.module, "topk", plan_options={"density": 0.1})
     opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5), model)
@@ -214,3 +214,34 @@ def test_meta_profiles_of_real_architectures_are_replayable(shape):
     _, wall, _, stamps = _step(model)
     assert [i for i, _ in stamps] == list(prof.order)
     assert wall >= prof.other_s + prof.forward_s + prof.backward_s - 1e-3
+
+
+@pytest.mark.slow
+def test_bench_replay_end_to_end_reports_emulated_times(tmp_path, capsys):
+    """`gradsched bench --replay`: rows in emulated seconds (dilated on the testbed as root, else loopback)."""
+    import json
+    import os
+
+    from gradsched.cli import main
+
+    path = tmp_path / "toy.profile.json"
+    prof = _profile(0.5)
+    prof.save(path)
+    dilate = 2.0 if os.geteuid() == 0 else 1.0
+    net = ["--rate", "200mbit", "--dilate", "2", "--prefix", "gsr"] if dilate != 1 else ["--loopback"]
+    out = tmp_path / "bench.json"
+    code = main(["bench", "--replay", str(path), "--hosts", "2", *net, "--strategies", "ddp,wfbp,usbyte",
+                 "--ddp-buckets", "none", "--steps", "2", "--rounds", "3", "--profile-iterations", "3",
+                 "--net-reps", "1", "--no-probe", "-q", "--timeout-s", "300", "--json", str(out)])
+    assert code == 0
+    rows = json.loads(out.read_text())
+    assert [r["strategy"] for r in rows] == ["ddp", "wfbp", "usbyte"]
+    assert rows[0]["model"] == f"replay:{path}" and rows[0]["compute"].startswith("emulated")
+    assert rows[0]["dilate"] == dilate
+    # compute-only steps in emulated seconds: the profile's compute, not `dilate` times it
+    emulated = prof.compute_s
+    assert emulated * 0.95 <= rows[0]["compute_only"]["iteration_s_median"] <= emulated * 1.6
+    for r in rows:
+        assert r["iteration_s_median"] >= emulated * 0.95
+        assert all(s >= emulated * 0.9 for steps in r["step_s"] for s in steps)
+    assert "replayed" in capsys.readouterr().out

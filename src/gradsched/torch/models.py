@@ -58,9 +58,10 @@ def build_model(name: str, *, seed: int = 0) -> ModelSpec:
     The same ``(name, seed)`` gives the same parameters in every process, which is how
     data-parallel ranks start from identical weights without a broadcast."""
     if name.startswith("replay:"):  # a profile replayed: real parameters, emulated compute
-        from gradsched.torch.replay import replay_spec
+        from gradsched.torch import replay
 
-        return replay_spec(name[len("replay:"):], seed=seed)
+        module = replay.ReplayModel(replay.load_profile(name.removeprefix("replay:")), seed=seed)
+        return ModelSpec(f"replay:{module.profile.model}", module, replay.make_batch, F.mse_loss)
     builders = {"mlp": _mlp, "cnn": _cnn, "vgg": _vgg, "gpt2": _gpt2, "bert": _bert}
     if name not in builders:
         raise GradschedError(f"unknown model {name!r}; known: {', '.join(MODEL_NAMES)}")

@@ -43,7 +43,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from gradsched.errors import GradschedError
 from gradsched.profile import Profile
@@ -135,7 +134,7 @@ class ReplayModel(nn.Module):
 
     ``parameters()`` yields one tensor per profile tensor, in the profile's order, with
     its ``numel`` and element width (2, 4, 8 bytes: float16, float32, float64).  The
-    input is a ``(batch, WIDTH)`` tensor (see :func:`replay_spec`)."""
+    input is a ``(batch, WIDTH)`` tensor (see :func:`make_batch`)."""
 
     def __init__(self, profile: Profile, *, seed: int = 0) -> None:
         super().__init__()
@@ -205,15 +204,7 @@ def load_profile(source: str) -> Profile:
                          f"({', '.join(profile_names())}); give a gradsched.profile/1 file")
 
 
-def replay_spec(source: str, *, seed: int = 0) -> Any:
-    """The :class:`~gradsched.torch.models.ModelSpec` that replays profile ``source``: random
-    ``(batch, WIDTH)`` inputs and targets, mean squared error."""
-    from gradsched.torch.models import ModelSpec
-
-    profile = load_profile(source)
-
-    def make(batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        return (torch.randn(batch_size, WIDTH, generator=generator),
-                torch.randn(batch_size, WIDTH, generator=generator))
-
-    return ModelSpec(f"{REPLAY_PREFIX}{profile.model}", ReplayModel(profile, seed=seed), make, F.mse_loss)
+def make_batch(batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and targets for a replay model: random ``(batch, WIDTH)`` tensors (the loss is their MSE)."""
+    return (torch.randn(batch_size, WIDTH, generator=generator),
+            torch.randn(batch_size, WIDTH, generator=generator))
