@@ -38,8 +38,8 @@ def transformer_profile() -> Path:
         return path
     import torch
 
-    from gradsched.torch.flops import TransformerConfig, build_transformer
-    from gradsched.torch.profiler import profile_module
+    from gradsched.torch.measure.flops import TransformerConfig, build_transformer
+    from gradsched.torch.measure.profiler import profile_module
 
     cfg = TransformerConfig(n_layer=6, n_embd=512, n_head=8, vocab_size=8192, seq_len=512, ffn_hidden=2048)
     spec = build_transformer(cfg, device="meta")

@@ -38,8 +38,8 @@ MiB = 1 << 20
 def compute_fidelity(source: str, iterations: int) -> dict:
     import torch
 
-    from gradsched.torch.profiler import profile_module
-    from gradsched.torch.models import build_model
+    from gradsched.torch.measure.profiler import profile_module
+    from gradsched.torch.jobs.models import build_model
 
     torch.set_num_threads(1)
     spec = build_model(f"replay:{source}")

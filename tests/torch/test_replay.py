@@ -13,9 +13,9 @@ torch = pytest.importorskip("torch")
 from gradsched.commands.bench import shaped_rate, undilate  # noqa: E402
 from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.profile import Profile  # noqa: E402
-from gradsched.torch.models import build_model  # noqa: E402
-from gradsched.torch.replay import ReplayModel  # noqa: E402
-from gradsched.torch.selftest import rel_diff, run, spawn_local  # noqa: E402
+from gradsched.torch.jobs.models import build_model  # noqa: E402
+from gradsched.torch.jobs.replay import ReplayModel  # noqa: E402
+from gradsched.torch.jobs.selftest import rel_diff, run, spawn_local  # noqa: E402
 
 LAYER_S = 0.02  # each layer's backward; forward half of it
 
@@ -195,8 +195,8 @@ def test_sparse_topk_trains_on_replay(tmp_path):
 @pytest.mark.parametrize("shape", ["cnn", "llama"])
 def test_meta_profiles_of_real_architectures_are_replayable(shape):
     """``gradsched profile --device meta --device-tflops`` profiles replay with their sizes and FLOP times."""
-    from gradsched.torch.flops import TransformerConfig, build_transformer
-    from gradsched.torch.profiler import profile_module
+    from gradsched.torch.measure.flops import TransformerConfig, build_transformer
+    from gradsched.torch.measure.profiler import profile_module
 
     if shape == "cnn":
         with torch.device("meta"):

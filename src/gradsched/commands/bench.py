@@ -192,7 +192,7 @@ def shaped_rate(rate: str | None, hosts: int, dilate: float, replay: bool) -> in
 def replay_model(source: str, dilate: float, out_dir: str) -> tuple[str, "Profile"]:
     """The model name the workers build for ``--replay source`` (its profile, times x
     ``dilate``, written into ``out_dir``) and the profile as given."""
-    from gradsched.torch.replay import REPLAY_PREFIX, check_replayable, load_profile
+    from gradsched.torch.jobs.replay import REPLAY_PREFIX, check_replayable, load_profile
 
     profile = load_profile(source)
     check_replayable(profile)
@@ -374,11 +374,9 @@ def contention_bound_s(compute_s: float, comm_s: float, compute_alone_s: float, 
 
 # ----------------------------------------------------------------------------- launching
 def _launch_loopback(cfg_path: Path, hosts: int, timeout_s: float) -> None:
-    from gradsched.torch.selftest import free_port
+    from gradsched.torch.jobs.launch import loopback_command
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={hosts}", "--nnodes=1",
-           "--master-addr=127.0.0.1", f"--master-port={free_port()}", "-m", "gradsched.torch.bench_worker",
-           str(cfg_path)]
+    cmd = loopback_command("gradsched.torch.jobs.bench_worker", hosts, cfg_path)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
     try:
@@ -410,7 +408,7 @@ def _launch_testbed(cfg_path: Path, hosts: int, rate: str | int, timeout_s: floa
     from gradsched.testbed import Testbed
 
     with Testbed(hosts=hosts, rate=rate, prefix=prefix) as tb:  # always torn down
-        tb.launch(["-m", "gradsched.torch.bench_worker", str(cfg_path)]).wait(timeout_s=timeout_s)
+        tb.launch(["-m", "gradsched.torch.jobs.bench_worker", str(cfg_path)]).wait(timeout_s=timeout_s)
 
 
 # ----------------------------------------------------------------------------- reporting
@@ -509,7 +507,6 @@ def run(args: argparse.Namespace) -> int:
         job["dilate"] = args.dilate  # links and compute are stretched alike only within one dilation
     history = contention_history(args.contention_from, job)
     with tempfile.TemporaryDirectory(prefix="gradsched-bench-") as tmp:
-        os.chmod(tmp, 0o755)
         model = args.model
         if args.replay is not None:
             model, profile = replay_model(args.replay, args.dilate, tmp)

@@ -15,7 +15,7 @@ Models (``MODEL_NAMES``):
 - ``gpt2`` / ``bert``: small configs of ``transformers`` models, random init
   (needs ``pip install transformers``).
 - ``replay:PROFILE``: a profile (a file or a bundled name) replayed with emulated
-  compute and real parameters (:mod:`gradsched.torch.replay`).
+  compute and real parameters (:mod:`gradsched.torch.jobs.replay`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def build_model(name: str, *, seed: int = 0) -> ModelSpec:
     The same ``(name, seed)`` gives the same parameters in every process, which is how
     data-parallel ranks start from identical weights without a broadcast."""
     if name.startswith("replay:"):  # a profile replayed: real parameters, emulated compute
-        from gradsched.torch import replay
+        from gradsched.torch.jobs import replay
 
         module = replay.ReplayModel(replay.load_profile(name.removeprefix("replay:")), seed=seed)
         return ModelSpec(f"replay:{module.profile.model}", module, replay.make_batch, F.mse_loss)
