@@ -16,7 +16,7 @@ from gradsched.errors import GradschedError
 
 # Subcommand modules, in help order.  Each is imported only when the CLI starts,
 # and torch-using ones import torch only inside their ``run``.
-COMMANDS = ("simulate", "plan", "train", "profile", "netbench", "compare", "bench", "testbed")
+COMMANDS = ("simulate", "plan", "advise", "train", "profile", "netbench", "compare", "bench", "testbed")
 
 
 def build_parser() -> argparse.ArgumentParser:

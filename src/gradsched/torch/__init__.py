@@ -5,11 +5,12 @@
 the update with the next forward can step it per parameter subset.  See docs/runtime.md.
 """
 
+from gradsched.torch.advisor import advise
 from gradsched.torch.models import MODEL_NAMES, ModelSpec, build_model
 from gradsched.torch.ops import CollectiveError
 from gradsched.torch.optim import DistributedOptimizer
 from gradsched.torch.planning import profile_from_module, trainable_parameters
 from gradsched.torch.wrapper import DistributedDataParallel
 
-__all__ = ["MODEL_NAMES", "CollectiveError", "DistributedDataParallel", "DistributedOptimizer", "ModelSpec",
+__all__ = ["MODEL_NAMES", "advise", "CollectiveError", "DistributedDataParallel", "DistributedOptimizer", "ModelSpec",
            "build_model", "profile_from_module", "trainable_parameters"]
