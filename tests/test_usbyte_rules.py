@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 
 import usbyte_reference as reference
-from gradsched import Cluster, GradschedError, Profile, TensorProfile
+from gradsched import Cluster, CollectiveCost, GradschedError, Profile, TensorProfile
 from gradsched.planners import make_plan
 from gradsched.planners.usbyte import RULES, _Model, predict
 from gradsched.sim import simulate
@@ -86,21 +86,22 @@ def test_block_extension_merges_across_a_lower_priority_ready_event_by_hand():
                                TensorProfile("Z", 8 * mb, 32 * mb, 1 * MS, 1 * MS)))
     cluster = Cluster.alpha_beta(1 * MS, 1e-9, 2)
     _, plain, _ = predict(profile, cluster, 1_000_000, 1, extend=False, window="block")
-    assert [b[0] for b in plain.blocks] == [2, 1, 2, 0, 2]
+    # units in order of first readiness: 0 = Z, 1 = Y, 2 = X
+    assert [b[0] for b in plain.blocks] == [0, 1, 0, 2, 0]
     assert [(b[3] / MS, b[4] / MS) for b in plain.blocks] == [
         pytest.approx(x) for x in [(1.0, 3.0), (3.0, 4.5), (4.5, 6.5), (6.5, 8.5), (8.5, 15.5)]]
     # Z ahead of Y (as the promotion search tries): t=3 Z again, gap 3 -> ceil(2) = 2 units, 3-6:
     # two back-to-back blocks of Z.  Extension sends them as one message from 1 ms sized to the
     # gap up to 6 ms: ceil((5 - 1) / 1) = 4 units, 1-6 ms (one start-up instead of two).
-    rank = [0, 2, 1]
+    rank = [1, 2, 0]  # Z, Y, X
     model = _Model(profile, cluster.cost("allreduce"), 1_000_000)
     blocks_plain = model.run(rank, extend=False).blocks
     blocks_ext = model.run(rank, extend=True).blocks
-    assert [b[0] for b in blocks_plain[:2]] == [2, 2]
+    assert [b[0] for b in blocks_plain[:2]] == [0, 0]
     assert [(b[3] / MS, b[4] / MS) for b in blocks_plain[:2]] == [pytest.approx((1.0, 3.0)), pytest.approx((3.0, 6.0))]
     u, lo, hi, start_s, end_s = blocks_ext[0]
-    assert (u, lo, hi) == (2, 0, 4 * mb) and (start_s / MS, end_s / MS) == pytest.approx((1.0, 6.0))
-    assert blocks_ext[1][0] != 2 or blocks_ext[1][3] > blocks_ext[0][4]  # not back to back again
+    assert (u, lo, hi) == (0, 0, 4 * mb) and (start_s / MS, end_s / MS) == pytest.approx((1.0, 6.0))
+    assert blocks_ext[1][0] != 0 or blocks_ext[1][3] > blocks_ext[0][4]  # not back to back again
 
 
 @pytest.mark.parametrize("opts", [{"extend": "yes"}, {"window": "paper"}])
@@ -108,3 +109,23 @@ def test_bad_rule_options_are_user_errors(opts):
     profile = Profile("p", (TensorProfile("a", 10, 40, MS, MS),))
     with pytest.raises(GradschedError, match="usbyte"):
         make_plan("usbyte", profile, Cluster.alpha_beta(1e-3, 1e-9, 2), **opts)
+
+
+def test_no_extension_that_would_end_before_it_was_decided():
+    # A measured table up to 128 KiB lies above the line beyond it: one element more than the
+    # table's last size is faster than the unit itself.  Extending the first 128 KiB block by
+    # that element would end the message before the moment the extension is decided (the first
+    # block's end): the model must not go back in time, so no merge, and the simulator
+    # replays the plan exactly.  (Found by test_chosen_rule_never_simulates_slower_...)
+    times = {0: 4 * MS, 4: 0.79 * MS, 9: 4 * MS, 10: 4 * MS}
+    tensors = [TensorProfile("l0.t0", 1, 4, 0.0, 4 * MS, 0), TensorProfile("l0.t1", 1, 4, 0.0, 0.0, 0),
+               TensorProfile("l1.t0", 32769, 131076, 0.0, 0.0, 1)]
+    tensors += [TensorProfile(f"l{k}.t0", 1, 4, 4 * MS if k == 4 else 0.0, times.get(k, 0.0), k) for k in range(2, 12)]
+    profile = Profile("table-edge", tuple(tensors), (12, 4, 2, 9, 8, 7, 6, 5, 11, 3, 10, 0, 1))
+    cost = CollectiveCost(1.2754e-3, 1.1492e-9, ((1024.0, 1.2766e-3), (131072.0, 2.7014e-3)))
+    cluster = Cluster(2, {"allreduce": cost})
+    for window, extend in RULES:
+        plan, schedule, _ = predict(profile, cluster, 128 << 10, extend=extend, window=window)
+        result = simulate(plan, profile, cluster, timeline=False)
+        assert result.iteration_s == pytest.approx(schedule.iteration_s, rel=1e-12)
+        assert all(b[4] >= b[3] for b in schedule.blocks)

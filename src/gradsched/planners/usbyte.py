@@ -163,6 +163,7 @@ class _Model:
                 u = heap[0][1]
                 eb = elem[u]
                 rest = left[u]
+                merged = False
                 if nxt < n:  # phase 1: fill the gap before the next gradient is ready
                     unit = unit_elems[u]
                     last = blocks[-1] if extend and blocks else None
@@ -171,15 +172,16 @@ class _Model:
                         _, lo, hi, s0, _ = last
                         total = _fill(ready[nxt] - s0, rest + hi - lo, unit, eb, alpha, beta, time_s)
                         elems = max(total - (hi - lo), min(unit, rest))
-                        free = s0 + time_s((hi - lo + elems) * eb)
-                        blocks[-1] = (u, lo, hi + elems, s0, free)
-                    else:
+                        end = s0 + time_s((hi - lo + elems) * eb)
+                        if end >= start:  # a measured table can make more bytes faster: then no merge
+                            free = end
+                            blocks[-1] = (u, lo, hi + elems, s0, free)
+                            merged = True
+                    if not merged:
                         elems = _fill(ready[nxt] - start, rest, unit, eb, alpha, beta, time_s)
-                        last = None
                 else:  # phase 2: everything left, highest priority first
                     elems = rest
-                    last = None
-                if last is None:
+                if not merged:
                     free = start + time_s(elems * eb)
                     done = sent[u]
                     blocks.append((u, done, done + elems, start, free))
