@@ -111,7 +111,9 @@ class _Model:
         self.alpha_s = cost.alpha_s
         self.beta_s = cost.beta_s_per_byte
         self._runs: dict[tuple[bool, tuple[int, ...]], Schedule] = {}
+        self._trials: dict[tuple[bool, tuple[int, ...]], float] = {}
         self.table = ([float(x) for x, _ in cost.points], [float(y) for _, y in cost.points]) if cost.points else None
+        self.full_time_s = [self.time_s(u.numel * u.element_bytes) for u in units]
 
     def time_s(self, nbytes: int) -> float:
         """``cost.time_s`` bit for bit, without numpy's per-call overhead (the search calls it
@@ -124,7 +126,8 @@ class _Model:
                 return float(_interp(nbytes, xs, ys) * self.cost._table_scale(nbytes))
         return self.alpha_s + self.beta_s * nbytes
 
-    def run(self, rank: list[int], extend: bool = False, resume: Schedule | None = None, at: int = 0) -> Schedule:
+    def run(self, rank: list[int], extend: bool = False, resume: Schedule | None = None, at: int = 0,
+            dry: bool = False) -> Schedule:
         """Model the schedule where unit ``u`` has priority number ``rank[u]`` (lower first).
 
         The clock moves like the simulator's (to the next ready time or the moment the
@@ -134,7 +137,8 @@ class _Model:
         it, resized to fill the gap from the merged block's start (the paper's block
         extension).  ``resume``/``at``: start from ``resume``'s state just before it
         chose its block ``at`` (the caller knows that ``rank`` chooses the same up to
-        there), which gives exactly what a run from the start would."""
+        there), which gives exactly what a run from the start would.  ``dry``: only the
+        iteration (no phase-2 blocks, the search's trials), the same number."""
         by_ready, ready, elem, unit_elems = self.by_ready, self.ready_sorted, self.elem, self.unit_elems
         n = len(by_ready)
         left = list(self.numel)
@@ -160,6 +164,11 @@ class _Model:
                 nxt += 1
             if heap and free <= t + EPS_S:
                 start = t if t > free else free
+                if nxt == n:  # phase 2 from here: the rest of each layer back to back, by priority
+                    if dry:
+                        return Schedule(self._dry_phase_two(sorted(heap), start, left, blocks), blocks, decide)
+                    self._phase_two(sorted(heap), start, t, left, sent, blocks, decide)
+                    break
                 u = heap[0][1]
                 eb = elem[u]
                 rest = left[u]
@@ -200,6 +209,42 @@ class _Model:
             t = t_next
         return Schedule(self.iteration_s(blocks), blocks, decide)
 
+    def _phase_two(self, queue: list[tuple[int, int]], start: float, t: float, left: list[int], sent: list[int],
+                   blocks: list[tuple[int, int, int, float, float]], decide: list[float]) -> None:
+        """Phase 2 as :meth:`run`'s loop would play it, without the loop: every layer is
+        ready, so each decision takes the next layer in priority order when the last
+        block ends (the clock is that end), and sends all it has left."""
+        time_s, elem = self.time_s, self.elem
+        for _, u in queue:
+            end = start + time_s(left[u] * elem[u])
+            blocks.append((u, sent[u], sent[u] + left[u], start, end))
+            decide.append(t)
+            sent[u] += left[u]
+            left[u] = 0
+            t = start = end
+
+    def _dry_phase_two(self, queue: list[tuple[int, int]], start: float, left: list[int],
+                       blocks: list[tuple[int, int, int, float, float]]) -> float:
+        """The iteration :meth:`_phase_two` then :meth:`iteration_s` would give, without the blocks."""
+        done = self._layer_done(blocks)
+        time_s, elem, numel, full, unit_layer = self.time_s, self.elem, self.numel, self.full_time_s, self.unit_layer
+        for _, u in queue:
+            rest = left[u]
+            start += full[u] if rest == numel[u] else time_s(rest * elem[u])
+            done[unit_layer[u]] = start  # later than every earlier block's end
+        return self._forward(done)
+
+    def trial_s(self, rank: list[int], extend: bool, resume: Schedule | None = None, at: int = 0) -> float:
+        """The iteration :meth:`run` gives (dry), remembered like :meth:`cached_run`."""
+        key = (extend, tuple(rank))
+        schedule = self._runs.get(key)
+        if schedule is not None:
+            return schedule.iteration_s
+        value = self._trials.get(key)
+        if value is None:
+            value = self._trials[key] = self.run(rank, extend, resume, at, dry=True).iteration_s
+        return value
+
     def cached_run(self, rank: list[int], extend: bool, resume: Schedule | None = None, at: int = 0) -> Schedule:
         """:meth:`run`, remembered: the searches of the two promotion windows try many of the
         same priority orders (the front-first one always)."""
@@ -210,12 +255,20 @@ class _Model:
         return schedule
 
     def iteration_s(self, blocks: list[tuple[int, int, int, float, float]]) -> float:
+        return self._forward(self._layer_done(blocks))
+
+    def _layer_done(self, blocks: list[tuple[int, int, int, float, float]]) -> list[float]:
+        """When each forward layer's last block ends (0 if none yet)."""
         done = [0.0] * len(self.forward_work)
         unit_layer = self.unit_layer
         for u, _, _, _, end in blocks:
             k = unit_layer[u]
             if end > done[k]:
                 done[k] = end
+        return done
+
+    def _forward(self, done: list[float]) -> float:
+        """The next forward, each layer after its blocks: the iteration."""
         t = self.backward_end_s + self.profile.other_s
         for d, (upd, fwd) in zip(done, self.forward_work):
             t = (t if t >= d else d) + upd + fwd  # max(t, d), summed in the simulator's order
@@ -291,9 +344,8 @@ def search_priorities(model: _Model, max_evaluations: int, extend: bool = False,
         at = _first_change(model, best, rank, u, target)
         if at is None:
             continue  # the promotion changes no choice: the same schedule, not shorter
-        trial = model.cached_run(trial_rank, extend, best, at)
-        if trial.iteration_s < best.iteration_s * (1 - 1e-12):
-            best, rank, order = trial, trial_rank, trial_order
+        if model.trial_s(trial_rank, extend, best, at) < best.iteration_s * (1 - 1e-12):
+            best, rank, order = model.cached_run(trial_rank, extend, best, at), trial_rank, trial_order
             first = _first_blocks(best)
     return rank, best, evaluations
 
