@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from gradsched.torch.selftest import free_port  # noqa: E402
+from gradsched.torch.jobs.launch import free_port  # noqa: E402
 
 WORKER = r"""
 import json, os, sys

@@ -1,8 +1,8 @@
 """``gradsched.torch.advise(model, batch)``: the bucket advisor on a live process group.
 
-Profiles ``model`` where it runs (:func:`gradsched.torch.profiler.profile_module`),
+Profiles ``model`` where it runs (:func:`gradsched.torch.measure.profiler.profile_module`),
 measures the all-reduce on the default process group
-(:func:`gradsched.torch.netbench.benchmark`), and returns
+(:func:`gradsched.torch.measure.netbench.benchmark`), and returns
 :func:`gradsched.advise.advise` on the two, the same on every rank::
 
     advice = gradsched.torch.advise(model, (x, y), loss_fn=F.cross_entropy)
@@ -31,13 +31,13 @@ def advise(model: nn.Module, batch: Any | Callable[[], Any], *, loss_fn: Callabl
            print_advice: bool = False) -> Advice:
     """Profile ``model`` on ``batch`` and measure the network in place; return the advice on every rank.
 
-    ``batch`` and ``loss_fn`` as for :func:`gradsched.torch.profiler.profile_module` (an
+    ``batch`` and ``loss_fn`` as for :func:`gradsched.torch.measure.profiler.profile_module` (an
     ``(inputs, targets)`` pair with a ``loss_fn``, else inputs whose output is summed).
     The model's weights are left as they were (the profiler's optimizer has learning rate 0).
     ``print_advice``: rank 0 prints the table ``gradsched advise`` prints."""
     from gradsched.advise import format_advice
-    from gradsched.torch.netbench import benchmark
-    from gradsched.torch.profiler import profile_module
+    from gradsched.torch.measure.netbench import benchmark
+    from gradsched.torch.measure.profiler import profile_module
 
     if not dist.is_available() or not dist.is_initialized():
         raise GradschedError("advise needs a process group: call torch.distributed.init_process_group first "
