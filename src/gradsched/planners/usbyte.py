@@ -71,6 +71,7 @@ class Schedule:
     iteration_s: float
     blocks: list[tuple[int, int, int, float, float]]  # (layer unit, first element, end element, start_s, end_s)
     decide_s: list[float] = field(default_factory=list)  # the model's clock when each block was chosen
+    pending: tuple | None = field(default=None, repr=False)  # a dry run's phase 2, not yet played (see _Model.run)
 
 
 class _Model:
@@ -111,7 +112,7 @@ class _Model:
         self.alpha_s = cost.alpha_s
         self.beta_s = cost.beta_s_per_byte
         self._runs: dict[tuple[bool, tuple[int, ...]], Schedule] = {}
-        self._trials: dict[tuple[bool, tuple[int, ...]], float] = {}
+        self._trials: dict[tuple[bool, tuple[int, ...]], Schedule] = {}
         self.table = ([float(x) for x, _ in cost.points], [float(y) for _, y in cost.points]) if cost.points else None
         self.full_time_s = [self.time_s(u.numel * u.element_bytes) for u in units]
 
@@ -165,9 +166,11 @@ class _Model:
             if heap and free <= t + EPS_S:
                 start = t if t > free else free
                 if nxt == n:  # phase 2 from here: the rest of each layer back to back, by priority
+                    queue = sorted(heap)
                     if dry:
-                        return Schedule(self._dry_phase_two(sorted(heap), start, left, blocks), blocks, decide)
-                    self._phase_two(sorted(heap), start, t, left, sent, blocks, decide)
+                        return Schedule(self._dry_phase_two(queue, start, left, blocks), blocks, decide,
+                                        (queue, start, t, left, sent))
+                    self._phase_two(queue, start, t, left, sent, blocks, decide)
                     break
                 u = heap[0][1]
                 eb = elem[u]
@@ -240,10 +243,10 @@ class _Model:
         schedule = self._runs.get(key)
         if schedule is not None:
             return schedule.iteration_s
-        value = self._trials.get(key)
-        if value is None:
-            value = self._trials[key] = self.run(rank, extend, resume, at, dry=True).iteration_s
-        return value
+        trial = self._trials.get(key)
+        if trial is None:
+            trial = self._trials[key] = self.run(rank, extend, resume, at, dry=True)
+        return trial.iteration_s
 
     def cached_run(self, rank: list[int], extend: bool, resume: Schedule | None = None, at: int = 0) -> Schedule:
         """:meth:`run`, remembered: the searches of the two promotion windows try many of the
@@ -251,7 +254,14 @@ class _Model:
         key = (extend, tuple(rank))
         schedule = self._runs.get(key)
         if schedule is None:
-            schedule = self._runs[key] = self.run(rank, extend, resume, at)
+            trial = self._trials.pop(key, None)
+            if trial is not None and trial.pending is not None:  # finish the dry run: play its phase 2
+                blocks, decide = trial.blocks, trial.decide_s
+                self._phase_two(*trial.pending, blocks, decide)
+                schedule = Schedule(self.iteration_s(blocks), blocks, decide)
+            else:
+                schedule = self.run(rank, extend, resume, at)
+            self._runs[key] = schedule
         return schedule
 
     def iteration_s(self, blocks: list[tuple[int, int, int, float, float]]) -> float:
