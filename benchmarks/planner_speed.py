@@ -73,9 +73,9 @@ def main() -> None:
           f"{'sim+trace ms':>12}  ok")
     for r in rows:
         ok = "yes" if r["plan_ok"] and r["simulate_ok"] else "NO"
-        print(f"{r['profile']:<10} {r['strategy']:<14} {r['workers']:>7} {r['operations']:>6} {1e3 * r['plan_s']:>9.2f} "
-              f"{1e3 * r['plan_cpu_s']:>9.2f} {1e3 * r['simulate_s']:>8.2f} {1e3 * r['simulate_with_timeline_s']:>12.2f}"
-              f"  {ok}")
+        print(f"{r['profile']:<10} {r['strategy']:<14} {r['workers']:>7} {r['operations']:>6} "
+              f"{1e3 * r['plan_s']:>9.2f} {1e3 * r['plan_cpu_s']:>9.2f} {1e3 * r['simulate_s']:>8.2f} "
+              f"{1e3 * r['simulate_with_timeline_s']:>12.2f}  {ok}")
     print(f"load average (1, 5, 15 min) after the run: {os.getloadavg()}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     for r in rows:

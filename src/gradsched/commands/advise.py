@@ -26,8 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--buckets", default=None, metavar="MB,MB,...",
                    help="bucket sizes to try, in MiB (default 1,2,5,10,15,25,35,50,75,100,150,250,500)")
     p.add_argument("--channels", type=int, default=1, help="parallel communication channels (default 1)")
-    p.add_argument("--json", default=None, metavar="PATH|-", help="also write the advice as JSON to PATH ('-': stdout, "
-                                                                   "instead of the table)")
+    p.add_argument("--json", default=None, metavar="PATH|-",
+                   help="also write the advice as JSON to PATH ('-': to stdout, instead of the table)")
     p.set_defaults(func=run)
 
 

@@ -142,21 +142,8 @@ class _Model:
         iteration (no phase-2 blocks, the search's trials), the same number."""
         by_ready, ready, elem, unit_elems = self.by_ready, self.ready_sorted, self.elem, self.unit_elems
         n = len(by_ready)
-        left = list(self.numel)
-        if resume is None or at == 0:
-            blocks: list[tuple[int, int, int, float, float]] = []
-            decide: list[float] = []
-            t = free = 0.0  # the clock; when the channel finishes its current block
-        else:
-            blocks, decide = resume.blocks[:at], resume.decide_s[:at]
-            t, free = resume.decide_s[at], blocks[-1][4]
-            for u, _, hi, _, _ in blocks:
-                left[u] = self.numel[u] - hi
-        sent = [self.numel[u] - left[u] for u in range(n)]
-        nxt = bisect.bisect_right(ready, t + EPS_S) if blocks else 0
-        heap = [(rank[u], u) for u in by_ready[:nxt] if left[u] > 0]
-        heapq.heapify(heap)
-        alpha, beta, time_s = self.alpha_s, self.beta_s, self.time_s
+        left, sent, blocks, decide, t, free, nxt, heap = self._start(rank, resume, at)
+        time_s = self.time_s
         push, pop = heapq.heappush, heapq.heappop
         while True:
             while nxt < n and ready[nxt] <= t + EPS_S:
@@ -172,32 +159,17 @@ class _Model:
                                         (queue, start, t, left, sent))
                     self._phase_two(queue, start, t, left, sent, blocks, decide)
                     break
+                # phase 1: fill the gap before the next gradient is ready
                 u = heap[0][1]
-                eb = elem[u]
                 rest = left[u]
-                merged = False
-                if nxt < n:  # phase 1: fill the gap before the next gradient is ready
-                    unit = unit_elems[u]
-                    last = blocks[-1] if extend and blocks else None
-                    if last is not None and last[0] == u and last[4] == start:
-                        # the paper's block extension: one message from the last block's start
-                        _, lo, hi, s0, _ = last
-                        total = _fill(ready[nxt] - s0, rest + hi - lo, unit, eb, alpha, beta, time_s)
-                        elems = max(total - (hi - lo), min(unit, rest))
-                        end = s0 + time_s((hi - lo + elems) * eb)
-                        if end >= start:  # a measured table can make more bytes faster: then no merge
-                            free = end
-                            blocks[-1] = (u, lo, hi + elems, s0, free)
-                            merged = True
-                    if not merged:
-                        elems = _fill(ready[nxt] - start, rest, unit, eb, alpha, beta, time_s)
-                else:  # phase 2: everything left, highest priority first
-                    elems = rest
-                if not merged:
-                    free = start + time_s(elems * eb)
-                    done = sent[u]
-                    blocks.append((u, done, done + elems, start, free))
+                elems = self._extend(blocks, u, start, ready[nxt], rest) if extend else None
+                if elems is None:
+                    elems = _fill(ready[nxt] - start, rest, unit_elems[u], elem[u], self.alpha_s, self.beta_s, time_s)
+                    free = start + time_s(elems * elem[u])
+                    blocks.append((u, sent[u], sent[u] + elems, start, free))
                     decide.append(t)
+                else:
+                    free = blocks[-1][4]
                 sent[u] += elems
                 left[u] = rest - elems
                 if rest == elems:
@@ -211,6 +183,44 @@ class _Model:
                 t_next = free
             t = t_next
         return Schedule(self.iteration_s(blocks), blocks, decide)
+
+    def _start(self, rank: list[int], resume: Schedule | None, at: int) -> tuple:
+        """:meth:`run`'s state at the start, or just before ``resume`` chose its block ``at``:
+        (left, sent, blocks, decide, clock, channel free, next ready, heap)."""
+        left = list(self.numel)
+        if resume is None or at == 0:
+            blocks: list[tuple[int, int, int, float, float]] = []
+            decide: list[float] = []
+            t = free = 0.0  # the clock; when the channel finishes its current block
+        else:
+            blocks, decide = resume.blocks[:at], resume.decide_s[:at]
+            t, free = resume.decide_s[at], blocks[-1][4]
+            for u, _, hi, _, _ in blocks:
+                left[u] = self.numel[u] - hi
+        sent = [self.numel[u] - left[u] for u in range(len(left))]
+        nxt = bisect.bisect_right(self.ready_sorted, t + EPS_S) if blocks else 0
+        heap = [(rank[u], u) for u in self.by_ready[:nxt] if left[u] > 0]
+        heapq.heapify(heap)
+        return left, sent, blocks, decide, t, free, nxt, heap
+
+    def _extend(self, blocks: list[tuple[int, int, int, float, float]], u: int, start: float, next_ready_s: float,
+                rest: int) -> int | None:
+        """The paper's block extension: if ``u``'s last block ends at ``start``, grow it into one
+        message from that block's start, sized to the gap up to ``next_ready_s`` (at least one
+        unit or the rest more); returns the elements added, or None (no merge: another
+        unit's block last, a gap, or a measured table that makes the merged message end
+        before ``start``, which the clock cannot go back to)."""
+        if not blocks or blocks[-1][0] != u or blocks[-1][4] != start:
+            return None
+        _, lo, hi, s0, _ = blocks[-1]
+        unit, eb = self.unit_elems[u], self.elem[u]
+        total = _fill(next_ready_s - s0, rest + hi - lo, unit, eb, self.alpha_s, self.beta_s, self.time_s)
+        elems = max(total - (hi - lo), min(unit, rest))
+        end = s0 + self.time_s((hi - lo + elems) * eb)
+        if end < start:
+            return None
+        blocks[-1] = (u, lo, hi + elems, s0, end)
+        return elems
 
     def _phase_two(self, queue: list[tuple[int, int]], start: float, t: float, left: list[int], sent: list[int],
                    blocks: list[tuple[int, int, int, float, float]], decide: list[float]) -> None:
