@@ -37,6 +37,9 @@ def test_advised_sizes_are_the_fastest_of_the_sweep(profile, cluster):
     auto = make_plan("auto", profile, cluster)
     assert a.gradsched_predicted_s == simulate(auto, profile, cluster, timeline=False).iteration_s
     assert a.gradsched_predicted_s <= a.ddp_predicted_s * (1 + 1e-9)  # auto tries DDP's buckets too
+    near = a.ddp_near_best_mb
+    assert a.ddp_bucket_cap_mb in near
+    assert near == [mb for mb in sizes if ddp[mb] <= a.ddp_predicted_s * 1.02]
     s = a.settings()
     assert s["torch.nn.parallel.DistributedDataParallel"]["bucket_cap_mb"] == a.ddp_bucket_cap_mb
     assert s["transformers.TrainingArguments"]["ddp_bucket_cap_mb"] == a.ddp_bucket_cap_mb
@@ -78,8 +81,10 @@ def test_command_prints_the_settings_and_writes_json(tmp_path, capsys):
     assert cli(["advise", "--workers", "4", "--buckets", "1,5,25", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "bucket_cap_mb=" in text and "ddp_bucket_cap_mb=" in text and "reduce_bucket_size" in text
+    assert "within 2% of the advised one" in text
     d = json.loads(out.read_text())
     assert d["ddp_bucket_cap_mb"] in (1, 5, 25) and d["world_size"] == 4
+    assert d["ddp_bucket_cap_mb"] in d["ddp_near_best_mb"]
     assert f"bucket_cap_mb={d['settings']['torch.nn.parallel.DistributedDataParallel']['bucket_cap_mb']}" in text
     assert cli(["advise", "--workers", "4", "--buckets", "1,5,25", "--json", "-"]) == 0
     assert json.loads(capsys.readouterr().out) == d

@@ -35,6 +35,10 @@ from gradsched.sim import simulate
 BUCKETS_MB = (1, 2, 5, 10, 15, 25, 35, 50, 75, 100, 150, 250, 500)  # DDP bucket_cap_mb values tried
 DDP_DEFAULT_MB = 25.0
 DEEPSPEED_DEFAULT_ELEMENTS = 500_000_000
+# Predictions this close to the best are a tie: the simulator's median absolute error against
+# measured runs was 3.4% (docs/simulator.md, "Fidelity"), and differences between bucket
+# sizes of one model on one network err less than absolute times; 2% is a judgement, not a fit.
+NEAR = 0.02
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,12 @@ class Advice:
     ddp_sweep: list[Point] = field(default_factory=list)
     deepspeed_sweep: list[Point] = field(default_factory=list)
 
+    @property
+    def ddp_near_best_mb(self) -> list[float]:
+        """DDP bucket sizes predicted within ``NEAR`` of the advised one: the prediction cannot
+        tell them apart, so measuring them is the way to choose among them."""
+        return [p.bucket_mb for p in self.ddp_sweep if p.predicted_s <= self.ddp_predicted_s * (1 + NEAR)]
+
     def settings(self) -> dict[str, dict[str, Any]]:
         """What to set, per tool."""
         mb = _mb_setting(self.ddp_bucket_cap_mb)
@@ -74,6 +84,7 @@ class Advice:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["settings"] = self.settings()
+        d["ddp_near_best_mb"] = self.ddp_near_best_mb
         d["speedup_ddp_advised_vs_default"] = self.ddp_default_s / self.ddp_predicted_s
         d["speedup_gradsched_vs_ddp_advised"] = self.ddp_predicted_s / self.gradsched_predicted_s
         return d
@@ -170,6 +181,8 @@ def format_advice(advice: Advice) -> str:
               f'  DeepSpeed config: "zero_optimization": {{"reduce_bucket_size": {a.deepspeed_reduce_bucket_size}}}'
               f"  (elements; {a.element_bytes}-byte gradients)",
               "",
+              f"DDP bucket sizes predicted within {NEAR:.0%} of the advised one (a tie for the simulator): "
+              f"{', '.join(f'{_mb_setting(mb)}' for mb in a.ddp_near_best_mb)} MiB.",
               f"Switching to gradsched (`gradsched.torch.DistributedDataParallel(model, plan=\"auto\")`) is predicted "
               f"{a.ddp_predicted_s / a.gradsched_predicted_s:.2f}x the advised DDP setting."]
     return "\n".join(lines)
