@@ -16,7 +16,14 @@ Priorities start front-first (input layer first).  The search then walks the lay
 from the output to the input; where other layers become ready while a layer's first
 block is on the wire, it tries promoting the layer ahead of all of them and keeps
 the change when the modelled iteration gets shorter.  ``max_evaluations`` bounds the
-number of schedules modelled (the paper's search is O(L) of them).
+number of schedules modelled per rule (the paper's search is O(L) of them).
+
+Two rules where gradsched and the paper differ are options, chosen by simulation when
+left out (docs/strategies.md has the comparison): ``window`` -- promote over the layers
+ready while the first block is on the wire (``"block"``) or within the time to send the
+whole layer from its start (``"layer"``, the paper's); ``extend`` -- a layer's
+back-to-back phase-1 blocks go as one message (the paper's block extension, with
+every element still sent exactly once).
 
 The model below is the simulator's: the plan lists every block as one operation
 whose priority is its layer's rank, blocks of a layer in order, so priority
