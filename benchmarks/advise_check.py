@@ -24,7 +24,7 @@ SWEEP_MB = (1, 2, 5, 10, 25, 50, 100)
 TOLERANCE = 0.03
 
 
-def worker(out: str, model_name: str, rounds: int, steps: int, batch_size: int) -> None:
+def worker(out: str, model_name: str, rounds: int, steps: int, batch_size: int, contention: bool) -> None:
     import torch
     import torch.distributed as dist
 
@@ -38,7 +38,8 @@ def worker(out: str, model_name: str, rounds: int, steps: int, batch_size: int) 
     gen = torch.Generator().manual_seed(dist.get_rank())
     x, y = spec.make_batch(batch_size, gen)
     t0 = time.perf_counter()
-    advice = gradsched.torch.advise(spec.module, (x, y), loss_fn=spec.loss_fn, buckets_mb=SWEEP_MB)
+    advice = gradsched.torch.advise(spec.module, (x, y), loss_fn=spec.loss_fn, buckets_mb=SWEEP_MB,
+                                    contention=contention)
     advise_s = time.perf_counter() - t0
     ddps = {mb: torch.nn.parallel.DistributedDataParallel(build_model(model_name).module, bucket_cap_mb=mb)
             for mb in SWEEP_MB}
@@ -71,9 +72,9 @@ def drive(args: argparse.Namespace) -> dict:
         Path(tmp).chmod(0o755)
         out = Path(tmp, "worker.json")
         with Testbed(hosts=2, rate=args.rate, prefix=args.prefix) as tb:  # always torn down
-            tb.launch([str(Path(__file__).resolve()), "--worker", str(out), "--model", args.model,
-                       "--rounds", str(args.rounds), "--steps", str(args.steps),
-                       "--batch-size", str(args.batch_size)]).wait(timeout_s=args.timeout_s)
+            argv = [str(Path(__file__).resolve()), "--worker", str(out), "--model", args.model,
+                    "--rounds", str(args.rounds), "--steps", str(args.steps), "--batch-size", str(args.batch_size)]
+            tb.launch(argv + (["--contention"] if args.contention else [])).wait(timeout_s=args.timeout_s)
         return json.loads(out.read_text())
 
 
@@ -95,6 +96,8 @@ def report(raw: dict, args: argparse.Namespace) -> dict:
     print(f"advised {advised:g} MB runs at {ratio:.3f}x the measured best ({best_mb:g} MB): "
           f"{'within' if ok else 'NOT within'} {TOLERANCE:.0%}")
     return {"model": args.model, "hosts": 2, "rate": args.rate, "rounds": args.rounds, "steps": args.steps,
+            "contention": args.contention, "near_best_mb": [p["bucket_mb"] for p in advice["ddp_sweep"]
+                                                          if p["predicted_s"] <= advice["ddp_predicted_s"] * 1.02],
             "batch_size": args.batch_size, "advised_mb": advised, "measured_best_mb": best_mb,
             "advised_vs_best": ratio, "within_tolerance": ok, "tolerance": TOLERANCE,
             "measured_median_s": medians, "predicted_s": predicted, "advise_s": raw["advise_s"],
@@ -111,12 +114,14 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3, help="steps per bucket size per round")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--prefix", default="gsp", help="testbed prefix (default gsp)")
+    ap.add_argument("--contention", action="store_true",
+                    help="advise with the contention probe (gradsched.torch.advise(..., contention=True))")
     ap.add_argument("--timeout-s", type=float, default=1500)
     ap.add_argument("--json", default="benchmarks/results/advise_check.json")
     ap.add_argument("--worker", metavar="OUT", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        worker(args.worker, args.model, args.rounds, args.steps, args.batch_size)
+        worker(args.worker, args.model, args.rounds, args.steps, args.batch_size, args.contention)
         return
     if args.rounds < 2 or args.steps < 1:
         raise SystemExit("--rounds must be at least 2 (the first is not counted) and --steps at least 1")

@@ -26,7 +26,7 @@ spec = build_model("mlp")
 before = [p.detach().clone() for p in spec.module.parameters()]
 x, y = spec.make_batch(8, torch.Generator().manual_seed(1))
 advice = gradsched.torch.advise(spec.module, (x, y), loss_fn=spec.loss_fn, iterations=2, net_reps=1,
-                                buckets_mb=(1, 5, 25))
+                                buckets_mb=(1, 5, 25), contention=sys.argv[1] == "1")
 same = all(torch.equal(a, p) for a, p in zip(before, spec.module.parameters()))
 print(json.dumps({"advice": advice.to_dict(), "untouched": same}), flush=True)
 dist.destroy_process_group()
@@ -34,13 +34,14 @@ dist.destroy_process_group()
 
 
 @pytest.mark.slow
-def test_live_advice_is_the_same_on_every_rank():
+@pytest.mark.parametrize("contention", [False, True])
+def test_live_advice_is_the_same_on_every_rank(contention):
     port = free_port()
     procs = []
     for rank in range(2):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                    OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable, "-c", WORKER], env=env, stdout=subprocess.PIPE,
+        procs.append(subprocess.Popen([sys.executable, "-c", WORKER, "1" if contention else "0"], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     results = []
     for p in procs:

@@ -13,6 +13,8 @@ Every rank must call it (it issues collectives); it takes about as long as
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from typing import Any, Callable
 
 import torch
@@ -28,13 +30,16 @@ MIN_NET_BYTES = 4 * 1024
 
 def advise(model: nn.Module, batch: Any | Callable[[], Any], *, loss_fn: Callable[..., torch.Tensor] | None = None,
            iterations: int = 5, net_reps: int = 3, buckets_mb: tuple[float, ...] = BUCKETS_MB,
-           print_advice: bool = False) -> Advice:
+           contention: bool = False, print_advice: bool = False) -> Advice:
     """Profile ``model`` on ``batch`` and measure the network in place; return the advice on every rank.
 
     ``batch`` and ``loss_fn`` as for :func:`gradsched.torch.measure.profiler.profile_module` (an
     ``(inputs, targets)`` pair with a ``loss_fn``, else inputs whose output is summed).
     The model's weights are left as they were (the profiler's optimizer has learning rate 0).
-    ``print_advice``: rank 0 prints the table ``gradsched advise`` prints."""
+    ``contention``: also run ``gradsched bench``'s contention probe (on a copy of the model)
+    so the simulation slows compute and collectives that overlap, as they do where gloo's
+    threads share CPU cores with compute (docs/simulator.md, "Contention"); not needed on
+    GPUs.  ``print_advice``: rank 0 prints the table ``gradsched advise`` prints."""
     from gradsched.advise import format_advice
     from gradsched.torch.measure.netbench import benchmark
     from gradsched.torch.measure.profiler import profile_module
@@ -45,10 +50,14 @@ def advise(model: nn.Module, batch: Any | Callable[[], Any], *, loss_fn: Callabl
     profile = profile_module(model, batch, loss_fn=loss_fn, iterations=iterations)
     top = max(MIN_NET_BYTES * 2, min(profile.total_bytes, 256 << 20))
     cluster = benchmark(min_bytes=MIN_NET_BYTES, max_bytes=top, reps=net_reps, collectives=("allreduce",))
+    probe = _contention_probe(model, batch, loss_fn, profile.total_bytes) if contention else None
     box: list[Advice | None] = [None]
     if dist.get_rank() == 0:
         if cluster is None:  # pragma: no cover - benchmark returns the fitted cluster on rank 0
             raise GradschedError("advise: the network benchmark returned nothing on rank 0")
+        if probe is not None:
+            fitted = probe.figures(cluster.cost("allreduce"))["fitted"]
+            cluster = dataclasses.replace(cluster, extra={**cluster.extra, "contention": fitted})
         box[0] = advise_offline(profile, cluster, buckets_mb)
         if print_advice:
             print(format_advice(box[0]), flush=True)
@@ -57,3 +66,31 @@ def advise(model: nn.Module, batch: Any | Callable[[], Any], *, loss_fn: Callabl
     if advice is None:  # pragma: no cover - broadcast_object_list always fills it
         raise GradschedError("advise: rank 0's advice did not arrive")
     return advice
+
+
+class _Probed:
+    """What the contention probe needs of a model: the module, a loss and a batch."""
+
+    def __init__(self, module: nn.Module, batch: Any, loss_fn: Callable[..., torch.Tensor] | None) -> None:
+        self.module = module
+        self._batch = batch
+        self._pair = loss_fn is not None  # (inputs, targets) with a loss, else the inputs alone
+        self.loss_fn = loss_fn if loss_fn is not None else (lambda out, _: out.float().sum())
+
+    def make_batch(self, n: int, gen: torch.Generator) -> tuple[Any, Any]:
+        batch = self._batch() if callable(self._batch) else self._batch
+        if self._pair:
+            inputs, targets = batch
+            return inputs, targets
+        return batch, None
+
+
+def _contention_probe(model: nn.Module, batch: Any, loss_fn: Callable[..., torch.Tensor] | None,
+                      total_bytes: int) -> Any:
+    """The probe's start-up measurement on a copy of ``model`` (a collective call)."""
+    from gradsched.torch.measure.probe import ContentionProbe
+
+    spec = _Probed(copy.deepcopy(model), batch, loss_fn)
+    probe = ContentionProbe(spec, {"lr": 0.0, "seed": 0, "batch_size": 0}, total_bytes)
+    probe.measure(probe.start_reps)
+    return probe
