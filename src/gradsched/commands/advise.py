@@ -9,10 +9,9 @@ and gradsched's best plan (docs/advise.md)."""
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from gradsched.commands._inputs import add_model_args, load_cluster, load_profile
+from gradsched.commands._output import add_json_arg, emit_json, to_stdout
 from gradsched.errors import GradschedError
 
 
@@ -26,8 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--buckets", default=None, metavar="MB,MB,...",
                    help="bucket sizes to try, in MiB (default 1,2,5,10,15,25,35,50,75,100,150,250,500)")
     p.add_argument("--channels", type=int, default=1, help="parallel communication channels (default 1)")
-    p.add_argument("--json", default=None, metavar="PATH|-",
-                   help="also write the advice as JSON to PATH ('-': to stdout, instead of the table)")
+    add_json_arg(p, "the advice")
     p.set_defaults(func=run)
 
 
@@ -39,14 +37,9 @@ def run(args: argparse.Namespace) -> int:
     if args.channels < 1:
         raise GradschedError(f"--channels must be at least 1, got {args.channels}")
     advice = advise(profile, cluster, _buckets(args.buckets) if args.buckets else BUCKETS_MB, args.channels)
-    if args.json == "-":
-        json.dump(advice.to_dict(), sys.stdout, indent=1)
-        print()
-        return 0
-    print(format_advice(advice))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(advice.to_dict(), f, indent=1)
+    if not to_stdout(args):
+        print(format_advice(advice))
+    emit_json(args, advice.to_dict())
     return 0
 
 

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.errors import GradschedError
 from gradsched.plan import Operation, Plan, Slice
+from gradsched.planners.options import Option
 from gradsched.planners.registry import register
 from gradsched.profile import Profile
 from gradsched.sim.engine import EPS_S  # the simulator's simultaneity: the plan must replay exactly
@@ -472,7 +473,19 @@ def _check_options(unit_bytes: object, max_evaluations: object, extend: object,
     return int(unit_bytes), int(max_evaluations)
 
 
-@register("usbyte")
+OPTIONS = (
+    Option("unit_bytes", int, DEFAULT_UNIT_BYTES, low=1, high=1 << 50, doc="block unit in bytes"),
+    Option("max_evaluations", int, DEFAULT_MAX_EVALUATIONS, low=1, high=1_000_000,
+           doc="schedules modelled by the priority search (1: front-first, no search)"),
+    Option("extend", bool, None, optional=True,
+           doc="send a layer's back-to-back blocks as one message (the paper's block extension); "
+               "left out: chosen by simulation"),
+    Option("window", str, None, optional=True,
+           doc="promotion window: 'block' (gradsched's) or 'layer' (the paper's); left out: chosen by simulation"),
+)
+
+
+@register("usbyte", options=OPTIONS)
 def plan(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_BYTES,
          max_evaluations: int = DEFAULT_MAX_EVALUATIONS, extend: bool | None = None,
          window: str | None = None) -> Plan:
