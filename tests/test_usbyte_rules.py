@@ -104,7 +104,7 @@ def test_block_extension_merges_across_a_lower_priority_ready_event_by_hand():
     assert blocks_ext[1][0] != 0 or blocks_ext[1][3] > blocks_ext[0][4]  # not back to back again
 
 
-@pytest.mark.parametrize("opts", [{"extend": "yes"}, {"window": "paper"}])
+@pytest.mark.parametrize("opts", [{"extend": "maybe"}, {"window": "paper"}, {"window": 3}])
 def test_bad_rule_options_are_user_errors(opts):
     profile = Profile("p", (TensorProfile("a", 10, 40, MS, MS),))
     with pytest.raises(GradschedError, match="usbyte"):
