@@ -49,6 +49,7 @@ from torch import nn
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
 from gradsched.torch.runtime.hosttime import HostTimer
+from gradsched.torch.runtime.inflight import applied, unwrap
 from gradsched.torch.runtime.layout import build_layout
 from gradsched.torch.runtime.memory import MemoryLedger, storage_bytes
 from gradsched.torch.runtime.ops import CollectiveError, OpRunner, make_runner, wait_all
@@ -62,19 +63,24 @@ NCCL_POLL_S = 0.001  # NCCL futures complete at enqueue, not at the end: the pro
 IDLE_CHECK_S = 1.0  # an idle progress thread checks this often whether its executor is gone (no leak)
 CLOSE_WAIT_S = 30.0  # closing waits at most this long for each operation in flight (peers may be gone)
 
-# Plans issued from a progress thread use a private copy of the user's group: another
-# collective on the user's group (a logged loss all-reduce between steps) could otherwise
-# interleave with the thread's issues in a different order on different ranks.  One per
-# user group per process, created at the same point on every rank (executor creation).
-_PRIVATE_GROUPS: dict[dist.ProcessGroup, dist.ProcessGroup] = {}
+_PRIVATE_GROUPS: "weakref.WeakKeyDictionary[object, dist.ProcessGroup]" = weakref.WeakKeyDictionary()
 
 
-def _private_group(group: dist.ProcessGroup, timeout_s: float) -> dist.ProcessGroup:
-    release_at_exit(_PRIVATE_GROUPS.clear)  # never held into finalisation (gradsched.torch.runtime.shutdown)
-    if group not in _PRIVATE_GROUPS:
-        _PRIVATE_GROUPS[group] = dist.new_group(dist.get_process_group_ranks(group), backend=dist.get_backend(group),
+def private_group(group: dist.ProcessGroup, timeout_s: float, owner: object) -> dist.ProcessGroup:
+    """``owner``'s private copy of ``group`` (a collective: every rank of ``group`` calls it at the same point).
+
+    Plans whose issue times depend on timing (a credit window: a completion frees
+    room) issue on a group of their own: another collective on the user's group (a
+    logged loss all-reduce between steps), or another wrapped model's operations (a
+    GAN's generator and discriminator, a teacher and a student), could otherwise
+    interleave with them in a different order on different ranks.  One per ``owner``
+    (the wrapped model; made when its first such plan starts), held here, not by the
+    owner, so that it is never held into finalisation (gradsched.torch.runtime.shutdown)."""
+    release_at_exit(_PRIVATE_GROUPS.clear)
+    if owner not in _PRIVATE_GROUPS:
+        _PRIVATE_GROUPS[owner] = dist.new_group(dist.get_process_group_ranks(group), backend=dist.get_backend(group),
                                                 timeout=timedelta(seconds=timeout_s))
-    return _PRIVATE_GROUPS[group]
+    return _PRIVATE_GROUPS[owner]
 
 
 class _Wake:
@@ -137,7 +143,8 @@ class Executor:
     def __init__(self, params: list[nn.Parameter], names: list[str], plan: Plan, order: list[int],
                  group: dist.ProcessGroup, ctrl_group: dist.ProcessGroup, *, timeout_s: float,
                  find_unused_parameters: bool, tracer: Tracer | None,
-                 sparse_options: SparseOptions | dict | None = None, progress_thread: bool = True) -> None:
+                 sparse_options: SparseOptions | dict | None = None, progress_thread: bool = True,
+                 private_owner: object | None = None) -> None:
         self.params = params
         self.names = names
         self.plan = plan
@@ -198,14 +205,16 @@ class Executor:
         self._thread_error: BaseException | None = None
         self._wake: _Wake | None = None
         self._thread: threading.Thread | None = None
-        if progress_thread and self.credit_bytes is not None:
-            self.group = group = _private_group(group, timeout_s)
+        if self.credit_bytes is not None:  # issue times depend on completions: a group of its own
+            self.group = group = private_group(group, timeout_s, self if private_owner is None else private_owner)
             for r in self.runners:
                 r.group = group
+        if progress_thread and self.credit_bytes is not None:
             self._wake = _Wake()
         self.enabled = True  # False inside no_sync()
         self.in_backward = False
-        self.on_backward_end: Callable[[], None] | None = None  # set by the wrapper (overlap plans)
+        # set by the wrapper (overlap plans): True when it leaves operations in flight (gradsched.torch.runtime.inflight)
+        self.on_backward_end: Callable[[], bool] | None = None
         self.host_timer: HostTimer | None = None  # counts host time per operation when set (gradsched bench)
         self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(i)) for i, p in enumerate(params)]
         self._reset()
@@ -552,13 +561,11 @@ class Executor:
             self._agree_on_unused()
             self._hold_back_unused_residuals()
         self.progress()
-        if self.on_backward_end is None:
+        if self.on_backward_end is None or not self.on_backward_end():
             wait_start = self.tracer.now() if self.tracer is not None else 0.0
             self.settle_all()
             if self.tracer is not None:
                 self.tracer.span("wait for communication", WAIT, wait_start)
-        else:
-            self.on_backward_end()
         self.sparse_step += 1
         if self.host_timer is not None:
             self.host_timer.passes += 1
@@ -653,7 +660,7 @@ class Executor:
                 if self.tracer is not None:
                     self.tracer.span(f"update {self.names[g[0][0]]}", UPDATE, t0, tensors=[t for t, _, _ in g])
             for p in params:
-                p.grad = None  # updated from the aggregated result: the dense gradient is not kept
+                p.grad = applied(p)  # updated from the aggregated result: not kept, and any use is an error
             if name is not None:
                 self.ledger.free(name)
         self.op_state[j] = DONE
@@ -663,6 +670,7 @@ class Executor:
         if i in self.globally_unused:
             return  # no rank computed it: leave .grad as it was (None stays None), like DDP
         p = self.params[i]
+        unwrap(p)  # a guard that waited for this (gradsched.torch.runtime.inflight): the plain tensor again
         view = self.views[i]
         if view is not None:
             if p.grad is None or p.grad.data_ptr() != view.data_ptr():

@@ -17,6 +17,7 @@ takes rank 0's parameters and buffers, as DDP does.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 from datetime import timedelta
 from typing import Any, Iterator
@@ -31,6 +32,7 @@ from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.timeline import Timeline
 from gradsched.torch.runtime.autotune import AutoTuneConfig, AutoTuner, TunedModel
+from gradsched.torch.runtime import inflight
 from gradsched.torch.runtime.executor import Executor
 from gradsched.torch.runtime.hosttime import HostTimer
 from gradsched.torch.runtime.ops import CollectiveError
@@ -175,11 +177,12 @@ class DistributedDataParallel(nn.Module):
         self._executor = Executor(self._params, self._names, self.plan, self._order, self._group,
                                   self._ctrl or self._group, timeout_s=self._timeout_s,
                                   find_unused_parameters=self._find_unused, tracer=self._tracer,
-                                  sparse_options=self._sparse_options)
+                                  sparse_options=self._sparse_options, private_owner=self)
         if self._optimizer is not None:
-            self._executor.mirror = self._optimizer._step_subset  # sparse results update their weights on arrival
+            self._executor.mirror = self._optimizer.on_arrival  # sparse results update their weights on arrival
         if self.plan.overlap_forward:
-            self._executor.on_backward_end = lambda: None  # leave operations in flight
+            # in flight past backward only with a DistributedOptimizer (gradsched.torch.runtime.inflight)
+            self._executor.on_backward_end = functools.partial(inflight.on_backward_end, self)
             self._install_gating()
 
     def _switch_plan(self, plan: Plan, order: list[int]) -> None:
@@ -245,7 +248,7 @@ class DistributedDataParallel(nn.Module):
                                  "model.parameters()")
         self._optimizer = optimizer
         if self._executor is not None:
-            self._executor.mirror = optimizer._step_subset  # sparse results update their weights on arrival
+            self._executor.mirror = optimizer.on_arrival  # sparse results update their weights on arrival
 
     # ------------------------------------------------------------------ properties
     @property
@@ -267,10 +270,7 @@ class DistributedDataParallel(nn.Module):
         if self.autotuner is not None and syncing:
             self.autotuner.on_iteration_start()  # an iteration boundary: the plan may switch here
         t0 = tracer.now() if tracer is not None else 0.0
-        if self.overlaps_forward and syncing and self._optimizer is None:
-            raise GradschedError(f"plan {self.strategy!r} overlaps the optimizer update with the next forward: wrap "
-                                 "the optimizer, opt = gradsched.torch.DistributedOptimizer(opt, model), and call "
-                                 "its step() and zero_grad()")
+        self._finish_unstepped()
         if self._broadcast_buffers and self._ctrl is not None and syncing:
             self._sync_buffers()
         out = self.module(*args, **kwargs)
@@ -279,6 +279,17 @@ class DistributedDataParallel(nn.Module):
         if tracer is not None:
             tracer.span("forward", FORWARD, t0)
         return out
+
+    def _finish_unstepped(self) -> None:
+        """A backward left in flight that no ``step()`` followed (a GAN's generator step through the
+        discriminator): finish it now, before autograd accumulates into its buckets."""
+        ex = self._executor
+        if ex is None:
+            return
+        if ex.laysa:
+            inflight.clear_applied(self._params)  # autograd cannot accumulate into the stand-ins
+        if not ex.settled and not (self._optimizer is not None and self._optimizer.pending):
+            inflight.wait_all(ex)
 
     def _sync_buffers(self) -> None:
         """Rank 0's buffers to every rank, on the side-traffic group."""
