@@ -25,10 +25,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gradsched.cluster import Cluster
+from gradsched.constants import MiB
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan, whole_tensor_ops
 from gradsched.planners import make_plan
-from gradsched.planners._buckets import MiB
 from gradsched.profile import Profile
 from gradsched.sim import simulate
 
