@@ -74,6 +74,7 @@ from gradsched.errors import GradschedError
 from gradsched.plan import Plan
 from gradsched.profile import Profile, TensorProfile
 from gradsched.timeline import BACKWARD, COMM, FORWARD, UPDATE, WAIT, Event
+from gradsched.torch.startup import broadcast_object, gather_object, wait
 
 if TYPE_CHECKING:
     from gradsched.torch.trace import Tracer
@@ -557,8 +558,8 @@ class AutoTuner:
         """Every rank: finish outstanding work, send rank 0 the issue times; rank 0 plans; all switch."""
         self._model.synchronize()
         mine = issue_times(self._events(), window)
-        peers: list[Any] | None = [None] * self._model._world if self._is_root else None
-        dist.gather_object(mine, peers, dst=self._root, group=self._model._group)
+        peers = gather_object(mine, self._root, self._model._group, self._model._timeout_s,
+                              "auto: gathering the ranks' issue times")
         payload = None
         if self._is_root:
             measured = statistics.median(s.duration_s for s in window)
@@ -582,9 +583,8 @@ class AutoTuner:
         return self._model._rank == 0
 
     def _broadcast(self, payload: Any) -> Any:
-        box = [payload]
-        dist.broadcast_object_list(box, src=self._root, group=self._model._group)
-        return box[0]
+        return broadcast_object(payload, self._root, self._model._group, self._model._timeout_s,
+                                "auto: rank 0's broadcast of its decision")
 
     def _plan(self, window: list[StepRecord], measured_s: float, peers: list[IssueTimes] | None,
               reason: str) -> dict[str, Any]:
@@ -722,7 +722,8 @@ class AutoTuner:
             times = []
             for rep in range(4):
                 t0 = time.perf_counter()
-                dist.all_reduce(buf, group=group)
+                wait(dist.all_reduce(buf, group=group, async_op=True), self._model._timeout_s,
+                     "auto: a start-up probe all-reduce", self._model._rank)
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 if rep:  # the first aligns the ranks

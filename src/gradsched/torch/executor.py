@@ -48,6 +48,7 @@ from torch import nn
 
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
+from gradsched.torch.groups import side_group, uses_nccl
 from gradsched.torch.hosttime import HostTimer
 from gradsched.torch.layout import build_layout
 from gradsched.torch.memory import MemoryLedger, storage_bytes
@@ -67,10 +68,10 @@ IDLE_CHECK_S = 1.0  # an idle progress thread checks this often whether its exec
 _PRIVATE_GROUPS: dict[dist.ProcessGroup, dist.ProcessGroup] = {}
 
 
-def _private_group(group: dist.ProcessGroup, timeout_s: float) -> dist.ProcessGroup:
+def private_group(group: dist.ProcessGroup, timeout_s: float) -> dist.ProcessGroup:
+    """The private copy of ``group`` (made on first use; entered by ``group``'s members only)."""
     if group not in _PRIVATE_GROUPS:
-        _PRIVATE_GROUPS[group] = dist.new_group(dist.get_process_group_ranks(group), backend=dist.get_backend(group),
-                                                timeout=timedelta(seconds=timeout_s))
+        _PRIVATE_GROUPS[group] = side_group(group, timeout_s)
     return _PRIVATE_GROUPS[group]
 
 
@@ -196,7 +197,7 @@ class Executor:
         self._wake: _Wake | None = None
         self._thread: threading.Thread | None = None
         if progress_thread and self.credit_bytes is not None:
-            self.group = group = _private_group(group, timeout_s)
+            self.group = group = private_group(group, timeout_s)
             for r in self.runners:
                 r.group = group
             self._wake = _Wake()
@@ -258,7 +259,7 @@ class Executor:
     # ------------------------------------------------------------------ state
     def _start_thread(self, device: torch.device) -> None:
         stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
-        poll_s = NCCL_POLL_S if dist.get_backend(self.group) == "nccl" else None
+        poll_s = NCCL_POLL_S if uses_nccl(self.group, device) else None
         assert self._wake is not None
         self._thread = threading.Thread(target=_progress_loop, args=(weakref.ref(self), self._wake, stream, poll_s),
                                         name=f"gradsched-progress-rank{self.rank}", daemon=True)
@@ -503,7 +504,8 @@ class Executor:
             self.host_timer.passes += 1
 
     def _agree_on_unused(self) -> None:
-        device = self.params[0].device if dist.get_backend(self.ctrl_group) == "nccl" else torch.device("cpu")
+        here = self.params[0].device
+        device = here if uses_nccl(self.ctrl_group, here) else torch.device("cpu")
         used = torch.tensor([0 if i in self.locally_unused else 1 for i in range(len(self.params))],
                             dtype=torch.int32, device=device)
         work = dist.all_reduce(used, group=self.ctrl_group, async_op=True)

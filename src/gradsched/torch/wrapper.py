@@ -17,7 +17,6 @@ takes rank 0's parameters and buffers, as DDP does.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from datetime import timedelta
 from typing import Any, Iterator
 
@@ -31,11 +30,14 @@ from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.timeline import Timeline
 from gradsched.torch.autotune import AutoTuneConfig, AutoTuner
-from gradsched.torch.executor import Executor
+from gradsched.torch.ddp_args import plan_choice, resolve, split_positional, to_device
+from gradsched.torch.executor import Executor, private_group
+from gradsched.torch.groups import is_whole_world, side_group
 from gradsched.torch.hosttime import HostTimer
 from gradsched.torch.ops import CollectiveError
 from gradsched.torch.planning import (default_cluster, in_profile_order, issue_order, profile_from_module,
                                       resolve_plan, trainable_parameters)
+from gradsched.torch.startup import broadcast_tensors, check_consistency, plan_key, startup_settings
 from gradsched.torch.trace import FORWARD, Tracer, merge_timelines
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -68,25 +70,38 @@ class DistributedDataParallel(nn.Module):
             dict: ``warmup_steps``, ``selection``, ``error_feedback``, ``memory``); see docs/sparse.md.
     """
 
-    def __init__(self, module: nn.Module, plan: str | Plan = "wfbp", *,
+    def __init__(self, module: nn.Module, plan: str | Plan | None = None, *,
                  process_group: dist.ProcessGroup | None = None, profile: Profile | None = None,
                  cluster: Cluster | None = None, plan_options: dict[str, Any] | None = None,
                  timeout_s: float = DEFAULT_TIMEOUT_S, find_unused_parameters: bool = False,
-                 broadcast_buffers: bool = True, trace: bool = False, use_torch_ddp: bool = True,
+                 broadcast_buffers: bool | None = None, trace: bool = False, use_torch_ddp: bool = True,
                  ddp_kwargs: dict[str, Any] | None = None,
-                 sparse_options: dict[str, Any] | Any | None = None) -> None:
+                 sparse_options: dict[str, Any] | Any | None = None,
+                 device_ids: list[int | torch.device] | None = None, output_device: int | torch.device | None = None,
+                 dim: int = 0, init_sync: bool = True, bucket_cap_mb: float | None = None,
+                 check_reduction: bool = False, gradient_as_bucket_view: bool = False, static_graph: bool = False,
+                 device_mesh: Any = None, **more_ddp_args: Any) -> None:
         super().__init__()
         if not dist.is_available() or not dist.is_initialized():
             raise GradschedError("torch.distributed is not initialised: call torch.distributed.init_process_group() "
                                  "(or launch with torchrun) before wrapping the model")
-        if timeout_s <= 0:
+        if not timeout_s > 0:
             raise GradschedError(f"timeout_s must be positive, got {timeout_s}")
+        plan, device_ids = split_positional(plan, device_ids)
+        args = resolve(module, {"device_ids": device_ids, "output_device": output_device, "dim": dim,
+                                "init_sync": init_sync, "bucket_cap_mb": bucket_cap_mb,
+                                "check_reduction": check_reduction, "gradient_as_bucket_view": gradient_as_bucket_view,
+                                "static_graph": static_graph, "device_mesh": device_mesh, **more_ddp_args},
+                       process_group=process_group, find_unused_parameters=find_unused_parameters,
+                       broadcast_buffers=broadcast_buffers)
+        plan, plan_options, use_torch_ddp = plan_choice(plan, plan_options, use_torch_ddp, args.bucket_cap_mb)
         self.module = module
-        self._group = process_group or dist.group.WORLD
+        self._group = args.group
         self._world = dist.get_world_size(self._group)
         self._rank = dist.get_rank(self._group)
         self._timeout_s = float(timeout_s)
-        self._broadcast_buffers = broadcast_buffers
+        self._broadcast_buffers = args.forward_sync_buffers
+        self._input_device = args.input_device
         named = trainable_parameters(module)
         if profile is not None:
             named = in_profile_order(named, profile)  # plans index tensors in the profile's order
@@ -99,6 +114,7 @@ class DistributedDataParallel(nn.Module):
         self._gating: list[Any] = []
         self._sparse_options = sparse_options
         self.autotuner: AutoTuner | None = None
+        settings = startup_settings(module, self._group, args, plan_options)
         tune: AutoTuneConfig | None = None
         if isinstance(plan, str) and plan == "auto":
             # Run-time auto (gradsched.torch.autotune): start on the safe default, switch later.
@@ -124,38 +140,40 @@ class DistributedDataParallel(nn.Module):
         if isinstance(plan, str) and plan == "ddp" and use_torch_ddp:
             self.plan: Plan | None = None
             self.strategy = "ddp"
-            kw = dict(ddp_kwargs or {})
-            agreement = "torch-ddp " + own_profile.fingerprint + " " + repr(sorted(kw.items()))
+            kw = {**args.torch_ddp_kwargs, **(ddp_kwargs or {})}
+            settings["plan"] = plan_key("torch-ddp", repr(sorted(kw.items(), key=lambda kv: kv[0])))
         else:
             self.plan = resolve_plan(plan, profile, cluster, plan_options)
             self.strategy = self.plan.strategy
             self._order = issue_order(self.plan, profile, cluster)
-            agreement = f"{self.plan.hash} {self._order}"
+            settings["plan"] = plan_key(self.plan.strategy, f"{self.plan.hash} {self._order}")
             if any(op.sparse for op in self.plan.operations):
                 from gradsched.torch.sparse import SparseOptions
 
-                agreement += f" {SparseOptions.of(sparse_options).to_dict()}"
-        self._check_agreement(agreement)
+                settings["sparse"] = repr(SparseOptions.of(sparse_options).to_dict())
+        check_consistency(settings, self._group, self._timeout_s)
         if self._tracer is not None:
             self._tracer.reset_epoch()  # right after a collective: the ranks' clocks line up
 
         if self.plan is None:
             from torch.nn.parallel import DistributedDataParallel as TorchDDP
 
-            if not broadcast_buffers:
-                kw.setdefault("broadcast_buffers", False)  # passed only when off: newer PyTorch deprecates the flag
+            kw.pop("device_mesh", None)  # its group is self._group
             ddp = TorchDDP(module, process_group=self._group, find_unused_parameters=find_unused_parameters, **kw)
             object.__setattr__(self, "_ddp", ddp)  # not a submodule: state_dict keys stay "module.*"
             return
 
-        self._sync_module_states()
-        needs_ctrl = find_unused_parameters or (broadcast_buffers and any(True for _ in module.buffers()))
-        if needs_ctrl:
+        if args.init_sync:
+            tensors = list(module.parameters()) + (list(module.buffers()) if args.init_sync_buffers else [])
+            broadcast_tensors(tensors, dist.get_global_rank(self._group, 0), self._group, self._timeout_s,
+                              "the start-up copy of rank 0's parameters and buffers")
+        if args.find_unused or (self._broadcast_buffers and any(True for _ in module.buffers())):
             # Side traffic (used flags, buffers) on its own group, so that it never
             # interleaves with the plan's collectives, which may still be in flight.
-            self._ctrl = dist.new_group(dist.get_process_group_ranks(self._group),
-                                        backend=dist.get_backend(self._group), timeout=timedelta(seconds=timeout_s))
-        self._find_unused = find_unused_parameters
+            self._ctrl = side_group(self._group, timeout_s)
+        if tune is not None and not is_whole_world(self._group):
+            private_group(self._group, timeout_s)  # now, while the start-up check vouches for the group count
+        self._find_unused = args.find_unused
         self._start_executor()
         if tune is not None:
             assert self._tracer is not None
@@ -191,29 +209,6 @@ class DistributedDataParallel(nn.Module):
         self._executor.enabled = enabled
 
     # ------------------------------------------------------------------ start-up
-    def _check_agreement(self, key: str) -> None:
-        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-        mine = torch.tensor(list(digest.encode()), dtype=torch.uint8)
-        if dist.get_backend(self._group) == "nccl":
-            mine = mine.cuda()
-        gathered = [torch.empty_like(mine) for _ in range(self._world)]
-        try:
-            dist.all_gather(gathered, mine, group=self._group)
-        except Exception as exc:
-            raise CollectiveError(f"rank {self._rank}: start-up plan check failed ({exc})") from exc
-        hashes = [bytes(t.cpu().tolist()).decode() for t in gathered]
-        if len(set(hashes)) > 1:
-            listing = ", ".join(f"rank {r}: {h}" for r, h in enumerate(hashes))
-            what = f"plan {self.plan.strategy!r} hash {self.plan.hash}" if self.plan is not None else "torch DDP"
-            raise GradschedError(f"ranks hold different plans ({listing}; this rank {self._rank} has {what}); every "
-                                 "rank must build the same model and plan it with the same strategy, profile and "
-                                 "cluster (or load one plan file)")
-
-    def _sync_module_states(self) -> None:
-        with torch.no_grad():
-            for t in list(self.module.parameters()) + list(self.module.buffers()):
-                dist.broadcast(t.data, src=dist.get_global_rank(self._group, 0), group=self._group)
-
     def _install_gating(self) -> None:
         index = {id(p): i for i, p in enumerate(self._params)}
         for mod in self.module.modules():
@@ -253,6 +248,8 @@ class DistributedDataParallel(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self._ddp is not None:
             return self._ddp(*args, **kwargs)
+        if self._input_device is not None:  # device_ids=[d]: inputs go to d, as DDP moves them
+            args, kwargs = to_device(args, self._input_device), to_device(kwargs, self._input_device)
         tracer = self._tracer
         if tracer is not None:
             tracer.next_iteration()
