@@ -31,13 +31,17 @@ def backend_of(group: dist.ProcessGroup, device: torch.device | str) -> str:
 
     Works for groups made with one backend, with ``"cpu:gloo,cuda:nccl"`` and with
     ``init_process_group()`` without a backend (whose name is ``"undefined"``)."""
-    kind = torch.device(device).type
-    config = str(dist.get_backend_config(group))
+    return backend_for(str(dist.get_backend_config(group)), torch.device(device).type)
+
+
+def backend_for(config: str, device_type: str) -> str:
+    """From a backend configuration (``"gloo"``, ``"cpu:gloo,cuda:nccl"``) the backend of one device
+    type; ``""`` when none serves it.  A single name serves every device, as PyTorch reads it."""
     if ":" not in config:
-        return config
+        return config.strip()
     for part in config.split(","):
         dev, _, name = part.partition(":")
-        if dev.strip() == kind:
+        if dev.strip() == device_type:
             return name.strip()
     return ""
 
