@@ -22,8 +22,8 @@ from torch import nn  # noqa: E402
 
 from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.torch import DistributedDataParallel  # noqa: E402
-from gradsched.torch.groups import backend_for  # noqa: E402
-from gradsched.torch.selftest import free_port, rel_diff  # noqa: E402
+from gradsched.torch.runtime.groups import backend_for  # noqa: E402
+from gradsched.torch.jobs.selftest import free_port, rel_diff  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "scripts" / "ddp_train.py"
 TORCH_IMPORT = "from torch.nn.parallel import DistributedDataParallel as DDP"

@@ -24,7 +24,7 @@ from torch import nn  # noqa: E402
 
 from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer  # noqa: E402
-from gradsched.torch.selftest import free_port, rel_diff, spawn_local  # noqa: E402
+from gradsched.torch.jobs.selftest import free_port, rel_diff, spawn_local  # noqa: E402
 
 TOLERANCE = 1e-5
 GROUP_PLANS = [None, "bytescheduler"]  # the default (DDP buckets) and a plan with a progress thread (private group)

@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gradsched.testbed import HOST_IFNAME, Testbed  # noqa: E402
-from gradsched.torch.selftest import rel_diff  # noqa: E402
+from gradsched.torch.jobs.selftest import rel_diff  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train.py"
 PREFIX = "gsd"

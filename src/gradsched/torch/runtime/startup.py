@@ -8,7 +8,7 @@ before anything else, every setting that changes the *sequence* of collectives
 the parameters' and buffers' dtypes, ...), one all-gather of a fixed-size record,
 and names the setting that differs on every rank.  Each collective here is issued
 asynchronously and waited for with ``timeout_s``, so a rank that never arrives
-gives a :class:`~gradsched.torch.ops.CollectiveError` instead of a hang.
+gives a :class:`~gradsched.torch.runtime.ops.CollectiveError` instead of a hang.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import torch
 import torch.distributed as dist
 
 from gradsched.errors import GradschedError
-from gradsched.torch.ddp_args import DDPArgs
-from gradsched.torch.groups import comm_device, group_count, is_whole_world
-from gradsched.torch.ops import CollectiveError
+from gradsched.torch.runtime.ddp_args import DDPArgs
+from gradsched.torch.runtime.groups import comm_device, group_count, is_whole_world
+from gradsched.torch.runtime.ops import CollectiveError
 
 FIELD_BYTES = 24  # per setting in the check's record: the value itself if short, else a digest
 
@@ -61,7 +61,7 @@ def startup_settings(module: torch.nn.Module, group: dist.ProcessGroup, args: DD
                 "find_unused": str(args.find_unused), "buffers_sync": str(args.forward_sync_buffers),
                 "init_sync": f"{args.init_sync}/{args.init_sync_buffers}",
                 "plan_options": repr(sorted((plan_options or {}).items(), key=lambda kv: kv[0]))}
-    if not is_whole_world(group):  # side groups on a subgroup are named from this count (gradsched.torch.groups)
+    if not is_whole_world(group):  # side groups on a subgroup are named from this count (gradsched.torch.runtime.groups)
         settings["groups"] = str(group_count())
     return settings
 

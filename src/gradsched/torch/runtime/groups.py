@@ -14,7 +14,7 @@ the counter of members and non-members apart (the user's next collective
 members enter, the counter is untouched, and the name is a hash of the member ranks
 and of how many groups this process already holds.  That count must be the same on
 every member, so :func:`side_group` is called only after the start-up check
-(:mod:`gradsched.torch.startup`) has compared it across the group.
+(:mod:`gradsched.torch.runtime.startup`) has compared it across the group.
 """
 
 from __future__ import annotations
