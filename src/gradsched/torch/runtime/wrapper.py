@@ -30,7 +30,7 @@ from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.timeline import Timeline
 from gradsched.torch.runtime.autotune import AutoTuneConfig, AutoTuner, TunedModel
-from gradsched.torch.runtime.ddp_args import plan_choice, resolve, split_positional, to_device
+from gradsched.torch.runtime.ddp_args import DDPArgs, plan_choice, resolve, split_positional, to_device
 from gradsched.torch.runtime.executor import Executor, private_group
 from gradsched.torch.runtime.groups import is_whole_world, side_group
 from gradsched.torch.runtime.hosttime import HostTimer
@@ -51,12 +51,18 @@ class DistributedDataParallel(nn.Module):
         module: the model; every rank builds the same one.
         plan: a strategy name (``gradsched.planners.strategy_names()``) or a Plan whose
             tensor indices are those of ``profile`` (given) or of
-            ``trainable_parameters(module)`` (registration order).
-        process_group: default: the world.
+            ``trainable_parameters(module)`` (registration order); default (``None``): DDP's
+            bucket rule (``bucket_cap_mb``) on gradsched's executor (docs/runtime.md).  A list
+            here is DDP's positional ``device_ids``.
+        process_group: default: the world; a subgroup works (its members alone wrap).
+        device_ids, output_device, dim, init_sync, bucket_cap_mb, check_reduction,
+            gradient_as_bucket_view, static_graph, device_mesh (and DDP's newer arguments
+            by keyword): PyTorch DDP's, with DDP's meaning, or a GradschedError naming what
+            cannot be honoured (:mod:`gradsched.torch.runtime.ddp_args`).
         profile, cluster: what a strategy name is planned with; default: sizes from
             the parameters and a loopback-like cluster (measure both for good plans).
         plan_options: options of the strategy (``{"mb": 4}`` for ``threshold``).
-        timeout_s: a collective that does not complete in this time raises
+        timeout_s: a collective (the start-up ones included) that does not complete in this time raises
             :class:`~gradsched.torch.runtime.ops.CollectiveError` (a ``GradschedError``).
         find_unused_parameters: allow parameters that get no gradient in a backward
             (costs one small all-reduce per iteration), as DDP's flag.
@@ -88,11 +94,11 @@ class DistributedDataParallel(nn.Module):
         if not timeout_s > 0:
             raise GradschedError(f"timeout_s must be positive, got {timeout_s}")
         plan, device_ids = split_positional(plan, device_ids)
-        args = resolve(module, {"device_ids": device_ids, "output_device": output_device, "dim": dim,
-                                "init_sync": init_sync, "bucket_cap_mb": bucket_cap_mb,
-                                "check_reduction": check_reduction, "gradient_as_bucket_view": gradient_as_bucket_view,
-                                "static_graph": static_graph, "device_mesh": device_mesh, **more_ddp_args},
-                       process_group=process_group, find_unused_parameters=find_unused_parameters,
+        ddp_args = {"device_ids": device_ids, "output_device": output_device, "dim": dim, "init_sync": init_sync,
+                    "bucket_cap_mb": bucket_cap_mb, "check_reduction": check_reduction,
+                    "gradient_as_bucket_view": gradient_as_bucket_view, "static_graph": static_graph,
+                    "device_mesh": device_mesh, **more_ddp_args}
+        args = resolve(module, ddp_args, process_group=process_group, find_unused_parameters=find_unused_parameters,
                        broadcast_buffers=broadcast_buffers)
         plan, plan_options, use_torch_ddp = plan_choice(plan, plan_options, use_torch_ddp, args.bucket_cap_mb)
         self.module = module
@@ -127,7 +133,23 @@ class DistributedDataParallel(nn.Module):
         self._user_trace = trace
         self._tracer = Tracer(self._rank) if trace or tune is not None else None
 
-        own_profile = profile_from_module(module, order=self._names)
+        given, kw = self._make_plan(plan, plan_options, profile, cluster, use_torch_ddp,
+                                    {**args.torch_ddp_kwargs, **(ddp_kwargs or {})}, settings)
+        check_consistency(settings, self._group, self._timeout_s)
+        if self._tracer is not None:
+            self._tracer.reset_epoch()  # right after a collective: the ranks' clocks line up
+
+        if self.plan is None:
+            self._start_torch_ddp(kw, find_unused_parameters)
+        else:
+            self._start_runtime(args, tune, given)
+
+    def _make_plan(self, plan: str | Plan, plan_options: dict[str, Any] | None, profile: Profile | None,
+                   cluster: Cluster | None, use_torch_ddp: bool, kw: dict[str, Any],
+                   settings: dict[str, str]) -> tuple[tuple[Profile, Cluster] | None, dict[str, Any]]:
+        """Set ``self.plan`` (``None`` for PyTorch's DDP), its issue order and its entry in ``settings``;
+        return the user's (profile, cluster) if both were given (run-time auto's trials) and DDP's kwargs."""
+        own_profile = profile_from_module(self.module, order=self._names)
         if profile is not None and profile.fingerprint != own_profile.fingerprint:
             raise GradschedError(f"the profile (model {profile.model!r}) does not describe this module's trainable "
                                  "parameters (their sizes differ); profile this module")
@@ -135,37 +157,37 @@ class DistributedDataParallel(nn.Module):
         profile = profile or own_profile
         self._own_profile = own_profile
         cluster = cluster.at_world_size(self._world) if cluster is not None else default_cluster(self._world)
-        given = (profile, cluster) if both_given else None  # the user's measurements (run-time auto's trials)
-
+        given = (profile, cluster) if both_given else None
         if isinstance(plan, str) and plan == "ddp" and use_torch_ddp:
             self.plan: Plan | None = None
             self.strategy = "ddp"
-            kw = {**args.torch_ddp_kwargs, **(ddp_kwargs or {})}
             settings["plan"] = plan_key("torch-ddp", repr(sorted(kw.items(), key=lambda kv: kv[0])))
-        else:
-            self.plan = resolve_plan(plan, profile, cluster, plan_options)
-            self.strategy = self.plan.strategy
-            self._order = issue_order(self.plan, profile, cluster)
-            settings["plan"] = plan_key(self.plan.strategy, f"{self.plan.hash} {self._order}")
-            if any(op.sparse for op in self.plan.operations):
-                from gradsched.torch.runtime.sparse import SparseOptions
+            return given, kw
+        self.plan = resolve_plan(plan, profile, cluster, plan_options)
+        self.strategy = self.plan.strategy
+        self._order = issue_order(self.plan, profile, cluster)
+        settings["plan"] = plan_key(self.plan.strategy, f"{self.plan.hash} {self._order}")
+        if any(op.sparse for op in self.plan.operations):
+            from gradsched.torch.runtime.sparse import SparseOptions
 
-                settings["sparse"] = repr(SparseOptions.of(sparse_options).to_dict())
-        check_consistency(settings, self._group, self._timeout_s)
-        if self._tracer is not None:
-            self._tracer.reset_epoch()  # right after a collective: the ranks' clocks line up
+            settings["sparse"] = repr(SparseOptions.of(self._sparse_options).to_dict())
+        return given, kw
 
-        if self.plan is None:
-            from torch.nn.parallel import DistributedDataParallel as TorchDDP
+    def _start_torch_ddp(self, kw: dict[str, Any], find_unused_parameters: bool) -> None:
+        """``plan="ddp"``: PyTorch's own DDP, with every DDP argument the user gave."""
+        from torch.nn.parallel import DistributedDataParallel as TorchDDP
 
-            kw.pop("device_mesh", None)  # its group is self._group
-            ddp = TorchDDP(module, process_group=self._group, find_unused_parameters=find_unused_parameters, **kw)
-            object.__setattr__(self, "_ddp", ddp)  # not a submodule: state_dict keys stay "module.*"
-            return
+        kw.pop("device_mesh", None)  # its group is self._group
+        ddp = TorchDDP(self.module, process_group=self._group, find_unused_parameters=find_unused_parameters, **kw)
+        object.__setattr__(self, "_ddp", ddp)  # not a submodule: state_dict keys stay "module.*"
 
+    def _start_runtime(self, args: DDPArgs, tune: AutoTuneConfig | None,
+                       given: tuple[Profile, Cluster] | None) -> None:
+        """After the start-up check: rank 0's state everywhere, side groups, the executor (and auto)."""
+        module, timeout_s = self.module, self._timeout_s
         if args.init_sync:
             tensors = list(module.parameters()) + (list(module.buffers()) if args.init_sync_buffers else [])
-            broadcast_tensors(tensors, dist.get_global_rank(self._group, 0), self._group, self._timeout_s,
+            broadcast_tensors(tensors, dist.get_global_rank(self._group, 0), self._group, timeout_s,
                               "the start-up copy of rank 0's parameters and buffers")
         if args.find_unused or (self._broadcast_buffers and any(True for _ in module.buffers())):
             # Side traffic (used flags, buffers) on its own group, so that it never
@@ -178,7 +200,8 @@ class DistributedDataParallel(nn.Module):
         if tune is not None:
             assert self._tracer is not None
             self.strategy = "auto"
-            self.autotuner = AutoTuner(self._tuned_model(), tune, self._tracer, keep_events=trace, offline=given)
+            self.autotuner = AutoTuner(self._tuned_model(), tune, self._tracer, keep_events=self._user_trace,
+                                       offline=given)
 
     def _tuned_model(self) -> TunedModel:
         """What run-time ``auto`` sees of this wrapper (:class:`~gradsched.torch.runtime.autotune.TunedModel`)."""
