@@ -22,7 +22,7 @@ from torch import nn  # noqa: E402
 
 from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.torch import DistributedDataParallel  # noqa: E402
-from gradsched.torch.runtime.groups import backend_for  # noqa: E402
+from gradsched.torch.runtime.groups import backend_for, control_device_type  # noqa: E402
 from gradsched.torch.jobs.selftest import free_port, rel_diff  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "scripts" / "ddp_train.py"
@@ -50,6 +50,9 @@ def test_backend_of_each_device_from_the_configuration():
     assert backend_for("cpu:gloo,cuda:nccl", "cpu") == "gloo"
     assert backend_for("nccl", "cuda") == "nccl" and backend_for("gloo", "cuda") == "gloo"
     assert backend_for("cuda:nccl", "cpu") == ""
+    # where the start-up check's and object broadcasts' small tensors go
+    assert [control_device_type(c) for c in ("gloo", "cpu:gloo,cuda:nccl", "nccl", "cuda:nccl")] == \
+        ["cpu", "cpu", "cuda", "cuda"]
 
 
 def test_default_plan_is_ddps_buckets_on_the_executor_and_honours_bucket_cap_mb(world_of_one):

@@ -54,9 +54,14 @@ def uses_nccl(group: dist.ProcessGroup, device: torch.device | str) -> bool:
 def comm_device(group: dist.ProcessGroup) -> torch.device:
     """Where small control tensors (checks, object broadcasts) should live on ``group``:
     the CPU when some backend of the group serves it, else the current CUDA device."""
-    if backend_of(group, "cpu"):
+    if control_device_type(str(dist.get_backend_config(group))) == "cpu":
         return torch.device("cpu")
     return torch.device("cuda", torch.cuda.current_device())
+
+
+def control_device_type(config: str) -> str:
+    """``"cpu"`` where a backend of ``config`` takes CPU tensors, else ``"cuda"`` (a plain ``"nccl"``)."""
+    return "cpu" if backend_for(config, "cpu") not in ("", "nccl") else "cuda"
 
 
 def group_count() -> int:
