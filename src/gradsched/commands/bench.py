@@ -26,7 +26,10 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gradsched.errors import GradschedError
+from gradsched.commands._model import BUILT_IN, check_model
+from gradsched.commands._model import HELP as MODEL_HELP
+from gradsched.commands._output import add_json_arg, emit_json, to_stdout
+from gradsched.errors import GradschedError, WorkersFailed
 
 if TYPE_CHECKING:
     from gradsched.cluster import Cluster
@@ -37,15 +40,16 @@ DEFAULT_STRATEGIES = "ddp,auto"
 DEFAULT_BUCKETS = "1,5,25,100,all"  # DDP's bucket_cap_mb sweep; 25 is DDP's default (the "ddp" row)
 DEFAULT_RATE = "1gbit"
 TESTBED_PREFIX = "gsb"  # its own prefix: never touches a `gs` testbed the user has up
-MODELS = ("mlp", "cnn", "vgg", "gpt2", "bert")
+MODELS = BUILT_IN
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("bench", help="benchmark strategies against PyTorch DDP (and its bucket sizes)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=DEFAULT_MODEL, help=f"built-in model: {', '.join(MODELS)} (default "
-                   f"{DEFAULT_MODEL})")
-    p.add_argument("--hosts", type=int, default=2, help="workers, one per host (default 2)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"{MODEL_HELP} (default {DEFAULT_MODEL})")
+    p.add_argument("--workers", "--hosts", dest="hosts", type=int, default=2, metavar="N",
+                   help="data-parallel ranks, one per testbed host (or local process with --loopback) (default 2; "
+                        "--hosts is the same flag)")
     net = p.add_mutually_exclusive_group()
     net.add_argument("--rate", default=None, help=f"testbed link rate, e.g. 500mbit, 1gbit (root only; default "
                      f"{DEFAULT_RATE} as root)")
@@ -75,8 +79,7 @@ def register(subparsers: Any) -> None:
                    "share of the rounds' time; predictions use the medians over all samples (default 0.25; 0: "
                    "start-up figures only)")
     p.add_argument("--timeout-s", type=float, default=1800.0, help="stop the whole job after this (default 1800)")
-    p.add_argument("--json", default=None, metavar="OUT.json", help="write every figure here (a list, one object "
-                   "per strategy and DDP bucket size)")
+    add_json_arg(p, "every figure (a list, one object per strategy and DDP bucket size)")
     p.add_argument("--plot", default=None, metavar="OUT.png", help="bar chart of the median iteration times")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -195,8 +198,6 @@ def contention_history(paths: list[str], job: dict[str, Any]) -> list[dict[str, 
 
 
 def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, float]]) -> dict[str, Any]:
-    if args.model not in MODELS:
-        raise GradschedError(f"unknown model {args.model!r}; known: {', '.join(MODELS)}")
     if args.hosts < 2:
         raise GradschedError(f"--hosts must be at least 2 (data parallelism needs two workers), got {args.hosts}")
     if args.steps < 1 or args.rounds < 1 or args.batch_size < 1:
@@ -204,10 +205,15 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
     if not 0 <= args.warmup_rounds < args.rounds:
         raise GradschedError(f"--warmup-rounds must be between 0 and --rounds - 1 ({args.rounds - 1}), "
                              f"got {args.warmup_rounds}")
+    if not 0 < args.lr < float("inf"):
+        raise GradschedError(f"--lr must be a finite number above 0, got {args.lr}")
+    if not 0 < args.timeout_s <= 7 * 24 * 3600:
+        raise GradschedError(f"--timeout-s must be a number of seconds above 0 and at most a week, got {args.timeout_s}")
     if not 0 <= args.resample_share < 1:
         raise GradschedError(f"--resample-share must be at least 0 and below 1, got {args.resample_share}")
     if history and args.no_probe:
         raise GradschedError("--contention-from pools earlier figures with this job's probe: drop --no-probe")
+    check_model(args.model, seed=args.seed, batch_size=args.batch_size)
     return {"model": args.model, "seed": args.seed, "batch_size": args.batch_size, "lr": args.lr,
             "entries": entries(args.strategies, args.ddp_buckets, args.density), "steps": args.steps, "rounds": args.rounds,
             "warmup_rounds": args.warmup_rounds, "profile_iterations": args.profile_iterations,
@@ -297,7 +303,7 @@ def _launch_loopback(cfg_path: Path, hosts: int, timeout_s: float) -> None:
         _stop(proc)
         raise
     if code != 0:
-        raise GradschedError(f"the benchmark's workers failed (exit status {code}); their errors are printed above")
+        raise WorkersFailed(f"the benchmark's workers failed (exit status {code}); their errors are printed above", code)
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -431,12 +437,11 @@ def run(args: argparse.Namespace) -> int:
             "steps_per_round": args.steps, "rounds": args.rounds, "batch_size": args.batch_size,
             "command": " ".join(["gradsched bench", *sys.argv[2:]]) if sys.argv[1:2] == ["bench"] else "gradsched bench"}
     title = f"{args.model}, {args.hosts} hosts, {network} (gloo, CPU)"
-    print(f"{title}: {args.rounds - args.warmup_rounds} counted rounds x {args.steps} steps, batch {args.batch_size}")
-    print(table(result))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(rows_for_json(result, meta), indent=1))
-        print(f"wrote {args.json}")
+    report = sys.stderr if to_stdout(args) else sys.stdout  # stdout carries the JSON alone with --json -
+    print(f"{title}: {args.rounds - args.warmup_rounds} counted rounds x {args.steps} steps, batch {args.batch_size}",
+          file=report)
+    print(table(result), file=report)
+    emit_json(args, rows_for_json(result, meta))
     if args.plot:
         plot(result, args.plot, title)
         print(f"wrote {args.plot}")

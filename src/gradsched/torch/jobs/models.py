@@ -54,7 +54,12 @@ def build_model(name: str, *, seed: int = 0) -> ModelSpec:
     """Build built-in model ``name`` with parameters drawn from ``seed``.
 
     The same ``(name, seed)`` gives the same parameters in every process, which is how
-    data-parallel ranks start from identical weights without a broadcast."""
+    data-parallel ranks start from identical weights without a broadcast.  ``name`` may
+    also be the user's own factory, ``MODULE:FUNCTION`` (:mod:`gradsched.torch.jobs.factory`)."""
+    if ":" in name:
+        from gradsched.torch.jobs.factory import build_from_factory
+
+        return ModelSpec(name, *build_from_factory(name, seed))
     builders = {"mlp": _mlp, "cnn": _cnn, "vgg": _vgg, "gpt2": _gpt2, "bert": _bert}
     if name not in builders:
         raise GradschedError(f"unknown model {name!r}; known: {', '.join(MODEL_NAMES)}")
