@@ -8,8 +8,8 @@ cannot honour raises a :class:`~gradsched.errors.GradschedError` that says so.
 When no plan is named the wrapper runs :data:`DEFAULT_STRATEGY`: DDP's own bucket
 rule (1 MiB first, then ``bucket_cap_mb``, default 25) on gradsched's executor, which
 moves the same buckets as DDP and, unlike DDP itself, is traced, checked and
-switchable to any other plan.  Its speed beside DDP's (0.88x-1.12x of DDP's
-iteration time, depending on the machine's load) is in docs/runtime.md, from
+switchable to any other plan.  Its speed beside DDP's (0.88x-0.99x of DDP's
+iteration time on a machine not saturated, 1.08-1.12x at load average 16-20 on 2 cores) is in docs/runtime.md, from
 ``benchmarks/results/runtime_vs_ddp*.json`` and ``dropin_default_cnn.json``.
 """
 
