@@ -21,7 +21,7 @@ from gradsched.errors import GradschedError
 
 # Subcommand modules, in help order.  Each is imported only when the CLI starts,
 # and torch-using ones import torch only inside their ``run``.
-COMMANDS = ("simulate", "plan", "train", "profile", "netbench", "compare", "bench", "testbed")
+COMMANDS = ("simulate", "plan", "advise", "train", "profile", "netbench", "compare", "bench", "testbed")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_ENV = "GRADSCHED_LOG_LEVEL"  # how the level reaches worker processes (gradsched.torch.worker)
 
