@@ -76,6 +76,8 @@ from gradsched.errors import GradschedError
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.timeline import Event
+from gradsched.torch.runtime.groups import backend_of
+from gradsched.torch.runtime.startup import broadcast_object, gather_object, wait
 
 if TYPE_CHECKING:
     from gradsched.planners.auto import Ranked
@@ -223,6 +225,7 @@ class TunedModel:
     switch_plan: Callable[[Plan, list[int]], None]  # run this plan from the next backward on (every rank)
     synchronize: Callable[[], None]  # finish outstanding communication and updates
     has_optimizer: Callable[[], bool]  # a DistributedOptimizer is attached (plans may overlap the update)
+    timeout_s: float  # the wrapper's: every collective of the tuner's (probes, gathers, broadcasts) is bounded by it
 
 
 class AutoTuner:
@@ -398,8 +401,8 @@ class AutoTuner:
         """Every rank: finish outstanding work, send rank 0 the issue times; rank 0 plans; all switch."""
         self._model.synchronize()
         mine = issue_times(self._events(), window)
-        peers: list[Any] | None = [None] * self._model.world if self._is_root else None
-        dist.gather_object(mine, peers, dst=self._root, group=self._model.group)
+        peers = gather_object(mine, self._root, self._model.group, self._model.timeout_s,
+                              "auto: gathering the ranks' issue times")
         payload = None
         if self._is_root:
             measured = statistics.median(s.duration_s for s in window)
@@ -423,9 +426,8 @@ class AutoTuner:
         return self._model.rank == 0
 
     def _broadcast(self, payload: Any) -> Any:
-        box = [payload]
-        dist.broadcast_object_list(box, src=self._root, group=self._model.group)
-        return box[0]
+        return broadcast_object(payload, self._root, self._model.group, self._model.timeout_s,
+                                "auto: rank 0's broadcast of its decision")
 
     def _plan(self, window: list[StepRecord], measured_s: float, peers: list[IssueTimes] | None,
               reason: str) -> dict[str, Any]:
@@ -488,7 +490,7 @@ class AutoTuner:
             for nbytes, s in self._probes:
                 points.setdefault(nbytes, [s])
         if len(points) >= 2:
-            return fit_cluster(points, model.world, dist.get_backend(model.group))
+            return fit_cluster(points, model.world, backend_of(model.group, model.device))  # not "undefined"
         # every operation finished behind another: nothing to fit; keep what we had
         from gradsched.torch.runtime.planning import default_cluster
 
@@ -576,7 +578,8 @@ class AutoTuner:
             times = []
             for rep in range(4):
                 t0 = time.perf_counter()
-                dist.all_reduce(buf, group=group)
+                wait(dist.all_reduce(buf, group=group, async_op=True), self._model.timeout_s,
+                     "auto: a start-up probe all-reduce", self._model.rank)
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 if rep:  # the first aligns the ranks

@@ -48,6 +48,7 @@ from torch import nn
 
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
+from gradsched.torch.runtime.groups import side_group, uses_nccl
 from gradsched.torch.runtime.hosttime import HostTimer
 from gradsched.torch.runtime.inflight import applied, unwrap
 from gradsched.torch.runtime.layout import build_layout
@@ -75,11 +76,11 @@ def private_group(group: dist.ProcessGroup, timeout_s: float, owner: object) -> 
     GAN's generator and discriminator, a teacher and a student), could otherwise
     interleave with them in a different order on different ranks.  One per ``owner``
     (the wrapped model; made when its first such plan starts), held here, not by the
-    owner, so that it is never held into finalisation (gradsched.torch.runtime.shutdown)."""
+    owner, so that it is never held into finalisation (gradsched.torch.runtime.shutdown).
+    Entered by ``group``'s members only (:func:`gradsched.torch.runtime.groups.side_group`)."""
     release_at_exit(_PRIVATE_GROUPS.clear)
     if owner not in _PRIVATE_GROUPS:
-        _PRIVATE_GROUPS[owner] = dist.new_group(dist.get_process_group_ranks(group), backend=dist.get_backend(group),
-                                                timeout=timedelta(seconds=timeout_s))
+        _PRIVATE_GROUPS[owner] = side_group(group, timeout_s)
     return _PRIVATE_GROUPS[owner]
 
 
@@ -308,7 +309,7 @@ class Executor:
     # ------------------------------------------------------------------ state
     def _start_thread(self, device: torch.device) -> None:
         stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
-        poll_s = NCCL_POLL_S if dist.get_backend(self.group) == "nccl" else None
+        poll_s = NCCL_POLL_S if uses_nccl(self.group, device) else None
         assert self._wake is not None
         self._thread = threading.Thread(target=_progress_loop, args=(weakref.ref(self), self._wake, stream, poll_s),
                                         name=f"gradsched-progress-rank{self.rank}", daemon=True)
@@ -572,7 +573,8 @@ class Executor:
             self.host_timer.passes += 1
 
     def _agree_on_unused(self) -> None:
-        device = self.params[0].device if dist.get_backend(self.ctrl_group) == "nccl" else torch.device("cpu")
+        here = self.params[0].device
+        device = here if uses_nccl(self.ctrl_group, here) else torch.device("cpu")
         used = torch.tensor([0 if i in self.locally_unused else 1 for i in range(len(self.params))],
                             dtype=torch.int32, device=device)
         work = dist.all_reduce(used, group=self.ctrl_group, async_op=True)

@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from gradsched.errors import GradschedError
 from gradsched.plan import DENSE, Operation
+from gradsched.torch.runtime.groups import uses_nccl
 from gradsched.torch.runtime.layout import Piece
 
 
@@ -59,7 +60,7 @@ class DenseAllReduce:
         # NCCL: wait() makes the current CUDA stream wait for the collective (no host
         # block); its own watchdog enforces the process group's timeout.  gloo: block
         # the host, bounded by our timeout.
-        self.host_wait = dist.get_backend(group) != "nccl"
+        self.host_wait = not uses_nccl(group, self.buffers[0].device) if self.buffers else True
 
     def issue(self) -> None:
         self.works = []

@@ -41,6 +41,7 @@ import torch.distributed as dist
 
 from gradsched.errors import GradschedError
 from gradsched.plan import SPARSE, Operation
+from gradsched.torch.runtime.groups import uses_nccl
 from gradsched.torch.runtime.layout import Piece
 from gradsched.torch.runtime.memory import MemoryLedger
 from gradsched.torch.runtime.ops import OP_KINDS, wait_all
@@ -236,7 +237,7 @@ class TopkAllGather:
         self.options = options
         self.step_of = step_of
         self.naive = options.memory == "naive"
-        self.host_wait = dist.get_backend(group) != "nccl"
+        self.host_wait = not uses_nccl(group, self.piece.device)
         self.works: list[dist.Work] = []
         self.warm = False
         self.held: dict[str, torch.Tensor] = {}  # name -> buffer held now (all in the ledger)

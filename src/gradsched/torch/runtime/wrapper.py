@@ -33,11 +33,14 @@ from gradsched.profile import Profile
 from gradsched.timeline import Timeline
 from gradsched.torch.runtime.autotune import AutoTuneConfig, AutoTuner, TunedModel
 from gradsched.torch.runtime import inflight
-from gradsched.torch.runtime.executor import Executor
+from gradsched.torch.runtime.ddp_args import DDPArgs, plan_choice, resolve, split_positional, to_device
+from gradsched.torch.runtime.executor import Executor, private_group
+from gradsched.torch.runtime.groups import is_whole_world, side_group
 from gradsched.torch.runtime.hosttime import HostTimer
 from gradsched.torch.runtime.ops import CollectiveError
 from gradsched.torch.runtime.planning import (default_cluster, in_profile_order, issue_order, profile_from_module,
                                       resolve_plan, trainable_parameters)
+from gradsched.torch.runtime.startup import broadcast_tensors, check_consistency, plan_key, startup_settings
 from gradsched.torch.runtime.trace import FORWARD, Tracer, merge_timelines
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -51,12 +54,18 @@ class DistributedDataParallel(nn.Module):
         module: the model; every rank builds the same one.
         plan: a strategy name (``gradsched.planners.strategy_names()``) or a Plan whose
             tensor indices are those of ``profile`` (given) or of
-            ``trainable_parameters(module)`` (registration order).
-        process_group: default: the world.
+            ``trainable_parameters(module)`` (registration order); default (``None``): DDP's
+            bucket rule (``bucket_cap_mb``) on gradsched's executor (docs/runtime.md).  A list
+            here is DDP's positional ``device_ids``.
+        process_group: default: the world; a subgroup works (its members alone wrap).
+        device_ids, output_device, dim, init_sync, bucket_cap_mb, check_reduction,
+            gradient_as_bucket_view, static_graph, device_mesh (and DDP's newer arguments
+            by keyword): PyTorch DDP's, with DDP's meaning, or a GradschedError naming what
+            cannot be honoured (:mod:`gradsched.torch.runtime.ddp_args`).
         profile, cluster: what a strategy name is planned with; default: sizes from
             the parameters and a loopback-like cluster (measure both for good plans).
         plan_options: options of the strategy (``{"mb": 4}`` for ``threshold``).
-        timeout_s: a collective that does not complete in this time raises
+        timeout_s: a collective (the start-up ones included) that does not complete in this time raises
             :class:`~gradsched.torch.runtime.ops.CollectiveError` (a ``GradschedError``).
         find_unused_parameters: allow parameters that get no gradient in a backward
             (costs one small all-reduce per iteration), as DDP's flag.
@@ -70,26 +79,39 @@ class DistributedDataParallel(nn.Module):
             dict: ``warmup_steps``, ``selection``, ``error_feedback``, ``memory``); see docs/sparse.md.
     """
 
-    def __init__(self, module: nn.Module, plan: str | Plan = "wfbp", *,
+    def __init__(self, module: nn.Module, plan: str | Plan | None = None, *,
                  process_group: dist.ProcessGroup | None = None, profile: Profile | None = None,
                  cluster: Cluster | None = None, plan_options: dict[str, Any] | None = None,
                  timeout_s: float = DEFAULT_TIMEOUT_S, find_unused_parameters: bool = False,
-                 broadcast_buffers: bool = True, trace: bool = False, use_torch_ddp: bool = True,
+                 broadcast_buffers: bool | None = None, trace: bool = False, use_torch_ddp: bool = True,
                  ddp_kwargs: dict[str, Any] | None = None,
-                 sparse_options: dict[str, Any] | Any | None = None) -> None:
-        # long function: checks the arguments and sets up each feature in the order they depend on each other
+                 sparse_options: dict[str, Any] | Any | None = None,
+                 device_ids: list[int | torch.device] | None = None, output_device: int | torch.device | None = None,
+                 dim: int = 0, init_sync: bool = True, bucket_cap_mb: float | None = None,
+                 check_reduction: bool = False, gradient_as_bucket_view: bool = False, static_graph: bool = False,
+                 device_mesh: Any = None, **more_ddp_args: Any) -> None:
+        # long function: checks DDP's arguments and sets up each feature in the order they depend on each other
         super().__init__()
         if not dist.is_available() or not dist.is_initialized():
             raise GradschedError("torch.distributed is not initialised: call torch.distributed.init_process_group() "
                                  "(or launch with torchrun) before wrapping the model")
-        if timeout_s <= 0:
+        if not timeout_s > 0:
             raise GradschedError(f"timeout_s must be positive, got {timeout_s}")
+        plan, device_ids = split_positional(plan, device_ids)
+        ddp_args = {"device_ids": device_ids, "output_device": output_device, "dim": dim, "init_sync": init_sync,
+                    "bucket_cap_mb": bucket_cap_mb, "check_reduction": check_reduction,
+                    "gradient_as_bucket_view": gradient_as_bucket_view, "static_graph": static_graph,
+                    "device_mesh": device_mesh, **more_ddp_args}
+        args = resolve(module, ddp_args, process_group=process_group, find_unused_parameters=find_unused_parameters,
+                       broadcast_buffers=broadcast_buffers)
+        plan, plan_options, use_torch_ddp = plan_choice(plan, plan_options, use_torch_ddp, args.bucket_cap_mb)
         self.module = module
-        self._group = process_group or dist.group.WORLD
+        self._group = args.group
         self._world = dist.get_world_size(self._group)
         self._rank = dist.get_rank(self._group)
         self._timeout_s = float(timeout_s)
-        self._broadcast_buffers = broadcast_buffers
+        self._broadcast_buffers = args.forward_sync_buffers
+        self._input_device = args.input_device
         named = trainable_parameters(module)
         if profile is not None:
             named = in_profile_order(named, profile)  # plans index tensors in the profile's order
@@ -102,6 +124,7 @@ class DistributedDataParallel(nn.Module):
         self._gating: list[Any] = []
         self._sparse_options = sparse_options
         self.autotuner: AutoTuner | None = None
+        settings = startup_settings(module, self._group, args, plan_options)
         tune: AutoTuneConfig | None = None
         if isinstance(plan, str) and plan == "auto":
             # Run-time auto (gradsched.torch.runtime.autotune): start on the safe default, switch later.
@@ -114,7 +137,23 @@ class DistributedDataParallel(nn.Module):
         self._user_trace = trace
         self._tracer = Tracer(self._rank) if trace or tune is not None else None
 
-        own_profile = profile_from_module(module, order=self._names)
+        given, kw = self._make_plan(plan, plan_options, profile, cluster, use_torch_ddp,
+                                    {**args.torch_ddp_kwargs, **(ddp_kwargs or {})}, settings)
+        check_consistency(settings, self._group, self._timeout_s)
+        if self._tracer is not None:
+            self._tracer.reset_epoch()  # right after a collective: the ranks' clocks line up
+
+        if self.plan is None:
+            self._start_torch_ddp(kw, find_unused_parameters)
+        else:
+            self._start_runtime(args, tune, given)
+
+    def _make_plan(self, plan: str | Plan, plan_options: dict[str, Any] | None, profile: Profile | None,
+                   cluster: Cluster | None, use_torch_ddp: bool, kw: dict[str, Any],
+                   settings: dict[str, str]) -> tuple[tuple[Profile, Cluster] | None, dict[str, Any]]:
+        """Set ``self.plan`` (``None`` for PyTorch's DDP), its issue order and its entry in ``settings``;
+        return the user's (profile, cluster) if both were given (run-time auto's trials) and DDP's kwargs."""
+        own_profile = profile_from_module(self.module, order=self._names)
         if profile is not None and profile.fingerprint != own_profile.fingerprint:
             raise GradschedError(f"the profile (model {profile.model!r}) does not describe this module's trainable "
                                  "parameters (their sizes differ); profile this module")
@@ -122,55 +161,58 @@ class DistributedDataParallel(nn.Module):
         profile = profile or own_profile
         self._own_profile = own_profile
         cluster = cluster.at_world_size(self._world) if cluster is not None else default_cluster(self._world)
-        given = (profile, cluster) if both_given else None  # the user's measurements (run-time auto's trials)
-
+        given = (profile, cluster) if both_given else None
         if isinstance(plan, str) and plan == "ddp" and use_torch_ddp:
             self.plan: Plan | None = None
             self.strategy = "ddp"
-            kw = dict(ddp_kwargs or {})
-            agreement = "torch-ddp " + own_profile.fingerprint + " " + repr(sorted(kw.items()))
-        else:
-            self.plan = resolve_plan(plan, profile, cluster, plan_options)
-            self.strategy = self.plan.strategy
-            self._order = issue_order(self.plan, profile, cluster)
-            agreement = f"{self.plan.hash} {self._order}"
-            if any(op.sparse for op in self.plan.operations):
-                from gradsched.torch.runtime.sparse import SparseOptions
+            settings["plan"] = plan_key("torch-ddp", repr(sorted(kw.items(), key=lambda kv: kv[0])))
+            return given, kw
+        self.plan = resolve_plan(plan, profile, cluster, plan_options)
+        self.strategy = self.plan.strategy
+        self._order = issue_order(self.plan, profile, cluster)
+        settings["plan"] = plan_key(self.plan.strategy, f"{self.plan.hash} {self._order}")
+        if any(op.sparse for op in self.plan.operations):
+            from gradsched.torch.runtime.sparse import SparseOptions
 
-                agreement += f" {SparseOptions.of(sparse_options).to_dict()}"
-        self._check_agreement(agreement)
-        if self._tracer is not None:
-            self._tracer.reset_epoch()  # right after a collective: the ranks' clocks line up
+            settings["sparse"] = repr(SparseOptions.of(self._sparse_options).to_dict())
+        return given, kw
 
-        if self.plan is None:
-            from torch.nn.parallel import DistributedDataParallel as TorchDDP
+    def _start_torch_ddp(self, kw: dict[str, Any], find_unused_parameters: bool) -> None:
+        """``plan="ddp"``: PyTorch's own DDP, with every DDP argument the user gave."""
+        from torch.nn.parallel import DistributedDataParallel as TorchDDP
 
-            if not broadcast_buffers:
-                kw.setdefault("broadcast_buffers", False)  # passed only when off: newer PyTorch deprecates the flag
-            ddp = TorchDDP(module, process_group=self._group, find_unused_parameters=find_unused_parameters, **kw)
-            object.__setattr__(self, "_ddp", ddp)  # not a submodule: state_dict keys stay "module.*"
-            return
+        kw.pop("device_mesh", None)  # its group is self._group
+        ddp = TorchDDP(self.module, process_group=self._group, find_unused_parameters=find_unused_parameters, **kw)
+        object.__setattr__(self, "_ddp", ddp)  # not a submodule: state_dict keys stay "module.*"
 
-        self._sync_module_states()
-        needs_ctrl = find_unused_parameters or (broadcast_buffers and any(True for _ in module.buffers()))
-        if needs_ctrl:
+    def _start_runtime(self, args: DDPArgs, tune: AutoTuneConfig | None,
+                       given: tuple[Profile, Cluster] | None) -> None:
+        """After the start-up check: rank 0's state everywhere, side groups, the executor (and auto)."""
+        module, timeout_s = self.module, self._timeout_s
+        if args.init_sync:
+            tensors = list(module.parameters()) + (list(module.buffers()) if args.init_sync_buffers else [])
+            broadcast_tensors(tensors, dist.get_global_rank(self._group, 0), self._group, timeout_s,
+                              "the start-up copy of rank 0's parameters and buffers")
+        if args.find_unused or (self._broadcast_buffers and any(True for _ in module.buffers())):
             # Side traffic (used flags, buffers) on its own group, so that it never
             # interleaves with the plan's collectives, which may still be in flight.
-            self._ctrl = dist.new_group(dist.get_process_group_ranks(self._group),
-                                        backend=dist.get_backend(self._group), timeout=timedelta(seconds=timeout_s))
-        self._find_unused = find_unused_parameters
+            self._ctrl = side_group(self._group, timeout_s)
+        if tune is not None and not is_whole_world(self._group):
+            private_group(self._group, timeout_s, self)  # now, while the start-up check vouches for the group count
+        self._find_unused = args.find_unused
         self._start_executor()
         if tune is not None:
             assert self._tracer is not None
             self.strategy = "auto"
-            self.autotuner = AutoTuner(self._tuned_model(), tune, self._tracer, keep_events=trace, offline=given)
+            self.autotuner = AutoTuner(self._tuned_model(), tune, self._tracer, keep_events=self._user_trace,
+                                       offline=given)
 
     def _tuned_model(self) -> TunedModel:
         """What run-time ``auto`` sees of this wrapper (:class:`~gradsched.torch.runtime.autotune.TunedModel`)."""
         return TunedModel(group=self._group, world=self._world, rank=self._rank, device=self._params[0].device,
                           profile=self._own_profile, plan=lambda: self.plan, order=lambda: self._order,
                           switch_plan=self._switch_plan, synchronize=self.synchronize,
-                          has_optimizer=lambda: self._optimizer is not None)
+                          has_optimizer=lambda: self._optimizer is not None, timeout_s=self._timeout_s)
 
     def _start_executor(self) -> None:
         """Build the executor (and forward gating) for ``self.plan`` and ``self._order``."""
@@ -202,29 +244,6 @@ class DistributedDataParallel(nn.Module):
         self._executor.enabled = enabled
 
     # ------------------------------------------------------------------ start-up
-    def _check_agreement(self, key: str) -> None:
-        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-        mine = torch.tensor(list(digest.encode()), dtype=torch.uint8)
-        if dist.get_backend(self._group) == "nccl":
-            mine = mine.cuda()
-        gathered = [torch.empty_like(mine) for _ in range(self._world)]
-        try:
-            dist.all_gather(gathered, mine, group=self._group)
-        except Exception as exc:
-            raise CollectiveError(f"rank {self._rank}: start-up plan check failed ({exc})") from exc
-        hashes = [bytes(t.cpu().tolist()).decode() for t in gathered]
-        if len(set(hashes)) > 1:
-            listing = ", ".join(f"rank {r}: {h}" for r, h in enumerate(hashes))
-            what = f"plan {self.plan.strategy!r} hash {self.plan.hash}" if self.plan is not None else "torch DDP"
-            raise GradschedError(f"ranks hold different plans ({listing}; this rank {self._rank} has {what}); every "
-                                 "rank must build the same model and plan it with the same strategy, profile and "
-                                 "cluster (or load one plan file)")
-
-    def _sync_module_states(self) -> None:
-        with torch.no_grad():
-            for t in list(self.module.parameters()) + list(self.module.buffers()):
-                dist.broadcast(t.data, src=dist.get_global_rank(self._group, 0), group=self._group)
-
     def _install_gating(self) -> None:
         index = {id(p): i for i, p in enumerate(self._params)}
         for mod in self.module.modules():
@@ -264,6 +283,8 @@ class DistributedDataParallel(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self._ddp is not None:
             return self._ddp(*args, **kwargs)
+        if self._input_device is not None:  # device_ids=[d]: inputs go to d, as DDP moves them
+            args, kwargs = to_device(args, self._input_device), to_device(kwargs, self._input_device)
         tracer = self._tracer
         if tracer is not None:
             tracer.next_iteration()
