@@ -17,8 +17,9 @@ exactly the subset, with the same arithmetic as one full step.  The
 hyper-parameters (``lr`` ...) in force when :meth:`step` was called are restored for
 the deferred updates, so an LR scheduler stepped right after ``step()`` acts on the
 next iteration, as it would without deferral.  Optimizers that couple parameters
-(LBFGS, closures, gradient clipping across the model between backward and step)
-need a non-overlapping plan.
+(LBFGS, gradient clipping across the model between backward and step)
+need a non-overlapping plan; ``step(closure)`` works with every plan (LBFGS's repeated
+closure calls only without overlap).
 
 Build LR schedulers on the inner optimizer: ``StepLR(dist_opt.optimizer, ...)``.
 """
@@ -63,21 +64,33 @@ class DistributedOptimizer:
         return self.optimizer.defaults
 
     def step(self, closure: Any = None) -> Any:
-        if closure is not None:
-            raise GradschedError("optimizer closures are not supported by gradsched; call backward() and step() instead")
+        """One update; with ``closure`` (forward and backward, returns the loss), as ``torch.optim``.
+
+        Without overlap the closure goes to the wrapped optimizer, which may call it more
+        than once (LBFGS): each call's backward averages gradients as usual.  With an
+        overlapping plan the closure is called once, here, and the update deferred as
+        always; optimizers that re-evaluate the closure need a non-overlapping plan."""
         if not self._model.overlaps_forward:
             tracer = self._model._tracer
             t0 = tracer.now() if tracer is not None else 0.0
-            out = self.optimizer.step()
+            out = self.optimizer.step() if closure is None else self.optimizer.step(closure)
             if tracer is not None:
                 tracer.span("update", UPDATE, t0, tensors=list(range(len(self._model._params))))
             return out
+        if closure is not None and isinstance(self.optimizer, torch.optim.LBFGS):
+            raise GradschedError(f"LBFGS evaluates its closure several times per step, which plan "
+                                 f"{self._model.strategy!r} (overlapping the update with the next forward) cannot "
+                                 "defer; use a non-overlapping plan (wfbp, mgwfbp, optimal, ...)")
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
         self.flush()  # a second step() without a forward in between: finish the first
         self._pending = set(range(len(self._model._params)))
         self._hparams = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
         self._zero = None
         self.optimizer._opt_called = True  # for LR schedulers' "step() before optimizer.step()" check
-        return None
+        return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         if self._pending:
