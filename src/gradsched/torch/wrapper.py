@@ -87,6 +87,7 @@ class DistributedDataParallel(nn.Module):
         self._rank = dist.get_rank(self._group)
         self._timeout_s = float(timeout_s)
         self._broadcast_buffers = broadcast_buffers
+        self._compiled = is_compiled(module)
         named = trainable_parameters(module)
         if profile is not None:
             named = in_profile_order(named, profile)  # plans index tensors in the profile's order
@@ -266,6 +267,10 @@ class DistributedDataParallel(nn.Module):
                                  "its step() and zero_grad()")
         if self._broadcast_buffers and self._ctrl is not None and syncing:
             self._sync_buffers()
+        if self._compiled and self._optimizer is not None and self._optimizer.pending:
+            # A compiled module runs its layers as one graph, with no per-layer gate in between:
+            # its parameters must all be updated before it starts (docs/integrations.md).
+            self._optimizer.flush()
         out = self.module(*args, **kwargs)
         if self._optimizer is not None and self._optimizer.pending:
             self._optimizer.flush()  # parameters the forward did not reach
@@ -372,6 +377,14 @@ class DistributedDataParallel(nn.Module):
             meta["plan_hash"] = self.plan.hash
             meta["operations"] = len(self.plan.operations)
         return meta
+
+
+def is_compiled(module: nn.Module) -> bool:
+    """Whether ``module`` or a submodule is compiled (``torch.compile(m)`` or ``m.compile()``)."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return any(isinstance(m, OptimizedModule) or getattr(m, "_compiled_call_impl", None) is not None
+               for m in module.modules())
 
 
 def broadcast_buffers(module: nn.Module, group: dist.ProcessGroup | None, src: int, timeout_s: float) -> None:
