@@ -41,7 +41,6 @@ import torch
 try:
     import lightning.pytorch as pl
     from lightning.pytorch.callbacks import Callback
-    from lightning.pytorch.overrides.distributed import _register_ddp_comm_hook
     from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
     from lightning.pytorch.utilities.model_helpers import is_overridden
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
@@ -109,8 +108,10 @@ class GradschedStrategy(DDPStrategy):
         self.model = self._setup_model(self.model)
         torch_ddp = self.model._ddp
         if torch_ddp is not None and self._ddp_comm_hook is not None:
-            _register_ddp_comm_hook(model=torch_ddp, ddp_comm_state=self._ddp_comm_state,
-                                    ddp_comm_hook=self._ddp_comm_hook, ddp_comm_wrapper=self._ddp_comm_wrapper)
+            hook = self._ddp_comm_hook
+            if self._ddp_comm_wrapper is not None:
+                hook = self._ddp_comm_wrapper(hook)  # as Lightning's DDPStrategy composes them
+            torch_ddp.register_comm_hook(self._ddp_comm_state, hook)
 
     def setup_optimizers(self, trainer: "pl.Trainer") -> None:
         super().setup_optimizers(trainer)
@@ -153,7 +154,7 @@ class GradschedStrategy(DDPStrategy):
 
     def _needs_final_gradients(self) -> bool:
         """Whether anything reads or changes gradients between backward and step."""
-        trainer = self.lightning_module.trainer if self.lightning_module is not None else None
+        trainer = getattr(self.lightning_module, "_trainer", None)
         if trainer is None:
             return True
         if trainer.gradient_clip_val or getattr(self.precision_plugin, "scaler", None) is not None:

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.lightning import GradschedStrategy  # noqa: E402
+from gradsched.torch import hooks as H  # noqa: E402
 from gradsched.torch.selftest import rel_diff, spawn_local  # noqa: E402
 
 SMALL = {"bytescheduler": {"partition_bytes": 4096, "credit_bytes": 16384}, "usbyte": {"unit_bytes": 2048}}
@@ -47,7 +48,13 @@ def _data() -> DataLoader:
 
 
 def _strategy(plan: str):
-    return "ddp" if plan == "lightning-ddp" else GradschedStrategy(plan, plan_options=SMALL.get(plan))
+    if plan == "lightning-ddp":
+        return "ddp"
+    if plan == "registered":
+        return "gradsched"  # the name gradsched.lightning registers: GradschedStrategy("auto")
+    if plan == "ddp+topk":  # PyTorch's DDP with a gradsched hook, on CPU
+        return GradschedStrategy("ddp", ddp_comm_hook=H.topk_hook, ddp_comm_state=H.TopKState(density=0.05))
+    return GradschedStrategy(plan, plan_options=SMALL.get(plan))
 
 
 def _fit(plan: str, steps: int, ckpt_path: str | None = None, callbacks=(), **trainer_kw) -> list[torch.Tensor]:
@@ -78,18 +85,21 @@ def _check_cases(cases: list[tuple[str, str, dict]], refs: dict[str, str], toler
 
 @pytest.mark.slow
 def test_plans_reach_lightning_ddp_parameters():
-    """Plain steps, and gradient clipping with accumulate_grad_batches, under overlapping and other plans."""
+    """Plain steps (``strategy="gradsched"`` is run-time auto), and gradient clipping with
+    accumulate_grad_batches, under overlapping and other plans."""
     plain = {"steps": 8}
     clip = {"steps": 6, "gradient_clip_val": 0.05, "accumulate_grad_batches": 2}
     cases = [("ref", "lightning-ddp", plain), ("wfbp", "wfbp", plain), ("mgwfbp", "mgwfbp", plain),
              ("usbyte", "usbyte", plain), ("bytescheduler", "bytescheduler", plain), ("torch-ddp", "ddp", plain),
+             ("auto", "registered", plain), ("ddp+topk", "ddp+topk", plain),
              ("clip-ref", "lightning-ddp", clip), ("clip-usbyte", "usbyte", clip), ("clip-mgwfbp", "mgwfbp", clip),
              ("clip-off", "mgwfbp", {"steps": 6, "accumulate_grad_batches": 2})]
-    refs = {c[0]: "ref" for c in cases[1:6]}
+    refs = {c[0]: "ref" for c in cases[1:7]}
     refs.update({"clip-usbyte": "clip-ref", "clip-mgwfbp": "clip-ref"})
     params = _check_cases(cases, refs, tolerance=1e-5)
     # the comparison can fail: without clipping the same run ends elsewhere (clipping was active)
     assert rel_diff(params["clip-off"], params["clip-ref"]) > 1e-3
+    assert rel_diff(params["ddp+topk"], params["ref"]) > 1e-3  # the hook ran: top-k at 5% changes the run
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ which must hold the bucket's average over ranks, before the optimizer steps.
 - :func:`topk_hook`: each bucket keeps its ``density`` fraction of largest entries of
   (gradient + residual); the rest is the new residual (error feedback), added to the
   next iteration's gradient, so nothing is lost, only delayed.  Values and indices are
-  all-gathered and averaged.
+  all-gathered (int32 indices) and averaged.
 - :func:`merged_topk_hook`: OMGS-SGD's idea within DDP's buckets: consecutive buckets
   are held back until they hold ``merge_bytes`` (or the last bucket arrives), then one
   top-k over their concatenation and one all-gather serve them all: fewer, larger
@@ -172,6 +172,8 @@ def _sparse_allreduce(state: TopKState, index: int, flat: torch.Tensor) -> torch
     group = state.process_group
     world = dist.get_world_size(group)
     values, indices = state.compress(index, flat)
+    if flat.numel() <= torch.iinfo(torch.int32).max:
+        indices = indices.to(torch.int32)  # half the index bytes
     all_values = values.new_empty(world * values.numel())
     all_indices = indices.new_empty(world * indices.numel())
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in newer PyTorch
