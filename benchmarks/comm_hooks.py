@@ -4,8 +4,9 @@
 model (309k parameters, 1.2 MB of fp32 gradients), SGD with momentum, the same seeded
 data for every hook.  Bytes are what each rank hands to the collectives per iteration
 after warm-up (all-reduce: the bucket; top-k: values plus int32 indices), counted in
-the hooks.  Step times over loopback on 2 shared cores say little about a slow network;
-the bytes do.
+the hooks.  "params vs plain": the final parameters' largest difference from plain DDP's,
+relative to each tensor's largest magnitude.  Step times over loopback on 2 shared cores
+say little about a slow network; the bytes do.
 
     python benchmarks/comm_hooks.py [--model cnn] [--steps 40]   # table + benchmarks/results/comm_hooks.json
 """
@@ -29,8 +30,9 @@ def _case(name: str, counter: dict):
 
     def counting(hook):
         def counted(state, bucket: H.dist.GradBucket) -> H.torch.futures.Future[H.torch.Tensor]:
-            if state is None or state.iteration >= WARMUP:
+            if counter["iteration"] >= WARMUP:
                 counter["bytes"] += bucket.buffer().numel() * bucket.buffer().element_size()
+            counter["iteration"] += bucket.is_last()
             return hook(state, bucket)
         return counted
 
@@ -48,12 +50,13 @@ def worker(rank: int, world: int, model_name: str, steps: int) -> dict:
     from torch.nn.parallel import DistributedDataParallel as TorchDDP
 
     from gradsched.torch import build_model
+    from gradsched.torch.selftest import rel_diff
 
-    out = {}
+    out, plain = {}, None
     for name in CASES:
         spec = build_model(model_name, seed=0)
         ddp = TorchDDP(spec.module)
-        counter = {"bytes": 0}
+        counter = {"bytes": 0, "iteration": 0}
         state, hook = _case(name, counter)
         if hook is not None:
             ddp.register_comm_hook(state, hook)
@@ -79,6 +82,9 @@ def worker(rank: int, world: int, model_name: str, steps: int) -> dict:
         out[name] = {"bytes_per_step": counter["bytes"] / (steps - WARMUP), "dense_bytes_per_step": numel * 4,
                      "median_step_ms": 1e3 * statistics.median(times[WARMUP:]),
                      "loss_first5": sum(losses[:5]) / 5, "loss_last5": sum(losses[-5:]) / 5}
+        final = [p.detach().clone() for p in spec.module.parameters()]
+        plain = plain or final
+        out[name]["rel_diff_vs_plain"] = rel_diff(final, plain)
     return out
 
 
@@ -92,11 +98,10 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = spawn_local(worker, 2, args.model, args.steps, timeout_s=600)[0]
     print(f"{args.model}, 2 gloo ranks (loopback), {args.steps} steps; bytes per rank and step after warm-up")
-    print(f"{'hook':18s} {'bytes/step':>12s} {'vs dense':>9s} {'median ms':>10s} {'loss first5':>12s} "
-          f"{'loss last5':>11s}")
+    print(f"{'hook':18s} {'bytes/step':>12s} {'vs dense':>9s} {'median ms':>10s} {'params vs plain':>16s}")
     for name, r in rows.items():
         print(f"{name:18s} {r['bytes_per_step']:12.0f} {r['bytes_per_step'] / r['dense_bytes_per_step']:9.3f} "
-              f"{r['median_step_ms']:10.1f} {r['loss_first5']:12.4f} {r['loss_last5']:11.4f}")
+              f"{r['median_step_ms']:10.1f} {r['rel_diff_vs_plain']:16.2e}")
     result = {"model": args.model, "world_size": 2, "backend": "gloo", "steps": args.steps, "warmup_steps": WARMUP,
               "command": "python benchmarks/comm_hooks.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "date": time.strftime("%Y-%m-%d"), "rows": rows}

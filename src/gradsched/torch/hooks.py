@@ -226,7 +226,12 @@ def _flush_merged(state: TopKState) -> None:
     done = _sparse_allreduce(state, held[0][0], flat)
 
     def scatter(f: torch.futures.Future[torch.Tensor]) -> None:
-        out = f.value()
+        try:
+            out = f.value()
+        except Exception as exc:  # a failed collective fails every held bucket: DDP must not wait forever
+            for _, _, fut in held:
+                fut.set_exception(exc)
+            return
         offset = 0
         for _, b, fut in held:
             b.copy_(out[offset:offset + b.numel()])
