@@ -26,7 +26,7 @@ WARMUP = 2
 
 
 def _case(name: str, counter: dict):
-    from gradsched.torch import hooks as H
+    from gradsched.torch.runtime import hooks as H
 
     def counting(hook):
         def counted(state, bucket: H.dist.GradBucket) -> H.torch.futures.Future[H.torch.Tensor]:
@@ -50,7 +50,7 @@ def worker(rank: int, world: int, model_name: str, steps: int) -> dict:
     from torch.nn.parallel import DistributedDataParallel as TorchDDP
 
     from gradsched.torch import build_model
-    from gradsched.torch.selftest import rel_diff
+    from gradsched.torch.jobs.selftest import rel_diff
 
     out, plain = {}, None
     for name in CASES:
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--json", default=str(OUT))
     args = ap.parse_args(argv)
-    from gradsched.torch.selftest import spawn_local
+    from gradsched.torch.jobs.selftest import spawn_local
 
     rows = spawn_local(worker, 2, args.model, args.steps, timeout_s=600)[0]
     print(f"{args.model}, 2 gloo ranks (loopback), {args.steps} steps; bytes per rank and step after warm-up")

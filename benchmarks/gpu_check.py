@@ -35,7 +35,7 @@ TIMED = [("torch-ddp", "ddp", []), ("ddp-plan", "ddp", ["--no-torch-ddp"]), ("wf
 
 
 def equivalence(label: str, world: int, backend: str, device: str, quick: bool) -> dict:
-    from gradsched.torch import selftest
+    from gradsched.torch.jobs import selftest
 
     strategies = ["wfbp", "ddp", "mgwfbp", "bytescheduler", "usbyte"] if quick else None
     t0 = time.time()

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="vgg")
     ap.add_argument("--density", type=float, default=0.01)
     args = ap.parse_args(argv)
-    from gradsched.torch.selftest import spawn_local
+    from gradsched.torch.jobs.selftest import spawn_local
 
     res = spawn_local(worker, 2, args.model, args.density, timeout_s=300)
     r0 = res[0]

@@ -116,7 +116,7 @@ def test_short_benchmark_end_to_end_writes_valid_json(tmp_path, capsys):
 @pytest.mark.parametrize("op_lat", [0.0, 1e-4])
 def test_contention_figures_invert_the_probe(kc, kn, lat, compute_s, comm_s, small_s, op_lat):
     pytest.importorskip("torch")
-    from gradsched.torch.probe import OP_LATENCY_SHARE, contention_from_probe
+    from gradsched.torch.measure.probe import OP_LATENCY_SHARE, contention_from_probe
 
     ops = 8  # what the model predicts for each probe measurement, inverted back
     alone = small_s + ops * op_lat / OP_LATENCY_SHARE  # the model's op latency is a share of this excess
@@ -128,7 +128,7 @@ def test_contention_figures_invert_the_probe(kc, kn, lat, compute_s, comm_s, sma
 
 def test_calibration_keeps_the_shape_and_sets_the_scale():
     pytest.importorskip("torch")
-    from gradsched.torch.bench_worker import calibrate
+    from gradsched.torch.jobs.bench_worker import calibrate
 
     prof = Profile("toy", (TensorProfile("a", 100, 400, 0.05, 0.3, update_s=0.01), TensorProfile("b", 10, 40, 0.05, 0.1)),
                    other_s=0.04)  # compute 0.55 s
@@ -141,7 +141,7 @@ def test_calibration_keeps_the_shape_and_sets_the_scale():
 
 
 def test_contention_figures_are_never_negative():
-    from gradsched.torch.probe import contention_from_probe
+    from gradsched.torch.measure.probe import contention_from_probe
 
     # noise can make the busy runs faster than the quiet ones: that is no contention, not a speed-up
     fitted = contention_from_probe(1.0, 0.5, 0.9, 0.45, 0.01, 0.008, 8, 0.009)
@@ -150,7 +150,7 @@ def test_contention_figures_are_never_negative():
 
 def test_runtime_costs_add_bucket_passes_and_the_buffer_broadcast():
     pytest.importorskip("torch")
-    from gradsched.torch.bench_worker import with_runtime_costs
+    from gradsched.torch.jobs.bench_worker import with_runtime_costs
 
     prof = Profile("toy", (TensorProfile("w", 100, 400, 0.05, 0.3, update_s=0.01), TensorProfile("b", 100, 400, 0, 0)),
                    other_s=0.04)  # one layer of 800 bytes
@@ -175,7 +175,7 @@ def test_runtime_costs_add_bucket_passes_and_the_buffer_broadcast():
 
 def test_probe_repetitions_fit_the_budget():
     pytest.importorskip("torch")
-    from gradsched.torch.probe import PROBE_BUDGET_S, PROBE_REPS, probe_reps
+    from gradsched.torch.measure.probe import PROBE_BUDGET_S, PROBE_REPS, probe_reps
 
     assert probe_reps(0.001, 0.0005) == PROBE_REPS[1]  # ms-scale model: the most
     assert probe_reps(10.0, 5.0) == PROBE_REPS[0]  # a slow model: still the fewest allowed

@@ -137,6 +137,43 @@ def clean():
     assert _root_snapshot() == before
 
 
+FOREIGN = "gsf"  # a prefix whose objects a test makes by hand, as another tool (or a user) would
+
+
+@pytest.fixture
+def foreign():
+    """Objects named like testbed ``gsf``'s but made by hand: a namespace, a root bridge, an /etc/netns folder."""
+    def remove() -> None:
+        subprocess.run(["ip", "netns", "delete", f"{FOREIGN}-h0"], capture_output=True)
+        subprocess.run(["ip", "link", "delete", f"{FOREIGN}-br0"], capture_output=True)
+        shutil.rmtree(os.path.join(ETC_NETNS, f"{FOREIGN}-h1"), ignore_errors=True)
+
+    remove()
+    subprocess.run(["ip", "netns", "add", f"{FOREIGN}-h0"], check=True)
+    subprocess.run(["ip", "link", "add", f"{FOREIGN}-br0", "type", "bridge"], check=True)
+    os.makedirs(os.path.join(ETC_NETNS, f"{FOREIGN}-h1"), exist_ok=True)
+    with open(os.path.join(ETC_NETNS, f"{FOREIGN}-h1", "hosts"), "w") as f:
+        f.write("127.0.0.1 localhost\n")
+    yield
+    remove()
+
+
+@pytest.mark.root
+@root
+def test_down_removes_only_what_the_testbed_made(foreign):
+    down = subprocess.run([*GRADSCHED, "testbed", "down", "--prefix", FOREIGN], check=True,
+                          capture_output=True, text=True)
+    assert "removed 0" in down.stdout and f"left netns {FOREIGN}-h0" in down.stdout
+    assert f"{FOREIGN}-h0" in list_namespaces()
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    assert f" {FOREIGN}-br0" in links  # someone else's bridge in the root namespace: never touched
+    assert os.path.exists(os.path.join(ETC_NETNS, f"{FOREIGN}-h1", "hosts"))
+    with pytest.raises(GradschedError, match=f"{FOREIGN}-h0 exists but was not made by the gradsched testbed"):
+        Testbed(hosts=1, prefix=FOREIGN).up()  # never adopts (nor, failing, removes) another's namespace
+    assert f"{FOREIGN}-h0" in list_namespaces()
+    assert f"{FOREIGN}-sw" not in list_namespaces()  # the failed up removed what it had made
+
+
 @pytest.mark.root
 @root
 def test_up_is_idempotent_reshapes_and_down_removes_everything(clean):
@@ -160,17 +197,26 @@ def test_up_is_idempotent_reshapes_and_down_removes_everything(clean):
 @pytest.mark.root
 @root
 def test_links_are_capped_both_ways_within_15_percent(clean):
+    """A shaped link never runs over its cap; other work on the machine can only slow it down, so
+    the lower bound is checked on the best of up to three measurements, the upper one on every one."""
     cap_bps = 200 * 10**6
     with Testbed(hosts=3, rate="200mbit", prefix=PREFIX) as tb:
-        one = measure_tcp_bps(tb, src=1, dst=0, duration_s=1.5)
-        # Two senders into host 0 share its ingress cap (the bridge-side tbf) ...
-        into = measure_streams_bps(tb, [(1, 0), (2, 0)], duration_s=1.5)
-        # ... and one host sending to two shares its egress cap (the host-side tbf).
-        out_of = measure_streams_bps(tb, [(0, 1), (0, 2)], duration_s=1.5, port=5301)
-    print(f"goodput at 200mbit: one stream {one / 1e6:.1f} Mbit/s; into h0 "
-          f"{[round(x / 1e6, 1) for x in into]}; out of h0 {[round(x / 1e6, 1) for x in out_of]}")
-    for measured in (one, sum(into), sum(out_of)):
-        assert abs(measured - cap_bps) / cap_bps < 0.15, measured
+        measures = {
+            "one stream": lambda: measure_tcp_bps(tb, src=1, dst=0, duration_s=1.5),
+            # Two senders into host 0 share its ingress cap (the bridge-side tbf) ...
+            "into h0": lambda: sum(measure_streams_bps(tb, [(1, 0), (2, 0)], duration_s=1.5)),
+            # ... and one host sending to two shares its egress cap (the host-side tbf).
+            "out of h0": lambda: sum(measure_streams_bps(tb, [(0, 1), (0, 2)], duration_s=1.5, port=5301)),
+        }
+        for name, measure in measures.items():
+            seen = []
+            for _ in range(3):
+                seen.append(measure())
+                assert seen[-1] < 1.15 * cap_bps, (name, seen)
+                if seen[-1] > 0.85 * cap_bps:
+                    break
+            print(f"goodput at 200mbit, {name}: {[round(x / 1e6, 1) for x in seen]} Mbit/s")
+            assert max(seen) > 0.85 * cap_bps, (name, seen)
 
 
 @pytest.mark.root
@@ -311,10 +357,11 @@ def test_gloo_allreduce_runs_through_the_shaped_links(clean, tmp_path):
     assert sorted(r["rank"] for r in rows) == ["0", "1"], text
     assert all(r["world"] == "2" and float(r["value"]) == 3.0 for r in rows)
     # A ring all-reduce of S bytes over 2 ranks sends S each way; at 200 Mbit/s (96%
-    # goodput) 4 MiB takes 0.175 s.  Much faster would mean the links are not shaped.
+    # goodput) 4 MiB takes 0.175 s.  Much faster would mean the links are not shaped;
+    # slower only that the machine is busy (the rate itself is checked above).
     seconds = max(float(r["seconds"]) for r in rows)
     print(f"gloo all-reduce of 4 MiB over 2 hosts at 200mbit: {seconds:.3f} s")
-    assert 0.85 * 0.175 < seconds < 3 * 0.175
+    assert 0.85 * 0.175 < seconds < 10 * 0.175
 
 
 FAIL_ON_RANK_1 = """

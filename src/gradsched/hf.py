@@ -1,7 +1,7 @@
 """The Hugging Face Trainer: gradsched's DDP communication hooks on the DDP it builds.
 
     from gradsched.hf import add_comm_hook
-    from gradsched.torch.hooks import TopKState, topk_hook
+    from gradsched.torch.runtime.hooks import TopKState, topk_hook
 
     trainer = transformers.Trainer(model, args, train_dataset=...)   # args.ddp_bucket_cap_mb sets DDP's buckets
     add_comm_hook(trainer, topk_hook, TopKState(density=0.01))

@@ -24,7 +24,7 @@ What Lightning does around the step keeps working:
   strategy tears down, so a checkpoint holds the weights the next step starts from.
 
 ``GradschedStrategy("ddp", ddp_comm_hook=..., ddp_comm_state=...)`` runs PyTorch's DDP
-with a communication hook (``gradsched.torch.hooks``) on any device; Lightning's own
+with a communication hook (``gradsched.torch.runtime.hooks``) on any device; Lightning's own
 ``DDPStrategy`` registers hooks on CUDA only.  Lightning's other keyword arguments
 (``process_group_backend``, ``timeout``, ``start_method``, ``cluster_environment`` ...)
 pass through; PyTorch-DDP keywords such as ``bucket_cap_mb`` apply to ``"ddp"`` only.

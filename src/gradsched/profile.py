@@ -215,7 +215,7 @@ class Profile:
         """``(issue_s, retire_s)``: host time the runtime spends per operation on the training thread.
 
         From the optional ``op_host`` field (``gradsched bench`` measures it on gradsched's
-        runtime: :mod:`gradsched.torch.hosttime`): issuing an operation right after the
+        runtime: :mod:`gradsched.torch.runtime.hosttime`): issuing an operation right after the
         layer that completes it, and retiring it once it is done.  None: nothing charged."""
         host = self.extra.get("op_host") or {}
         return float(host.get("issue_s", 0.0)), float(host.get("retire_s", 0.0))

@@ -16,8 +16,15 @@ Layout, for ``prefix="gs"`` and N hosts::
 The bridge lives in its own namespace, so the root namespace's links and routes are
 never touched, and a host's only route is its /24: it can reach the other hosts and
 nothing else.  Every object's name starts with the prefix, so the testbed's state is
-read from the system itself (no state file) and :func:`teardown` removes exactly
-what was made, even after the process that made it was killed.
+read from the system itself, and :func:`teardown` removes exactly what was made, even
+after the process that made it was killed.  What was made is told by an ownership
+mark, not by the name alone: before a namespace is created a mark is written to
+``/run/gradsched-testbed/<namespace>`` (a tmpfs, cleared at boot with the namespaces
+themselves), and the hosts files under ``/etc/netns`` carry a ``# gradsched testbed``
+line.  A namespace or folder with a matching name but no mark belongs to someone
+else: ``up`` refuses to adopt it and ``down`` leaves it alone.  No link in the root
+namespace is ever made (veth ends are created straight into their namespaces), so
+none is ever deleted.
 
 Shaping: a tbf on the host's ``eth0`` caps what the host sends, and a tbf on the
 bridge-side ``gs-pI`` caps what it receives.  See :func:`tbf_params` for the burst and
@@ -44,6 +51,8 @@ DEFAULT_PREFIX = "gs"
 SUBNET = "198.18.0.0/24"
 HOST_IFNAME = "eth0"
 ETC_NETNS = "/etc/netns"  # per-namespace /etc files that `ip netns exec` mounts
+MARKS_DIR = "/run/gradsched-testbed"  # one empty file per namespace the testbed made (ownership)
+HOSTS_MARK = "# gradsched testbed"  # the line that marks a hosts file as the testbed's
 MAX_HOSTS = 250  # 198.18.0.1 .. 198.18.0.250, and veth names stay under 15 characters
 
 _RATE_UNITS_BPS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
@@ -184,42 +193,85 @@ def _kill_namespace_processes(namespace: str, grace_s: float = 1.0) -> list[int]
     return found
 
 
+def _mark_path(namespace: str) -> str:
+    return os.path.join(MARKS_DIR, namespace)
+
+
+def _mark(namespace: str) -> None:
+    """Record that the testbed makes ``namespace`` (written before ``ip netns add``)."""
+    os.makedirs(MARKS_DIR, mode=0o700, exist_ok=True)
+    with open(_mark_path(namespace), "w"):
+        pass
+
+
+def is_ours(namespace: str) -> bool:
+    """Did the testbed make ``namespace``?  (Its ownership mark exists.)"""
+    return os.path.exists(_mark_path(namespace))
+
+
+def _unmark(namespace: str) -> None:
+    try:
+        os.remove(_mark_path(namespace))
+    except FileNotFoundError:
+        pass
+
+
+def _delete_namespace(namespace: str) -> None:
+    """Stop the namespace's processes, delete it, its hosts file and its mark."""
+    _kill_namespace_processes(namespace)
+    _remove_hosts_file(namespace)
+    _run(["ip", "netns", "delete", namespace], check=False)
+    _unmark(namespace)
+
+
+def _remove_hosts_file(namespace: str) -> None:
+    """Remove ``/etc/netns/<namespace>/hosts`` if the testbed wrote it, and the folders left empty."""
+    directory = os.path.join(ETC_NETNS, namespace)
+    hosts_file = os.path.join(directory, "hosts")
+    try:
+        with open(hosts_file) as f:
+            ours = HOSTS_MARK in f.read()
+    except OSError:
+        ours = False
+    if ours:
+        os.remove(hosts_file)
+    for folder in (directory, ETC_NETNS):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            pass  # holds files that are not ours (or does not exist): leave it
+
+
+def foreign_namespaces(prefix: str = DEFAULT_PREFIX) -> list[str]:
+    """Namespaces named like the testbed ``prefix``'s that the testbed did not make (it never touches them)."""
+    names = re.compile(rf"^{re.escape(_check_prefix(prefix))}-(h[0-9]+|sw)$")
+    return [n for n in list_namespaces() if names.match(n) and not is_ours(n)]
+
+
 def teardown(prefix: str = DEFAULT_PREFIX) -> list[str]:
-    """Remove every namespace and link of the testbed named ``prefix``; idempotent.
+    """Remove every namespace of the testbed named ``prefix`` that the testbed made; idempotent.
 
     Deleting a namespace destroys the veth ends inside it, their peers, and their
-    qdiscs; links named ``<prefix>-...`` in the root namespace (never made by
-    :meth:`Testbed.up`, but left by hand-made experiments) are deleted too.
-    Returns what was removed.
+    qdiscs.  Namespaces that match the names but carry no ownership mark (someone
+    else's, see :func:`foreign_namespaces`) are left, and so is everything in the
+    root namespace.  Returns what was removed.
     """
     check_can_run()
     _check_prefix(prefix)
     removed = []
-    ours = re.compile(rf"^{re.escape(prefix)}-(h[0-9]+|sw)$")
+    names = re.compile(rf"^{re.escape(prefix)}-(h[0-9]+|sw)$")
     for name in list_namespaces():
-        if ours.match(name):
-            _kill_namespace_processes(name)
-            _run(["ip", "netns", "delete", name], check=False)
-            removed.append(f"netns {name}")
-    if os.path.isdir(ETC_NETNS):
-        for name in sorted(os.listdir(ETC_NETNS)):
-            if ours.match(name):
-                hosts_file = os.path.join(ETC_NETNS, name, "hosts")
-                if os.path.exists(hosts_file):
-                    os.remove(hosts_file)
-                try:
-                    os.rmdir(os.path.join(ETC_NETNS, name))
-                except OSError:
-                    pass  # holds files that are not ours: leave it
-        try:
-            os.rmdir(ETC_NETNS)
-        except OSError:
-            pass  # holds other namespaces' files
-    for link in _json(["ip", "-j", "link", "show"]):
-        name = link.get("ifname", "")
-        if name.startswith(f"{prefix}-"):
-            _run(["ip", "link", "delete", name], check=False)
-            removed.append(f"link {name}")
+        if not names.match(name):
+            continue
+        if not is_ours(name):
+            continue
+        _delete_namespace(name)
+        removed.append(f"netns {name}")
+    if os.path.isdir(MARKS_DIR):  # marks of namespaces deleted by hand
+        for name in os.listdir(MARKS_DIR):
+            if names.match(name) and name not in list_namespaces():
+                _remove_hosts_file(name)
+                _unmark(name)
     return removed
 
 
@@ -388,7 +440,9 @@ class Testbed:
     def _reconcile(self) -> None:
         existing = list_namespaces()
         sw = self.switch_namespace
+        self._refuse_foreign(existing)
         if sw not in existing:
+            _mark(sw)
             _run(["ip", "netns", "add", sw])
         if not _json(["ip", "-n", sw, "-j", "link", "show", self.bridge]):
             _run(["ip", "-n", sw, "link", "add", self.bridge, "type", "bridge"])
@@ -399,6 +453,7 @@ class Testbed:
         for i in range(self.hosts):
             ns, port = self.namespace(i), self.port(i)
             if ns not in existing:
+                _mark(ns)
                 _run(["ip", "netns", "add", ns])
                 # IPv4 only: gloo binds the first address of GLOO_SOCKET_IFNAME, which
                 # must not be an IPv6 link-local one.
@@ -421,12 +476,18 @@ class Testbed:
             self._write_hosts_file(i)
         # Hosts beyond the requested count are left over from a larger testbed.
         for index, ns in _host_namespaces(self.prefix).items():
-            if index >= self.hosts:
-                _kill_namespace_processes(ns)
-                shutil.rmtree(os.path.join(ETC_NETNS, ns), ignore_errors=True)
-                _run(["ip", "netns", "delete", ns], check=False)
+            if index >= self.hosts and is_ours(ns):
+                _delete_namespace(ns)
                 if _json(["ip", "-n", sw, "-j", "link", "show", f"{self.prefix}-p{index}"]):
                     _run(["ip", "-n", sw, "link", "delete", f"{self.prefix}-p{index}"])
+
+    def _refuse_foreign(self, existing: list[str]) -> None:
+        """A namespace with one of this testbed's names that the testbed did not make is someone else's."""
+        wanted = [self.switch_namespace] + [self.namespace(i) for i in range(self.hosts)]
+        foreign = [ns for ns in wanted if ns in existing and not is_ours(ns)]
+        if foreign:
+            raise GradschedError(f"network namespace {foreign[0]} exists but was not made by the gradsched testbed; "
+                                 f"choose another prefix (--prefix) or remove it yourself (ip netns delete {foreign[0]})")
 
     def _write_hosts_file(self, index: int) -> None:
         """Name the hosts for processes in host ``index``.
@@ -448,7 +509,7 @@ class Testbed:
             f"{addr} {self.prefix}-h{i}\n::ffff:{addr} {self.prefix}-h{i}\n"
             for i, addr in enumerate(self.addresses))
         with open(os.path.join(directory, "hosts"), "w") as f:
-            f.write(base.rstrip("\n") + f"\n# gradsched testbed {self.prefix}\n" + ours)
+            f.write(base.rstrip("\n") + f"\n{HOSTS_MARK} {self.prefix}\n" + ours)
 
     def down(self) -> list[str]:
         """Remove everything this testbed's prefix names; returns what was removed."""

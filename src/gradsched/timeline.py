@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 # Categories used by both the simulator and the runtime.
 BACKWARD, FORWARD, COMM, SELECT, UPDATE, OTHER, WAIT = "backward", "forward", "comm", "select", "update", "other", "wait"
@@ -90,12 +90,6 @@ class Timeline:
                 tl.events.append(Event(ev["name"], ev.get("cat", ""), track, ev["ts"] / 1e6, ev["dur"] / 1e6,
                                        ev["pid"], ev.get("args")))
         return tl
-
-    def save_png(self, path: str | Path, *, title: str = "", others: Iterable[tuple[str, "Timeline"]] = ()) -> None:
-        """A Gantt chart of this timeline (and of ``others``, stacked below, same time axis)."""
-        from gradsched.plot import gantt
-
-        gantt([(title or self.meta.get("label", ""), self)] + list(others), path)
 
 
 def _track_key(track: str) -> tuple[int, str]:

@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer  # noqa: E402
-from gradsched.torch.selftest import rel_diff, spawn_local  # noqa: E402
-from gradsched.torch.wrapper import is_compiled  # noqa: E402
+from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
+from gradsched.torch.runtime.wrapper import is_compiled  # noqa: E402
 
 STEPS = 4
 

@@ -11,8 +11,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
-from gradsched.torch import hooks as H  # noqa: E402
-from gradsched.torch.selftest import rel_diff, spawn_local  # noqa: E402
+from gradsched.torch.runtime import hooks as H  # noqa: E402
+from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
 
 STEPS = 6
 

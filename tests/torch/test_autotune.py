@@ -9,9 +9,9 @@ torch = pytest.importorskip("torch")
 from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.profile import Profile, TensorProfile  # noqa: E402
 from gradsched.timeline import BACKWARD, COMM, FORWARD, UPDATE, WAIT, Event  # noqa: E402
-from gradsched.torch.autotune import (AutoTuneConfig, StepRecord, fit_cluster, issue_times,  # noqa: E402
+from gradsched.torch.runtime.autotune import (AutoTuneConfig, StepRecord, fit_cluster, issue_times,  # noqa: E402
                                       measured_profile, service_points)
-from gradsched.torch.selftest import rel_diff, spawn_local  # noqa: E402
+from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
 
 TOLERANCE = 1e-5
 STEPS = 28
@@ -120,7 +120,7 @@ def test_fit_cluster_recovers_a_line_from_medians():
 def _offline(module):
     """A profile and cluster as a user might pass them (sizes from the module, a slow network)."""
     from gradsched.cluster import Cluster
-    from gradsched.torch.planning import profile_from_module
+    from gradsched.torch.runtime.planning import profile_from_module
 
     return profile_from_module(module), Cluster.alpha_beta(2e-3, 1e-7, 2)
 
@@ -290,7 +290,7 @@ def test_without_distributed_optimizer_auto_never_picks_an_overlapping_plan(resu
 
 
 def test_decide_reverts_to_a_plan_that_measured_faster():
-    from gradsched.torch.autotune import decide
+    from gradsched.torch.runtime.autotune import decide
 
     # the current plan (b) measured 120 ms; plan a measured 100 ms before: revert to a
     assert decide("b", 0.120, 0.080, {"a": 0.100, "b": 0.120}, 0.15) == ("revert", "a")
@@ -306,7 +306,7 @@ def test_decide_reverts_to_a_plan_that_measured_faster():
 
 
 def test_trials_keep_ddps_buckets_unless_clearly_beaten():
-    from gradsched.torch.autotune import fastest
+    from gradsched.torch.runtime.autotune import fastest
 
     assert fastest({"a": 0.099, "ddp": 0.100, "b": 0.120}, "ddp", 0.03) == "ddp"  # 1% faster: noise
     assert fastest({"a": 0.090, "ddp": 0.100, "b": 0.120}, "ddp", 0.03) == "a"  # 10% faster: keep it

@@ -1,4 +1,4 @@
-"""DDP communication hooks (gradsched.torch.hooks): error feedback, checkpointed state, training on 2 ranks."""
+"""DDP communication hooks (gradsched.torch.runtime.hooks): error feedback, checkpointed state, training on 2 ranks."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as TorchDDP  # noqa: E402
 
 from gradsched.errors import GradschedError  # noqa: E402
-from gradsched.torch import hooks as H  # noqa: E402
-from gradsched.torch.selftest import rel_diff, spawn_local  # noqa: E402
+from gradsched.torch.runtime import hooks as H  # noqa: E402
+from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
 
 
 # --------------------------------------------------------------------------- no processes

@@ -11,28 +11,48 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer  # noqa: E402
-from gradsched.torch.hosttime import HostTimer  # noqa: E402
-from gradsched.torch.selftest import spawn_local  # noqa: E402
+from gradsched.torch.runtime.hosttime import HostTimer  # noqa: E402
+from gradsched.torch.jobs.selftest import spawn_local  # noqa: E402
 
 
-def _spin(seconds: float) -> None:
-    """Burn this thread's CPU for ``seconds`` (thread time, so a descheduled thread still burns it all)."""
-    t0 = time.thread_time()
-    while time.thread_time() - t0 < seconds:
-        pass
+class FakeClock:
+    """A thread CPU clock that moves only when the code under test says it computed."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def compute(self, seconds: float) -> None:
+        self.now += seconds
 
 
 def test_only_the_outermost_call_of_a_thread_counts():
-    timer = HostTimer()
-    timer.count("issue", _spin, 0.02)
-    timer.count("retire", lambda: (_spin(0.02), timer.count("issue", _spin, 0.02)))  # a wait that issues
-    assert timer.seconds["issue"] == pytest.approx(0.02, abs=0.01)
-    assert timer.seconds["retire"] == pytest.approx(0.04, abs=0.01)
+    clock = FakeClock()
+    timer = HostTimer(clock=clock)
+    timer.count("issue", clock.compute, 0.02)
+    timer.count("retire", lambda: (clock.compute(0.02), timer.count("issue", clock.compute, 0.02)))  # a wait that issues
+    assert timer.seconds == {"issue": pytest.approx(0.02), "retire": pytest.approx(0.04)}
     assert timer.per_pass() == {"issue": 0.0, "retire": 0.0}  # no backward pass counted yet
     timer.passes = 2
     assert timer.per_pass()["retire"] == pytest.approx(timer.seconds["retire"] / 2)
     timer.reset()
     assert timer.seconds == {"issue": 0.0, "retire": 0.0} and timer.passes == 0
+
+
+def test_a_failing_call_still_counts_and_ends_counting():
+    clock = FakeClock()
+    timer = HostTimer(clock=clock)
+
+    def fail() -> None:
+        clock.compute(0.01)
+        raise RuntimeError("backend error")
+
+    with pytest.raises(RuntimeError):
+        timer.count("retire", fail)
+    timer.count("issue", clock.compute, 0.03)  # counting again: the failed call did not leave it "inside"
+    assert timer.seconds == {"issue": pytest.approx(0.03), "retire": pytest.approx(0.01)}
 
 
 def test_sleeping_is_not_host_time():

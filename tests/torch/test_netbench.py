@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 from gradsched.cli import main as cli  # noqa: E402
 from gradsched.cluster import Cluster  # noqa: E402
 from gradsched.errors import GradschedError  # noqa: E402
-from gradsched.torch.netbench import sizes_bytes  # noqa: E402
+from gradsched.torch.measure.netbench import sizes_bytes  # noqa: E402
 
 
 def test_sizes_are_powers_of_two_from_4k_to_256m():
@@ -58,7 +58,7 @@ def test_netbench_outside_torchrun_says_what_to_do(capsys, monkeypatch):
 
 def test_module_entry_point_reports_missing_launcher(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-    proc = subprocess.run([sys.executable, "-m", "gradsched.torch.netbench", "-o", str(tmp_path / "c.json")],
+    proc = subprocess.run([sys.executable, "-m", "gradsched.torch.measure.netbench", "-o", str(tmp_path / "c.json")],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2 and "torchrun" in proc.stderr
     assert not (tmp_path / "c.json").exists()

@@ -10,7 +10,7 @@ from torch import nn  # noqa: E402
 
 from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer  # noqa: E402
-from gradsched.torch.selftest import rel_diff, spawn_local  # noqa: E402
+from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
 
 
 def _train(rank: int, world: int, plan: str, use_closure: bool, optimizer: str = "sgd") -> list[torch.Tensor]:

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
-from gradsched.torch.optim import DistributedOptimizer  # noqa: E402
+from gradsched.torch.runtime.optim import DistributedOptimizer  # noqa: E402
 
 
 class _Overlapping:

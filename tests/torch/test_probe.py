@@ -7,9 +7,9 @@ import pytest
 pytest.importorskip("torch")
 
 from gradsched.cluster import Cluster, CollectiveCost  # noqa: E402
-from gradsched.torch import bench_worker  # noqa: E402
-from gradsched.torch.netbench import reps_for  # noqa: E402
-from gradsched.torch.probe import (  # noqa: E402
+from gradsched.torch.jobs import bench_worker  # noqa: E402
+from gradsched.torch.measure.netbench import reps_for  # noqa: E402
+from gradsched.torch.measure.probe import (  # noqa: E402
     RESAMPLE_MAX_BYTES, SMALL_NUMEL, SMALL_OPS, ContentionProbe, NetworkResampler, across_jobs,
     contention_from_probe)
 

@@ -13,14 +13,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from gradsched.torch.selftest import rel_diff, spawn_local  # noqa: E402
+from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
 
 STEPS = 3
 
 
 def _bert_profile():
     from gradsched.torch import build_model
-    from gradsched.torch.profiler import profile_module
+    from gradsched.torch.measure.profiler import profile_module
 
     spec = build_model("bert", seed=0)
     batch = spec.make_batch(4, torch.Generator().manual_seed(0))
@@ -30,7 +30,7 @@ def _bert_profile():
 
 def test_bert_profile_is_in_forward_order_not_registration_order():
     from gradsched.torch import build_model
-    from gradsched.torch.planning import trainable_parameters
+    from gradsched.torch.runtime.planning import trainable_parameters
 
     profile = _bert_profile()
     registered = [n for n, _ in trainable_parameters(build_model("bert", seed=0).module)]

@@ -13,9 +13,9 @@ from torch import nn  # noqa: E402
 from gradsched.cli import main as cli  # noqa: E402
 from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.profile import Profile  # noqa: E402
-from gradsched.torch.flops import PRESETS, build_transformer  # noqa: E402
-from gradsched.torch.models import build_model  # noqa: E402
-from gradsched.torch.profiler import profile_module  # noqa: E402
+from gradsched.torch.measure.flops import PRESETS, build_transformer  # noqa: E402
+from gradsched.torch.jobs.models import build_model  # noqa: E402
+from gradsched.torch.measure.profiler import profile_module  # noqa: E402
 
 
 def _batch(spec, size=8):

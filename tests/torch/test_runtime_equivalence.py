@@ -7,8 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gradsched.plan import Operation, Plan, Slice  # noqa: E402
-from gradsched.torch.layout import build_layout  # noqa: E402
-from gradsched.torch.selftest import dense_strategies, run  # noqa: E402
+from gradsched.torch.runtime.layout import build_layout  # noqa: E402
+from gradsched.torch.jobs.selftest import dense_strategies, run  # noqa: E402
 
 TOLERANCE = 1e-5
 EXPECTED = {"wfbp", "sync", "threshold", "ddp", "mgwfbp", "optimal", "horovod", "bytescheduler", "usbyte"}

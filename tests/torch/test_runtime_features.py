@@ -21,9 +21,9 @@ from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.plan import Operation, Plan, Slice  # noqa: E402
 from gradsched.timeline import Timeline  # noqa: E402
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer, build_model  # noqa: E402
-from gradsched.torch.ops import OP_KINDS  # noqa: E402
-from gradsched.torch.planning import profile_from_module  # noqa: E402
-from gradsched.torch.selftest import SMALL_MODEL_OPTIONS, rel_diff, spawn_local, train  # noqa: E402
+from gradsched.torch.runtime.ops import OP_KINDS  # noqa: E402
+from gradsched.torch.runtime.planning import profile_from_module  # noqa: E402
+from gradsched.torch.jobs.selftest import SMALL_MODEL_OPTIONS, rel_diff, spawn_local, train  # noqa: E402
 
 CPU = torch.device("cpu")
 

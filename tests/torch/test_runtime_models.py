@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gradsched.errors import GradschedError  # noqa: E402
-from gradsched.torch.models import MODEL_NAMES, build_model  # noqa: E402
+from gradsched.torch.jobs.models import MODEL_NAMES, build_model  # noqa: E402
 
 
 def _params(spec):

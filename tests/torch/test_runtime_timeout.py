@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from gradsched.torch.selftest import free_port  # noqa: E402
+from gradsched.torch.jobs.launch import free_port  # noqa: E402
 
 TIMEOUT_S = 5.0
 
@@ -30,6 +30,8 @@ opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model)
 gen = torch.Generator().manual_seed(0)
 try:
     for step in range(10):
+        if step == 3:
+            print(f"rank {rank}: step 3", flush=True)  # the test's clock starts here, after start-up
         if rank == 1 and step == 3:
             if fault == "die":
                 os._exit(1)
@@ -62,8 +64,12 @@ def _launch(fault: str, strategy: str, world: int = 3) -> list[subprocess.Popen]
 def test_survivors_exit_with_a_clear_error(fault, strategy):
     procs = _launch(fault, strategy)
     survivors = [procs[0], procs[2]]
-    deadline = time.monotonic() + 45  # start-up (imports) + steps + TIMEOUT_S, with room for a loaded machine
     try:
+        for p in survivors:  # start-up (imports, rendezvous) takes what a loaded machine needs
+            line = p.stdout.readline()
+            assert line.endswith("step 3\n"), line + p.stderr.read()
+        # From step 3 on: the failing collective's timeout, then the error and exit.
+        deadline = time.monotonic() + 4 * TIMEOUT_S + 15
         for p in survivors:
             p.wait(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:

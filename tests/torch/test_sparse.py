@@ -17,10 +17,10 @@ import torch.distributed as dist  # noqa: E402
 from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.plan import Operation, Plan, Slice  # noqa: E402
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer, build_model  # noqa: E402
-from gradsched.torch.memory import MemoryLedger, storage_bytes  # noqa: E402
-from gradsched.torch.planning import profile_from_module  # noqa: E402
-from gradsched.torch.selftest import rel_diff, spawn_local  # noqa: E402
-from gradsched.torch.sparse import SparseOptions, compress, k_of, topk_indices  # noqa: E402
+from gradsched.torch.runtime.memory import MemoryLedger, storage_bytes  # noqa: E402
+from gradsched.torch.runtime.planning import profile_from_module  # noqa: E402
+from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
+from gradsched.torch.runtime.sparse import SparseOptions, compress, k_of, topk_indices  # noqa: E402
 
 
 # --------------------------------------------------------------------------- in-process
@@ -317,7 +317,7 @@ def test_laysa_memory_beats_naive_and_stays_near_dense(results):
 
 def test_selection_benchmark_fits_n_log_n():
     from gradsched.cluster import Cluster
-    from gradsched.torch.sparse import benchmark_selection
+    from gradsched.torch.runtime.sparse import benchmark_selection
 
     c, points = benchmark_selection("cpu", "sampled", sizes=(1_000, 20_000), repeats=1)
     assert [n for n, _ in points] == [1_000, 20_000] and all(t > 0 for _, t in points)

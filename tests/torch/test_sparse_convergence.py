@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer, build_model  # noqa: E402
-from gradsched.torch.selftest import spawn_local  # noqa: E402
+from gradsched.torch.jobs.selftest import spawn_local  # noqa: E402
 
 STEPS = 300
 DENSITY = 0.01

@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gradsched.timeline import COMM  # noqa: E402
-from gradsched.torch.selftest import spawn_local  # noqa: E402
+from gradsched.torch.jobs.selftest import spawn_local  # noqa: E402
 
 STEPS = 3
 

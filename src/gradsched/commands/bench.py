@@ -286,11 +286,9 @@ def contention_bound_s(compute_s: float, comm_s: float, compute_alone_s: float, 
 
 # ----------------------------------------------------------------------------- launching
 def _launch_loopback(cfg_path: Path, hosts: int, timeout_s: float) -> None:
-    from gradsched.torch.selftest import free_port
+    from gradsched.torch.jobs.launch import loopback_command
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={hosts}", "--nnodes=1",
-           "--master-addr=127.0.0.1", f"--master-port={free_port()}", "-m", "gradsched.torch.bench_worker",
-           str(cfg_path)]
+    cmd = loopback_command("gradsched.torch.jobs.bench_worker", hosts, cfg_path)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
     try:
@@ -322,7 +320,7 @@ def _launch_testbed(cfg_path: Path, hosts: int, rate: str, timeout_s: float) -> 
     from gradsched.testbed import Testbed
 
     with Testbed(hosts=hosts, rate=rate, prefix=TESTBED_PREFIX) as tb:  # always torn down
-        tb.launch(["-m", "gradsched.torch.bench_worker", str(cfg_path)]).wait(timeout_s=timeout_s)
+        tb.launch(["-m", "gradsched.torch.jobs.bench_worker", str(cfg_path)]).wait(timeout_s=timeout_s)
 
 
 # ----------------------------------------------------------------------------- reporting
@@ -417,7 +415,6 @@ def run(args: argparse.Namespace) -> int:
     history = contention_history(args.contention_from, {"model": args.model, "hosts": args.hosts, "network": network,
                                                          "rate": rate, "batch_size": args.batch_size})
     with tempfile.TemporaryDirectory(prefix="gradsched-bench-") as tmp:
-        os.chmod(tmp, 0o755)
         cfg = _config(args, tmp, history)
         cfg_path = Path(tmp, "config.json")
         cfg_path.write_text(json.dumps(cfg))

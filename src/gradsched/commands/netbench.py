@@ -8,18 +8,14 @@ import subprocess
 import sys
 
 from gradsched.errors import GradschedError
-
-# Defaults mirrored from gradsched.torch.netbench (this module must not import torch).
-MIN_BYTES = 4 * 1024
-MAX_BYTES = 256 * 1024 * 1024
-COLLECTIVES = ("allreduce", "allgather")
+from gradsched.netbench_args import MAX_BYTES, MIN_BYTES, add_arguments  # noqa: F401 (MIN/MAX_BYTES: public names)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("netbench", help="measure all-reduce/all-gather and fit the cost model (gradsched.cluster/1)",
                        description="Time all-reduce and all-gather from 4 KiB to 256 MiB on the live process "
                                    "group and fit alpha-beta lines plus the measured table. Run it under torchrun "
-                                   "(torchrun ... -m gradsched.torch.netbench, or this command inside torchrun), "
+                                   "(torchrun ... -m gradsched.torch.measure.netbench, or this command inside torchrun), "
                                    "or pass --nproc N to launch N ranks on this machine over loopback.")
     p.add_argument("--nproc", type=int, default=None,
                    help="launch this many local ranks through torch.distributed.run (loopback)")
@@ -27,35 +23,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags shared by ``gradsched netbench`` and ``python -m gradsched.torch.netbench``."""
-    p.add_argument("-o", "--output", default="cluster.json", help="cluster file to write (default cluster.json)")
-    p.add_argument("--min-bytes", type=int, default=MIN_BYTES, help=f"smallest size (default {MIN_BYTES})")
-    p.add_argument("--max-bytes", type=int, default=MAX_BYTES, help=f"largest size (default {MAX_BYTES} = 256 MiB)")
-    p.add_argument("--reps", type=int, default=5, help="timed repetitions per size; the median is kept (default 5)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed repetitions per size first (default 2)")
-    p.add_argument("--collectives", default=",".join(COLLECTIVES),
-                   help=f"comma-separated, from {', '.join(COLLECTIVES)} (default: all)")
-    p.add_argument("--backend", default=None, help="process-group backend (default: nccl with CUDA, else gloo)")
-    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
-
-
 def run(args: argparse.Namespace) -> int:
     if args.nproc is not None:
         return _launch_local(args)
-    from gradsched.torch.netbench import run_under_launcher
+    from gradsched.torch.measure.netbench import run_under_launcher
 
     return run_under_launcher(args)
 
 
 def _launch_local(args: argparse.Namespace) -> int:
-    """Start ``args.nproc`` ranks of ``gradsched.torch.netbench`` here through PyTorch's launcher."""
+    """Start ``args.nproc`` ranks of ``gradsched.torch.measure.netbench`` here through PyTorch's launcher."""
     if args.nproc < 2:
         raise GradschedError(f"--nproc must be at least 2 (a collective needs two ranks), got {args.nproc}")
     if "RANK" in os.environ:
         raise GradschedError("--nproc launches its own ranks: drop it when already running under torchrun")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
-           "-m", "gradsched.torch.netbench", "-o", args.output, "--min-bytes", str(args.min_bytes),
+           "-m", "gradsched.torch.measure.netbench", "-o", args.output, "--min-bytes", str(args.min_bytes),
            "--max-bytes", str(args.max_bytes), "--reps", str(args.reps), "--warmup", str(args.warmup),
            "--collectives", args.collectives]
     if args.backend:

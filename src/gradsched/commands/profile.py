@@ -9,7 +9,7 @@ from typing import Any
 from gradsched.errors import GradschedError
 
 # Transformer shapes too large for this machine, profiled on the meta device
-# (kept here as well as in gradsched.torch.flops so that --help needs no torch).
+# (kept here as well as in gradsched.torch.measure.flops so that --help needs no torch).
 _PRESET_NAMES = ("gpt2-xl", "llama-7b")
 
 
@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from gradsched.torch.profiler import profile_module
+    from gradsched.torch.measure.profiler import profile_module
 
     if args.batch_size is not None and args.batch_size < 1:
         raise GradschedError(f"--batch-size must be positive, got {args.batch_size}")
@@ -66,10 +66,10 @@ def _build(name: str, seed: int, device: str) -> tuple[Any, int]:
     import torch
 
     if name in _PRESET_NAMES:
-        from gradsched.torch.flops import build_transformer
+        from gradsched.torch.measure.flops import build_transformer
 
         return build_transformer(name, device="meta"), 1
-    from gradsched.torch.models import build_model
+    from gradsched.torch.jobs.models import build_model
 
     if device == "meta":
         with torch.device("meta"):

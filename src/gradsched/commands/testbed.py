@@ -8,7 +8,8 @@ import signal
 import sys
 from typing import Any
 
-from gradsched.testbed import DEFAULT_PREFIX, SUBNET, Testbed, format_rate, read_status, teardown
+from gradsched.testbed import (DEFAULT_PREFIX, SUBNET, Testbed, foreign_namespaces, format_rate, read_status,
+                               teardown)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--hold", action="store_true",
                     help="stay in the foreground and remove the testbed on exit (Ctrl-C, SIGTERM)")
 
-    down = actions.add_parser("down", help="remove every namespace, link and qdisc of the testbed")
+    down = actions.add_parser("down", help="remove every namespace (with its links and qdiscs) the testbed made")
 
     status = actions.add_parser("status", help="show what exists now")
     status.add_argument("--json", action="store_true", help="print one JSON object")
@@ -43,8 +44,10 @@ def run(args: argparse.Namespace) -> int:
         return _up(args)
     if args.action == "down":
         removed = teardown(args.prefix)
-        print(f"testbed {args.prefix}: removed {len(removed)} namespace(s)/link(s)"
+        print(f"testbed {args.prefix}: removed {len(removed)} namespace(s)"
               + (f": {', '.join(removed)}" if removed else ""))
+        for name in foreign_namespaces(args.prefix):
+            print(f"testbed {args.prefix}: left netns {name}: not made by the gradsched testbed")
         return 0
     state = read_status(args.prefix)
     if args.json:

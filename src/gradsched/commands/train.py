@@ -101,7 +101,7 @@ def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
         plan_options["density"] = args.density
     sparse_options = _options(args.sparse)
     if sparse_options:
-        from gradsched.torch.sparse import SparseOptions
+        from gradsched.torch.runtime.sparse import SparseOptions
 
         SparseOptions.of(sparse_options)  # bad keys or values: one line here, not a worker traceback
     lr = args.lr if args.lr is not None else (0.01 if args.optimizer == "sgd" else 1e-3)
@@ -117,12 +117,11 @@ def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
 
 def launch(cfg: dict[str, Any], nproc: int) -> tuple[int, str]:
     """Run the workers under ``torch.distributed.run``; return (exit code, their combined output)."""
-    from gradsched.torch.selftest import free_port
+    from gradsched.torch.jobs.launch import loopback_command
 
     cfg_path = Path(cfg["out_dir"], "config.json")
     cfg_path.write_text(json.dumps(cfg))
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
-           "--master-addr=127.0.0.1", f"--master-port={free_port()}", "-m", "gradsched.torch.trainer", str(cfg_path)]
+    cmd = loopback_command("gradsched.torch.jobs.trainer", nproc, cfg_path)
     env = dict(os.environ, OMP_NUM_THREADS=str(cfg["threads"]))
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc.returncode, proc.stdout
@@ -136,10 +135,9 @@ def launch_testbed(cfg: dict[str, Any], hosts: int, rate: str) -> tuple[int, str
         raise GradschedError("--rate runs workers on the testbed, which needs root; drop --rate to use loopback")
     cfg_path = Path(cfg["out_dir"], "config.json")
     cfg_path.write_text(json.dumps(cfg))
-    os.chmod(cfg["out_dir"], 0o755)
     with Testbed(hosts=hosts, rate=rate, prefix=TESTBED_PREFIX) as tb:
         try:
-            tb.launch(["-m", "gradsched.torch.trainer", str(cfg_path)]).wait(timeout_s=cfg["timeout_s"] + 600)
+            tb.launch(["-m", "gradsched.torch.jobs.trainer", str(cfg_path)]).wait(timeout_s=cfg["timeout_s"] + 600)
         except GradschedError as exc:
             return 1, str(exc)
     return 0, ""

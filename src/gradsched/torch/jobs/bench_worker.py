@@ -3,7 +3,7 @@
 Launched once per benchmark (one process per rank, by ``torch.distributed.run`` on
 loopback or on the testbed's hosts)::
 
-    python -m torch.distributed.run ... -m gradsched.torch.bench_worker CONFIG.json
+    python -m torch.distributed.run ... -m gradsched.torch.jobs.bench_worker CONFIG.json
 
 What one job does, in order (every rank runs the same steps, so collectives match):
 
@@ -18,7 +18,7 @@ What one job does, in order (every rank runs the same steps, so collectives matc
    steps run back to back; a burst of small all-reduces alone and with compute
    busy; a copy of all gradients and a division of them, as a runtime's hooks do; the
    broadcast of the model's buffers that precedes every forward.
-   :mod:`gradsched.torch.probe` turns these into the simulator's contention
+   :mod:`gradsched.torch.measure.probe` turns these into the simulator's contention
    figures (compute slowdown, communication slowdown, latency per operation), put
    into the cluster, so that the plans (``auto``) and the predictions account for
    CPU contention.  Then each runtime's own overhead per step, beyond what the
@@ -62,11 +62,11 @@ from gradsched.cluster import Cluster
 from gradsched.commands.bench import lower_bound_s, this_machine
 from gradsched.plan import Plan
 from gradsched.profile import Profile
-from gradsched.torch.models import build_model
-from gradsched.torch.optim import DistributedOptimizer
-from gradsched.torch.probe import ContentionProbe, NetworkResampler, across_jobs, slowest, slowest_median
-from gradsched.torch.worker import run_worker
-from gradsched.torch.wrapper import DistributedDataParallel
+from gradsched.torch.jobs.models import build_model
+from gradsched.torch.runtime.optim import DistributedOptimizer
+from gradsched.torch.measure.probe import ContentionProbe, NetworkResampler, across_jobs, slowest, slowest_median
+from gradsched.torch.jobs.worker import run_worker
+from gradsched.torch.runtime.wrapper import DistributedDataParallel
 
 MiB = 1 << 20
 RESAMPLE_SHARE = 0.25  # between rounds, the probes sample again within this share of the rounds' time
@@ -82,7 +82,7 @@ def _broadcast(obj: Any) -> Any:
 
 
 def _measure_profile(cfg: dict[str, Any]) -> Profile:
-    from gradsched.torch.profiler import profile_module
+    from gradsched.torch.measure.profiler import profile_module
 
     spec = build_model(cfg["model"], seed=cfg["seed"])
     gen = torch.Generator().manual_seed(cfg["seed"] * 1000 + 999)
@@ -96,7 +96,7 @@ def _measure_profile(cfg: dict[str, Any]) -> Profile:
 
 
 def _measure_cluster(total_bytes: int, cfg: dict[str, Any]) -> Cluster:
-    from gradsched.torch.netbench import benchmark
+    from gradsched.torch.measure.netbench import benchmark
 
     # One size beyond the gradients' (rounded up to a power of two): the table is read through its
     # lower monotone envelope, which bounds a size only by larger ones, and the all-reduce of all
@@ -214,7 +214,7 @@ class _RuntimeOverheads:
     ENTRIES = ({"strategy": "sync", "torch_ddp": False}, {"strategy": "ddp", "torch_ddp": True})
     # gradsched's runtime with one operation per tensor, beside its one-operation ``sync``:
     # the difference in host time per step, per extra operation, is the host time per
-    # operation (:mod:`gradsched.torch.hosttime`); its step times are not used.
+    # operation (:mod:`gradsched.torch.runtime.hosttime`); its step times are not used.
     MANY_OPS = {"strategy": "wfbp", "torch_ddp": False}
     STEPS = 2  # counted per burst; one more runs on each side (see _burst)
 
@@ -403,7 +403,8 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
     probe, samplers = None, None
     history = cfg.get("contention_history") or []  # earlier jobs' figures (gradsched bench --contention-from)
     if cfg.get("probe", True):
-        contention, network = ContentionProbe(cfg, profile.total_bytes), NetworkResampler(cluster)
+        spec = build_model(cfg["model"], seed=cfg["seed"])
+        contention, network = ContentionProbe(spec, cfg, profile.total_bytes), NetworkResampler(cluster)
         t0 = time.perf_counter()
         probe = _startup_probe(contention, cluster, cfg)
         probe_rep_s = (time.perf_counter() - t0) / probe["startup_reps"]
@@ -428,7 +429,7 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
     del spec
     reference = _ComputeOnly(cfg)
     models.append((reference, reference))  # timed last in every round's rotation of ``entries``
-    # Run-time ``auto`` (gradsched.torch.autotune) profiles itself under a safe default for its
+    # Run-time ``auto`` (gradsched.torch.runtime.autotune) profiles itself under a safe default for its
     # first iterations, then switches plans: let it do so off the clock, so that the rounds
     # measure the plan it settled on (later re-plans, if any, are part of what it costs).
     for model, opt in models[:-1]:
@@ -526,6 +527,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from gradsched.torch.shutdown import leave
+    from gradsched.torch.runtime.shutdown import leave
 
-    leave(main())  # skip interpreter finalisation: see gradsched.torch.shutdown
+    leave(main())  # skip interpreter finalisation: see gradsched.torch.runtime.shutdown

@@ -5,7 +5,7 @@
 1. **Profile in situ.**  Iterations ``0 .. switch_iteration - 1`` run a safe default
    (``initial``, default ``wfbp``) on gradsched's executor, traced: every gradient's
    ready time, every operation from issue to completion, forward, waits and updates
-   (:mod:`gradsched.torch.trace`).  Iteration 0 is a warm-up and is left out.
+   (:mod:`gradsched.torch.runtime.trace`).  Iteration 0 is a warm-up and is left out.
 2. **Plan.**  At the start of iteration ``switch_iteration`` (fixed in advance, so the
    ranks need no extra agreement) every rank finishes outstanding work, rank 0 turns
    the medians of what it measured into a :class:`~gradsched.profile.Profile` and a
@@ -36,7 +36,7 @@
    made.
 
 Only the profiling window and a re-plan's measuring window stamp every operation's
-completion (:attr:`~gradsched.torch.trace.Tracer.completions`): the stamp is a Python
+completion (:attr:`~gradsched.torch.runtime.trace.Tracer.completions`): the stamp is a Python
 callback per operation that slows the plan under measurement, and trials and checks
 need only iteration times, so the plans compared there run as they would untraced.
 
@@ -64,7 +64,7 @@ import statistics
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
 import torch.distributed as dist
@@ -76,8 +76,7 @@ from gradsched.profile import Profile, TensorProfile
 from gradsched.timeline import BACKWARD, COMM, FORWARD, UPDATE, WAIT, Event
 
 if TYPE_CHECKING:
-    from gradsched.torch.trace import Tracer
-    from gradsched.torch.wrapper import DistributedDataParallel
+    from gradsched.torch.runtime.trace import Tracer
 
 logger = logging.getLogger("gradsched.autotune")
 
@@ -384,26 +383,45 @@ def fastest(measured_by_plan: dict[str, float], baseline: str | None, min_gain: 
     return best
 
 
+@dataclass(frozen=True, kw_only=True)
+class TunedModel:
+    """The model as the tuner sees it, handed in by the wrapper: fixed facts and a few calls.
+
+    The tuner reads the running plan, asks every rank to finish its outstanding work and
+    switches plans at an iteration boundary; it touches nothing else of the wrapper."""
+
+    group: Any  # the process group the plans run on
+    world: int
+    rank: int
+    device: torch.device  # where the start-up probes' buffers live
+    profile: Profile  # the model's own profile (tensor sizes in profile order, no timings)
+    plan: Callable[[], Plan]  # the plan running now ...
+    order: Callable[[], list[int]]  # ... and its issue order
+    switch_plan: Callable[[Plan, list[int]], None]  # run this plan from the next backward on (every rank)
+    synchronize: Callable[[], None]  # finish outstanding communication and updates
+    has_optimizer: Callable[[], bool]  # a DistributedOptimizer is attached (plans may overlap the update)
+
+
 class AutoTuner:
     """Run-time state of ``"auto"`` on one rank: what ran, what was predicted, what was measured.
 
     ``switches`` and ``predicted_iteration_s`` are the same on every rank (rank 0's
     decisions are broadcast); ``checks`` hold rank 0's measurements (empty elsewhere)."""
 
-    def __init__(self, model: "DistributedDataParallel", config: AutoTuneConfig, tracer: "Tracer",
+    def __init__(self, model: TunedModel, config: AutoTuneConfig, tracer: "Tracer",
                  keep_events: bool, offline: tuple[Profile, Cluster] | None = None) -> None:
         self.config = config
         self._offline = offline  # a profile and cluster the user measured: their best plans join the trials
         self.iteration = 0  # training iterations started (forwards that synchronise gradients)
         self.predicted_iteration_s: float | None = None
-        self.switches: list[Switch] = [Switch(0, config.initial, model.plan.hash, None, None, "initial")]
+        self.switches: list[Switch] = [Switch(0, config.initial, model.plan().hash, None, None, "initial")]
         self.checks: list[Check] = []
         self.replans = 0
         # Every plan tried so far (all ranks hold them: decisions are broadcast) and, on
         # rank 0, its measured median: a plan that measured slower than one already tried
         # is reverted and its strategy excluded from later planning (measure, don't trust).
         self._tried: dict[str, tuple[str, Plan, list[int], float | None]] = {
-            model.plan.hash: (config.initial, model.plan, list(model._order), None)}
+            model.plan().hash: (config.initial, model.plan(), list(model.order()), None)}
         self._measured_by_plan: dict[str, float] = {}  # median of every iteration measured under the plan
         self._samples_by_plan: dict[str, list[float]] = {}
         self.rejected: list[str] = []
@@ -428,8 +446,8 @@ class AutoTuner:
         self._trial_turns: list[str] = []  # plan hashes of the trial windows still to run, in order
         self._trial_candidates: list[str] = []  # the plans that take turns in the trials
         self._next_trial: int | None = None
-        self._root = dist.get_global_rank(model._group, 0)
-        sizes = set(model.plan.op_bytes(model._own_profile))
+        self._root = dist.get_global_rank(model.group, 0)
+        sizes = set(model.plan().op_bytes(model.profile))
         self._probes = self._probe() if len(sizes) < MIN_SIZES else []
 
     # ------------------------------------------------------------------ hook
@@ -470,7 +488,7 @@ class AutoTuner:
             measured = statistics.median(s.duration_s for s in window)
             predicted = self.predicted_iteration_s or measured
             expected = self._expected_s or predicted
-            current = self._model.plan.hash
+            current = self._model.plan().hash
             self._record(current, window)
             decision = decide(current, measured, expected, self._measured_by_plan, self.config.replan_threshold)
             self.checks.append(Check(step, measured, predicted, decision[0] != "keep", expected))
@@ -509,7 +527,7 @@ class AutoTuner:
         window = self._window(self.config.trial_window)
         measured_before = statistics.median(s.duration_s for s in window) if window else None
         if self._is_root and measured_before is not None:
-            self._record(self._model.plan.hash, window)
+            self._record(self._model.plan().hash, window)
         if self._trial_turns:
             strategy, plan, order, predicted = self._tried[self._trial_turns.pop(0)]
             self._switch(step, strategy, plan, order, predicted, measured_before, "trial")
@@ -525,7 +543,7 @@ class AutoTuner:
         strategy, plan, order, predicted = self._tried[best]  # every candidate has a prediction
         # measured slower than the winner: the simulator's ranking does not hold here, keep them out
         self.rejected.extend(sorted({s for s, *_ in self._tried.values() if s != strategy} - set(self.rejected)))
-        if best != self._model.plan.hash:
+        if best != self._model.plan().hash:
             self._switch(step, strategy, plan, order, predicted, measured_before, "fastest")
         if self._is_root:  # checks look for drift from what the winner measured, not from the simulator
             self._expected_s = self._measured_by_plan[best]
@@ -548,7 +566,7 @@ class AutoTuner:
     def _switch(self, step: int, strategy: str, plan: Plan, order: list[int], predicted: float | None,
                 measured_before: float | None, reason: str) -> None:
         """Every rank: run ``plan`` from this iteration on (its prediction becomes the current one)."""
-        self._model._switch_plan(plan, order)
+        self._model.switch_plan(plan, order)
         self.predicted_iteration_s = predicted
         self._recent_s.clear()
         self.switches.append(Switch(step, strategy, plan.hash, predicted, measured_before, reason))
@@ -557,12 +575,12 @@ class AutoTuner:
         """Every rank: finish outstanding work, send rank 0 the issue times; rank 0 plans; all switch."""
         self._model.synchronize()
         mine = issue_times(self._events(), window)
-        peers: list[Any] | None = [None] * self._model._world if self._is_root else None
-        dist.gather_object(mine, peers, dst=self._root, group=self._model._group)
+        peers: list[Any] | None = [None] * self._model.world if self._is_root else None
+        dist.gather_object(mine, peers, dst=self._root, group=self._model.group)
         payload = None
         if self._is_root:
             measured = statistics.median(s.duration_s for s in window)
-            self._record(self._model.plan.hash, window)  # what the plan being left achieved
+            self._record(self._model.plan().hash, window)  # what the plan being left achieved
             payload = self._plan(window, measured, peers, reason)
         self._apply(step, self._broadcast(payload), reason)
         # Stamping every completion slows the plan it measures (Tracer.completions); what comes
@@ -579,11 +597,11 @@ class AutoTuner:
 
     @property
     def _is_root(self) -> bool:
-        return self._model._rank == 0
+        return self._model.rank == 0
 
     def _broadcast(self, payload: Any) -> Any:
         box = [payload]
-        dist.broadcast_object_list(box, src=self._root, group=self._model._group)
+        dist.broadcast_object_list(box, src=self._root, group=self._model.group)
         return box[0]
 
     def _plan(self, window: list[StepRecord], measured_s: float, peers: list[IssueTimes] | None,
@@ -593,12 +611,12 @@ class AutoTuner:
         from gradsched.planners import make_plan
         from gradsched.planners.auto import Ranked, as_auto, ranked
         from gradsched.sim import simulate
-        from gradsched.torch.planning import issue_order
+        from gradsched.torch.runtime.planning import issue_order
 
         model = self._model
         t0 = time.perf_counter()
         events = self._events()
-        profile = measured_profile(model._own_profile, events, window)
+        profile = measured_profile(model.profile, events, window)
         for nbytes, s in service_points(events, window, peers):
             self._points.setdefault(nbytes, deque(maxlen=KEEP_POINTS)).append(s)
         points = {b: list(ts) for b, ts in self._points.items()}
@@ -606,17 +624,17 @@ class AutoTuner:
             for nbytes, s in self._probes:
                 points.setdefault(nbytes, [s])
         if len(points) >= 2:
-            cluster = fit_cluster(points, model._world, dist.get_backend(model._group))
+            cluster = fit_cluster(points, model.world, dist.get_backend(model.group))
         else:  # every operation finished behind another: nothing to fit; keep what we had
-            from gradsched.torch.planning import default_cluster
+            from gradsched.torch.runtime.planning import default_cluster
 
-            cluster = self.cluster or default_cluster(model._world)
+            cluster = self.cluster or default_cluster(model.world)
             logger.warning("auto: too few measured operation sizes to fit collective costs; planning with %s",
                            "the previous fit" if self.cluster else "a loopback-like default")
         exclude = tuple(self.config.planner_options.get("exclude", ())) + tuple(self.rejected)
         opts = dict(self.config.planner_options, exclude=exclude)
         def runnable(candidates: list[Ranked]) -> list[Ranked]:
-            if model._optimizer is not None:
+            if model.has_optimizer():
                 return candidates
             # overlapping the update with the next forward needs DistributedOptimizer
             return [r for r in candidates if not r.plan.overlap_forward]
@@ -626,7 +644,7 @@ class AutoTuner:
         order = issue_order(plan, profile, cluster)
         predicted = results[0].predicted_s
         # the simulator's error on the plan these measurements were taken under, carried to the new one
-        measured_plan_s = simulate(model.plan, profile, cluster, timeline=False).iteration_s
+        measured_plan_s = simulate(model.plan(), profile, cluster, timeline=False).iteration_s
         expected = predicted * measured_s / measured_plan_s if measured_plan_s > 0 else predicted
 
         def with_defaults(strategy: str) -> Ranked:
@@ -669,16 +687,16 @@ class AutoTuner:
         self._expected_s = payload.get("expected_s")
         self.profile, self.cluster = payload["profile"], payload["cluster"]
         model = self._model
-        if plan.hash != model.plan.hash or payload["order"] != model._order:
-            plan.check(model._own_profile, "auto plan")
-            model._switch_plan(plan, payload["order"])
+        if plan.hash != model.plan().hash or payload["order"] != model.order():
+            plan.check(model.profile, "auto plan")
+            model.switch_plan(plan, payload["order"])
         self._recent_s.clear()
         chose = plan.options.get("chose", plan.strategy)
         self._tried[plan.hash] = (chose, plan, list(payload["order"]), payload["predicted_s"])
         self.switches.append(Switch(step, chose, plan.hash, payload["predicted_s"], payload["measured_s"], reason))
         turn = [plan.hash]
         for name, trial_plan, order, predicted in payload.get("trials", []):
-            trial_plan.check(model._own_profile, "auto trial plan")
+            trial_plan.check(model.profile, "auto trial plan")
             if trial_plan.hash not in self._tried:  # one plan under two names is measured once
                 self._tried[trial_plan.hash] = (name, trial_plan, list(order), predicted)
                 turn.append(trial_plan.hash)
@@ -714,8 +732,8 @@ class AutoTuner:
 
     def _probe(self) -> list[tuple[int, float]]:
         """Median time of a few all-reduces per size in ``PROBE_BYTES`` (all ranks take part)."""
-        group = self._model._group
-        device = self._model._params[0].device
+        group = self._model.group
+        device = self._model.device
         out = []
         for nbytes in PROBE_BYTES:
             buf = torch.zeros(nbytes // 4, dtype=torch.float32, device=device)

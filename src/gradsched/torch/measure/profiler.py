@@ -122,7 +122,7 @@ def profile_module(module: nn.Module, batch: Batch | Callable[[], Batch], *,
 
     clock_cm: Any
     if meta:
-        from gradsched.torch.flops import FlopClock
+        from gradsched.torch.measure.flops import FlopClock
         clock_cm = FlopClock(device_tflops)  # type: ignore[arg-type]
         clock: Clock = clock_cm
         iterations, warmup = 1, 0  # FLOP counts are exact: one pass tells all

@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from gradsched.errors import GradschedError
 from gradsched.plan import DENSE, Operation
-from gradsched.torch.layout import Piece
+from gradsched.torch.runtime.layout import Piece
 
 
 class CollectiveError(GradschedError):
@@ -33,6 +33,7 @@ class OpRunner(Protocol):
     nbytes: int
     group: dist.ProcessGroup  # read at issue
     on_complete: Callable[[int], None] | None  # read at issue: called on the backend's thread when done
+    works: list[dist.Work]  # the collectives in flight (empty when none)
 
     def issue(self) -> None: ...
 
@@ -109,7 +110,7 @@ def wait_all(works: list[dist.Work], *, host_wait: bool, timeout_s: float, rank:
                 f"stalled or ran a different number of steps ({type(exc).__name__}: {first})") from exc
 
 
-# gradsched.torch.sparse adds the sparse kind ("topk-allgather": TopkAllGather) when imported.
+# gradsched.torch.runtime.sparse adds the sparse kind ("topk-allgather": TopkAllGather) when imported.
 OP_KINDS: dict[str, type] = {DENSE: DenseAllReduce}
 
 

@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from gradsched.errors import GradschedError
-from gradsched.torch.trace import UPDATE, WAIT
+from gradsched.torch.runtime.trace import UPDATE, WAIT
 
 if TYPE_CHECKING:
-    from gradsched.torch.wrapper import DistributedDataParallel
+    from gradsched.torch.runtime.wrapper import DistributedDataParallel
 
 
 class DistributedOptimizer:

@@ -29,15 +29,23 @@ import dataclasses
 import math
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 import torch.distributed as dist
 
 from gradsched.cluster import Cluster, CollectiveCost
-from gradsched.torch.models import build_model
-from gradsched.torch.netbench import measure_points, reps_for
-from gradsched.torch.wrapper import broadcast_buffers
+from gradsched.torch.measure.netbench import measure_points, reps_for
+from gradsched.torch.runtime.wrapper import broadcast_buffers
+
+
+class TrainableModel(Protocol):
+    """What the probe times: a model with its data and loss (a ``gradsched.torch.jobs.models.ModelSpec``)."""
+
+    module: torch.nn.Module
+    make_batch: Callable[[int, torch.Generator], tuple[Any, Any]]
+    loss_fn: Callable[[Any, Any], torch.Tensor]
+
 
 SMALL_OPS = 8  # the busy-latency probe: this many all-reduces ...
 SMALL_NUMEL = 1024  # ... of 4 KiB each, issued at once as the runtime issues ready operations
@@ -120,8 +128,7 @@ class ContentionProbe:
     TIMES = ("compute_alone_s", "allreduce_alone_s", "compute_overlapped_s", "allreduce_overlapped_s",
              "small_ops_alone_s", "small_ops_busy_s")
 
-    def __init__(self, cfg: dict[str, Any], total_bytes: int) -> None:
-        spec = build_model(cfg["model"], seed=cfg["seed"])
+    def __init__(self, spec: "TrainableModel", cfg: dict[str, Any], total_bytes: int) -> None:
         self.module, self._loss_fn = spec.module, spec.loss_fn
         self._opt = torch.optim.SGD(self.module.parameters(), lr=cfg["lr"], momentum=0.9)
         gen = torch.Generator().manual_seed(cfg["seed"] * 1000 + 998)

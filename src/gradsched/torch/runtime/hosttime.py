@@ -29,9 +29,10 @@ KINDS = ("issue", "retire")
 class HostTimer:
     """Thread CPU seconds spent issuing and retiring operations, and the backward passes counted."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.thread_time) -> None:
         self.seconds = dict.fromkeys(KINDS, 0.0)
         self.passes = 0
+        self._clock = clock  # this thread's CPU seconds (a test hands in its own)
         self._inside = threading.local()
 
     def count(self, kind: str, fn: Callable[..., T], *args: Any) -> T:
@@ -39,11 +40,11 @@ class HostTimer:
         if getattr(self._inside, "on", False):
             return fn(*args)
         self._inside.on = True
-        t0 = time.thread_time()
+        t0 = self._clock()
         try:
             return fn(*args)
         finally:
-            self.seconds[kind] += time.thread_time() - t0
+            self.seconds[kind] += self._clock() - t0
             self._inside.on = False
 
     def reset(self) -> None:

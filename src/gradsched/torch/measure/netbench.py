@@ -4,7 +4,7 @@ Planners are only as good as the cost model they are given (MG-WFBP's users foun
 slower than plain WFBP with hard-coded constants), so the model is measured on the
 user's own network: run under ``torchrun`` on the machines that will train::
 
-    torchrun --nnodes 2 --nproc-per-node 1 ... -m gradsched.torch.netbench -o cluster.json
+    torchrun --nnodes 2 --nproc-per-node 1 ... -m gradsched.torch.measure.netbench -o cluster.json
     gradsched netbench --nproc 2 -o cluster.json     # one machine: local ranks on loopback
 
 For every size from 4 KiB to 256 MiB by powers of two (``--max-bytes`` cuts it short)
@@ -38,9 +38,7 @@ import torch.distributed as dist
 
 from gradsched.cluster import COLLECTIVES, Cluster, CollectiveCost
 from gradsched.errors import GradschedError
-
-MIN_BYTES = 4 * 1024
-MAX_BYTES = 256 * 1024 * 1024
+from gradsched.netbench_args import MAX_BYTES, MIN_BYTES, add_arguments
 _ELEMENT = torch.float32  # 4 bytes per element
 
 
@@ -167,7 +165,7 @@ def run_under_launcher(args: argparse.Namespace) -> int:
     """Body of one rank: join the group torchrun set up, measure, rank 0 writes the file."""
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise GradschedError("not started by torchrun (RANK/WORLD_SIZE unset): run `torchrun --nproc-per-node N "
-                             "-m gradsched.torch.netbench`, or `gradsched netbench --nproc N` on one machine")
+                             "-m gradsched.torch.measure.netbench`, or `gradsched netbench --nproc N` on one machine")
     backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -190,9 +188,7 @@ def run_under_launcher(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gradsched.commands.netbench import add_arguments  # the flags live with the (torch-free) command
-
-    parser = argparse.ArgumentParser(prog="python -m gradsched.torch.netbench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m gradsched.torch.measure.netbench", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
@@ -203,6 +199,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from gradsched.torch.shutdown import leave
+    from gradsched.torch.runtime.shutdown import leave
 
-    leave(main())  # skip interpreter finalisation: see gradsched.torch.shutdown
+    leave(main())  # skip interpreter finalisation: see gradsched.torch.runtime.shutdown

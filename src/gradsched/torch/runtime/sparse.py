@@ -24,7 +24,7 @@ buffer: each gradient is added into it when autograd delivers it (the gradient i
 then released), selection runs in place, value/index buffers exist only while the
 operation is in flight, and the dense result is rebuilt one chunk of whole tensors
 at a time (never larger than the largest tensor); each chunk updates its weights
-at once (the "mirror" update, through :class:`~gradsched.torch.optim.DistributedOptimizer`)
+at once (the "mirror" update, through :class:`~gradsched.torch.runtime.optim.DistributedOptimizer`)
 and is freed.  ``naive`` keeps the classic layout, for comparison.
 """
 
@@ -41,9 +41,9 @@ import torch.distributed as dist
 
 from gradsched.errors import GradschedError
 from gradsched.plan import SPARSE, Operation
-from gradsched.torch.layout import Piece
-from gradsched.torch.memory import MemoryLedger, storage_bytes
-from gradsched.torch.ops import OP_KINDS, wait_all
+from gradsched.torch.runtime.layout import Piece
+from gradsched.torch.runtime.memory import MemoryLedger, storage_bytes
+from gradsched.torch.runtime.ops import OP_KINDS, wait_all
 
 INDEX_DTYPE = torch.int32  # indices on the wire: 4 bytes, as the cost model assumes
 SELECTIONS = ("exact", "sampled")

@@ -153,7 +153,7 @@ class Transformer(nn.Module):
 
 @dataclass(frozen=True)
 class TransformerSpec:
-    """A model ready to profile: the same three things ``gradsched.torch.models`` gives."""
+    """A model ready to profile: the same three things ``gradsched.torch.jobs.models`` gives."""
 
     module: Transformer
     config: TransformerConfig

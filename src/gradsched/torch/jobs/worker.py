@@ -3,7 +3,7 @@
 A worker reads its JSON config, joins the process group, runs its body, has rank 0
 write the body's result as JSON into the config's ``out_dir``, and shuts down
 cleanly; the module's ``__main__`` then leaves without interpreter finalisation
-(:mod:`gradsched.torch.shutdown`).
+(:mod:`gradsched.torch.runtime.shutdown`).
 """
 
 from __future__ import annotations

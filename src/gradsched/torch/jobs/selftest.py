@@ -2,7 +2,7 @@
 
 Run by the test suite (gloo, 2 and 3 ranks) and by ``benchmarks/gpu_check.py`` (NCCL):
 
-    python -m gradsched.torch.selftest --world 2 [--backend gloo|nccl] [--steps 20] [--json out.json]
+    python -m gradsched.torch.jobs.selftest --world 2 [--backend gloo|nccl] [--steps 20] [--json out.json]
 
 Each rank trains the same seeded model on its own shard of the same synthetic data,
 once per (strategy, optimizer), and compares with a run under
@@ -16,12 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import tempfile
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+from gradsched.torch.jobs.launch import free_port
 
 # Options that make small test models exercise partitioned blocks and several buckets.
 SMALL_MODEL_OPTIONS: dict[str, dict[str, Any]] = {
@@ -36,12 +37,6 @@ def dense_strategies() -> list[str]:
     from gradsched.planners import is_sparse, strategy_names
 
     return [s for s in strategy_names() if not is_sparse(s)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rel_diff(a: "Any", b: "Any") -> float:
@@ -150,9 +145,9 @@ def _worker(rank: int, world: int, port: int, backend: str, cases: list[tuple[st
         Path(out).write_text(json.dumps(results, indent=1))
     dist.barrier()
     dist.destroy_process_group()
-    from gradsched.torch.shutdown import leave
+    from gradsched.torch.runtime.shutdown import leave
 
-    leave(0)  # see gradsched.torch.shutdown: a finished worker must not die in finalisation
+    leave(0)  # see gradsched.torch.runtime.shutdown: a finished worker must not die in finalisation
 
 
 def _entry(rank: int, fn: Any, world: int, port: int, backend: str, args: tuple, outdir: str,
@@ -169,7 +164,7 @@ def _entry(rank: int, fn: Any, world: int, port: int, backend: str, args: tuple,
         dist.barrier()
     finally:
         dist.destroy_process_group()
-    from gradsched.torch.shutdown import leave
+    from gradsched.torch.runtime.shutdown import leave
 
     leave(0)  # only after success: an exception above propagates to mp.spawn as usual
 

@@ -1,7 +1,7 @@
 """Communication hooks for PyTorch's own DDP (``register_comm_hook``): what of gradsched's
 schedule can live inside a DDP that a framework built (Lightning, Accelerate, the HF Trainer).
 
-    from gradsched.torch.hooks import TopKState, topk_hook, fp16_wrapper
+    from gradsched.torch.runtime.hooks import TopKState, topk_hook, fp16_wrapper
     ddp.register_comm_hook(TopKState(density=0.01), topk_hook)                 # per-bucket top-k
     ddp.register_comm_hook(TopKState(density=0.01, merge_bytes=2**22), merged_topk_hook)   # OMGS-style
     ddp.register_comm_hook(None, fp16_hook)                                     # fp16 all-reduce

@@ -7,7 +7,7 @@ One executor per wrapped model.  Per backward pass:
    the arena, otherwise it is copied there.  The first hook of a backward queues
    :meth:`Executor.finalize` to run when the autograd engine finishes the pass.
 2. :meth:`Executor.progress` issues operations strictly in the issue order (see
-   :mod:`gradsched.torch.planning`): the next one goes as soon as all its tensors are
+   :mod:`gradsched.torch.runtime.planning`): the next one goes as soon as all its tensors are
    ready and, with a credit window, the bytes in flight leave room for it.  Progress
    is made at every gradient-ready hook, at the end of backward and whenever a
    caller waits.  With a credit window that is not enough: a block that completes
@@ -26,12 +26,12 @@ One executor per wrapped model.  Per backward pass:
 A parameter unused on every rank keeps its ``.grad`` unchanged (``None`` stays
 ``None``), as in DDP, so optimizers skip it.
 
-Sparse (``topk-allgather``) operations run in :mod:`gradsched.torch.sparse`; in its
+Sparse (``topk-allgather``) operations run in :mod:`gradsched.torch.runtime.sparse`; in its
 default ``laysa`` memory mode their tensors' gradients are added into the residual
 (their piece of the flat buffer) and released, and the dense result is delivered one
 chunk of whole tensors at a time: each chunk updates its weights through
 :attr:`Executor.mirror` (set by ``DistributedOptimizer``) and is freed.  Every
-buffer goes through :attr:`Executor.ledger` (:mod:`gradsched.torch.memory`).
+buffer goes through :attr:`Executor.ledger` (:mod:`gradsched.torch.runtime.memory`).
 """
 
 from __future__ import annotations
@@ -48,17 +48,19 @@ from torch import nn
 
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
-from gradsched.torch.hosttime import HostTimer
-from gradsched.torch.layout import build_layout
-from gradsched.torch.memory import MemoryLedger, storage_bytes
-from gradsched.torch.ops import CollectiveError, OpRunner, make_runner
-from gradsched.torch.planning import dtype_key
-from gradsched.torch.sparse import SparseOptions, TopkAllGather
-from gradsched.torch.trace import UPDATE, WAIT, Tracer
+from gradsched.torch.runtime.hosttime import HostTimer
+from gradsched.torch.runtime.layout import build_layout
+from gradsched.torch.runtime.memory import MemoryLedger, storage_bytes
+from gradsched.torch.runtime.ops import CollectiveError, OpRunner, make_runner
+from gradsched.torch.runtime.planning import dtype_key
+from gradsched.torch.runtime.shutdown import close_at_exit, release_at_exit
+from gradsched.torch.runtime.sparse import SparseOptions, TopkAllGather
+from gradsched.torch.runtime.trace import UPDATE, WAIT, Tracer
 
 PENDING, ISSUED, DONE = 0, 1, 2
 NCCL_POLL_S = 0.001  # NCCL futures complete at enqueue, not at the end: the progress thread polls is_completed()
 IDLE_CHECK_S = 1.0  # an idle progress thread checks this often whether its executor is gone (no leak)
+CLOSE_WAIT_S = 30.0  # closing waits at most this long for each operation in flight (peers may be gone)
 
 # Plans issued from a progress thread use a private copy of the user's group: another
 # collective on the user's group (a logged loss all-reduce between steps) could otherwise
@@ -68,6 +70,7 @@ _PRIVATE_GROUPS: dict[dist.ProcessGroup, dist.ProcessGroup] = {}
 
 
 def _private_group(group: dist.ProcessGroup, timeout_s: float) -> dist.ProcessGroup:
+    release_at_exit(_PRIVATE_GROUPS.clear)  # never held into finalisation (gradsched.torch.runtime.shutdown)
     if group not in _PRIVATE_GROUPS:
         _PRIVATE_GROUPS[group] = dist.new_group(dist.get_process_group_ranks(group), backend=dist.get_backend(group),
                                                 timeout=timedelta(seconds=timeout_s))
@@ -209,6 +212,7 @@ class Executor:
         self.settled = True  # no operation of a past backward outstanding
         if self._wake is not None:
             self._start_thread(device)
+        close_at_exit(self)
 
     def _check_sparse_plan(self, sparse_ops: list[int]) -> None:
         if self.plan.overlap_forward:
@@ -312,11 +316,27 @@ class Executor:
         self.inflight_bytes = 0
 
     def close(self) -> None:
+        """Stop the progress thread, remove the hooks, let the collectives in flight finish, forget them.
+
+        The executor is not used again (a plan switch builds a new one).  Called at
+        interpreter exit too (:mod:`gradsched.torch.runtime.shutdown`): a collective that
+        completed during finalisation would run its completion callback on a backend
+        thread that can no longer take the GIL, which aborts the process, so every
+        operation in flight is waited for here (bounded: a peer may be gone)."""
         self.stop_progress_thread()
         with self._lock:
             for h in self._hooks:
                 h.remove()
             self._hooks = []
+            for j in self.inflight:
+                try:
+                    self.runners[j].wait(min(self.timeout_s, CLOSE_WAIT_S))
+                except GradschedError:
+                    pass  # a peer is gone or the group destroyed: nothing left to wait for
+            for r in self.runners:
+                r.on_complete = None
+                r.works = []
+            self.inflight.clear()
 
     # ------------------------------------------------------------------ hooks
     def _make_hook(self, i: int) -> Callable[[torch.Tensor], None]:

@@ -2,7 +2,7 @@
 
 Launched by PyTorch's own launcher, one process per rank::
 
-    python -m torch.distributed.run --nproc-per-node 2 -m gradsched.torch.trainer CONFIG.json
+    python -m torch.distributed.run --nproc-per-node 2 -m gradsched.torch.jobs.trainer CONFIG.json
 
 ``CONFIG.json`` holds the run's settings (written by ``gradsched train``).  Each rank
 trains on its own synthetic batches (generator seeded by ``seed`` and the rank), so a
@@ -28,10 +28,10 @@ import torch.distributed as dist
 from gradsched.cluster import Cluster
 from gradsched.plan import Plan
 from gradsched.profile import Profile
-from gradsched.torch.models import build_model
-from gradsched.torch.optim import DistributedOptimizer
-from gradsched.torch.worker import run_worker
-from gradsched.torch.wrapper import DistributedDataParallel
+from gradsched.torch.jobs.models import build_model
+from gradsched.torch.runtime.optim import DistributedOptimizer
+from gradsched.torch.jobs.worker import run_worker
+from gradsched.torch.runtime.wrapper import DistributedDataParallel
 
 
 def train(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -120,6 +120,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from gradsched.torch.shutdown import leave
+    from gradsched.torch.runtime.shutdown import leave
 
-    leave(main())  # skip interpreter finalisation: see gradsched.torch.shutdown
+    leave(main())  # skip interpreter finalisation: see gradsched.torch.runtime.shutdown

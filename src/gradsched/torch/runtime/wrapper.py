@@ -30,13 +30,13 @@ from gradsched.errors import GradschedError
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.timeline import Timeline
-from gradsched.torch.autotune import AutoTuneConfig, AutoTuner
-from gradsched.torch.executor import Executor
-from gradsched.torch.hosttime import HostTimer
-from gradsched.torch.ops import CollectiveError
-from gradsched.torch.planning import (default_cluster, in_profile_order, issue_order, profile_from_module,
+from gradsched.torch.runtime.autotune import AutoTuneConfig, AutoTuner, TunedModel
+from gradsched.torch.runtime.executor import Executor
+from gradsched.torch.runtime.hosttime import HostTimer
+from gradsched.torch.runtime.ops import CollectiveError
+from gradsched.torch.runtime.planning import (default_cluster, in_profile_order, issue_order, profile_from_module,
                                       resolve_plan, trainable_parameters)
-from gradsched.torch.trace import FORWARD, Tracer, merge_timelines
+from gradsched.torch.runtime.trace import FORWARD, Tracer, merge_timelines
 
 DEFAULT_TIMEOUT_S = 300.0
 _SPARSE_KEY = "_gradsched_sparse"
@@ -55,7 +55,7 @@ class DistributedDataParallel(nn.Module):
             the parameters and a loopback-like cluster (measure both for good plans).
         plan_options: options of the strategy (``{"mb": 4}`` for ``threshold``).
         timeout_s: a collective that does not complete in this time raises
-            :class:`~gradsched.torch.ops.CollectiveError` (a ``GradschedError``).
+            :class:`~gradsched.torch.runtime.ops.CollectiveError` (a ``GradschedError``).
         find_unused_parameters: allow parameters that get no gradient in a backward
             (costs one small all-reduce per iteration), as DDP's flag.
         broadcast_buffers: copy rank 0's buffers (BatchNorm statistics) to all ranks
@@ -64,7 +64,7 @@ class DistributedDataParallel(nn.Module):
         use_torch_ddp: with ``plan="ddp"``, run PyTorch's DDP (default) rather than
             the executor with the ``ddp`` planner's buckets.
         ddp_kwargs: extra arguments for PyTorch's DDP (``bucket_cap_mb`` ...).
-        sparse_options: how top-k operations run (:class:`gradsched.torch.sparse.SparseOptions` or a
+        sparse_options: how top-k operations run (:class:`gradsched.torch.runtime.sparse.SparseOptions` or a
             dict: ``warmup_steps``, ``selection``, ``error_feedback``, ``memory``); see docs/sparse.md.
     """
 
@@ -102,7 +102,7 @@ class DistributedDataParallel(nn.Module):
         self.autotuner: AutoTuner | None = None
         tune: AutoTuneConfig | None = None
         if isinstance(plan, str) and plan == "auto":
-            # Run-time auto (gradsched.torch.autotune): start on the safe default, switch later.
+            # Run-time auto (gradsched.torch.runtime.autotune): start on the safe default, switch later.
             tune = AutoTuneConfig.from_options(plan_options)
             if tune.adaptive:
                 plan, plan_options = tune.initial, tune.initial_options or None
@@ -133,7 +133,7 @@ class DistributedDataParallel(nn.Module):
             self._order = issue_order(self.plan, profile, cluster)
             agreement = f"{self.plan.hash} {self._order}"
             if any(op.sparse for op in self.plan.operations):
-                from gradsched.torch.sparse import SparseOptions
+                from gradsched.torch.runtime.sparse import SparseOptions
 
                 agreement += f" {SparseOptions.of(sparse_options).to_dict()}"
         self._check_agreement(agreement)
@@ -161,7 +161,14 @@ class DistributedDataParallel(nn.Module):
         if tune is not None:
             assert self._tracer is not None
             self.strategy = "auto"
-            self.autotuner = AutoTuner(self, tune, self._tracer, keep_events=trace, offline=given)
+            self.autotuner = AutoTuner(self._tuned_model(), tune, self._tracer, keep_events=trace, offline=given)
+
+    def _tuned_model(self) -> TunedModel:
+        """What run-time ``auto`` sees of this wrapper (:class:`~gradsched.torch.runtime.autotune.TunedModel`)."""
+        return TunedModel(group=self._group, world=self._world, rank=self._rank, device=self._params[0].device,
+                          profile=self._own_profile, plan=lambda: self.plan, order=lambda: self._order,
+                          switch_plan=self._switch_plan, synchronize=self.synchronize,
+                          has_optimizer=lambda: self._optimizer is not None)
 
     def _start_executor(self) -> None:
         """Build the executor (and forward gating) for ``self.plan`` and ``self._order``."""
@@ -179,7 +186,7 @@ class DistributedDataParallel(nn.Module):
     def _switch_plan(self, plan: Plan, order: list[int]) -> None:
         """Run ``plan`` from the next backward on.  Call on every rank at the same iteration
         boundary; outstanding communication and updates are finished first, so the
-        numbers computed do not change (``gradsched.torch.autotune`` uses it)."""
+        numbers computed do not change (``gradsched.torch.runtime.autotune`` uses it)."""
         assert self._executor is not None
         self.synchronize()
         enabled = self._executor.enabled
@@ -344,7 +351,7 @@ class DistributedDataParallel(nn.Module):
         """Start (or keep) counting the runtime's host time per operation; ``None`` under PyTorch's DDP.
 
         The bench's measure of what issuing and retiring an operation costs the training
-        thread (:mod:`gradsched.torch.hosttime`).  Counts until the plan changes."""
+        thread (:mod:`gradsched.torch.runtime.hosttime`).  Counts until the plan changes."""
         if self._executor is None:
             return None
         if self._executor.host_timer is None:
