@@ -5,7 +5,8 @@ model (309k parameters, 1.2 MB of fp32 gradients), SGD with momentum, the same s
 data for every hook.  Bytes are what each rank hands to the collectives per iteration
 after warm-up (all-reduce: the bucket; top-k: values plus int32 indices), counted in
 the hooks.  "params vs plain": the final parameters' largest difference from plain DDP's,
-relative to each tensor's largest magnitude.  Step times over loopback on 2 shared cores
+relative to each tensor's largest magnitude (40 steps of ``cnn`` amplify any rounding:
+this is of order 1 for fp16 too, not a measure of quality).  Step times over loopback on 2 shared cores
 say little about a slow network; the bytes do.
 
     python benchmarks/comm_hooks.py [--model cnn] [--steps 40]   # table + benchmarks/results/comm_hooks.json

@@ -142,12 +142,14 @@ class GradschedStrategy(DDPStrategy):
     def optimizer_step(self, optimizer: Any, closure: Callable[[], Any],
                        model: "pl.LightningModule | torch.nn.Module | None" = None, **kwargs: Any) -> Any:
         wrapper = self._wrapper()
-        if wrapper is not None and wrapper.overlaps_forward and self._needs_final_gradients():
+        if wrapper is not None:
             inner = closure
 
             def closure() -> Any:  # backward, then finish the communication before clipping or hooks look
                 out = inner()
-                wrapper.synchronize()
+                # asked after the backward: run-time auto may have switched plans at its forward
+                if wrapper.overlaps_forward and self._needs_final_gradients():
+                    wrapper.synchronize()
                 return out
 
         return super().optimizer_step(optimizer, closure, model, **kwargs)

@@ -66,10 +66,15 @@ class DistributedOptimizer:
     def step(self, closure: Any = None) -> Any:
         """One update; with ``closure`` (forward and backward, returns the loss), as ``torch.optim``.
 
-        Without overlap the closure goes to the wrapped optimizer, which may call it more
-        than once (LBFGS): each call's backward averages gradients as usual.  With an
-        overlapping plan the closure is called once, here, and the update deferred as
-        always; optimizers that re-evaluate the closure need a non-overlapping plan."""
+        The closure runs first, here, and then the step as without one: the plan that its
+        backward ran under decides (run-time ``auto`` may switch plans at that forward).
+        LBFGS, which calls its closure several times per step, gets it passed through,
+        under non-overlapping plans only."""
+        if closure is not None and not isinstance(self.optimizer, torch.optim.LBFGS):
+            with torch.enable_grad():
+                loss = closure()
+            self.step()
+            return loss
         if not self._model.overlaps_forward:
             tracer = self._model._tracer
             t0 = tracer.now() if tracer is not None else 0.0
@@ -77,20 +82,16 @@ class DistributedOptimizer:
             if tracer is not None:
                 tracer.span("update", UPDATE, t0, tensors=list(range(len(self._model._params))))
             return out
-        if closure is not None and isinstance(self.optimizer, torch.optim.LBFGS):
+        if closure is not None:
             raise GradschedError(f"LBFGS evaluates its closure several times per step, which plan "
                                  f"{self._model.strategy!r} (overlapping the update with the next forward) cannot "
                                  "defer; use a non-overlapping plan (wfbp, mgwfbp, optimal, ...)")
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
         self.flush()  # a second step() without a forward in between: finish the first
         self._pending = set(range(len(self._model._params)))
         self._hparams = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
         self._zero = None
         self.optimizer._opt_called = True  # for LR schedulers' "step() before optimizer.step()" check
-        return loss
+        return None
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         if self._pending:
