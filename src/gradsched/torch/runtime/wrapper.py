@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import sys
 from datetime import timedelta
 from typing import Any, Iterator
 
@@ -388,9 +389,10 @@ class DistributedDataParallel(nn.Module):
 
 def is_compiled(module: nn.Module) -> bool:
     """Whether ``module`` or a submodule is compiled (``torch.compile(m)`` or ``m.compile()``)."""
-    from torch._dynamo.eval_frame import OptimizedModule
-
-    return any(isinstance(m, OptimizedModule) or getattr(m, "_compiled_call_impl", None) is not None
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")  # not loaded: nothing was compiled (saves its import)
+    if eval_frame is None:
+        return False
+    return any(isinstance(m, eval_frame.OptimizedModule) or getattr(m, "_compiled_call_impl", None) is not None
                for m in module.modules())
 
 
