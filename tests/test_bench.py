@@ -187,9 +187,9 @@ def test_probe_repetitions_fit_the_budget():
 def test_probe_measures_contention_and_runtime_costs(tmp_path):
     """The contention probe runs (loopback, cnn: BatchNorm buffers) and its figures reach the predictions."""
     out = tmp_path / "bench.json"
-    # two earlier jobs of the same shape, both well above anything this machine measures: the medians
-    # over the three jobs are theirs
-    earlier = {"compute_slowdown": 2.0, "comm_slowdown": 50.0, "busy_latency_s": 0.01, "op_latency_s": 0.002}
+    # two earlier jobs of the same shape, both far above anything this machine measures, loaded or not:
+    # the medians over the three jobs are theirs (whatever this job measures, two of three are theirs)
+    earlier = {"compute_slowdown": 50.0, "comm_slowdown": 500.0, "busy_latency_s": 5.0, "op_latency_s": 1.0}
     history = []
     for k in range(2):
         history += ["--contention-from", str(tmp_path / f"earlier{k}.json")]

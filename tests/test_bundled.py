@@ -41,7 +41,7 @@ def _osu_us(world_size: int) -> dict[int, float]:
 
 
 def test_names_listed():
-    assert profile_names() == ["googlenet"]
+    assert profile_names() == ["googlenet", "googlenet-k80"]
     assert cluster_names() == ["googlenet-10gbe", "googlenet-intrain"]
     assert cluster_world_sizes("googlenet-10gbe") == [2, 4, 8]
     assert cluster_world_sizes("googlenet-intrain") == [2, 4, 8]

@@ -6,12 +6,21 @@ that the error says exactly where the problem is.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from pathlib import Path
 from typing import Any
 
 from gradsched.errors import FormatError
+
+# Bounds that keep every sum and product the planners and the simulator form finite and
+# exact (docs/formats.md, "Limits"): a time of a billion seconds or a tensor of 2**53
+# bytes is a typo, not a measurement.
+MAX_SECONDS = 1e9
+MAX_BYTES = 2**53  # integers up to this are exact in a float64
+MAX_WORLD_SIZE = 2**24
+MISSPELLING_CUTOFF = 0.8  # difflib ratio at or above which an unknown field is taken for a known one misspelt
 
 
 def read_json(path: str | Path) -> Any:
@@ -46,8 +55,9 @@ def check_format(obj: Any, expected: str, source: str) -> None:
         raise FormatError(source, "format", f"unknown format version {value!r}; expected {expected!r}")
 
 
-def number(value: Any, source: str, field: str, *, positive: bool = False, allow_zero: bool = True) -> float:
-    """A finite, non-negative number (strictly positive if ``positive``)."""
+def number(value: Any, source: str, field: str, *, positive: bool = False, allow_zero: bool = True,
+           maximum: float | None = None) -> float:
+    """A finite, non-negative number (strictly positive if ``positive``), at most ``maximum``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise FormatError(source, field, f"must be a number, got {value!r}")
     x = float(value)
@@ -59,10 +69,12 @@ def number(value: Any, source: str, field: str, *, positive: bool = False, allow
         raise FormatError(source, field, f"is negative ({x})")
     if (positive or not allow_zero) and x == 0:
         raise FormatError(source, field, "must be greater than zero")
+    if maximum is not None and x > maximum:
+        raise FormatError(source, field, f"is {x:g}, above the largest this field takes ({maximum:g})")
     return x
 
 
-def integer(value: Any, source: str, field: str, *, minimum: int = 0) -> int:
+def integer(value: Any, source: str, field: str, *, minimum: int = 0, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -72,6 +84,8 @@ def integer(value: Any, source: str, field: str, *, minimum: int = 0) -> int:
         if minimum == 1:
             raise FormatError(source, field, f"must be positive, got {value}")
         raise FormatError(source, field, f"must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise FormatError(source, field, f"is {value:g}, above the largest this field takes ({maximum:g})")
     return value
 
 
@@ -95,6 +109,22 @@ def numbers(value: Any, source: str, field: str, known: tuple[str, ...]) -> dict
         if key not in known:
             raise FormatError(source, f"{field}.{key}", f"unknown field; known: {', '.join(known)}")
     return {key: number(x, source, f"{field}.{key}") for key, x in value.items()}
+
+
+def check_fields(obj: dict, known: tuple[str, ...] | set[str], source: str, where: str) -> None:
+    """Reject a field of ``obj`` that is not in ``known`` but spelled like one (a misspelling).
+
+    The rule (docs/formats.md, "Unknown fields"): a field gradsched does not know is kept
+    as it is (tools add their own, e.g. ``source``), unless its name is within
+    ``MISSPELLING_CUTOFF`` of a known one (``contension``, ``other``): then it is almost
+    certainly a misspelt field whose value would be silently ignored."""
+    for key in obj:
+        if key in known or not isinstance(key, str):
+            continue
+        close = difflib.get_close_matches(key, list(known), n=1, cutoff=MISSPELLING_CUTOFF)
+        if close:
+            raise FormatError(source, _join(where, key), f"unknown field; did you mean {close[0]!r}? (a field "
+                                                         "spelled like a known one is taken for a misspelling)")
 
 
 def _join(where: str, key: str) -> str:

@@ -25,6 +25,8 @@ from gradsched.profile import Profile
 DEFAULT_PROFILE = "googlenet"
 DEFAULT_CLUSTER = "googlenet-10gbe"  # the OSU table: why it is the default is in docs/cost-model.md
 
+# Other names for bundled profiles: what they are, where they were measured
+ALIASES = {"googlenet-k80": "googlenet"}
 _PROFILE_FILE = re.compile(r"^(?P<name>[\w.-]+?)\.profile\.json$")
 _CLUSTER_FILE = re.compile(r"^(?P<name>[\w.-]+?)\.p(?P<world>\d+)\.cluster\.json$")
 
@@ -38,8 +40,9 @@ def _files() -> list[str]:
 
 
 def profile_names() -> list[str]:
-    """Names accepted by :func:`bundled_profile`."""
-    return [m["name"] for f in _files() if (m := _PROFILE_FILE.match(f))]
+    """Names accepted by :func:`bundled_profile` (file names, then their aliases)."""
+    names = [m["name"] for f in _files() if (m := _PROFILE_FILE.match(f))]
+    return names + [alias for alias, name in ALIASES.items() if name in names]
 
 
 def cluster_names() -> list[str]:
@@ -63,7 +66,7 @@ def bundled_profile(name: str = DEFAULT_PROFILE) -> Profile:
     """The bundled profile ``name`` (see :func:`profile_names`)."""
     if name not in profile_names():
         raise GradschedError(f"no bundled profile {name!r}; bundled profiles: {', '.join(profile_names()) or 'none'}")
-    filename = f"{name}.profile.json"
+    filename = f"{ALIASES.get(name, name)}.profile.json"
     return Profile.from_dict(_parse(filename), f"gradsched/data/{filename}")
 
 

@@ -3,20 +3,27 @@
 Each subcommand lives in its own module under ``gradsched.commands`` with a
 ``register(subparsers)`` function that adds its parser and sets ``func``.  Errors a
 user can cause (:class:`~gradsched.errors.GradschedError`) print one line and exit
-2, never a traceback.
+2, never a traceback; workers that fail (:class:`~gradsched.errors.WorkersFailed`)
+give their own exit status.  Conventions shared by every subcommand (``--json``,
+``--log-level``, ``--workers``) are in docs/cli.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
+import os
 import sys
 
+from gradsched import __version__
 from gradsched.errors import GradschedError
 
 # Subcommand modules, in help order.  Each is imported only when the CLI starts,
 # and torch-using ones import torch only inside their ``run``.
 COMMANDS = ("simulate", "plan", "train", "profile", "netbench", "compare", "bench", "testbed")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_ENV = "GRADSCHED_LOG_LEVEL"  # how the level reaches worker processes (gradsched.torch.worker)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,7 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gradsched",
         description="Schedule gradient communication for data-parallel PyTorch training: profile a model and a "
                     "network, plan, predict by simulation, run the plan, compare measured against predicted.",
-        epilog="Start with `gradsched simulate` (no PyTorch needed) or `gradsched bench` (real training).")
+        epilog="Start with `gradsched simulate` (no PyTorch needed) or `gradsched bench` (real training). "
+               "--json PATH writes JSON (PATH '-': stdout) in every command; --workers is the number of ranks.")
+    parser.add_argument("--version", action="version", version=f"gradsched {__version__}")
+    _add_log_level(parser, argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
@@ -34,7 +44,31 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # not written yet
             raise
         module.register(sub)
+    for p in _all_subparsers(sub):
+        _add_log_level(p, argparse.SUPPRESS)  # before or after the subcommand, as the user likes
     return parser
+
+
+def _add_log_level(p: argparse.ArgumentParser, default: object) -> None:
+    p.add_argument("--log-level", choices=LOG_LEVELS, type=str.lower, default=default,
+                   help="show gradsched's log from this level on, workers' included: info shows run-time auto's "
+                        "decisions, debug every check (default warning)")
+
+
+def _all_subparsers(sub: argparse._SubParsersAction) -> list[argparse.ArgumentParser]:
+    out = []
+    for p in sub.choices.values():
+        out.append(p)
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                out.extend(_all_subparsers(action))
+    return out
+
+
+def setup_logging(level: str) -> None:
+    """Log to stderr at ``level``, here and (through the environment) in the workers this command starts."""
+    os.environ[LOG_ENV] = level
+    logging.basicConfig(level=level.upper(), format="gradsched %(levelname)s %(name)s: %(message)s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,10 +77,18 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if getattr(args, "log_level", None):
+        setup_logging(args.log_level)
     try:
         return int(args.func(args) or 0)
     except GradschedError as exc:
         print(f"gradsched {args.command}: error: {exc}", file=sys.stderr)
+        return int(getattr(exc, "exit_status", 2))
+    except OSError as exc:
+        if exc.filename is None:
+            raise  # not a path the user gave
+        print(f"gradsched {args.command}: error: {exc.filename}: {exc.strerror or exc}; give a path that can be "
+              "written (or read)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"gradsched {args.command}: interrupted", file=sys.stderr)

@@ -34,6 +34,11 @@ from gradsched.errors import FormatError, GradschedError
 FORMAT = "gradsched.cluster/1"
 COLLECTIVES = ("allreduce", "allgather")
 CONTENTION_FIELDS = ("compute_slowdown", "comm_slowdown", "busy_latency_s", "op_latency_s")  # docs/simulator.md, "Contention"
+FIELDS = ("format", "world_size", "backend", "algorithm", "collectives", "points")
+# Optional fields gradsched reads or its tools write (kept verbatim; docs/formats.md):
+# known, so that a misspelling of one is caught (_validate.check_fields).
+OPTIONAL_FIELDS = ("contention", "topk_selection_s_per_nlogn", "source", "measured_by", "device", "reps", "host",
+                   "measured_points", "startup_measured_points", "samples")
 
 
 @dataclass(frozen=True)
@@ -202,7 +207,9 @@ class Cluster:
     @classmethod
     def from_dict(cls, data: Any, source: str = "<dict>") -> "Cluster":
         v.check_format(data, FORMAT, source)
-        world = v.integer(v.require(data, "world_size", source, ""), source, "world_size", minimum=1)
+        v.check_fields(data, FIELDS + OPTIONAL_FIELDS, source, "")
+        world = v.integer(v.require(data, "world_size", source, ""), source, "world_size", minimum=1,
+                          maximum=v.MAX_WORLD_SIZE)
         backend = v.string(data.get("backend", "unknown"), source, "backend")
         algorithm = v.string(data.get("algorithm", "ring"), source, "algorithm")
         if algorithm not in ("ring", "tree"):
@@ -218,8 +225,11 @@ class Cluster:
             where = f"collectives.{name}"
             if name not in COLLECTIVES:
                 raise FormatError(source, where, f"unknown collective; known: {', '.join(COLLECTIVES)}")
-            alpha = v.number(v.require(c, "alpha_s", source, where), source, f"{where}.alpha_s")
-            beta = v.number(v.require(c, "beta_s_per_byte", source, where), source, f"{where}.beta_s_per_byte")
+            if isinstance(c, dict):
+                v.check_fields(c, ("alpha_s", "beta_s_per_byte"), source, where)
+            alpha = v.number(v.require(c, "alpha_s", source, where), source, f"{where}.alpha_s", maximum=v.MAX_SECONDS)
+            beta = v.number(v.require(c, "beta_s_per_byte", source, where), source, f"{where}.beta_s_per_byte",
+                            maximum=1.0)
             pts = raw_points.get(name)
             table = None
             if pts is not None:
@@ -229,11 +239,10 @@ class Cluster:
             if name not in collectives:
                 raise FormatError(source, f"points.{name}", "has a table but no line in 'collectives'")
         if "topk_selection_s_per_nlogn" in data:
-            v.number(data["topk_selection_s_per_nlogn"], source, "topk_selection_s_per_nlogn")
+            v.number(data["topk_selection_s_per_nlogn"], source, "topk_selection_s_per_nlogn", maximum=1.0)
         if "contention" in data:
             v.numbers(data["contention"], source, "contention", CONTENTION_FIELDS)
-        known = {"format", "world_size", "backend", "algorithm", "collectives", "points"}
-        return cls(world, collectives, backend, algorithm, {k: x for k, x in data.items() if k not in known})
+        return cls(world, collectives, backend, algorithm, {k: x for k, x in data.items() if k not in FIELDS})
 
     @classmethod
     def load(cls, path: str | Path) -> "Cluster":
@@ -248,8 +257,8 @@ def _points(raw: Any, source: str, where: str) -> tuple[tuple[float, float], ...
     for j, p in enumerate(v.array(raw, source, where)):
         if not isinstance(p, list) or len(p) != 2:
             raise FormatError(source, f"{where}[{j}]", "must be a [bytes, seconds] pair")
-        b = v.number(p[0], source, f"{where}[{j}][0]", positive=True)
-        t = v.number(p[1], source, f"{where}[{j}][1]")
+        b = v.number(p[0], source, f"{where}[{j}][0]", positive=True, maximum=v.MAX_BYTES)
+        t = v.number(p[1], source, f"{where}[{j}][1]", maximum=v.MAX_SECONDS)
         pts.append((b, t))
     if len(pts) < 2:
         raise FormatError(source, where, "a measured table needs at least two points")

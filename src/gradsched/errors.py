@@ -21,3 +21,15 @@ class FormatError(GradschedError, ValueError):
         self.field = field
         self.reason = reason
         super().__init__(f"{source}: {field}: {reason}")
+
+
+class WorkersFailed(GradschedError):
+    """Launched worker processes failed: the command exits with their status, not 2.
+
+    Exit status 2 means "fix your input"; a training or benchmark whose workers failed
+    (a crash, a timeout, a plan that does not fit the model) exits with the status the
+    launcher reported (``torch.distributed.run`` exits 1 when a worker fails)."""
+
+    def __init__(self, message: str, exit_status: int) -> None:
+        super().__init__(message)
+        self.exit_status = exit_status if exit_status not in (0, 2) else 1

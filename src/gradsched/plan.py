@@ -38,6 +38,9 @@ DENSE = "allreduce"
 SPARSE = "topk-allgather"
 OP_COLLECTIVES = (DENSE, SPARSE)
 SCHEDULING = ("fifo", "priority")
+FIELDS = ("format", "strategy", "model", "profile_fingerprint", "options", "scheduling", "overlap_forward",
+          "credit_bytes", "operations", "hash")
+OPERATION_FIELDS = ("collective", "priority", "slices", "density")
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +168,7 @@ class Plan:
     @classmethod
     def from_dict(cls, data: Any, source: str = "<dict>") -> "Plan":
         v.check_format(data, FORMAT, source)
+        v.check_fields(data, FIELDS, source, "")
         strategy = v.string(v.require(data, "strategy", source, ""), source, "strategy")
         fp = v.string(v.require(data, "profile_fingerprint", source, ""), source, "profile_fingerprint")
         model = v.string(data.get("model", ""), source, "model")
@@ -179,10 +183,12 @@ class Plan:
             raise FormatError(source, "overlap_forward", "must be true or false")
         credit = data.get("credit_bytes")
         if credit is not None:
-            credit = v.integer(credit, source, "credit_bytes", minimum=1)
+            credit = v.integer(credit, source, "credit_bytes", minimum=1, maximum=v.MAX_BYTES)
         ops = []
         for j, raw in enumerate(v.array(v.require(data, "operations", source, ""), source, "operations")):
             where = f"operations[{j}]"
+            if isinstance(raw, dict):
+                v.check_fields(raw, OPERATION_FIELDS, source, where)
             collective = v.string(raw.get("collective", DENSE) if isinstance(raw, dict) else None, source, f"{where}.collective")
             if collective not in OP_COLLECTIVES:
                 raise FormatError(source, f"{where}.collective", f"unknown collective {collective!r}; known: {', '.join(OP_COLLECTIVES)}")
@@ -194,6 +200,9 @@ class Plan:
                 density = v.number(density, source, f"{where}.density", positive=True)
                 if density > 1:
                     raise FormatError(source, f"{where}.density", f"must be at most 1, got {density}")
+            elif density is not None:
+                raise FormatError(source, f"{where}.density", f"only {SPARSE} operations have a density; this one is "
+                                                              f"{collective}: remove the field")
             slices = []
             for k, s in enumerate(v.array(v.require(raw, "slices", source, where), source, f"{where}.slices")):
                 if not isinstance(s, list) or len(s) != 3:

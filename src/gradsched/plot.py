@@ -1,4 +1,7 @@
-"""Plots: Gantt charts of timelines and bar charts of results (matplotlib, no display)."""
+"""Plots: Gantt charts of timelines and bar charts of results (matplotlib, no display).
+
+matplotlib is the optional extra ``plot`` (``pip install 'gradsched[plot]'``): it is
+imported only here, only when a plot is drawn, so nothing else needs it."""
 
 from __future__ import annotations
 
@@ -13,7 +16,13 @@ COLORS = {"backward": "#4c72b0", "forward": "#55a868", "comm": "#dd8452", "selec
 
 
 def _pyplot():
-    import matplotlib
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        from gradsched.errors import GradschedError
+
+        raise GradschedError("--plot draws with matplotlib, which is not installed: pip install 'gradsched[plot]' "
+                             "(or drop --plot)") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -27,6 +27,12 @@ from gradsched.errors import FormatError
 
 FORMAT = "gradsched.profile/1"
 OP_HOST_FIELDS = ("issue_s", "retire_s")  # docs/simulator.md, "What it models", 7
+TENSOR_FIELDS = ("name", "numel", "bytes", "forward_s", "backward_s", "layer", "update_s")
+FIELDS = ("format", "model", "tensors", "ready_order", "other_s")
+# Optional fields gradsched's own tools write (kept verbatim; docs/formats.md): known, so
+# that a misspelling of one is caught (_validate.check_fields).
+OPTIONAL_FIELDS = ("op_host", "batch_size", "source", "device", "iterations", "warmup", "method", "device_tflops",
+                   "iteration_s", "forward_backward_s", "unattributed_forward_s", "ready_order_agreement", "unused")
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,25 +175,29 @@ class Profile:
         for i, t in enumerate(raw):
             where = f"tensors[{i}]"
             name = v.string(v.require(t, "name", source, where), source, f"{where}.name")
-            numel = v.integer(v.require(t, "numel", source, where), source, f"{where}.numel", minimum=1)
-            nbytes = v.integer(v.require(t, "bytes", source, where), source, f"{where}.bytes", minimum=1)
+            v.check_fields(t, TENSOR_FIELDS, source, where)
+            numel = v.integer(v.require(t, "numel", source, where), source, f"{where}.numel", minimum=1,
+                              maximum=v.MAX_BYTES)
+            nbytes = v.integer(v.require(t, "bytes", source, where), source, f"{where}.bytes", minimum=1,
+                               maximum=v.MAX_BYTES)
             if nbytes % numel:
                 raise FormatError(source, f"{where}.bytes", f"{nbytes} is not a whole number of bytes per element for numel {numel}")
-            fwd = v.number(v.require(t, "forward_s", source, where), source, f"{where}.forward_s")
-            bwd = v.number(v.require(t, "backward_s", source, where), source, f"{where}.backward_s")
+            fwd = v.number(v.require(t, "forward_s", source, where), source, f"{where}.forward_s", maximum=v.MAX_SECONDS)
+            bwd = v.number(v.require(t, "backward_s", source, where), source, f"{where}.backward_s",
+                           maximum=v.MAX_SECONDS)
             layer = t.get("layer")
             if layer is not None:
                 layer = v.integer(layer, source, f"{where}.layer")
-            upd = v.number(t.get("update_s", 0.0), source, f"{where}.update_s")
+            upd = v.number(t.get("update_s", 0.0), source, f"{where}.update_s", maximum=v.MAX_SECONDS)
             tensors.append(TensorProfile(name, numel, nbytes, fwd, bwd, layer, upd))
         ready = data.get("ready_order")
         if ready is not None:
             ready = tuple(v.integer(x, source, f"ready_order[{j}]") for j, x in enumerate(v.array(ready, source, "ready_order")))
-        other = v.number(data.get("other_s", 0.0), source, "other_s")
+        other = v.number(data.get("other_s", 0.0), source, "other_s", maximum=v.MAX_SECONDS)
         if "op_host" in data:
             v.numbers(data["op_host"], source, "op_host", OP_HOST_FIELDS)
-        known = {"format", "model", "tensors", "ready_order", "other_s"}
-        extra = {k: val for k, val in data.items() if k not in known}
+        v.check_fields(data, FIELDS + OPTIONAL_FIELDS, source, "")
+        extra = {k: val for k, val in data.items() if k not in FIELDS}
         profile = cls.__new__(cls)
         object.__setattr__(profile, "model", model)
         object.__setattr__(profile, "tensors", tuple(tensors))
@@ -265,8 +275,17 @@ def _check(profile: Profile, source: str) -> None:
         if t.bytes <= 0:
             raise FormatError(source, f"tensors[{i}].bytes", "must be positive")
         for name in ("forward_s", "backward_s", "update_s"):
-            v.number(getattr(t, name), source, f"tensors[{i}].{name}")
-    v.number(profile.other_s, source, "other_s")
+            v.number(getattr(t, name), source, f"tensors[{i}].{name}", maximum=v.MAX_SECONDS)
+    v.number(profile.other_s, source, "other_s", maximum=v.MAX_SECONDS)
+    seen: dict[str, int] = {}
+    for i, t in enumerate(profile.tensors):
+        if t.name in seen:
+            raise FormatError(source, f"tensors[{i}].name", f"{t.name!r} is also tensors[{seen[t.name]}]'s name; "
+                                                             "every tensor needs its own (plans name tensors by it)")
+        seen[t.name] = i
+    if profile.total_bytes > v.MAX_BYTES:
+        raise FormatError(source, "tensors", f"hold {profile.total_bytes:.3g} bytes in all, above the largest "
+                                             f"gradsched takes ({v.MAX_BYTES:.3g})")
     if profile.ready_order is not None:
         if sorted(profile.ready_order) != list(range(n)):
             raise FormatError(source, "ready_order", f"must be a permutation of 0..{n - 1}")

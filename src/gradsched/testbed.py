@@ -45,7 +45,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
-from gradsched.errors import GradschedError
+from gradsched.errors import GradschedError, WorkersFailed
 
 DEFAULT_PREFIX = "gs"
 SUBNET = "198.18.0.0/24"
@@ -610,15 +610,16 @@ class Job:
                 codes = [p.poll() for p in self.procs]
                 if any(c not in (None, 0) for c in codes):
                     failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
-                    raise GradschedError(
+                    raise WorkersFailed(
                         f"testbed job failed on host(s) {failed} "
-                        f"(exit codes {[codes[i] for i in failed]}); stopped the others"
+                        f"(exit codes {[codes[i] for i in failed]}); stopped the others",
+                        codes[failed[0]],
                     )
                 if all(c == 0 for c in codes):
                     return [0] * len(codes)
                 if deadline is not None and time.monotonic() > deadline:
-                    raise GradschedError(
-                        f"testbed job did not finish within {timeout_s:g} s; stopped it"
+                    raise WorkersFailed(
+                        f"testbed job did not finish within {timeout_s:g} s; stopped it", 124
                     )
                 time.sleep(0.05)
         except BaseException:

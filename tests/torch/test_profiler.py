@@ -123,14 +123,16 @@ class _SleepyLayer(nn.Module):
 
 
 def test_attribution_recovers_known_layer_times():
-    times = [(0.004, 0.012), (0.010, 0.004), (0.006, 0.008)]
+    # times far apart (a misattributed layer moves by 20 ms or more) and long beside what a
+    # loaded machine adds to a sleep (the medians of 5 iterations are compared)
+    times = [(0.020, 0.060), (0.050, 0.020), (0.030, 0.040)]
     model = nn.Sequential(*(_SleepyLayer(f, b) for f, b in times))
     profile = profile_module(model, torch.ones(2, 4), iterations=5, warmup=1)
     assert [t.layer for t in profile.tensors] == [0, 0, 1, 1, 2, 2]
     for k, (fwd, bwd) in enumerate(times):
         t = profile.tensors[2 * k]  # sleeps overshoot (more on a busy machine), never undershoot
-        assert fwd <= t.forward_s < 1.3 * fwd + 0.002, (k, t)
-        assert bwd <= t.backward_s < 1.3 * bwd + 0.002, (k, t)
+        assert fwd <= t.forward_s < fwd + 0.015, (k, t)
+        assert bwd <= t.backward_s < bwd + 0.015, (k, t)
     # Gradients are ready last layer first; ready_s is the running sum of backward times.
     assert [profile.layer_of[i] for i in profile.order][::2] == [2, 1, 0]
     assert profile.ready_s[0] == pytest.approx(profile.backward_s)

@@ -165,9 +165,12 @@ def _unused_without_flag(rank: int) -> None:
 
 
 def _overlap_without_optimizer() -> None:
+    """An overlapping plan with a plain optimizer waits at the end of backward (no longer an error)."""
     spec = build_model("mlp")
     model = DistributedDataParallel(spec.module, "bytescheduler", plan_options=SMALL_MODEL_OPTIONS["bytescheduler"])
-    model(torch.randn(2, 64))
+    model(torch.randn(2, 64)).sum().backward()
+    if not model._executor.settled or not all(type(p.grad) is torch.Tensor for p in model.parameters()):
+        raise AssertionError("gradients still in flight after backward() without a DistributedOptimizer")
 
 
 def _sparse_plan(rank: int) -> None:
@@ -287,7 +290,7 @@ def test_mismatched_plans_fail_on_every_rank(results):
 def test_clear_errors(results):
     for r in results:
         assert "got no gradient" in r["unused_without_flag"] and "find_unused_parameters=True" in r["unused_without_flag"]
-        assert "DistributedOptimizer" in r["overlap_without_optimizer"]
+        assert r["overlap_without_optimizer"] == "no error"  # a plain optimizer: backward waits (test_train_loops)
         if "topk-allgather" not in OP_KINDS:
             assert "topk-allgather" in r["sparse"] and "dense strategy" in r["sparse"]
 

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 from typing import Any
 
+from gradsched._validate import MAX_SECONDS, MAX_WORLD_SIZE
 from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
 from gradsched.planners import get_planner, strategy_names
+from gradsched.planners.registry import check_options, planner_option_specs
 from gradsched.profile import Profile
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", metavar="P.json", help="gradsched.profile/1 file, or bundled:NAME (default: bundled:googlenet)")
-    p.add_argument("--workers", type=int, default=8, metavar="N", help="number of data-parallel ranks (default 8)")
+    p.add_argument("--workers", type=int, default=8, metavar="N",
+                   help="data-parallel ranks to plan and predict for (default 8); nothing is launched")
     net = p.add_argument_group("network (default: the bundled 10GbE cluster measured with GoogLeNet)")
     net.add_argument("--cluster", metavar="C.json", help="gradsched.cluster/1 file extrapolated to --workers, or bundled:NAME "
                                                          "(googlenet-10gbe: OSU table; googlenet-intrain: in-training times)")
@@ -37,16 +39,16 @@ def load_profile(args: argparse.Namespace) -> Profile:
 
 
 def load_cluster(args: argparse.Namespace) -> Cluster:
-    if args.workers < 1:
-        raise GradschedError(f"--workers must be at least 1, got {args.workers}")
+    if not 1 <= args.workers <= MAX_WORLD_SIZE:
+        raise GradschedError(f"--workers must be at least 1 and at most {MAX_WORLD_SIZE:,}, got {args.workers}")
     if (args.alpha is None) != (args.beta is None):
         raise GradschedError("--alpha and --beta go together")
     if args.alpha is not None:
         if args.cluster:
             raise GradschedError("give either --cluster or --alpha/--beta, not both")
-        for flag, value in (("--alpha", args.alpha), ("--beta", args.beta)):
-            if not (value >= 0 and value != float("inf")):
-                raise GradschedError(f"{flag} must be a finite non-negative number, got {value}")
+        for flag, value, top in (("--alpha", args.alpha, MAX_SECONDS), ("--beta", args.beta, 1.0)):
+            if not 0 <= value <= top:
+                raise GradschedError(f"{flag} must be a finite number between 0 and {top:g}, got {value}")
         return Cluster.alpha_beta(args.alpha, args.beta, args.workers)
     from gradsched.bundled import bundled_cluster
 
@@ -57,6 +59,29 @@ def load_cluster(args: argparse.Namespace) -> Cluster:
     else:
         cluster = Cluster.load(args.cluster)
     return cluster.at_world_size(args.workers) if cluster.world_size != args.workers else cluster
+
+
+def check_inputs(profile: Profile, cluster: Cluster) -> None:
+    """Inputs whose every figure would be 0: a table of 0 ms iterations and 0/0 ratios says nothing."""
+    cost = cluster.cost("allreduce")
+    if profile.compute_s == 0 and cost.alpha_s == 0 and cost.beta_s_per_byte == 0 and not cost.points:
+        raise GradschedError("the profile's times (forward_s, backward_s, update_s, other_s) and the network's "
+                             "costs (--alpha, --beta) are all 0: every iteration would take 0 s; give measured "
+                             "times or costs")
+
+
+def check_opt_keys(names: list[str], args: argparse.Namespace) -> None:
+    """An ``--opt KEY=VALUE`` (or ``--density``) that none of the strategies ``names`` takes is an error, not ignored."""
+    if args.density is not None and not any("density" in planner_option_specs(n) for n in names):
+        raise GradschedError(f"--density applies to the sparse strategies (topk, omgs) and auto, not to "
+                             f"{', '.join(names)}")
+    for item in args.opt:
+        key = item.partition("=")[0]
+        if "." in key:
+            continue  # STRATEGY.KEY: checked against that strategy's own options
+        if not any(key in planner_option_specs(n) for n in names):
+            raise GradschedError(f"--opt {item}: none of the strategies {', '.join(names)} has an option {key!r}; "
+                                 "see docs/strategies.md (or name one: STRATEGY.KEY=VALUE)")
 
 
 def strategy_list(text: str) -> list[str]:
@@ -71,25 +96,29 @@ def strategy_list(text: str) -> list[str]:
 
 
 def planner_options(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Options from ``--opt`` (and ``--density``) that planner ``name`` accepts."""
-    params = inspect.signature(get_planner(name)).parameters
+    """Options from ``--opt`` (and ``--density``) that planner ``name`` declares, typed and range-checked.
+
+    ``STRATEGY.KEY=VALUE`` applies to that strategy only (and must be one of its
+    options); ``KEY=VALUE`` to every strategy that has option ``KEY``."""
+    specs = planner_option_specs(name)
     out: dict[str, Any] = {}
-    if args.density is not None and "density" in params:
+    if args.density is not None and "density" in specs:
         out["density"] = args.density
     for item in args.opt:
         key, sep, raw = item.partition("=")
         if not sep:
             raise GradschedError(f"--opt {item!r}: expected KEY=VALUE or STRATEGY.KEY=VALUE")
         target, dot, key = key.rpartition(".")
-        if dot and target != name:
-            continue
-        if key not in params:
-            if dot:
-                known = ", ".join(k for k in params if k not in ("profile", "cluster")) or "none"
-                raise GradschedError(f"--opt {item!r}: strategy {name!r} has no option {key!r} (it has: {known})")
+        if dot and target not in strategy_names():
+            raise GradschedError(f"--opt {item!r}: unknown strategy {target!r}; known: {', '.join(strategy_names())}")
+        if (dot and target != name) or (not dot and key not in specs):
             continue
         try:
             out[key] = json.loads(raw)
         except json.JSONDecodeError:
             out[key] = raw
+        try:
+            out[key] = check_options(name, {key: out[key]})[key]
+        except GradschedError as exc:
+            raise GradschedError(f"--opt {item}: {exc}") from None
     return out

@@ -3,6 +3,7 @@
     gradsched bench                                   # vgg, 2 hosts, auto vs DDP (testbed as root, else loopback)
     gradsched bench --model vgg --hosts 4 --rate 1gbit \\
         --strategies ddp,wfbp,mgwfbp,optimal,bytescheduler,usbyte,auto --json out.json --plot out.png
+    gradsched bench --replay googlenet-k80 --hosts 4 --rate 2gbit --dilate 2   # emulated K80s, real communication
 
 One job (one process per host) profiles the model and measures the network in
 place, then trains every strategy and every DDP bucket size in rotating rounds so
@@ -18,15 +19,20 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gradsched.errors import GradschedError
+from gradsched.commands._model import BUILT_IN, check_model
+from gradsched.commands._model import HELP as MODEL_HELP
+from gradsched.commands._output import add_json_arg, emit_json, to_stdout
+from gradsched.errors import GradschedError, WorkersFailed
 
 if TYPE_CHECKING:
     from gradsched.cluster import Cluster
@@ -37,15 +43,28 @@ DEFAULT_STRATEGIES = "ddp,auto"
 DEFAULT_BUCKETS = "1,5,25,100,all"  # DDP's bucket_cap_mb sweep; 25 is DDP's default (the "ddp" row)
 DEFAULT_RATE = "1gbit"
 TESTBED_PREFIX = "gsb"  # its own prefix: never touches a `gs` testbed the user has up
-MODELS = ("mlp", "cnn", "vgg", "gpt2", "bert")
+MODELS = BUILT_IN
+# Emulation stays faithful while the links' aggregate shaped rate (rate / dilation x hosts)
+# is at most this: above it the 2 cores cannot move gloo's bytes at the links' rate.  Measured
+# (benchmarks/replay_fidelity.py, docs/bench.md "Emulated compute"): all-reduce of 4-64 MiB
+# within 2% of the rate's line at 2 x 1gbit, 1.3-3x off at 4 x 1gbit, 2 x 2gbit and above.
+FAITHFUL_AGGREGATE_BPS = 2 * 10**9
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("bench", help="benchmark strategies against PyTorch DDP (and its bucket sizes)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=DEFAULT_MODEL, help=f"built-in model: {', '.join(MODELS)} (default "
-                   f"{DEFAULT_MODEL})")
-    p.add_argument("--hosts", type=int, default=2, help="workers, one per host (default 2)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"{MODEL_HELP} (default {DEFAULT_MODEL})")
+    p.add_argument("--replay", default=None, metavar="PROFILE",
+                   help="instead of --model: replay this profile (a gradsched.profile/1 file or a bundled name "
+                   "such as googlenet-k80): real parameters and communication, compute emulated by waiting")
+    p.add_argument("--dilate", type=float, default=1.0, metavar="K",
+                   help="with --replay on the testbed: links shaped at --rate/K, compute times x K, reported times "
+                   "/ K, to emulate a cluster faster than these cores can move (default 1)")
+    p.add_argument("--prefix", default=TESTBED_PREFIX, help=f"testbed name prefix (default {TESTBED_PREFIX})")
+    p.add_argument("--workers", "--hosts", dest="hosts", type=int, default=2, metavar="N",
+                   help="data-parallel ranks, one per testbed host (or local process with --loopback) (default 2; "
+                        "--hosts is the same flag)")
     net = p.add_mutually_exclusive_group()
     net.add_argument("--rate", default=None, help=f"testbed link rate, e.g. 500mbit, 1gbit (root only; default "
                      f"{DEFAULT_RATE} as root)")
@@ -75,8 +94,7 @@ def register(subparsers: Any) -> None:
                    "share of the rounds' time; predictions use the medians over all samples (default 0.25; 0: "
                    "start-up figures only)")
     p.add_argument("--timeout-s", type=float, default=1800.0, help="stop the whole job after this (default 1800)")
-    p.add_argument("--json", default=None, metavar="OUT.json", help="write every figure here (a list, one object "
-                   "per strategy and DDP bucket size)")
+    add_json_arg(p, "every figure (a list, one object per strategy and DDP bucket size)")
     p.add_argument("--plot", default=None, metavar="OUT.png", help="bar chart of the median iteration times")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -151,6 +169,79 @@ def _network(args: argparse.Namespace) -> str | None:
     return DEFAULT_RATE
 
 
+def shaped_rate(rate: str | None, hosts: int, dilate: float, replay: bool) -> int | None:
+    """Bits per second to shape each testbed link at: ``rate / dilate``, refused beyond what
+    the machine moves faithfully (``FAITHFUL_AGGREGATE_BPS`` over all hosts' links)."""
+    from gradsched.testbed import format_rate, parse_rate_bps
+
+    if not dilate >= 1 or not math.isfinite(dilate):
+        raise GradschedError(f"--dilate must be a number at least 1, got {dilate:g}")
+    if dilate != 1 and not replay:
+        raise GradschedError("--dilate stretches replayed compute: use it with --replay PROFILE")
+    if rate is None:
+        if dilate != 1:
+            raise GradschedError("--dilate scales the testbed's links: give --rate (as root), not --loopback")
+        return None
+    bps = int(parse_rate_bps(rate) / dilate)
+    if replay and bps * hosts > FAITHFUL_AGGREGATE_BPS:
+        need = parse_rate_bps(rate) * hosts / FAITHFUL_AGGREGATE_BPS
+        raise GradschedError(f"--rate {rate} over {hosts} hosts at --dilate {dilate:g} shapes {hosts} links at "
+                             f"{format_rate(bps)}, above the {format_rate(FAITHFUL_AGGREGATE_BPS)} in all that this "
+                             f"machine moves faithfully (docs/bench.md): use --dilate {math.ceil(need * 10) / 10:g} "
+                             f"or more")
+    return bps
+
+
+def replay_model(source: str, dilate: float, out_dir: str) -> tuple[str, "Profile"]:
+    """The model name the workers build for ``--replay source`` (its profile, times x
+    ``dilate``, written into ``out_dir``) and the profile as given."""
+    from gradsched.torch.jobs.replay import REPLAY_PREFIX, check_replayable, load_profile
+
+    profile = load_profile(source)
+    check_replayable(profile)
+    path = Path(out_dir, "replay.profile.json")
+    profile.with_times(dilate).save(path)
+    return f"{REPLAY_PREFIX}{path}", profile
+
+
+def check_memory(model_bytes: int, entries: int, hosts: int) -> None:
+    """Refuse a replay whose model copies would not fit in this machine's memory.
+
+    Each rank holds one copy per entry, the compute-only one and the probes' four
+    (parameters, gradients and momentum: about 3x the bytes each)."""
+    need = 3 * model_bytes * (entries + 5) * hosts
+    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    if need > 0.8 * have:
+        raise GradschedError(f"replaying {model_bytes / 1e6:.0f} MB of parameters in {entries} rows on {hosts} hosts "
+                             f"needs about {need / 1e9:.1f} GB, more than this machine has free "
+                             f"({have / 1e9:.1f} GB): use fewer --strategies/--ddp-buckets or hosts, or a smaller "
+                             f"profile")
+
+
+def undilate(result: dict[str, Any], dilate: float) -> dict[str, Any]:
+    """``result`` with every time in emulated seconds: each figure whose name has an ``s``
+    unit (``lower_bound_s``, ``iteration_s_median``, ``step_s`` lists) divided by ``dilate``,
+    except the job's own durations.  The measured profile and cluster stay in the run's
+    own seconds (``dilate`` says by how much they are stretched)."""
+    keep = {"job_s", "resample_s", "measured", "cluster"}
+    seconds = re.compile(r"(?:^|_)s(?:_|$)")
+
+    def scale(value: Any, key: str) -> Any:
+        if key in keep:
+            return value
+        if isinstance(value, dict):
+            return {k: scale(v, k) for k, v in value.items()}
+        if isinstance(value, list) and seconds.search(key):
+            return [scale(v, key) for v in value]
+        if isinstance(value, list):
+            return [scale(v, "") for v in value]
+        if isinstance(value, float) and seconds.search(key):
+            return value / dilate
+        return value
+
+    return {**scale(result, ""), "dilate": dilate} if dilate != 1 else result
+
+
 def this_machine() -> str:
     """Host name, architecture and core count: how the bench's JSON names the machine (before the torch version)."""
     return f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs"
@@ -194,9 +285,7 @@ def contention_history(paths: list[str], job: dict[str, Any]) -> list[dict[str, 
     return history
 
 
-def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, float]]) -> dict[str, Any]:
-    if args.model not in MODELS:
-        raise GradschedError(f"unknown model {args.model!r}; known: {', '.join(MODELS)}")
+def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, float]], model: str) -> dict[str, Any]:
     if args.hosts < 2:
         raise GradschedError(f"--hosts must be at least 2 (data parallelism needs two workers), got {args.hosts}")
     if args.steps < 1 or args.rounds < 1 or args.batch_size < 1:
@@ -204,11 +293,17 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
     if not 0 <= args.warmup_rounds < args.rounds:
         raise GradschedError(f"--warmup-rounds must be between 0 and --rounds - 1 ({args.rounds - 1}), "
                              f"got {args.warmup_rounds}")
+    if not 0 < args.lr < float("inf"):
+        raise GradschedError(f"--lr must be a finite number above 0, got {args.lr}")
+    if not 0 < args.timeout_s <= 7 * 24 * 3600:
+        raise GradschedError(f"--timeout-s must be a number of seconds above 0 and at most a week, got {args.timeout_s}")
     if not 0 <= args.resample_share < 1:
         raise GradschedError(f"--resample-share must be at least 0 and below 1, got {args.resample_share}")
     if history and args.no_probe:
         raise GradschedError("--contention-from pools earlier figures with this job's probe: drop --no-probe")
-    return {"model": args.model, "seed": args.seed, "batch_size": args.batch_size, "lr": args.lr,
+    if args.replay is None:  # a replayed profile was checked when it was read (replay_model)
+        check_model(args.model, seed=args.seed, batch_size=args.batch_size)
+    return {"model": model, "seed": args.seed, "batch_size": args.batch_size, "lr": args.lr,
             "entries": entries(args.strategies, args.ddp_buckets, args.density), "steps": args.steps, "rounds": args.rounds,
             "warmup_rounds": args.warmup_rounds, "profile_iterations": args.profile_iterations,
             "net_reps": args.net_reps, "probe": not args.no_probe, "resample_share": args.resample_share,
@@ -297,7 +392,7 @@ def _launch_loopback(cfg_path: Path, hosts: int, timeout_s: float) -> None:
         _stop(proc)
         raise
     if code != 0:
-        raise GradschedError(f"the benchmark's workers failed (exit status {code}); their errors are printed above")
+        raise WorkersFailed(f"the benchmark's workers failed (exit status {code}); their errors are printed above", code)
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -316,10 +411,10 @@ def _stop(proc: subprocess.Popen) -> None:
             pass
 
 
-def _launch_testbed(cfg_path: Path, hosts: int, rate: str, timeout_s: float) -> None:
+def _launch_testbed(cfg_path: Path, hosts: int, rate: str | int, timeout_s: float, prefix: str) -> None:
     from gradsched.testbed import Testbed
 
-    with Testbed(hosts=hosts, rate=rate, prefix=TESTBED_PREFIX) as tb:  # always torn down
+    with Testbed(hosts=hosts, rate=rate, prefix=prefix) as tb:  # always torn down
         tb.launch(["-m", "gradsched.torch.jobs.bench_worker", str(cfg_path)]).wait(timeout_s=timeout_s)
 
 
@@ -411,33 +506,50 @@ def plot(result: dict[str, Any], path: str, title: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rate = _network(args)
+    shaped = shaped_rate(rate, args.hosts, args.dilate, args.replay is not None)
     network = f"testbed {rate}" if rate else "loopback"
-    history = contention_history(args.contention_from, {"model": args.model, "hosts": args.hosts, "network": network,
-                                                         "rate": rate, "batch_size": args.batch_size})
+    name = f"replay:{args.replay}" if args.replay is not None else args.model
+    job = {"model": name, "hosts": args.hosts, "network": network, "rate": rate, "batch_size": args.batch_size}
+    if args.replay is not None:
+        job["dilate"] = args.dilate  # links and compute are stretched alike only within one dilation
+    history = contention_history(args.contention_from, job)
     with tempfile.TemporaryDirectory(prefix="gradsched-bench-") as tmp:
-        cfg = _config(args, tmp, history)
+        model = args.model
+        if args.replay is not None:
+            model, profile = replay_model(args.replay, args.dilate, tmp)
+        cfg = _config(args, tmp, history, model)
+        if args.replay is not None:
+            check_memory(profile.total_bytes, len(cfg["entries"]), args.hosts)
         cfg_path = Path(tmp, "config.json")
         cfg_path.write_text(json.dumps(cfg))
-        if rate is None:
+        if shaped is None:
             _launch_loopback(cfg_path, args.hosts, args.timeout_s)
         else:
-            _launch_testbed(cfg_path, args.hosts, rate, args.timeout_s)
+            _launch_testbed(cfg_path, args.hosts, shaped, args.timeout_s, args.prefix)
         out = Path(tmp, "bench.json")
         if not out.exists():
             raise GradschedError("the benchmark's workers exited without writing results; see their output above")
-        result = json.loads(out.read_text())
-    meta = {"model": args.model, "hosts": args.hosts, "network": network, "rate": rate,
+        result = undilate(json.loads(out.read_text()), args.dilate)
+    meta = {"model": name, "hosts": args.hosts, "network": network, "rate": rate, "dilate": args.dilate,
+            "compute": "emulated (replayed profile, waiting)" if args.replay is not None else "real (CPU)",
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "steps_per_round": args.steps, "rounds": args.rounds, "batch_size": args.batch_size,
             "command": " ".join(["gradsched bench", *sys.argv[2:]]) if sys.argv[1:2] == ["bench"] else "gradsched bench"}
-    title = f"{args.model}, {args.hosts} hosts, {network} (gloo, CPU)"
-    print(f"{title}: {args.rounds - args.warmup_rounds} counted rounds x {args.steps} steps, batch {args.batch_size}")
-    print(table(result))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(rows_for_json(result, meta), indent=1))
-        print(f"wrote {args.json}")
+    title = _title(args, network)
+    report = sys.stderr if to_stdout(args) else sys.stdout  # stdout carries the JSON alone with --json -
+    print(f"{title}: {args.rounds - args.warmup_rounds} counted rounds x {args.steps} steps, batch {args.batch_size}",
+          file=report)
+    print(table(result), file=report)
+    emit_json(args, rows_for_json(result, meta))
     if args.plot:
         plot(result, args.plot, title)
         print(f"wrote {args.plot}")
     return 0
+
+
+def _title(args: argparse.Namespace, network: str) -> str:
+    if args.replay is None:
+        return f"{args.model}, {args.hosts} hosts, {network} (gloo, CPU)"
+    dilated = f" (dilation {args.dilate:g})" if args.dilate != 1 else ""
+    name = Path(args.replay).stem.removesuffix(".profile")
+    return f"{name} replayed, {args.hosts} hosts, {network}{dilated} (emulated compute)"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
+import math
+from typing import Any
 
 from gradsched import _validate as v
-from gradsched.errors import GradschedError
+from gradsched.commands._output import add_json_arg, emit_json, to_stdout
+from gradsched.errors import FormatError, GradschedError
 from gradsched.fidelity import aligned_iteration, compare
 from gradsched.timeline import Timeline
 
@@ -21,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("predicted", help="Chrome trace written by gradsched simulate --trace (one strategy)")
     p.add_argument("--rank", type=int, default=0, help="measured rank to compare (default 0)")
     p.add_argument("--plot", metavar="OUT.png", help="draw the prediction above one measured iteration")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_json_arg(p, "the report")
     p.set_defaults(func=run)
 
 
@@ -38,9 +39,8 @@ def run(args: argparse.Namespace) -> int:
         from gradsched.plot import gantt
 
         gantt([("predicted", predicted), ("measured", aligned_iteration(measured, args.rank))], args.plot)
-    if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=1)
-        print()
+    emit_json(args, report.to_dict())
+    if to_stdout(args):
         return 0
     print(f"iteration: predicted {1e3 * report.predicted_iteration_s:.2f} ms, measured median "
           f"{1e3 * report.measured_iteration_s:.2f} ms over {len(report.measured_iterations)} iterations, "
@@ -58,4 +58,25 @@ def _trace(path: str) -> dict:
     data = v.read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise GradschedError(f"{path}: traceEvents: missing; not a Chrome trace")
+    for j, ev in enumerate(data["traceEvents"]):
+        _check_event(ev, path, f"traceEvents[{j}]")
     return data
+
+
+def _check_event(ev: Any, path: str, where: str) -> None:
+    """The fields gradsched reads from a Chrome-trace event, present and of the right type."""
+    if not isinstance(ev, dict):
+        raise FormatError(path, where, "must be a JSON object")
+    if ev.get("ph") == "M" and ev.get("name") == "thread_name":
+        for key in ("pid", "tid"):
+            v.integer(v.require(ev, key, path, where), path, f"{where}.{key}", minimum=-(2**62))
+        args = v.require(ev, "args", path, where)
+        v.string(v.require(args, "name", path, f"{where}.args"), path, f"{where}.args.name")
+    elif ev.get("ph") == "X":
+        v.string(v.require(ev, "name", path, where), path, f"{where}.name")
+        for key in ("pid", "tid"):
+            v.integer(v.require(ev, key, path, where), path, f"{where}.{key}", minimum=-(2**62))
+        ts = v.require(ev, "ts", path, where)
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+            raise FormatError(path, f"{where}.ts", f"must be a finite number of microseconds, got {ts!r}")
+        v.number(v.require(ev, "dur", path, where), path, f"{where}.dur", maximum=v.MAX_SECONDS * 1e6)

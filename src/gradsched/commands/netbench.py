@@ -7,7 +7,8 @@ import os
 import subprocess
 import sys
 
-from gradsched.errors import GradschedError
+from gradsched.cluster import COLLECTIVES
+from gradsched.errors import GradschedError, WorkersFailed
 from gradsched.netbench_args import MAX_BYTES, MIN_BYTES, add_arguments  # noqa: F401 (MIN/MAX_BYTES: public names)
 
 
@@ -17,13 +18,27 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "group and fit alpha-beta lines plus the measured table. Run it under torchrun "
                                    "(torchrun ... -m gradsched.torch.measure.netbench, or this command inside torchrun), "
                                    "or pass --nproc N to launch N ranks on this machine over loopback.")
-    p.add_argument("--nproc", type=int, default=None,
-                   help="launch this many local ranks through torch.distributed.run (loopback)")
+    p.add_argument("--workers", "--nproc", dest="nproc", type=int, default=None, metavar="N",
+                   help="launch this many local ranks through torch.distributed.run (loopback); --nproc is the "
+                        "same flag")
     add_arguments(p)
     p.set_defaults(func=run)
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """The shared flags' values, checked before any rank starts."""
+    if args.reps < 1 or args.warmup < 0:
+        raise GradschedError(f"--reps must be at least 1 and --warmup at least 0, got {args.reps} and {args.warmup}")
+    if not 1 <= args.min_bytes <= args.max_bytes <= 1 << 40:
+        raise GradschedError(f"--min-bytes and --max-bytes must satisfy 1 <= min <= max <= 1 TiB, got "
+                             f"{args.min_bytes} and {args.max_bytes}")
+    names = [c.strip() for c in args.collectives.split(",") if c.strip()]
+    if not names or any(c not in COLLECTIVES for c in names):
+        raise GradschedError(f"--collectives {args.collectives!r}: name some of {', '.join(COLLECTIVES)}")
+
+
 def run(args: argparse.Namespace) -> int:
+    check_arguments(args)
     if args.nproc is not None:
         return _launch_local(args)
     from gradsched.torch.measure.netbench import run_under_launcher
@@ -49,5 +64,5 @@ def _launch_local(args: argparse.Namespace) -> int:
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # local ranks talk over loopback, whatever the host's routes
     rc = subprocess.call(cmd, env=env)
     if rc != 0:
-        raise GradschedError(f"the launched ranks failed (exit status {rc}); their errors are printed above")
+        raise WorkersFailed(f"the launched ranks failed (exit status {rc}); their errors are printed above", rc)
     return 0

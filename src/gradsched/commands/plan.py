@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from gradsched.commands._inputs import add_model_args, load_cluster, load_profile, planner_options, strategy_list
+from gradsched.commands._inputs import (add_model_args, check_inputs, check_opt_keys, load_cluster, load_profile,
+                                        planner_options, strategy_list)
 from gradsched.errors import GradschedError
 from gradsched.planners import make_plan
 from gradsched.sim import simulate
@@ -23,8 +24,10 @@ def run(args: argparse.Namespace) -> int:
     names = strategy_list(args.strategy)
     if len(names) != 1:
         raise GradschedError("gradsched plan takes exactly one --strategy")
+    check_opt_keys(names, args)
     profile = load_profile(args)
     cluster = load_cluster(args)
+    check_inputs(profile, cluster)
     plan = make_plan(names[0], profile, cluster, **planner_options(names[0], args))
     plan.check(profile)
     plan.save(args.output)

@@ -20,8 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "gradient-ready order. With --device meta nothing is allocated: times are "
                                    "FLOPs at --device-tflops, so models larger than this machine can be planned.")
     p.add_argument("--model", required=True,
-                   help="built-in model (mlp, cnn, vgg, gpt2, bert) or a large transformer shape for "
-                        f"--device meta ({', '.join(_PRESET_NAMES)})")
+                   help="built-in model (mlp, cnn, vgg, gpt2, bert), your own as MODULE:FUNCTION (a factory "
+                        "returning (module, batch_fn[, loss_fn]); docs/profiling.md), or a large transformer shape "
+                        f"for --device meta ({', '.join(_PRESET_NAMES)})")
     p.add_argument("--batch-size", type=int, default=None,
                    help="samples per iteration (default 16; 1 for the large transformer shapes)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or meta (default cpu)")
@@ -48,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     if args.model in _PRESET_NAMES and args.device != "meta":
         raise GradschedError(f"{args.model} is profiled from its shapes only: add --device meta --device-tflops T")
     if args.threads is not None:
+        if args.threads < 1:
+            raise GradschedError(f"--threads must be at least 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     spec, default_batch = _build(args.model, args.seed, args.device)
     batch = spec.make_batch(args.batch_size or default_batch, torch.Generator().manual_seed(args.seed))

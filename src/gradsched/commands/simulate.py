@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any
 
-from gradsched.commands._inputs import add_model_args, load_cluster, load_profile, planner_options, strategy_list
+from gradsched.commands._inputs import (add_model_args, check_inputs, check_opt_keys, load_cluster, load_profile,
+                                        planner_options, strategy_list)
+from gradsched.commands._output import add_json_arg, emit_json, to_stdout
+from gradsched.errors import GradschedError
 from gradsched.plan import Plan
 from gradsched.planners import make_plan
 from gradsched.sim import simulate
 
+MAX_CHANNELS = 1024  # more channels than operations change nothing; a billion is a typo
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("simulate", help="predict the iteration time of strategies by simulation",
@@ -22,16 +25,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strategy", default="all", help="comma-separated strategy names, or 'all' (default)")
     p.add_argument("--plan", action="append", default=[], metavar="PLAN.json",
                    help="simulate this plan file (repeatable; replaces --strategy)")
-    p.add_argument("--channels", type=int, default=1, help="parallel communication channels (default 1)")
-    p.add_argument("--json", action="store_true", help="print one JSON list, one object per strategy")
+    p.add_argument("--channels", type=int, default=1, help=f"parallel communication channels, 1 to {MAX_CHANNELS} "
+                                                            "(default 1)")
+    add_json_arg(p, "one list, one object per strategy,")
     p.add_argument("--trace", metavar="OUT.json", help="Chrome trace of the simulated timelines (one process per strategy)")
     p.add_argument("--plot", metavar="OUT.png", help="Gantt chart of the simulated timelines")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if not 1 <= args.channels <= MAX_CHANNELS:
+        raise GradschedError(f"--channels must be between 1 and {MAX_CHANNELS}, got {args.channels}")
     profile = load_profile(args)
     cluster = load_cluster(args)
+    check_inputs(profile, cluster)
     rows: list[dict[str, Any]] = []
     timelines = []
     for name, plan, plan_s in _plans(args, profile, cluster):
@@ -50,11 +57,9 @@ def run(args: argparse.Namespace) -> int:
         from gradsched.plot import gantt
 
         gantt(timelines, args.plot)
-    if args.json:
-        json.dump(rows, sys.stdout, indent=1)
-        print()
-    else:
+    if not to_stdout(args):
         print_table(rows, profile.model, cluster.world_size)
+    emit_json(args, rows)
     return 0
 
 
@@ -65,7 +70,9 @@ def _plans(args: argparse.Namespace, profile, cluster):
             plan = Plan.load(path, profile)
             yield plan.strategy, plan, 0.0
         return
-    for name in strategy_list(args.strategy):
+    names = strategy_list(args.strategy)
+    check_opt_keys(names, args)
+    for name in names:
         opts = planner_options(name, args)
         t0 = time.perf_counter()
         plan = make_plan(name, profile, cluster, **opts)

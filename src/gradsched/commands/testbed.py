@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import signal
-import sys
 from typing import Any
 
+from gradsched.commands._output import add_json_arg, emit_json, to_stdout
 from gradsched.testbed import (DEFAULT_PREFIX, SUBNET, Testbed, foreign_namespaces, format_rate, read_status,
                                teardown)
 
@@ -21,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     up = actions.add_parser("up", help="create (or repair, or reshape) the testbed; idempotent")
-    up.add_argument("--hosts", type=int, default=2, metavar="N", help="number of hosts (default 2)")
+    up.add_argument("--hosts", type=int, default=2, metavar="N", help="number of emulated hosts (network namespaces), default 2; "
+                    "`gradsched train/bench --workers N` then runs one rank on each")
     up.add_argument("--rate", default="1gbit", metavar="RATE",
                     help="link cap per host and direction, e.g. 100mbit, 500mbit, 1gbit (default)")
     up.add_argument("--hold", action="store_true",
@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     down = actions.add_parser("down", help="remove every namespace (with its links and qdiscs) the testbed made")
 
     status = actions.add_parser("status", help="show what exists now")
-    status.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_arg(status, "the state, one object,")
 
     for q in (up, down, status):
         q.add_argument("--prefix", default=DEFAULT_PREFIX,
@@ -50,11 +50,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"testbed {args.prefix}: left netns {name}: not made by the gradsched testbed")
         return 0
     state = read_status(args.prefix)
-    if args.json:
-        json.dump(state.to_dict(), sys.stdout, indent=1)
-        print()
-    else:
+    if not to_stdout(args):
         print(state.describe())
+    emit_json(args, state.to_dict())
     return 0
 
 

@@ -1,10 +1,11 @@
-"""``gradsched train``: data-parallel training of a built-in model on N local workers.
+"""``gradsched train``: data-parallel training of a built-in model (or your own) on N local workers.
 
-Starts ``--nproc`` workers on loopback with PyTorch's own launcher
-(``torch.distributed.run``), trains ``--model`` on synthetic data under
-``--strategy`` (``ddp`` is PyTorch's DDP itself), and prints a summary, or one JSON
-object with ``--json``.  ``--strategy auto`` profiles in situ, switches to the plan it
-predicts fastest (``--option switch_iteration=5``) and adds ``predicted_iteration_s``
+Starts ``--workers`` ranks on loopback with PyTorch's own launcher
+(``torch.distributed.run``), trains ``--model`` (a built-in one on synthetic data, or
+your factory ``MODULE:FUNCTION``) under ``--strategy`` (``ddp`` is PyTorch's DDP
+itself), and prints a summary; ``--json [PATH]`` writes the result as one JSON object
+(``-``: on stdout, instead of the summary).  ``--strategy auto`` profiles in situ, switches to the plan it
+predicts fastest (``--opt switch_iteration=5``) and adds ``predicted_iteration_s``
 (and the median measured after its last switch) to the JSON.
 """
 
@@ -19,20 +20,29 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gradsched.errors import GradschedError
+from gradsched.commands._model import BUILT_IN, check_model
+from gradsched.commands._model import HELP as MODEL_HELP
+from gradsched.commands._output import add_json_arg, emit_json, to_stdout
+from gradsched.errors import GradschedError, WorkersFailed
 
-MODELS = ("mlp", "cnn", "vgg", "gpt2", "bert")
+MODELS = BUILT_IN
+LOG_ENV = "GRADSCHED_LOG_LEVEL"  # set by --log-level (gradsched.cli); the workers log at that level
+AUTO_PLANNER_KEYS = ("channels", "exclude", "density")  # run-time auto's options that its planner takes
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: beyond it (or NaN) a timeout is a typo
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("train", help="train a built-in model on N local workers under a strategy",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nproc", type=int, default=2, help="workers (ranks) on this machine (default 2)")
-    p.add_argument("--model", default="mlp", help=f"built-in model: {', '.join(MODELS)} (default mlp)")
+    p.add_argument("--workers", "--nproc", dest="nproc", type=int, default=2, metavar="N",
+                   help="data-parallel ranks, one process each: on this machine, or one per testbed host with --rate "
+                        "(default 2; --nproc is the same flag)")
+    p.add_argument("--model", default="mlp", help=f"{MODEL_HELP} (default mlp)")
     p.add_argument("--strategy", default="wfbp", help="strategy name (default wfbp); ddp = PyTorch DDP")
     p.add_argument("--plan", default=None, help="run this plan file (gradsched.plan/1) instead of --strategy")
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="strategy option, repeatable (e.g. --option mb=4)")
+    p.add_argument("--opt", "--option", dest="option", action="append", default=[], metavar="KEY=VALUE",
+                   help="strategy option, repeatable (e.g. --opt mb=4 with --strategy threshold); --option is the "
+                        "old spelling")
     p.add_argument("--density", type=float, default=None,
                    help="top-k density for --strategy topk|omgs (default 0.001) or auto (allows sparse plans)")
     p.add_argument("--sparse", action="append", default=[], metavar="KEY=VALUE",
@@ -45,7 +55,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--rate", default=None, help="run each worker on its own testbed host with links shaped to this "
                    "rate (e.g. 1gbit; needs root; see docs/testbed.md) instead of loopback")
     p.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
-    p.add_argument("--warmup", type=int, default=3, help="steps left out of the timing (default 3)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="steps left out of the timing, 0 to --steps - 1 (default 3, or --steps - 1 if fewer)")
     p.add_argument("--batch-size", type=int, default=16, help="per-worker batch size (default 16)")
     p.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default 0.01 sgd, 1e-3 adam)")
@@ -55,7 +66,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--timeout-s", type=float, default=300.0, help="collective timeout (default 300)")
     p.add_argument("--save-params", default=None, metavar="PATH", help="torch.save rank 0's final parameters here")
     p.add_argument("--trace", default=None, metavar="OUT.json", help="write the measured Chrome trace of all ranks")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_arg(p, "the result, one object,")
     p.set_defaults(func=run)
 
 
@@ -64,7 +75,7 @@ def _options(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
-            raise GradschedError(f"--option {pair!r}: expected KEY=VALUE")
+            raise GradschedError(f"--opt {pair!r}: expected KEY=VALUE")
         try:
             out[key] = json.loads(raw)
         except json.JSONDecodeError:
@@ -72,18 +83,40 @@ def _options(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+def _checked(strategy: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``--opt`` values of ``strategy``, typed and range-checked here, not in a worker's traceback."""
+    from gradsched.planners.registry import check_options
+
+    mine = options if strategy != "auto" else {k: x for k, x in options.items() if k in AUTO_PLANNER_KEYS}
+    try:
+        checked = check_options(strategy, mine)
+    except GradschedError as exc:
+        raise GradschedError(f"--opt: {exc}") from None
+    checked = {k: list(x) if isinstance(x, tuple) else x for k, x in checked.items()}  # JSON for the workers
+    if strategy == "auto":
+        from gradsched.torch.runtime.autotune import AutoTuneConfig
+
+        checked = {**options, **checked}
+        AutoTuneConfig.from_options(checked)  # run-time auto's own settings
+    return checked
+
+
 def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
     if args.nproc < 1:
         raise GradschedError(f"--nproc must be at least 1, got {args.nproc}")
-    if args.steps < 1 or args.batch_size < 1:
-        raise GradschedError("--steps and --batch-size must be at least 1")
-    if args.model not in MODELS:
-        raise GradschedError(f"unknown model {args.model!r}; known: {', '.join(MODELS)}")
-    if args.model in ("gpt2", "bert"):
-        import importlib.util
-
-        if importlib.util.find_spec("transformers") is None:
-            raise GradschedError(f"model {args.model} needs the transformers package: pip install transformers")
+    if args.steps < 1 or args.batch_size < 1 or args.threads < 1:
+        raise GradschedError("--steps, --batch-size and --threads must be at least 1")
+    if args.warmup is None:
+        args.warmup = min(3, args.steps - 1)
+    if not 0 <= args.warmup < args.steps:
+        raise GradschedError(f"--warmup must be between 0 and --steps - 1 ({args.steps - 1}): the steps left out of "
+                             f"the timing, got {args.warmup}")
+    if not 0 < args.timeout_s <= MAX_TIMEOUT_S:
+        raise GradschedError(f"--timeout-s must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g}, "
+                             f"got {args.timeout_s}")
+    if args.lr is not None and not 0 < args.lr < float("inf"):
+        raise GradschedError(f"--lr must be a finite number above 0, got {args.lr}")
+    check_model(args.model, seed=args.seed, batch_size=args.batch_size)
     for flag, path in (("--plan", args.plan), ("--profile", args.profile), ("--cluster", args.cluster)):
         if path and not Path(path).is_file():
             raise GradschedError(f"{flag} {path}: no such file")
@@ -99,6 +132,8 @@ def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
     plan_options = _options(args.option)
     if args.density is not None:
         plan_options["density"] = args.density
+    if plan_options and not args.plan:
+        plan_options = _checked(args.strategy, plan_options)
     sparse_options = _options(args.sparse)
     if sparse_options:
         from gradsched.torch.runtime.sparse import SparseOptions
@@ -138,8 +173,8 @@ def launch_testbed(cfg: dict[str, Any], hosts: int, rate: str) -> tuple[int, str
     with Testbed(hosts=hosts, rate=rate, prefix=TESTBED_PREFIX) as tb:
         try:
             tb.launch(["-m", "gradsched.torch.jobs.trainer", str(cfg_path)]).wait(timeout_s=cfg["timeout_s"] + 600)
-        except GradschedError as exc:
-            return 1, str(exc)
+        except WorkersFailed as exc:
+            return exc.exit_status, str(exc)
     return 0, ""
 
 
@@ -150,17 +185,20 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="gradsched-train-") as tmp:
         cfg = _config(args, tmp)
         code, output = launch_testbed(cfg, args.nproc, args.rate) if args.rate else launch(cfg, args.nproc)
+        lines = [ln for ln in output.splitlines() if ln.strip()]
+        if os.environ.get(LOG_ENV):  # --log-level: the workers' log (run-time auto's decisions)
+            for ln in lines:
+                if ln.startswith("gradsched[rank"):
+                    print(ln, file=sys.stderr)
         result_path = Path(tmp, "result.json")
         if code != 0 or not result_path.exists():
-            lines = [ln for ln in output.splitlines() if ln.strip()]
             errors = [ln for ln in lines if "Error" in ln and "Traceback" not in ln]
-            tail = "\n".join(lines[-25:])
-            print(tail, file=sys.stderr)
-            raise GradschedError(f"training failed (workers exited with {code})"
-                                 + (f": {errors[-1].strip()}" if errors else ""))
+            print("\n".join(lines[-25:]), file=sys.stderr)
+            raise WorkersFailed(f"training failed (workers exited with {code})"
+                                + (f": {errors[-1].strip()}" if errors else ""), code)
         result = json.loads(result_path.read_text())
-    if args.json:
-        print(json.dumps(result))
+    if to_stdout(args):
+        emit_json(args, result, indent=None)
         return 0
     ops = f"{result['operations']} operations" if result["operations"] is not None else "PyTorch DDP"
     print(f"{result['model']} ({result['params']:,} parameters), {result['nproc']} x {result['backend']}, "
@@ -183,4 +221,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"  parameters of rank 0 saved to {result['saved_params']}")
     if result.get("trace"):
         print(f"  measured trace of all ranks: {result['trace']}")
+    emit_json(args, result, indent=None)
     return 0

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
+from gradsched.planners.options import STRATEGIES, Option
 from gradsched.planners.registry import get_planner, is_sparse, register, strategy_names
 from gradsched.profile import Profile
 
@@ -79,7 +80,14 @@ def as_auto(choice: Ranked, tried: int, density: float = 1.0) -> Plan:
     return replace(choice.plan, strategy="auto", options=options)
 
 
-@register("auto")
+OPTIONS = (
+    Option("density", float, 1.0, low=0, low_open=True, high=1, doc="below 1: sparse strategies are candidates too"),
+    Option("channels", int, 1, low=1, high=1024, doc="parallel communication channels simulated"),
+    Option("exclude", STRATEGIES, (), doc="strategies not tried"),
+)
+
+
+@register("auto", options=OPTIONS)
 def plan(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int = 1,
          exclude: tuple[str, ...] = ()) -> Plan:
     results = ranked(profile, cluster, density, channels, exclude)

@@ -10,18 +10,27 @@ from __future__ import annotations
 from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
 from gradsched.plan import Operation, Plan, Slice
+from gradsched.planners.options import Option
 from gradsched.planners.registry import register
 from gradsched.profile import Profile
 
 
-@register("bytescheduler")
+MAX_OPERATIONS = 10_000_000  # more blocks than this is a typo in partition_bytes, not a plan
+OPTIONS = (
+    Option("partition_bytes", int, 4 << 20, low=1, high=1 << 50, doc="largest block in bytes"),
+    Option("credit_bytes", int, None, low=1, high=1 << 60, optional=True,
+           doc="bytes issued but unfinished at a time (default: two blocks)"),
+)
+
+
+@register("bytescheduler", options=OPTIONS)
 def plan(profile: Profile, cluster: Cluster, partition_bytes: int = 4 << 20,
          credit_bytes: int | None = None) -> Plan:
-    if partition_bytes <= 0:
-        raise GradschedError(f"bytescheduler: partition_bytes must be positive, got {partition_bytes}")
-    credit = 2 * partition_bytes if credit_bytes is None else int(credit_bytes)
-    if credit <= 0:
-        raise GradschedError(f"bytescheduler: credit_bytes must be positive, got {credit_bytes}")
+    credit = 2 * partition_bytes if credit_bytes is None else credit_bytes
+    blocks = sum(-(-t.numel // max(1, partition_bytes // t.element_bytes)) for t in profile.tensors)
+    if blocks > MAX_OPERATIONS:
+        raise GradschedError(f"bytescheduler: partition_bytes={partition_bytes} cuts this model into {blocks:,} "
+                             f"blocks (at most {MAX_OPERATIONS:,}); give a larger partition_bytes, e.g. {4 << 20}")
     ops = []
     for i in profile.order:
         t = profile.tensors[i]

@@ -9,17 +9,21 @@ from __future__ import annotations
 import itertools
 
 from gradsched.cluster import Cluster
-from gradsched.errors import GradschedError
 from gradsched.plan import Plan, whole_tensor_ops
 from gradsched.planners._buckets import MiB, buckets_by_size
+from gradsched.planners.options import Option
 from gradsched.planners.registry import register
 from gradsched.profile import Profile
 
 
-@register("ddp")
+OPTIONS = (
+    Option("bucket_cap_mb", float, 25.0, low=0, low_open=True, high=1e9, doc="bucket size in MiB after the first"),
+    Option("first_bucket_mb", float, 1.0, low=0, low_open=True, high=1e9, doc="size of the first bucket in MiB"),
+)
+
+
+@register("ddp", options=OPTIONS)
 def plan(profile: Profile, cluster: Cluster, bucket_cap_mb: float = 25.0, first_bucket_mb: float = 1.0) -> Plan:
-    if not (bucket_cap_mb > 0 and first_bucket_mb > 0):
-        raise GradschedError("ddp: bucket_cap_mb and first_bucket_mb must be positive")
     caps = itertools.chain([first_bucket_mb * MiB], itertools.repeat(bucket_cap_mb * MiB))
     groups = buckets_by_size(profile, caps)
     return Plan("ddp", whole_tensor_ops(groups, profile), profile.fingerprint, profile.model,

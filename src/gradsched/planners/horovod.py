@@ -11,17 +11,23 @@ from __future__ import annotations
 import math
 
 from gradsched.cluster import Cluster
-from gradsched.errors import GradschedError
 from gradsched.plan import Plan, whole_tensor_ops
 from gradsched.planners._buckets import MiB
+from gradsched.planners.options import Option
 from gradsched.planners.registry import register
 from gradsched.profile import Profile
 
 
-@register("horovod")
+OPTIONS = (
+    Option("fusion_mb", float, 128.0, low=0, low_open=True, high=1e9, doc="fusion buffer size in MiB"),
+    # below a microsecond the cycle is no longer a time Horovod's thread can keep (and
+    # cycle_ms / 1e3 may round to 0)
+    Option("cycle_ms", float, 1.0, low=1e-3, high=1e6, doc="background thread's cycle in milliseconds"),
+)
+
+
+@register("horovod", options=OPTIONS)
 def plan(profile: Profile, cluster: Cluster, fusion_mb: float = 128.0, cycle_ms: float = 1.0) -> Plan:
-    if not (fusion_mb > 0 and cycle_ms > 0):
-        raise GradschedError("horovod: fusion_mb and cycle_ms must be positive")
     cap, cycle = fusion_mb * MiB, cycle_ms / 1e3
     cost = cluster.cost("allreduce")
     ready = profile.ready_s

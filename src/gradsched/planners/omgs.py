@@ -37,8 +37,9 @@ import math
 
 from gradsched.cluster import Cluster
 from gradsched.plan import SPARSE, Plan, whole_tensor_ops
+from gradsched.planners.options import Option
 from gradsched.planners.registry import register
-from gradsched.planners.topk import DEFAULT_DENSITY, check_density, layers_in_ready_order
+from gradsched.planners.topk import DEFAULT_DENSITY, layers_in_ready_order
 from gradsched.profile import Profile
 
 INDEX_BYTES = 4  # int32 index per selected element
@@ -143,9 +144,15 @@ def refine(groups: list[list[int]], profile: Profile, cluster: Cluster, density:
     return groups_of(cuts)
 
 
-@register("omgs", sparse=True)
+OPTIONS = (
+    Option("density", float, DEFAULT_DENSITY, low=0, low_open=True, high=1, doc="fraction of elements sent"),
+    Option("refine_plan", bool, True, doc="improve the paper's groups on the simulator's timeline"),
+)
+
+
+@register("omgs", sparse=True, options=OPTIONS)
 def plan(profile: Profile, cluster: Cluster, density: float = DEFAULT_DENSITY, refine_plan: bool = True) -> Plan:
-    d = check_density("omgs", density)
+    d = density
     groups = merge_layers(profile, cluster, d)
     if refine_plan:
         groups = refine(groups, profile, cluster, d)

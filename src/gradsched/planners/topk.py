@@ -11,23 +11,12 @@ where that pays.  The default density 0.001 is OMGS-SGD's.
 from __future__ import annotations
 
 from gradsched.cluster import Cluster
-from gradsched.errors import GradschedError
 from gradsched.plan import SPARSE, Plan, whole_tensor_ops
+from gradsched.planners.options import Option
 from gradsched.planners.registry import register
 from gradsched.profile import Profile
 
 DEFAULT_DENSITY = 0.001
-
-
-def check_density(strategy: str, density: float) -> float:
-    """``density`` as a float in (0, 1], or a GradschedError that says what to pass."""
-    try:
-        d = float(density)
-    except (TypeError, ValueError):
-        raise GradschedError(f"{strategy}: density must be a number in (0, 1], got {density!r}") from None
-    if not 0 < d <= 1:
-        raise GradschedError(f"{strategy}: density must be in (0, 1] (fraction of elements sent), got {density}")
-    return d
 
 
 def layers_in_ready_order(profile: Profile) -> list[list[int]]:
@@ -38,8 +27,11 @@ def layers_in_ready_order(profile: Profile) -> list[list[int]]:
     return list(groups.values())
 
 
-@register("topk", sparse=True)
+OPTIONS = (Option("density", float, DEFAULT_DENSITY, low=0, low_open=True, high=1,
+                  doc="fraction of each gradient's elements sent"),)
+
+
+@register("topk", sparse=True, options=OPTIONS)
 def plan(profile: Profile, cluster: Cluster, density: float = DEFAULT_DENSITY) -> Plan:
-    d = check_density("topk", density)
-    ops = whole_tensor_ops(layers_in_ready_order(profile), profile, collective=SPARSE, density=d)
-    return Plan("topk", ops, profile.fingerprint, profile.model, {"density": d})
+    ops = whole_tensor_ops(layers_in_ready_order(profile), profile, collective=SPARSE, density=density)
+    return Plan("topk", ops, profile.fingerprint, profile.model, {"density": density})

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.errors import GradschedError
 from gradsched.plan import Operation, Plan, Slice
+from gradsched.planners.options import Option
 from gradsched.planners.registry import register
 from gradsched.profile import Profile
 from gradsched.sim.engine import EPS_S  # the simulator's simultaneity: the plan must replay exactly
@@ -270,7 +271,14 @@ def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_B
     return plan_, schedule, evaluations
 
 
-@register("usbyte")
+OPTIONS = (
+    Option("unit_bytes", int, DEFAULT_UNIT_BYTES, low=1, high=1 << 50, doc="block unit in bytes"),
+    Option("max_evaluations", int, DEFAULT_MAX_EVALUATIONS, low=1, high=1_000_000,
+           doc="schedules modelled by the priority search (1: front-first, no search)"),
+)
+
+
+@register("usbyte", options=OPTIONS)
 def plan(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_BYTES,
          max_evaluations: int = DEFAULT_MAX_EVALUATIONS) -> Plan:
     return predict(profile, cluster, unit_bytes, max_evaluations)[0]

@@ -14,6 +14,8 @@ Models (``MODEL_NAMES``):
   32x32 input: communication-heavy relative to its compute, like the DESIGN's regime.
 - ``gpt2`` / ``bert``: small configs of ``transformers`` models, random init
   (needs ``pip install transformers``).
+- ``replay:PROFILE``: a profile (a file or a bundled name) replayed with emulated
+  compute and real parameters (:mod:`gradsched.torch.jobs.replay`).
 """
 
 from __future__ import annotations
@@ -54,7 +56,18 @@ def build_model(name: str, *, seed: int = 0) -> ModelSpec:
     """Build built-in model ``name`` with parameters drawn from ``seed``.
 
     The same ``(name, seed)`` gives the same parameters in every process, which is how
-    data-parallel ranks start from identical weights without a broadcast."""
+    data-parallel ranks start from identical weights without a broadcast.  ``name`` may
+    also be ``replay:PROFILE`` (:mod:`gradsched.torch.jobs.replay`) or the user's own
+    factory, ``MODULE:FUNCTION`` (:mod:`gradsched.torch.jobs.factory`)."""
+    if name.startswith("replay:"):  # a profile replayed: real parameters, emulated compute
+        from gradsched.torch.jobs import replay
+
+        module = replay.ReplayModel(replay.load_profile(name.removeprefix("replay:")), seed=seed)
+        return ModelSpec(f"replay:{module.profile.model}", module, replay.make_batch, F.mse_loss)
+    if ":" in name:
+        from gradsched.torch.jobs.factory import build_from_factory
+
+        return ModelSpec(name, *build_from_factory(name, seed))
     builders = {"mlp": _mlp, "cnn": _cnn, "vgg": _vgg, "gpt2": _gpt2, "bert": _bert}
     if name not in builders:
         raise GradschedError(f"unknown model {name!r}; known: {', '.join(MODEL_NAMES)}")

@@ -9,6 +9,8 @@ cleanly; the module's ``__main__`` then leaves without interpreter finalisation
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -26,6 +28,10 @@ def run_worker(body: Callable[[dict[str, Any]], dict[str, Any] | None], result_n
     machine's cores are shared by the ranks), ``backend`` (default NCCL with GPUs,
     else gloo)."""
     argv = sys.argv[1:] if argv is None else argv
+    level = os.environ.get("GRADSCHED_LOG_LEVEL")  # `gradsched --log-level`: e.g. run-time auto's decisions
+    if level:
+        logging.basicConfig(level=level.upper(), stream=sys.stderr,
+                            format=f"gradsched[rank {os.environ.get('RANK', '?')}] %(levelname)s %(name)s: %(message)s")
     cfg = json.loads(Path(argv[0]).read_text())
     torch.set_num_threads(cfg.get("threads", 1))
     backend = cfg.get("backend") or ("nccl" if torch.cuda.is_available() else "gloo")

@@ -48,7 +48,7 @@ iterations is kept; an alpha-beta line is fitted through them
 (:meth:`CollectiveCost.fit`).  When the initial plan has too few distinct operation
 sizes for a line, a few probe all-reduces of known sizes at start-up supply the rest.
 
-Options (``plan_options`` of ``"auto"``; ``gradsched train --option KEY=VALUE``):
+Options (``plan_options`` of ``"auto"``; ``gradsched train --opt KEY=VALUE``):
 ``switch_iteration`` (5), ``initial`` ("wfbp"), ``initial_options`` ({}), ``trials``
 (3), ``trial_iterations`` (12), ``trial_rounds`` (3), ``min_gain`` (0.03),
 ``replan_threshold`` (0.15), ``patience`` (10), ``max_replans`` (3), ``adaptive`` (true;
@@ -111,9 +111,9 @@ class AutoTuneConfig:
         """Split ``plan_options`` of ``"auto"`` into tuner settings and planner options; check them."""
         opts = dict(options or {})
         planner = {k: opts.pop(k) for k in PLANNER_KEYS if k in opts}
-        if "exclude" in planner:
-            ex = planner["exclude"]
-            planner["exclude"] = (ex,) if isinstance(ex, str) else tuple(ex)
+        from gradsched.planners.registry import check_options
+
+        planner = check_options("auto", planner)  # typed and range-checked as the auto planner declares them
         density = opts.pop("density", 1)
         if density != 1:
             # Sparse plans are planned once at start-up: a run-time switch must not change
@@ -636,8 +636,9 @@ class AutoTuner:
         def runnable(candidates: list[Ranked]) -> list[Ranked]:
             if model.has_optimizer():
                 return candidates
-            # overlapping the update with the next forward needs DistributedOptimizer
-            return [r for r in candidates if not r.plan.overlap_forward]
+            # without a DistributedOptimizer an overlapping plan waits at the end of backward
+            # (gradsched.torch.runtime.inflight), so the simulator's figure for it would not hold
+            return [r for r in candidates if not r.plan.overlap_forward] or candidates
 
         results = runnable(ranked(profile, cluster, **opts))
         plan = as_auto(results[0], len(results))

@@ -49,12 +49,13 @@ from torch import nn
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
 from gradsched.torch.runtime.hosttime import HostTimer
+from gradsched.torch.runtime.inflight import applied, unwrap
 from gradsched.torch.runtime.layout import build_layout
 from gradsched.torch.runtime.memory import MemoryLedger, storage_bytes
-from gradsched.torch.runtime.ops import CollectiveError, OpRunner, make_runner
+from gradsched.torch.runtime.ops import CollectiveError, OpRunner, make_runner, wait_all
 from gradsched.torch.runtime.planning import dtype_key
 from gradsched.torch.runtime.shutdown import close_at_exit, release_at_exit
-from gradsched.torch.runtime.sparse import SparseOptions, TopkAllGather
+from gradsched.torch.runtime.sparse import SparseOptions, TopkAllGather, check_replicas
 from gradsched.torch.runtime.trace import UPDATE, WAIT, Tracer
 
 PENDING, ISSUED, DONE = 0, 1, 2
@@ -62,19 +63,24 @@ NCCL_POLL_S = 0.001  # NCCL futures complete at enqueue, not at the end: the pro
 IDLE_CHECK_S = 1.0  # an idle progress thread checks this often whether its executor is gone (no leak)
 CLOSE_WAIT_S = 30.0  # closing waits at most this long for each operation in flight (peers may be gone)
 
-# Plans issued from a progress thread use a private copy of the user's group: another
-# collective on the user's group (a logged loss all-reduce between steps) could otherwise
-# interleave with the thread's issues in a different order on different ranks.  One per
-# user group per process, created at the same point on every rank (executor creation).
-_PRIVATE_GROUPS: dict[dist.ProcessGroup, dist.ProcessGroup] = {}
+_PRIVATE_GROUPS: "weakref.WeakKeyDictionary[object, dist.ProcessGroup]" = weakref.WeakKeyDictionary()
 
 
-def _private_group(group: dist.ProcessGroup, timeout_s: float) -> dist.ProcessGroup:
-    release_at_exit(_PRIVATE_GROUPS.clear)  # never held into finalisation (gradsched.torch.runtime.shutdown)
-    if group not in _PRIVATE_GROUPS:
-        _PRIVATE_GROUPS[group] = dist.new_group(dist.get_process_group_ranks(group), backend=dist.get_backend(group),
+def private_group(group: dist.ProcessGroup, timeout_s: float, owner: object) -> dist.ProcessGroup:
+    """``owner``'s private copy of ``group`` (a collective: every rank of ``group`` calls it at the same point).
+
+    Plans whose issue times depend on timing (a credit window: a completion frees
+    room) issue on a group of their own: another collective on the user's group (a
+    logged loss all-reduce between steps), or another wrapped model's operations (a
+    GAN's generator and discriminator, a teacher and a student), could otherwise
+    interleave with them in a different order on different ranks.  One per ``owner``
+    (the wrapped model; made when its first such plan starts), held here, not by the
+    owner, so that it is never held into finalisation (gradsched.torch.runtime.shutdown)."""
+    release_at_exit(_PRIVATE_GROUPS.clear)
+    if owner not in _PRIVATE_GROUPS:
+        _PRIVATE_GROUPS[owner] = dist.new_group(dist.get_process_group_ranks(group), backend=dist.get_backend(group),
                                                 timeout=timedelta(seconds=timeout_s))
-    return _PRIVATE_GROUPS[group]
+    return _PRIVATE_GROUPS[owner]
 
 
 class _Wake:
@@ -137,7 +143,8 @@ class Executor:
     def __init__(self, params: list[nn.Parameter], names: list[str], plan: Plan, order: list[int],
                  group: dist.ProcessGroup, ctrl_group: dist.ProcessGroup, *, timeout_s: float,
                  find_unused_parameters: bool, tracer: Tracer | None,
-                 sparse_options: SparseOptions | dict | None = None, progress_thread: bool = True) -> None:
+                 sparse_options: SparseOptions | dict | None = None, progress_thread: bool = True,
+                 private_owner: object | None = None) -> None:
         self.params = params
         self.names = names
         self.plan = plan
@@ -198,14 +205,16 @@ class Executor:
         self._thread_error: BaseException | None = None
         self._wake: _Wake | None = None
         self._thread: threading.Thread | None = None
-        if progress_thread and self.credit_bytes is not None:
-            self.group = group = _private_group(group, timeout_s)
+        if self.credit_bytes is not None:  # issue times depend on completions: a group of its own
+            self.group = group = private_group(group, timeout_s, self if private_owner is None else private_owner)
             for r in self.runners:
                 r.group = group
+        if progress_thread and self.credit_bytes is not None:
             self._wake = _Wake()
         self.enabled = True  # False inside no_sync()
         self.in_backward = False
-        self.on_backward_end: Callable[[], None] | None = None  # set by the wrapper (overlap plans)
+        # set by the wrapper (overlap plans): True when it leaves operations in flight (gradsched.torch.runtime.inflight)
+        self.on_backward_end: Callable[[], bool] | None = None
         self.host_timer: HostTimer | None = None  # counts host time per operation when set (gradsched bench)
         self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(i)) for i, p in enumerate(params)]
         self._reset()
@@ -236,23 +245,59 @@ class Executor:
         return out
 
     def sparse_state(self) -> dict[str, torch.Tensor]:
-        """Residuals and the step counter (empty for dense plans): what a resumed run needs to continue exactly."""
+        """This rank's residuals and the step counter (empty for dense plans), tagged with the rank that saved
+        them and the world size: what a resumed run on this rank needs to continue exactly."""
         out: dict[str, torch.Tensor] = {}
         for j, r in enumerate(self.runners):
             if isinstance(r, TopkAllGather):
                 out[f"residual.op{j}"] = r.residual_tensor().detach().clone()
         if out:
             out["step"] = torch.tensor(self.sparse_step, dtype=torch.int64)
+            out["rank"] = torch.tensor(self.rank, dtype=torch.int64)
+            out["world_size"] = torch.tensor(self.world_size, dtype=torch.int64)
+        return out
+
+    def gathered_sparse_state(self) -> dict[str, torch.Tensor]:
+        """Every rank's residuals as one ``[world_size, n]`` tensor per operation (``rank`` -1): a
+        collective on every rank, after :meth:`settle_all`.  Loaded on any rank, it restores that rank's row."""
+        out = self.sparse_state()
+        for key in [k for k in out if k.startswith("residual.")]:
+            mine = out[key]
+            rows = [torch.empty_like(mine) for _ in range(self.world_size)]
+            work = dist.all_gather(rows, mine, group=self.ctrl_group, async_op=True)
+            wait_all([work], host_wait=True, timeout_s=self.timeout_s, rank=self.rank,
+                     what=f"gathering the residuals ({key})")
+            out[key] = torch.stack(rows)
+        if out:
+            out["rank"] = torch.tensor(-1, dtype=torch.int64)
         return out
 
     def load_sparse_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore :meth:`sparse_state` (saved by this rank) or :meth:`gathered_sparse_state` (any rank's file).
+
+        Another rank's own residuals are refused: loading them here would drop this rank's
+        and count that rank's twice."""
         mine = self.sparse_state()
-        if set(state) != set(mine):
+        need = {k for k in mine if k.startswith("residual.")} | {"step"}
+        given = {k for k in state if k.startswith("residual.")} | ({"step"} & set(state))
+        if given != need:
             raise GradschedError(f"sparse state has keys {sorted(state)}, this plan needs {sorted(mine)}: the "
                                  "checkpoint was saved under another plan; load it with the same strategy and options")
+        saver = int(state["rank"]) if "rank" in state else 0  # untagged (older gradsched): rank 0's, the usual saver
+        world = int(state["world_size"]) if "world_size" in state else self.world_size
+        if world != self.world_size:
+            raise GradschedError(f"the checkpoint holds residuals of {world} rank(s), this run has {self.world_size}: "
+                                 "resume on as many ranks, or drop its '_gradsched_sparse.*' keys and load with "
+                                 "strict=False to start with empty residuals")
+        if saver >= 0 and saver != self.rank:
+            raise GradschedError(f"the checkpoint holds rank {saver}'s residuals only, loaded on rank {self.rank}: "
+                                 "save with model.gathered_state_dict() on every rank (a collective; rank 0 writes "
+                                 "the file) to keep every rank's residuals, or save and load one file per rank")
         for j, r in enumerate(self.runners):
             if isinstance(r, TopkAllGather):
                 saved = state[f"residual.op{j}"]
+                if saver < 0 and saved.dim() == 2:
+                    saved = saved[self.rank]
                 if saved.shape != r.residual_tensor().shape:
                     raise GradschedError(f"residual of operation {j} has shape {tuple(saved.shape)}, expected "
                                          f"{tuple(r.residual_tensor().shape)}: checkpoint from another plan")
@@ -362,6 +407,10 @@ class Executor:
     def _begin_backward(self) -> None:
         if not self.settled:
             self.settle_all()  # a backward without the forward gating in between: finish the old one first
+        every = self.sparse_options.check_every
+        if any(self.sparse_tensor) and every and self.sparse_step and self.sparse_step % every == 0:
+            check_replicas(self.params, self.ctrl_group, step=self.sparse_step, rank=self.rank,
+                           timeout_s=self.timeout_s)  # last step's updates are done: ranks must agree
         for name in self.kept:  # last step's results the optimizer has used by now
             self.ledger.free(name)
         self.kept.clear()
@@ -510,14 +559,13 @@ class Executor:
             self.locally_unused = set(missing)
         if self.find_unused:
             self._agree_on_unused()
+            self._hold_back_unused_residuals()
         self.progress()
-        if self.on_backward_end is None:
+        if self.on_backward_end is None or not self.on_backward_end():
             wait_start = self.tracer.now() if self.tracer is not None else 0.0
             self.settle_all()
             if self.tracer is not None:
                 self.tracer.span("wait for communication", WAIT, wait_start)
-        else:
-            self.on_backward_end()
         self.sparse_step += 1
         if self.host_timer is not None:
             self.host_timer.passes += 1
@@ -533,6 +581,14 @@ class Executor:
             raise CollectiveError(f"rank {self.rank}: exchange of used-parameter flags failed or timed out after "
                                   f"{self.timeout_s:g} s: a peer rank probably died ({exc})") from exc
         self.globally_unused = {i for i, c in enumerate(used.tolist()) if c == 0}
+
+    def _hold_back_unused_residuals(self) -> None:
+        """Tell each sparse operation which of its tensors no rank used: their residuals stay for later."""
+        for j, r in enumerate(self.runners):
+            if isinstance(r, TopkAllGather):
+                base = self.layout.op_pieces[j][0].start
+                r.keep = [(s.arena_start - base, s.arena_start - base + s.end - s.start)
+                          for s in self.layout.op_slots[j] if s.tensor in self.globally_unused]
 
     # ------------------------------------------------------------------ results
     def settle(self, tensors: list[int]) -> None:
@@ -604,7 +660,7 @@ class Executor:
                 if self.tracer is not None:
                     self.tracer.span(f"update {self.names[g[0][0]]}", UPDATE, t0, tensors=[t for t, _, _ in g])
             for p in params:
-                p.grad = None  # updated from the aggregated result: the dense gradient is not kept
+                p.grad = applied(p)  # updated from the aggregated result: not kept, and any use is an error
             if name is not None:
                 self.ledger.free(name)
         self.op_state[j] = DONE
@@ -614,6 +670,7 @@ class Executor:
         if i in self.globally_unused:
             return  # no rank computed it: leave .grad as it was (None stays None), like DDP
         p = self.params[i]
+        unwrap(p)  # a guard that waited for this (gradsched.torch.runtime.inflight): the plain tensor again
         view = self.views[i]
         if view is not None:
             if p.grad is None or p.grad.data_ptr() != view.data_ptr():

@@ -16,21 +16,30 @@ through ``param_groups``, so a call with groups that hold only the subset update
 exactly the subset, with the same arithmetic as one full step.  The
 hyper-parameters (``lr`` ...) in force when :meth:`step` was called are restored for
 the deferred updates, so an LR scheduler stepped right after ``step()`` acts on the
-next iteration, as it would without deferral.  Optimizers that couple parameters
-(LBFGS, gradient clipping across the model between backward and step)
-need a non-overlapping plan; ``step(closure)`` works with every plan (LBFGS's repeated
-closure calls only without overlap).
+next iteration, as it would without deferral.  ``step(closure)`` works with every plan
+(LBFGS, which calls its closure several times, only without overlap).
 
-Build LR schedulers on the inner optimizer: ``StepLR(dist_opt.optimizer, ...)``.
+Reading or changing gradients between ``backward()`` and ``step()`` (clipping,
+``GradScaler``, logging) is correct with every plan: a gradient still being reduced
+waits at its first touch (:mod:`gradsched.torch.runtime.inflight`), which gives up the
+overlap of that step.  ``clip_grad_norm=`` clips inside the deferred update instead,
+after the last operation completes, so communication still overlaps whatever runs
+between ``step()`` and the next forward (docs/runtime.md, "Between backward() and
+step()").
+
+Build LR schedulers on the inner optimizer: ``StepLR(dist_opt.optimizer, ...)`` (or use a plain
+optimizer without this wrapper: the gradients are then final when ``backward()`` returns).
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from gradsched.errors import GradschedError
+from gradsched.torch.runtime.inflight import clear_applied
 from gradsched.torch.runtime.trace import UPDATE, WAIT
 
 if TYPE_CHECKING:
@@ -40,15 +49,33 @@ if TYPE_CHECKING:
 class DistributedOptimizer:
     """Wraps ``optimizer`` (built over ``model.parameters()``) for ``model``."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, model: "DistributedDataParallel") -> None:
+    def __init__(self, optimizer: torch.optim.Optimizer, model: "DistributedDataParallel", *,
+                 clip_grad_norm: float | None = None, norm_type: float = 2.0) -> None:
+        """``clip_grad_norm``: clip the global norm (``norm_type``) of the optimizer's gradients to this
+        before every update, as ``torch.nn.utils.clip_grad_norm_`` between backward and step would."""
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise GradschedError(f"expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if clip_grad_norm is not None and not (isinstance(clip_grad_norm, (int, float))
+                                               and math.isfinite(clip_grad_norm) and clip_grad_norm > 0):
+            raise GradschedError(f"clip_grad_norm must be a positive finite number (or None), got {clip_grad_norm!r}")
+        if not isinstance(norm_type, (int, float)) or not (norm_type > 0):
+            raise GradschedError(f"norm_type must be positive (2.0, or inf for the largest element), got {norm_type!r}")
         self.optimizer = optimizer
         self._model = model
+        self.clip_grad_norm = None if clip_grad_norm is None else float(clip_grad_norm)
+        self.norm_type = float(norm_type)
+        self.last_grad_norm: torch.Tensor | None = None  # the total norm before clipping, of the last update
+        self._clip_due = False
         self._pending: set[int] = set()
         self._hparams: list[dict[str, Any]] = []
         self._zero: bool | None = None  # deferred zero_grad(set_to_none=...)
         model._attach_optimizer(self)
+
+    @property
+    def on_arrival(self) -> Any:
+        """The per-chunk update LaySA's sparse results apply as they arrive, or None to keep them as ``.grad``
+        (clipping needs every result first)."""
+        return None if self.clip_grad_norm is not None else self._step_subset
 
     # ------------------------------------------------------------- torch.optim surface
     @property
@@ -75,9 +102,11 @@ class DistributedOptimizer:
                 loss = closure()
             self.step()
             return loss
+        clear_applied(self._params())  # LaySA's results already applied: None, as the optimizer expects
         if not self._model.overlaps_forward:
             tracer = self._model._tracer
             t0 = tracer.now() if tracer is not None else 0.0
+            self._clip()
             out = self.optimizer.step() if closure is None else self.optimizer.step(closure)
             if tracer is not None:
                 tracer.span("update", UPDATE, t0, tensors=list(range(len(self._model._params))))
@@ -90,14 +119,17 @@ class DistributedOptimizer:
         self._pending = set(range(len(self._model._params)))
         self._hparams = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
         self._zero = None
+        self._clip_due = self.clip_grad_norm is not None
         self.optimizer._opt_called = True  # for LR schedulers' "step() before optimizer.step()" check
         return None
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         if self._pending:
             self._zero = set_to_none
-        else:
-            self.optimizer.zero_grad(set_to_none=set_to_none)
+            return
+        self._model._finish_unstepped()  # results still in flight would land in the zeroed .grad
+        clear_applied(self._params())
+        self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def state_dict(self) -> dict[str, Any]:
         self.flush()
@@ -129,7 +161,12 @@ class DistributedOptimizer:
         model = self._model
         tracer = model._tracer
         t0 = tracer.now() if tracer is not None else 0.0
-        model._executor.settle(todo)
+        if self._clip_due:
+            model._executor.settle_all()  # the global norm needs every reduced gradient
+            self._clip_due = False
+            self._clip()
+        else:
+            model._executor.settle(todo)
         if tracer is not None:
             t1 = tracer.now()
             if t1 - t0 > 1e-6:
@@ -151,6 +188,15 @@ class DistributedOptimizer:
             self._hparams = []
         if tracer is not None:
             tracer.span(f"update {model._names[todo[0]]}", UPDATE, t0, tensors=todo)
+
+    def _params(self) -> list[torch.nn.Parameter]:
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
+
+    def _clip(self) -> None:
+        if self.clip_grad_norm is None:
+            return
+        params = [p for p in self._params() if p.grad is not None]
+        self.last_grad_norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm, self.norm_type)
 
     def _step_subset(self, params: list[torch.nn.Parameter]) -> None:
         """One ``step()`` of the wrapped optimizer over ``params`` alone, with the hyper-parameters

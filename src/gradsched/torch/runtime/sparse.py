@@ -42,7 +42,7 @@ import torch.distributed as dist
 from gradsched.errors import GradschedError
 from gradsched.plan import SPARSE, Operation
 from gradsched.torch.runtime.layout import Piece
-from gradsched.torch.runtime.memory import MemoryLedger, storage_bytes
+from gradsched.torch.runtime.memory import MemoryLedger
 from gradsched.torch.runtime.ops import OP_KINDS, wait_all
 
 INDEX_DTYPE = torch.int32  # indices on the wire: 4 bytes, as the cost model assumes
@@ -50,6 +50,8 @@ SELECTIONS = ("exact", "sampled")
 MEMORY_MODES = ("laysa", "naive")
 SAMPLE_NUMEL = 4096  # elements in the sampled-threshold estimate
 SAMPLE_MARGIN = 2.0  # keep about this many times k candidates
+SELECT_CHUNK = 1 << 20  # elements per selection pass (4 MB of magnitudes + 16 MB of topk work space on CPU)
+DEFAULT_CHECK_EVERY = 1000  # sparse steps between cross-rank parameter checks
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -64,6 +66,8 @@ class SparseOptions:
     """Keep what was not sent and add it to the next step's gradient (turn off only to see why it matters)."""
     memory: str = "laysa"
     """``laysa``: residual in place, buffers only while needed, per-chunk mirror update; ``naive``: all persistent."""
+    check_every: int = DEFAULT_CHECK_EVERY
+    """Every this many steps, check that every rank holds the same parameters (0: never); a mismatch raises."""
 
     @classmethod
     def of(cls, value: "SparseOptions | dict[str, Any] | None") -> "SparseOptions":
@@ -84,6 +88,9 @@ class SparseOptions:
             raise GradschedError(f"sparse option warmup_steps must be an integer >= 0, got {opts.warmup_steps!r}")
         if opts.selection not in SELECTIONS:
             raise GradschedError(f"sparse option selection must be one of {', '.join(SELECTIONS)}, got {opts.selection!r}")
+        if not isinstance(opts.check_every, int) or isinstance(opts.check_every, bool) or opts.check_every < 0:
+            raise GradschedError(f"sparse option check_every must be an integer >= 0 (0: no check), "
+                                 f"got {opts.check_every!r}")
         if opts.memory not in MEMORY_MODES:
             raise GradschedError(f"sparse option memory must be one of {', '.join(MEMORY_MODES)}, got {opts.memory!r}")
         return opts
@@ -97,22 +104,42 @@ def k_of(density: float, numel: int) -> int:
     return min(numel, max(1, math.ceil(density * numel)))
 
 
-def topk_indices(x: torch.Tensor, k: int, method: str = "exact") -> torch.Tensor:
-    """Indices (int64) of ``k`` largest-magnitude entries of the flat tensor ``x``."""
+def topk_indices(x: torch.Tensor, k: int, method: str = "exact", chunk: int = SELECT_CHUNK) -> torch.Tensor:
+    """Indices (int64) of ``k`` largest-magnitude entries of the flat tensor ``x``.
+
+    Works through ``x`` in pieces of ``max(chunk, k)`` elements, so its temporaries
+    (magnitudes, ``torch.topk``'s work space of 16 bytes per element on CPU) are
+    bounded by the piece, not by ``x``: over a whole 8.4M-element buffer they were
+    about 170 MB that no ledger saw (docs/sparse.md)."""
     n = x.numel()
     if k >= n:
         return torch.arange(n, device=x.device)
-    mag = x.abs()
+    step = max(chunk, k)
     if method == "sampled" and n > 4 * SAMPLE_NUMEL and k * SAMPLE_MARGIN * 4 < n:
         stride = n // SAMPLE_NUMEL
-        sample = mag[::stride]
+        sample = x[::stride].abs()
         ks = min(sample.numel(), max(1, math.ceil(SAMPLE_MARGIN * k * sample.numel() / n)))
         threshold = torch.topk(sample, ks, sorted=False).values.min()
-        candidates = torch.nonzero(mag >= threshold).view(-1)
+        candidates = torch.cat([torch.nonzero(x[lo:lo + step].abs() >= threshold).view(-1) + lo
+                                for lo in range(0, n, step)])
         if candidates.numel() >= k:  # every top-k element is a candidate: the exact answer, cheaper
-            top = torch.topk(mag[candidates], k, sorted=False).indices
+            top = torch.topk(x[candidates].abs(), k, sorted=False).indices
             return candidates[top]
-    return torch.topk(mag, k, sorted=False).indices
+    best_v: torch.Tensor | None = None
+    best_i: torch.Tensor | None = None
+    for lo in range(0, n, step):  # the global top k are each among their piece's top k
+        mag = x[lo:lo + step].abs()
+        v, i = torch.topk(mag, min(k, mag.numel()), sorted=False)
+        del mag
+        i += lo
+        if best_v is not None and best_i is not None:
+            v, i = torch.cat([best_v, v]), torch.cat([best_i, i])
+            if v.numel() > k:
+                v, top = torch.topk(v, k, sorted=False)
+                i = i[top]
+        best_v, best_i = v, i
+    assert best_i is not None  # n > k >= 1: at least one piece
+    return best_i
 
 
 def compress(c: torch.Tensor, k: int, method: str = "exact", error_feedback: bool = True
@@ -128,6 +155,62 @@ def compress(c: torch.Tensor, k: int, method: str = "exact", error_feedback: boo
     else:
         c.zero_()
     return idx, values
+
+
+def scatter_ranks(out: torch.Tensor, gi: torch.Tensor, gv: torch.Tensor, world_size: int, lo: int = 0,
+                  *, every: bool = False) -> None:
+    """``out[i - lo] += v`` for every gathered ``(i, v)`` with ``lo <= i < lo + len(out)`` (``every``:
+    all indices are known to fall there, nothing is filtered): one
+    ``index_add_`` per rank, in rank order.
+
+    Each rank's indices are distinct (a top-k), so no call adds twice into one element:
+    CUDA's ``index_add_`` (atomic adds, in no fixed order where indices repeat) then
+    gives the same bits on every rank and every run, and the sum over ranks is taken
+    in rank order everywhere.  One call over all ranks' pairs could round colliding
+    indices differently on different ranks, and their parameters would drift apart."""
+    hi = lo + out.numel()
+    for i, v in zip(gi.chunk(world_size), gv.chunk(world_size)):
+        if not every:
+            mask = (i >= lo) & (i < hi)
+            i, v = i[mask] - lo, v[mask]
+        out.index_add_(0, i.long(), v)
+
+
+def parameter_checksum(params: list[torch.Tensor], chunk: int = SELECT_CHUNK) -> torch.Tensor:
+    """Two int64 sums over the parameters' bits (plain, and weighted by position): equal bits, equal sums.
+
+    Integer arithmetic, so the sums do not depend on the order a device adds in; a
+    changed element changes the plain sum, two swapped ones the weighted one.  Works
+    in pieces of ``chunk`` elements (bounded temporaries)."""
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    device = params[0].device if params else torch.device("cpu")
+    total = torch.zeros(2, dtype=torch.int64, device=device)
+    weights = (torch.arange(chunk, device=device, dtype=torch.int64) % 65521) + 1
+    for p in params:
+        flat = p.detach().reshape(-1)
+        bits = flat.view(ints[flat.element_size()]) if flat.element_size() in ints else flat.view(torch.uint8)
+        for lo in range(0, bits.numel(), chunk):
+            b = bits[lo:lo + chunk].to(torch.int64)
+            total[0] += b.sum()
+            total[1] += (b * weights[:b.numel()]).sum()
+    return total
+
+
+def check_replicas(params: list[torch.Tensor], group: dist.ProcessGroup, *, step: int, rank: int,
+                   timeout_s: float) -> None:
+    """Raise on every rank if the ranks' parameters are not bit-identical (a collective on ``group``)."""
+    mine = parameter_checksum(params)
+    if dist.get_backend(group) != "nccl":
+        mine = mine.cpu()
+    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    work = dist.all_gather(everyone, mine, group=group, async_op=True)
+    wait_all([work], host_wait=True, timeout_s=timeout_s, rank=rank, what="parameter check across ranks")
+    sums = [tuple(t.tolist()) for t in everyone]
+    if len(set(sums)) > 1:
+        differ = [r for r, s in enumerate(sums) if s != sums[0]]
+        raise GradschedError(f"ranks' parameters differ after {step} steps (ranks {differ} differ from rank 0): "
+                             "the replicas drifted apart; an update that is not the same on every rank (a "
+                             "rank-dependent change to parameters or gradients after backward) is the usual cause")
 
 
 class TopkAllGather:
@@ -157,6 +240,7 @@ class TopkAllGather:
         self.works: list[dist.Work] = []
         self.warm = False
         self.held: dict[str, torch.Tensor] = {}  # name -> buffer held now (all in the ledger)
+        self.keep: list[tuple[int, int]] = []  # piece ranges of tensors no rank used this step (set before issue)
         if self.naive:
             self.residual = self._alloc("residual", torch.zeros_like(self.piece))
             self._alloc_wire()
@@ -201,7 +285,7 @@ class TopkAllGather:
                 self.residual.add_(self.piece)
             else:
                 self._alloc_wire()
-            idx, values = compress(self.residual, self.k, self.options.selection, self.options.error_feedback)
+            idx, values = self._select()
             send_v, send_i = self._wire("send_values"), self._wire("send_indices")
             torch.div(values, self.world_size, out=send_v)
             send_i.copy_(idx)
@@ -212,6 +296,28 @@ class TopkAllGather:
         if self.on_complete is not None:
             self.works[-1].get_future().add_done_callback(lambda _f: self.on_complete(self.index))
 
+    def _select(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """:func:`compress` the residual, holding back the ranges in :attr:`keep` (tensors no rank used).
+
+        A held-back range is taken out of the selection and put back unchanged, so its
+        residual waits for a step that uses the tensor: sending it now would lose it,
+        as no rank applies a result to an unused tensor.  (Should fewer than ``k``
+        elements remain, zeros of the held-back ranges are sent, which change nothing.)"""
+        if not self.keep or not self.options.error_feedback:
+            return compress(self.residual, self.k, self.options.selection, self.options.error_feedback)
+        name = f"op{self.index}/held-back"
+        saved = self.ledger.alloc(name, torch.cat([self.residual[lo:hi] for lo, hi in self.keep]))
+        for lo, hi in self.keep:
+            self.residual[lo:hi].zero_()
+        idx, values = compress(self.residual, self.k, self.options.selection, True)
+        at = 0
+        for lo, hi in self.keep:
+            self.residual[lo:hi].copy_(saved[at:at + hi - lo])
+            at += hi - lo
+        del saved
+        self.ledger.free(name)
+        return idx, values
+
     def is_done(self) -> bool:
         return all(w.is_completed() for w in self.works)
 
@@ -221,7 +327,8 @@ class TopkAllGather:
         self.works = []
         if self.naive and not self.warm:  # classic design: the dense result goes into the gradient buffer
             self.piece.zero_()
-            self.piece.index_add_(0, self._wire("gathered_indices").long(), self._wire("gathered_values"))
+            scatter_ranks(self.piece, self._wire("gathered_indices"), self._wire("gathered_values"),
+                          self.world_size, every=True)
 
     # ------------------------------------------------------------------ LaySA results
     def results(self, chunks: list[tuple[int, int]], keep: bool) -> Iterator[tuple[int, int, torch.Tensor, str | None]]:
@@ -242,16 +349,10 @@ class TopkAllGather:
                 return
             gi, gv = self._wire("gathered_indices"), self._wire("gathered_values")
             for lo, hi in chunks:
-                if lo == 0 and hi == self.numel:
-                    sel_i, sel_v = gi.long(), gv
-                else:
-                    mask = (gi >= lo) & (gi < hi)
-                    sel_i, sel_v = (gi[mask] - lo).long(), gv[mask]
-                self.ledger.transient(storage_bytes(sel_i) + storage_bytes(sel_v))
                 name = f"op{self.index}/result[{lo}:{hi}]"
                 flat = self.ledger.alloc(name, torch.zeros(hi - lo, dtype=gv.dtype, device=gv.device))
-                flat.index_add_(0, sel_i, sel_v)
-                del sel_i, sel_v
+                self.ledger.transient(self.k * (8 + 1 + gv.element_size()))  # one rank's mask, indices, values
+                scatter_ranks(flat, gi, gv, self.world_size, lo, every=lo == 0 and hi == self.numel)
                 yield lo, hi, flat, name
         finally:
             self._free_wire()

@@ -17,6 +17,7 @@ takes rank 0's parameters and buffers, as DDP does.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import sys
 from datetime import timedelta
@@ -32,6 +33,7 @@ from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.timeline import Timeline
 from gradsched.torch.runtime.autotune import AutoTuneConfig, AutoTuner, TunedModel
+from gradsched.torch.runtime import inflight
 from gradsched.torch.runtime.executor import Executor
 from gradsched.torch.runtime.hosttime import HostTimer
 from gradsched.torch.runtime.ops import CollectiveError
@@ -177,11 +179,12 @@ class DistributedDataParallel(nn.Module):
         self._executor = Executor(self._params, self._names, self.plan, self._order, self._group,
                                   self._ctrl or self._group, timeout_s=self._timeout_s,
                                   find_unused_parameters=self._find_unused, tracer=self._tracer,
-                                  sparse_options=self._sparse_options)
+                                  sparse_options=self._sparse_options, private_owner=self)
         if self._optimizer is not None:
-            self._executor.mirror = self._optimizer._step_subset  # sparse results update their weights on arrival
+            self._executor.mirror = self._optimizer.on_arrival  # sparse results update their weights on arrival
         if self.plan.overlap_forward:
-            self._executor.on_backward_end = lambda: None  # leave operations in flight
+            # in flight past backward only with a DistributedOptimizer (gradsched.torch.runtime.inflight)
+            self._executor.on_backward_end = functools.partial(inflight.on_backward_end, self)
             self._install_gating()
 
     def _switch_plan(self, plan: Plan, order: list[int]) -> None:
@@ -247,7 +250,7 @@ class DistributedDataParallel(nn.Module):
                                  "model.parameters()")
         self._optimizer = optimizer
         if self._executor is not None:
-            self._executor.mirror = optimizer._step_subset  # sparse results update their weights on arrival
+            self._executor.mirror = optimizer.on_arrival  # sparse results update their weights on arrival
 
     # ------------------------------------------------------------------ properties
     @property
@@ -269,10 +272,7 @@ class DistributedDataParallel(nn.Module):
         if self.autotuner is not None and syncing:
             self.autotuner.on_iteration_start()  # an iteration boundary: the plan may switch here
         t0 = tracer.now() if tracer is not None else 0.0
-        if self.overlaps_forward and syncing and self._optimizer is None:
-            raise GradschedError(f"plan {self.strategy!r} overlaps the optimizer update with the next forward: wrap "
-                                 "the optimizer, opt = gradsched.torch.DistributedOptimizer(opt, model), and call "
-                                 "its step() and zero_grad()")
+        self._finish_unstepped()
         if self._broadcast_buffers and self._ctrl is not None and syncing:
             self._sync_buffers()
         if self._compiled and self._optimizer is not None and self._optimizer.pending:
@@ -285,6 +285,17 @@ class DistributedDataParallel(nn.Module):
         if tracer is not None:
             tracer.span("forward", FORWARD, t0)
         return out
+
+    def _finish_unstepped(self) -> None:
+        """A backward left in flight that no ``step()`` followed (a GAN's generator step through the
+        discriminator): finish it now, before autograd accumulates into its buckets."""
+        ex = self._executor
+        if ex is None:
+            return
+        if ex.laysa:
+            inflight.clear_applied(self._params)  # autograd cannot accumulate into the stand-ins
+        if not ex.settled and not (self._optimizer is not None and self._optimizer.pending):
+            inflight.wait_all(ex)
 
     def _sync_buffers(self) -> None:
         """Rank 0's buffers to every rank, on the side-traffic group."""
@@ -341,12 +352,22 @@ class DistributedDataParallel(nn.Module):
             if not sparse:  # e.g. a dense checkpoint: missing keys (strict=False starts with empty residuals)
                 missing_keys.extend(f"{mine}{k}" for k in sorted(needed))
                 return
-            if set(sparse) != set(needed):
-                error_msgs.append(f"sparse state (residuals) has keys {sorted(sparse)}, this plan needs "
-                                  f"{sorted(needed)}; load a checkpoint saved under the same plan (or strict=False "
-                                  "to start with empty residuals)")
+            if not needed:
+                error_msgs.append(f"the checkpoint holds sparse state (residuals: {sorted(sparse)}) but this plan "
+                                  f"{self.strategy!r} has no top-k operations; load it under the plan that saved it")
                 return
-            self._executor.load_sparse_state(sparse)
+            self._executor.load_sparse_state(sparse)  # refuses another plan's or another rank's residuals
+
+    def gathered_state_dict(self) -> dict[str, Any]:
+        """``state_dict()`` with every rank's top-k residuals gathered into one whole: a collective, call
+        it on every rank and let rank 0 save it.  Loaded on every rank, it restores each rank's own
+        residuals (a plain ``state_dict()`` holds the saving rank's alone and is refused on other ranks)."""
+        state = self.state_dict()
+        if self._executor is not None:
+            prefix = f"{_SPARSE_KEY}."
+            for k, v in self._executor.gathered_sparse_state().items():
+                state[prefix + k] = v
+        return state
 
     def host_timer(self) -> HostTimer | None:
         """Start (or keep) counting the runtime's host time per operation; ``None`` under PyTorch's DDP.

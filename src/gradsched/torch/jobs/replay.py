@@ -1,0 +1,210 @@
+"""Replay a profile: a model whose compute is emulated by waiting, with real parameters.
+
+Why: on a CPU machine, real compute takes the cores that gloo needs to move gradients,
+so every benchmark measures CPU contention as much as scheduling.  On GPUs compute
+runs on the accelerator.  :class:`ReplayModel` reproduces that regime here: built from
+any ``gradsched.profile/1`` (measured on a GPU, converted from a paper's logs, or
+estimated with ``gradsched profile --device meta``), it has one real parameter per
+profile tensor (same sizes, element widths and order), and each layer's forward and
+backward *wait* for the profile's time instead of computing.  Hooks, the executor,
+PyTorch DDP, gloo, shaped links and every gradient byte stay real.
+
+How one iteration runs:
+
+- ``forward``: waits ``other_s`` (the profile's per-iteration time outside layers),
+  then calls each layer module in forward order; a layer waits its forward time.
+  Layers are modules that own their tensors, so forward pre-hooks (gradsched's
+  next-forward gating, the profiler) see them as they would a real model's.
+- The autograd graph is a chain of :class:`_Backward` nodes, one per layer, built in
+  the reverse of the profile's ready order, so that autograd runs the layers'
+  backward in the profile's ready order.  Each node's backward makes its layer's
+  gradients (each parameter times one scalar from the batch: cheap, deterministic,
+  different per rank; not the gradient of any real loss) and waits out the rest of
+  the layer's backward time.  Autograd accumulates them at once, so the gradients
+  become ready at the profile's times.
+- Waiting: ``time.sleep`` to a deadline on the model's own clock (:class:`_Clock`).
+  A sleep that wakes late (tens of microseconds on an idle machine, milliseconds on
+  a loaded one) lets the next piece start that much earlier, so the lateness does not
+  add up over hundreds of layers; host work between pieces (hooks, autograd) counts
+  in full.
+
+What it does not model: the optimizer step runs for real on the CPU (the profile's
+``update_s`` is not waited for); a gradient-ready hook's CPU work between layers runs
+on the host between layers and delays the next one (on a GPU machine the
+host runs ahead of the device and hides most of it); memory bandwidth shared between compute and communication on a GPU host
+is not emulated.  docs/bench.md, "Emulated compute", has the figures.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from gradsched.errors import GradschedError
+from gradsched.profile import Profile
+
+REPLAY_PREFIX = "replay:"  # build_model("replay:PROFILE") builds a ReplayModel (a file or a bundled name)
+WIDTH = 8  # features of the tiny activation that chains the layers
+_DTYPES = {2: torch.float16, 4: torch.float32, 8: torch.float64}  # element bytes -> dtype
+
+
+class _Clock:
+    """The emulated device's timeline: waits to deadlines, not counting the emulator's own lateness.
+
+    A sleep wakes late (tens of microseconds on an idle machine, milliseconds on a busy
+    one), and making a layer's gradients may take longer than the layer's time; the
+    next piece of compute starts that much earlier, as if the device had kept its
+    pace.  Host work between two pieces (hooks, autograd) still counts in full, and
+    the device never runs ahead of the profile.  :meth:`reset` drops what is left at
+    an iteration's start, so it never hides a wait for communication."""
+
+    def __init__(self) -> None:
+        self.late = 0.0  # how late the last sleep woke, not yet credited
+        self.waited_s = 0.0  # total asked for (what the profile says), for tests and reports
+
+    def start(self) -> float:
+        """When the next piece of emulated compute starts."""
+        start, self.late = time.perf_counter() - self.late, 0.0
+        return start
+
+    def wait_until(self, start: float, seconds: float) -> None:
+        due = start + seconds
+        self.waited_s += seconds
+        delay = due - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        self.late = max(0.0, time.perf_counter() - due)
+
+    def reset(self) -> None:
+        self.late = 0.0
+
+    def wait(self, seconds: float) -> None:
+        self.wait_until(self.start(), seconds)
+
+
+class _Backward(torch.autograd.Function):
+    """Identity on the chain activation; its backward makes a layer's gradients and waits."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, layer: "ReplayLayer", *params: torch.Tensor) -> torch.Tensor:
+        ctx.layer, ctx.params = layer, params
+        ctx.save_for_backward(x)
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> Any:
+        layer: ReplayLayer = ctx.layer
+        start = layer.clock.start()
+        (x,) = ctx.saved_tensors
+        scale = float((grad_out * x).mean())  # one number from this rank's batch
+        grads = [p.detach() * scale for p in ctx.params]
+        layer.clock.wait_until(start, layer.backward_s)
+        return (grad_out, None, *grads)
+
+
+class ReplayLayer(nn.Module):
+    """One profile layer: its tensors as parameters, its times as waits."""
+
+    def __init__(self, shapes: list[tuple[int, torch.dtype]], forward_s: float, backward_s: float,
+                 clock: _Clock, generator: torch.Generator) -> None:
+        super().__init__()
+        # registered on the layer itself (not in a ParameterList), so that the modules that
+        # own them directly are the ones called in forward: gating and the profiler hook those
+        for j, (n, dtype) in enumerate(shapes):
+            self.register_parameter(f"t{j}", nn.Parameter((torch.randn(n, generator=generator) * 0.01).to(dtype)))
+        self.forward_s, self.backward_s, self.clock = forward_s, backward_s, clock
+        self.ready = list(range(len(shapes)))  # the order autograd accumulates its tensors in
+
+    @property
+    def params(self) -> list[nn.Parameter]:
+        """This layer's tensors, in the profile's forward order."""
+        return list(self._parameters.values())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.clock.wait(self.forward_s)
+        return x
+
+
+class ReplayModel(nn.Module):
+    """An ``nn.Module`` that replays ``profile``: real parameters, emulated compute.
+
+    ``parameters()`` yields one tensor per profile tensor, in the profile's order, with
+    its ``numel`` and element width (2, 4, 8 bytes: float16, float32, float64).  The
+    input is a ``(batch, WIDTH)`` tensor (see :func:`make_batch`)."""
+
+    def __init__(self, profile: Profile, *, seed: int = 0) -> None:
+        super().__init__()
+        groups = check_replayable(profile)
+        gen = torch.Generator().manual_seed(seed)
+        self.clock = _Clock()
+        self.profile, self.other_s = profile, profile.other_s
+        self.layers = nn.ModuleList(
+            ReplayLayer([(profile.tensors[i].numel, _dtype(profile, i)) for i in idx],
+                        sum(profile.tensors[i].forward_s for i in idx),
+                        sum(profile.tensors[i].backward_s for i in idx), self.clock, gen)
+            for idx in groups)
+        first = {i: k for k, idx in enumerate(groups) for i in idx}
+        ready_layers = list(dict.fromkeys(first[i] for i in profile.order))
+        self.chain = ready_layers[::-1]
+        for k, idx in enumerate(groups):  # within a layer, tensors in the profile's ready order
+            self.layers[k].ready = sorted(range(len(idx)), key=lambda j: profile.order.index(idx[j]))  # built in this order, autograd runs it backwards: the ready order
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.clock.reset()
+        self.clock.wait(self.other_s)
+        for layer in self.layers:
+            x = layer(x)
+        for k in self.chain:
+            layer = self.layers[k]
+            x = _Backward.apply(x, layer, *(layer.params[j] for j in layer.ready))
+        return x
+
+
+def _dtype(profile: Profile, i: int) -> torch.dtype:
+    t = profile.tensors[i]
+    if t.element_bytes not in _DTYPES:
+        raise GradschedError(f"profile tensor {t.name!r} has {t.element_bytes}-byte elements; replay makes "
+                             f"parameters of 2, 4 or 8 bytes (float16, float32, float64) only")
+    return _DTYPES[t.element_bytes]
+
+
+def check_replayable(profile: Profile) -> list[list[int]]:
+    """Tensor indices per layer, in forward order; raises GradschedError if ``profile``
+    cannot be replayed (elements of another width, a layer's tensors not adjacent)."""
+    for i in range(profile.num_tensors):
+        _dtype(profile, i)
+    groups: list[list[int]] = []
+    seen: set[int] = set()
+    for i, lid in enumerate(profile.layer_of):
+        if groups and profile.layer_of[groups[-1][-1]] == lid:
+            groups[-1].append(i)
+            continue
+        if lid in seen:
+            raise GradschedError(f"profile {profile.model!r}: layer of tensor {profile.tensors[i].name!r} also owns "
+                                 f"earlier tensors that are not next to it; replay needs each layer's tensors "
+                                 f"adjacent in forward order")
+        seen.add(lid)
+        groups.append([i])
+    return groups
+
+
+def load_profile(source: str) -> Profile:
+    """A profile from a file path, or a bundled name (``googlenet-k80``, ``googlenet``)."""
+    from gradsched.bundled import bundled_profile, profile_names
+
+    if Path(source).is_file():
+        return Profile.load(source)
+    if source in profile_names():
+        return bundled_profile(source)
+    raise GradschedError(f"replay profile {source!r} is neither a file nor a bundled profile "
+                         f"({', '.join(profile_names())}); give a gradsched.profile/1 file")
+
+
+def make_batch(batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and targets for a replay model: random ``(batch, WIDTH)`` tensors (the loss is their MSE)."""
+    return (torch.randn(batch_size, WIDTH, generator=generator),
+            torch.randn(batch_size, WIDTH, generator=generator))
