@@ -9,7 +9,8 @@ import pytest
 
 from gradsched.cli import main
 from gradsched.cluster import Cluster
-from gradsched.commands.bench import entries, lower_bound_s
+from gradsched.calibration import lower_bound_s
+from gradsched.commands.bench import entries
 from gradsched.errors import GradschedError
 from gradsched.profile import Profile, TensorProfile
 
@@ -116,7 +117,7 @@ def test_short_benchmark_end_to_end_writes_valid_json(tmp_path, capsys):
 @pytest.mark.parametrize("op_lat", [0.0, 1e-4])
 def test_contention_figures_invert_the_probe(kc, kn, lat, compute_s, comm_s, small_s, op_lat):
     pytest.importorskip("torch")
-    from gradsched.torch.measure.probe import OP_LATENCY_SHARE, contention_from_probe
+    from gradsched.calibration import OP_LATENCY_SHARE, contention_from_probe
 
     ops = 8  # what the model predicts for each probe measurement, inverted back
     alone = small_s + ops * op_lat / OP_LATENCY_SHARE  # the model's op latency is a share of this excess
@@ -128,7 +129,7 @@ def test_contention_figures_invert_the_probe(kc, kn, lat, compute_s, comm_s, sma
 
 def test_calibration_keeps_the_shape_and_sets_the_scale():
     pytest.importorskip("torch")
-    from gradsched.torch.jobs.bench_worker import calibrate
+    from gradsched.calibration import calibrate
 
     prof = Profile("toy", (TensorProfile("a", 100, 400, 0.05, 0.3, update_s=0.01), TensorProfile("b", 10, 40, 0.05, 0.1)),
                    other_s=0.04)  # compute 0.55 s
@@ -141,7 +142,7 @@ def test_calibration_keeps_the_shape_and_sets_the_scale():
 
 
 def test_contention_figures_are_never_negative():
-    from gradsched.torch.measure.probe import contention_from_probe
+    from gradsched.calibration import contention_from_probe
 
     # noise can make the busy runs faster than the quiet ones: that is no contention, not a speed-up
     fitted = contention_from_probe(1.0, 0.5, 0.9, 0.45, 0.01, 0.008, 8, 0.009)
@@ -150,7 +151,7 @@ def test_contention_figures_are_never_negative():
 
 def test_runtime_costs_add_bucket_passes_and_the_buffer_broadcast():
     pytest.importorskip("torch")
-    from gradsched.torch.jobs.bench_worker import with_runtime_costs
+    from gradsched.calibration import with_runtime_costs
 
     prof = Profile("toy", (TensorProfile("w", 100, 400, 0.05, 0.3, update_s=0.01), TensorProfile("b", 100, 400, 0, 0)),
                    other_s=0.04)  # one layer of 800 bytes
@@ -228,7 +229,7 @@ def test_probe_measures_contention_and_runtime_costs(tmp_path):
 
 def _earlier(model: str, fitted: dict[str, float], **job) -> dict:
     """The first row of an earlier ``gradsched bench --json``, as much of it as --contention-from reads."""
-    from gradsched.commands.bench import this_machine
+    from gradsched.calibration import this_machine
 
     return {"model": model, "hosts": 2, "network": "loopback", "rate": None, "batch_size": 16,
             "machine": f"{this_machine()}, torch 2.13.0+cpu", "contention": {"fitted": fitted}, **job}
@@ -266,7 +267,7 @@ def test_earlier_contention_needs_a_file_and_this_jobs_probe(tmp_path, capsys):
 
 
 def test_earlier_contention_is_that_jobs_own(tmp_path):
-    from gradsched.commands.bench import contention_history
+    from gradsched.calibration import contention_history
 
     job = {"model": "mlp", "hosts": 2, "network": "loopback", "rate": None, "batch_size": 16}
     row = _earlier("mlp", {**FIGURES, "compute_slowdown": 0.9})  # a job that pooled: its own figures count
@@ -278,7 +279,7 @@ def test_earlier_contention_is_that_jobs_own(tmp_path):
 
 
 def test_contention_bound_by_hand():
-    from gradsched.commands.bench import contention_bound_s
+    from gradsched.calibration import contention_bound_s
 
     # 1 s of compute (0.1 s of it before any gradient), 0.6 s of communication (0.05 s after backward);
     # compute 1.5x slower while communication runs: overlap saves 1/1.5 + 1 - 1 = 2/3 of each second,

@@ -18,9 +18,9 @@ import gradsched
 from gradsched.cli import _all_subparsers, build_parser, main
 
 # Subcommands that report something: each must take --json (a test below keeps the list honest).
-JSON_COMMANDS = {"simulate", "train", "compare", "bench", "testbed status"}
+JSON_COMMANDS = {"simulate", "train", "compare", "bench", "testbed status", "advise"}
 # Subcommands that run or plan for a number of ranks: each spells it --workers.
-WORKER_COMMANDS = {"simulate", "plan", "train", "bench", "netbench"}
+WORKER_COMMANDS = {"simulate", "plan", "train", "bench", "netbench", "advise"}
 
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:

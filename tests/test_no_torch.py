@@ -11,6 +11,7 @@ class Block:
             raise ImportError("torch is blocked in this test")
 sys.meta_path.insert(0, Block())
 import gradsched, gradsched.planners, gradsched.sim, gradsched.cli, gradsched.timeline, gradsched.synthetic
+import gradsched.calibration
 from gradsched.planners import make_plan, strategy_names
 from gradsched.sim import simulate
 p = gradsched.synthetic.synthetic_profile(50)

@@ -156,7 +156,7 @@ def test_bucket_costs_cannot_be_negative():
 @SETTINGS
 @given(profiles(max_layers=8, with_update=True), clusters())
 def test_contention_bound_without_contention_is_the_plain_bound(profile, cluster):
-    from gradsched.commands.bench import lower_bound_s
+    from gradsched.calibration import lower_bound_s
 
     b = lower_bound_s(profile, cluster)
     assert b["contention_bound_s"] == pytest.approx(b["lower_bound_s"], rel=1e-9, abs=TOL)
@@ -170,7 +170,7 @@ def test_no_simulated_plan_beats_the_contention_bound(profile, cluster, name, kc
     """The bound assumes the simulator's own fluid model of contention, so no plan it simulates is faster."""
     from dataclasses import replace
 
-    from gradsched.commands.bench import lower_bound_s
+    from gradsched.calibration import lower_bound_s
 
     slowed = replace(cluster, extra={**cluster.extra, "contention": {"compute_slowdown": kc, "comm_slowdown": kn}})
     bound = lower_bound_s(profile, slowed)

@@ -58,8 +58,10 @@ def test_priority_search_never_makes_the_simulated_iteration_longer(profile, clu
 @given(profiles(min_layers=4, max_layers=10), clusters())
 def test_search_stays_within_its_evaluation_budget(profile, cluster):
     for budget in (1, 2, 3):
-        _, _, evaluations = predict(profile, cluster, max_evaluations=budget)
+        _, _, evaluations = predict(profile, cluster, max_evaluations=budget, extend=False, window="block")
         assert 1 <= evaluations <= budget
+        _, _, evaluations = predict(profile, cluster, max_evaluations=budget)  # four rules, each within budget
+        assert 4 <= evaluations <= 4 * budget
 
 
 def test_gap_filling_blocks_and_front_first_phase_two_by_hand():
@@ -104,7 +106,7 @@ def test_priority_search_promotes_an_output_layer_by_hand():
     front = simulate(make_plan("usbyte", profile, cluster, unit_bytes=MB, max_evaluations=1), profile, cluster)
     assert front.op_start_s == pytest.approx([1 * MS, 4 * MS, 7 * MS, 10 * MS, 13 * MS])
     assert front.iteration_s == pytest.approx(18 * MS)
-    plan, _, evaluations = predict(profile, cluster, unit_bytes=MB)
+    plan, _, evaluations = predict(profile, cluster, unit_bytes=MB, extend=False, window="block")
     assert evaluations == 2
     assert [op.tensors() for op in plan.operations] == [(2,), (2,), (0,), (1,)]
     assert [op.priority for op in plan.operations] == [1, 1, 0, 2]

@@ -4,8 +4,9 @@ Each subcommand lives in its own module under ``gradsched.commands`` with a
 ``register(subparsers)`` function that adds its parser and sets ``func``.  Errors a
 user can cause (:class:`~gradsched.errors.GradschedError`) print one line and exit
 2, never a traceback; workers that fail (:class:`~gradsched.errors.WorkersFailed`)
-give their own exit status.  Conventions shared by every subcommand (``--json``,
-``--log-level``, ``--workers``) are in docs/cli.md.
+give their own exit status.  Any other exception is a fault of gradsched: its traceback
+is printed with a one-line request to report it, and the exit status is 1.  Conventions
+shared by every subcommand (``--json``, ``--log-level``, ``--workers``) are in docs/cli.md.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ import importlib
 import logging
 import os
 import sys
+import traceback
 
 from gradsched import __version__
 from gradsched.errors import GradschedError
 
 # Subcommand modules, in help order.  Each is imported only when the CLI starts,
 # and torch-using ones import torch only inside their ``run``.
-COMMANDS = ("simulate", "plan", "train", "profile", "netbench", "compare", "bench", "testbed")
+COMMANDS = ("simulate", "plan", "advise", "train", "profile", "netbench", "compare", "bench", "testbed")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_ENV = "GRADSCHED_LOG_LEVEL"  # how the level reaches worker processes (gradsched.torch.worker)
 
@@ -37,13 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_log_level(parser, argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"gradsched.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"gradsched.commands.{name}":
-                continue  # not written yet
-            raise
-        module.register(sub)
+        importlib.import_module(f"gradsched.commands.{name}").register(sub)
     for p in _all_subparsers(sub):
         _add_log_level(p, argparse.SUPPRESS)  # before or after the subcommand, as the user likes
     return parser
@@ -85,14 +81,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gradsched {args.command}: error: {exc}", file=sys.stderr)
         return int(getattr(exc, "exit_status", 2))
     except OSError as exc:
-        if exc.filename is None:
-            raise  # not a path the user gave
+        if exc.filename is None:  # not a path the user gave
+            return _report_bug(args.command)
         print(f"gradsched {args.command}: error: {exc.filename}: {exc.strerror or exc}; give a path that can be "
               "written (or read)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"gradsched {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception:  # a fault of gradsched, not of the input
+        return _report_bug(args.command)
+
+
+def _report_bug(command: str) -> int:
+    """Inside an ``except``: the traceback (what a report needs) and a one-line request; exit status 1."""
+    traceback.print_exc()
+    print(f"gradsched {command}: internal error in gradsched {__version__}; please report it as a bug, "
+          "with the traceback above and the command line", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -41,6 +41,32 @@ OPTIONAL_FIELDS = ("contention", "topk_selection_s_per_nlogn", "source", "measur
                    "measured_points", "startup_measured_points", "samples")
 
 
+@dataclass(frozen=True, slots=True)
+class Contention:
+    """How compute and communication slow each other on this machine (the cluster's optional
+    ``contention``; docs/simulator.md, "Contention").  A figure left out is 0: no effect."""
+
+    compute_slowdown: float = 0.0  # compute runs 1 + this times slower while a collective is in flight
+    comm_slowdown: float = 0.0  # a collective runs 1 + this times slower while compute runs
+    busy_latency_s: float = 0.0  # more per collective that overlaps compute
+    op_latency_s: float = 0.0  # more per collective, compute or not
+
+    def __post_init__(self) -> None:
+        for name in CONTENTION_FIELDS:
+            x = getattr(self, name)
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
+                raise GradschedError(f"contention figure {name} must be a finite non-negative number, got {x!r}; "
+                                     "fix the cluster's contention (docs/simulator.md, \"Contention\")")
+
+    def to_dict(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in CONTENTION_FIELDS}
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<dict>", where: str = "contention") -> "Contention":
+        """From the JSON object (every figure optional), checked field by field."""
+        return cls(**v.numbers(data, source, where, CONTENTION_FIELDS))
+
+
 @dataclass(frozen=True)
 class CollectiveCost:
     """Cost of one collective at one world size: a line, optionally a measured table."""
@@ -140,6 +166,16 @@ class Cluster:
     backend: str = "unknown"
     algorithm: str = "ring"  # how costs extrapolate to other world sizes: ring | tree
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    contention: Contention | None = None  # None: compute and communication overlap for free
+
+    def __post_init__(self) -> None:
+        # ``extra={"contention": {...}}`` (how the figures were passed before they had a field)
+        # lands in the field, so that the JSON and the simulator see one place.
+        if "contention" in self.extra:
+            rest = {k: x for k, x in self.extra.items() if k != "contention"}
+            raw = self.extra["contention"]
+            object.__setattr__(self, "contention", raw if isinstance(raw, Contention) else Contention.from_dict(raw))
+            object.__setattr__(self, "extra", rest)
 
     # ------------------------------------------------------------------ costs
     def cost(self, collective: str, world_size: int | None = None) -> CollectiveCost:
@@ -202,6 +238,8 @@ class Cluster:
         if self.algorithm != "ring":
             out["algorithm"] = self.algorithm
         out.update(self.extra)
+        if self.contention is not None:
+            out["contention"] = self.contention.to_dict()
         return out
 
     @classmethod
@@ -240,9 +278,9 @@ class Cluster:
                 raise FormatError(source, f"points.{name}", "has a table but no line in 'collectives'")
         if "topk_selection_s_per_nlogn" in data:
             v.number(data["topk_selection_s_per_nlogn"], source, "topk_selection_s_per_nlogn", maximum=1.0)
-        if "contention" in data:
-            v.numbers(data["contention"], source, "contention", CONTENTION_FIELDS)
-        return cls(world, collectives, backend, algorithm, {k: x for k, x in data.items() if k not in FIELDS})
+        contention = Contention.from_dict(data["contention"], source) if "contention" in data else None
+        extra = {k: x for k, x in data.items() if k not in FIELDS and k != "contention"}
+        return cls(world, collectives, backend, algorithm, extra, contention)
 
     @classmethod
     def load(cls, path: str | Path) -> "Cluster":

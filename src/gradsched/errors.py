@@ -1,9 +1,11 @@
-"""Errors raised on bad user input.
+"""Errors: what a user can fix, and faults of gradsched itself.
 
 Every error that a user can cause by handing gradsched a bad file or flag is a
 :class:`GradschedError`: the command line prints its one-line message and exits 2,
 without a traceback.  Formats raise :class:`FormatError`, which names the file, the
-field and the reason, so the user knows what to fix.
+field and the reason, so the user knows what to fix.  A state that no input should
+reach is an :class:`InternalError` (or any other exception): the command line prints
+the traceback and asks for a bug report, and exits 1.
 """
 
 from __future__ import annotations
@@ -11,6 +13,10 @@ from __future__ import annotations
 
 class GradschedError(Exception):
     """A problem with the user's input or setup, reported as one line."""
+
+
+class InternalError(RuntimeError):
+    """A fault in gradsched itself, not in the user's input (reported with its traceback)."""
 
 
 class FormatError(GradschedError, ValueError):

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from gradsched import _validate as v
-from gradsched.errors import FormatError
+from gradsched.errors import FormatError, GradschedError
 
 FORMAT = "gradsched.profile/1"
 OP_HOST_FIELDS = ("issue_s", "retire_s")  # docs/simulator.md, "What it models", 7
@@ -33,6 +34,30 @@ FIELDS = ("format", "model", "tensors", "ready_order", "other_s")
 # that a misspelling of one is caught (_validate.check_fields).
 OPTIONAL_FIELDS = ("op_host", "batch_size", "source", "device", "iterations", "warmup", "method", "device_tflops",
                    "iteration_s", "forward_backward_s", "unattributed_forward_s", "ready_order_agreement", "unused")
+
+
+@dataclass(frozen=True, slots=True)
+class OpHost:
+    """Host time a runtime spends per operation on the training thread (the profile's
+    optional ``op_host``; docs/simulator.md, "What it models", 7).  Left out: 0."""
+
+    issue_s: float = 0.0  # to issue an operation, right after the layer that completes it
+    retire_s: float = 0.0  # to retire it once it is done
+
+    def __post_init__(self) -> None:
+        for name in OP_HOST_FIELDS:
+            x = getattr(self, name)
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
+                raise GradschedError(f"host time per operation {name} must be a finite non-negative number of "
+                                     f"seconds, got {x!r}; fix the profile's op_host")
+
+    def to_dict(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in OP_HOST_FIELDS}
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<dict>", where: str = "op_host") -> "OpHost":
+        """From the JSON object (both fields optional), checked field by field."""
+        return cls(**v.numbers(data, source, where, OP_HOST_FIELDS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +86,13 @@ class Profile:
     ready_order: tuple[int, ...] | None = None
     other_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict, compare=False)  # optional fields kept verbatim
+    op_host: OpHost | None = None  # None: the runtime's host time per operation is not charged
 
     def __post_init__(self) -> None:
+        if "op_host" in self.extra:  # passed as an extra before it had a field: lands in the field
+            raw = self.extra["op_host"]
+            object.__setattr__(self, "op_host", raw if isinstance(raw, OpHost) else OpHost.from_dict(raw))
+            object.__setattr__(self, "extra", {k: x for k, x in self.extra.items() if k != "op_host"})
         _check(self, "<profile>")
 
     # ----------------------------------------------------------------- derived
@@ -162,6 +192,8 @@ class Profile:
         if self.other_s:
             out["other_s"] = self.other_s
         out.update(self.extra)
+        if self.op_host is not None:
+            out["op_host"] = self.op_host.to_dict()
         return out
 
     @classmethod
@@ -194,16 +226,16 @@ class Profile:
         if ready is not None:
             ready = tuple(v.integer(x, source, f"ready_order[{j}]") for j, x in enumerate(v.array(ready, source, "ready_order")))
         other = v.number(data.get("other_s", 0.0), source, "other_s", maximum=v.MAX_SECONDS)
-        if "op_host" in data:
-            v.numbers(data["op_host"], source, "op_host", OP_HOST_FIELDS)
+        op_host = OpHost.from_dict(data["op_host"], source) if "op_host" in data else None
         v.check_fields(data, FIELDS + OPTIONAL_FIELDS, source, "")
-        extra = {k: val for k, val in data.items() if k not in FIELDS}
+        extra = {k: val for k, val in data.items() if k not in FIELDS and k != "op_host"}
         profile = cls.__new__(cls)
         object.__setattr__(profile, "model", model)
         object.__setattr__(profile, "tensors", tuple(tensors))
         object.__setattr__(profile, "ready_order", ready)
         object.__setattr__(profile, "other_s", other)
         object.__setattr__(profile, "extra", extra)
+        object.__setattr__(profile, "op_host", op_host)
         _check(profile, source)
         return profile
 
@@ -219,7 +251,7 @@ class Profile:
         return Profile(self.model, tuple(TensorProfile(t.name, t.numel, t.bytes, t.forward_s * scale,
                                                        t.backward_s * scale, t.layer, t.update_s * scale)
                                          for t in self.tensors),
-                       self.ready_order, self.other_s * scale, dict(self.extra))
+                       self.ready_order, self.other_s * scale, dict(self.extra), self.op_host)
 
     def op_host_s(self) -> tuple[float, float]:
         """``(issue_s, retire_s)``: host time the runtime spends per operation on the training thread.
@@ -227,15 +259,12 @@ class Profile:
         From the optional ``op_host`` field (``gradsched bench`` measures it on gradsched's
         runtime: :mod:`gradsched.torch.runtime.hosttime`): issuing an operation right after the
         layer that completes it, and retiring it once it is done.  None: nothing charged."""
-        host = self.extra.get("op_host") or {}
-        return float(host.get("issue_s", 0.0)), float(host.get("retire_s", 0.0))
+        host = self.op_host or OpHost()
+        return host.issue_s, host.retire_s
 
     def with_op_host(self, issue_s: float, retire_s: float) -> "Profile":
         """A copy whose runtime spends ``issue_s`` and ``retire_s`` of host time per operation."""
-        if issue_s < 0 or retire_s < 0:
-            raise ValueError("host time per operation cannot be negative")
-        return Profile(self.model, self.tensors, self.ready_order, self.other_s,
-                       {**self.extra, "op_host": {"issue_s": issue_s, "retire_s": retire_s}})
+        return replace(self, op_host=OpHost(issue_s, retire_s))
 
     def with_bucket_costs(self, backward_s_per_byte: float = 0.0, update_s_per_byte: float = 0.0) -> "Profile":
         """A copy where each tensor's backward and update take longer by its bytes times a rate.
@@ -261,7 +290,7 @@ class Profile:
                                        t.backward_s + layer_bytes[lid] * backward_s_per_byte, t.layer,
                                        t.update_s + layer_bytes[lid] * update_s_per_byte)
         return Profile(self.model, tuple(tensors),
-                       self.ready_order, self.other_s, dict(self.extra))
+                       self.ready_order, self.other_s, dict(self.extra), self.op_host)
 
 
 def _check(profile: Profile, source: str) -> None:

@@ -9,9 +9,9 @@ pytest.importorskip("torch")
 from gradsched.cluster import Cluster, CollectiveCost  # noqa: E402
 from gradsched.torch.jobs import bench_worker  # noqa: E402
 from gradsched.torch.measure.netbench import reps_for  # noqa: E402
+from gradsched.calibration import across_jobs, contention_from_probe  # noqa: E402
 from gradsched.torch.measure.probe import (  # noqa: E402
-    RESAMPLE_MAX_BYTES, SMALL_NUMEL, SMALL_OPS, ContentionProbe, NetworkResampler, across_jobs,
-    contention_from_probe)
+    RESAMPLE_MAX_BYTES, SMALL_NUMEL, SMALL_OPS, ContentionProbe, NetworkResampler)
 
 SIZES = [4096 << k for k in range(14)]  # 4 KiB .. 32 MiB
 

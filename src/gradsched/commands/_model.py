@@ -6,9 +6,10 @@ from every rank (the factory's contract: :mod:`gradsched.torch.jobs.factory`).""
 
 from __future__ import annotations
 
+from gradsched.constants import MODEL_NAMES
 from gradsched.errors import GradschedError
 
-BUILT_IN = ("mlp", "cnn", "vgg", "gpt2", "bert")
+BUILT_IN = MODEL_NAMES
 HELP = (f"built-in model ({', '.join(BUILT_IN)}) or your own, MODULE:FUNCTION: a factory returning (module, "
         "batch_fn[, loss_fn]) (docs/profiling.md, 'Your own model')")
 

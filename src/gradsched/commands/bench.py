@@ -21,7 +21,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -29,13 +28,13 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gradsched.calibration import contention_history
 from gradsched.commands._model import BUILT_IN, check_model
 from gradsched.commands._model import HELP as MODEL_HELP
 from gradsched.commands._output import add_json_arg, emit_json, to_stdout
 from gradsched.errors import GradschedError, WorkersFailed
 
 if TYPE_CHECKING:
-    from gradsched.cluster import Cluster
     from gradsched.profile import Profile
 
 DEFAULT_MODEL = "vgg"
@@ -242,49 +241,6 @@ def undilate(result: dict[str, Any], dilate: float) -> dict[str, Any]:
     return {**scale(result, ""), "dilate": dilate} if dilate != 1 else result
 
 
-def this_machine() -> str:
-    """Host name, architecture and core count: how the bench's JSON names the machine (before the torch version)."""
-    return f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs"
-
-
-def contention_history(paths: list[str], job: dict[str, Any]) -> list[dict[str, float]]:
-    """The contention figures of earlier ``gradsched bench --json`` runs of the same ``job``
-    (model, hosts, network, rate, batch size) on this machine, each that job's own, to pool
-    with this one's.
-
-    Why: the probe's figures move from job to job more than the machine does, and more than
-    the rounds they predict (``cnn``'s compute slowdown 0.20-0.67 in four jobs, each a median
-    of 44-45 repetitions).  Seven kept fidelity runs re-simulated with each job's figures
-    pooled with the other six's: median prediction error 4.7% to 3.4%; three runs made so,
-    2.5-3.4% (docs/simulator.md, "Fidelity")."""
-    from gradsched import _validate
-    from gradsched.cluster import CONTENTION_FIELDS
-
-    history = []
-    for path in paths:
-        where = f"--contention-from {path}"
-        try:
-            rows = json.loads(Path(path).read_text())
-        except OSError as e:
-            raise GradschedError(f"{where}: cannot read it ({e.strerror})") from None
-        except ValueError as e:
-            raise GradschedError(f"{where}: not JSON ({e})") from None
-        if not (isinstance(rows, list) and rows and isinstance(rows[0], dict) and "contention" in rows[0]):
-            raise GradschedError(f"{where}: expected the JSON that `gradsched bench --json` writes, with its probe's "
-                                 f"figures (a job run without --no-probe)")
-        for key, value in job.items():
-            if rows[0].get(key) != value:
-                raise GradschedError(f"{where}: that job's {key} was {rows[0].get(key)!r}, this one's is {value!r}; "
-                                     f"contention depends on it, so only the same job's figures pool")
-        if not str(rows[0].get("machine", "")).startswith(this_machine() + ","):
-            raise GradschedError(f"{where}: measured on {rows[0].get('machine')!r}, not on this machine "
-                                 f"({this_machine()}): contention is the machine's")
-        probe = rows[0]["contention"]
-        history.append(_validate.numbers(probe.get("own_fitted", probe.get("fitted")), path, "contention.fitted",
-                                         CONTENTION_FIELDS))
-    return history
-
-
 def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, float]], model: str) -> dict[str, Any]:
     if args.hosts < 2:
         raise GradschedError(f"--hosts must be at least 2 (data parallelism needs two workers), got {args.hosts}")
@@ -311,72 +267,6 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
             "timeout_s": args.timeout_s,
             "progress": not args.quiet, "out_dir": out_dir,
             "backend": "gloo", "threads": 1}  # CPU tensors over gloo; one compute thread per worker
-
-
-def lower_bound_s(profile: "Profile", cluster: "Cluster") -> dict[str, float]:
-    """The shortest iteration any schedule could reach under the measured profile and cluster.
-
-    Two bounds, the larger wins.  Compute: the compute stream cannot finish faster than
-    all its compute, and no layer's forward starts before its gradients are reduced, so
-    each layer adds its all-reduce between its gradients' ready time and its update and
-    forward (and those of the layers after it); for the layer that is both ready last
-    and first in forward that is all its compute plus the all-reduce of its gradients,
-    less what only a plan that overlaps the next forward could hide behind it (the
-    optimizer step and the other per-step work).  Network: the network cannot move all
-    gradients faster than one all-reduce of all of them, which cannot start before the
-    first gradient is ready.  ``contention_bound_s`` is the same bound when overlap is
-    not free: with the cluster's contention figures, compute and communication slow
-    each other wherever they overlap (:func:`contention_bound_s`)."""
-    from gradsched.sim.engine import contention
-
-    cost = cluster.cost("allreduce")
-    ready = profile.ready_s
-    layers: dict[int, list[float]] = {}  # forward order: layer -> [bytes, ready, forward, update]
-    for t, lid, r in zip(profile.tensors, profile.layer_of, ready):
-        row = layers.setdefault(lid, [0.0, r, 0.0, 0.0])
-        row[0] += t.bytes
-        row[2] += t.forward_s
-        row[3] += t.update_s
-    last = max(ready)
-    compute_bound, alone_after = profile.compute_s, 0.0
-    kc, kn, _, _ = contention(cluster)
-    before = 0.0  # forward and update of the layers before this one
-    rest = profile.forward_s + profile.update_s  # ... of this one and those after it
-    for nbytes, r, fwd, upd in layers.values():
-        reduce_s = cost.time_s(nbytes)
-        compute_bound = max(compute_bound, r + reduce_s + rest)
-        if r >= last:  # compute can hide only this much of its all-reduce; overlapped, compute runs slower
-            alone_after = max(alone_after, reduce_s - (profile.other_s + before) * (1 + kc) / (1 + kn))
-        before += fwd + upd
-        rest -= fwd + upd
-    first_ready = min(ready)
-    comm_all = cost.time_s(profile.total_bytes)
-    network_bound = first_ready + comm_all
-    bound = max(compute_bound, network_bound)
-    return {"lower_bound_s": bound, "compute_s": profile.compute_s,
-            "allreduce_all_s": comm_all, "compute_bound_s": compute_bound, "network_bound_s": network_bound,
-            "contention_bound_s": max(bound, contention_bound_s(profile.compute_s, comm_all, first_ready,
-                                                                 alone_after, kc, kn))}
-
-
-def contention_bound_s(compute_s: float, comm_s: float, compute_alone_s: float, comm_alone_s: float,
-                       compute_slowdown: float, comm_slowdown: float) -> float:
-    """The shortest iteration when overlapped compute and communication slow each other.
-
-    ``compute_s`` of compute and ``comm_s`` of communication (each at full speed), of
-    which at least ``compute_alone_s`` and ``comm_alone_s`` cannot overlap.  For ``x``
-    seconds of overlap, compute runs ``1 + compute_slowdown`` times slower and
-    communication ``1 + comm_slowdown`` times slower (the simulator's fluid model), so
-    the iteration is ``compute_s + comm_s - x * gain`` with ``gain = 1/(1 + kc) +
-    1/(1 + kn) - 1``: overlap pays only while ``gain > 0``, and most when ``x`` is as
-    long as either side's overlappable work allows.  Without contention it is never
-    above :func:`lower_bound_s`'s bound, which takes the larger of the two."""
-    fc, fn = 1.0 + compute_slowdown, 1.0 + comm_slowdown
-    gain = 1.0 / fc + 1.0 / fn - 1.0
-    if gain <= 0:
-        return compute_s + comm_s
-    overlap = max(0.0, min((compute_s - compute_alone_s) * fc, (comm_s - comm_alone_s) * fn))
-    return compute_s + comm_s - gain * overlap
 
 
 # ----------------------------------------------------------------------------- launching
@@ -450,50 +340,64 @@ def table(result: dict[str, Any]) -> str:
         cb = lb["contention_bound_s"]
         lines.append(f"lower bound with the measured contention {cb * 1e3:.1f} ms (overlap is not free here); "
                      f"the fastest row, {best['strategy']}, is {best['iteration_s_median'] / cb:.2f}x it")
-    auto = next((r for r in result["rows"] if r["strategy"] == "auto"), None)
-    if auto is not None:
-        opts = auto.get("plan_options") or {}
-        tune = auto.get("autotune")
-        if "chose" in opts:
-            chose = f"{opts['chose']} {opts.get('chosen_options')}"
-        else:  # run-time auto settled on a plan it measured (its first plan, a trial's, DDP's buckets)
-            chose = f"{tune['switches'][-1]['strategy']} {opts}" if tune and tune.get("switches") else str(opts)
-        lines.append(f"auto chose {chose} ({auto['operations']} operations)")
-        if tune and tune.get("predicted_iteration_s"):
-            lines.append(f"  (planned at run time from its own in-training measurements, which predicted "
-                         f"{tune['predicted_iteration_s'] * 1e3:.1f} ms; {tune['replans']} re-plan(s))")
-    c = result.get("contention")
-    if c:
-        own = c.get("own_fitted", c["fitted"])  # this job's probe; `fitted` is what predictions use
-        lines.append(f"contention: a step {c['compute_alone_s'] * 1e3:.0f} ms alone, "
-                     f"{c['compute_overlapped_s'] * 1e3:.0f} ms behind all-reduces (x{c['compute_slowdown']:.2f}); "
-                     f"an all-reduce {c['allreduce_alone_s'] * 1e3:.1f} ms alone "
-                     f"({c.get('allreduce_model_s', c['allreduce_alone_s']) * 1e3:.1f} ms in the cost model), "
-                     f"{c['allreduce_overlapped_s'] * 1e3:.1f} ms while steps run "
-                     f"(x{1 + own.get('comm_slowdown', 0.0):.2f} the cost model); "
-                     f"{own.get('busy_latency_s', 0.0) * 1e3:.2f} ms more per operation started during compute, "
-                     f"{own.get('op_latency_s', 0.0) * 1e3:.2f} ms more per operation in any case")
-        if c.get("history"):
-            f = c["fitted"]
-            lines.append(f"  predicted with each figure at its median over this job and {len(c['history'])} earlier "
-                         f"(--contention-from): compute {f['compute_slowdown']:.2f}, communication "
-                         f"{f['comm_slowdown']:.2f}, {f['busy_latency_s'] * 1e3:.2f} and "
-                         f"{f['op_latency_s'] * 1e3:.2f} ms per operation")
-        if "bucket_copy_s" in c:
-            lines.append(f"runtime costs per step: bucket passes over all gradients {c['bucket_copy_s'] * 1e3:.1f} ms "
-                         f"(copy) + {c['bucket_scale_s'] * 1e3:.1f} ms (scale); buffer broadcast "
-                         f"{c.get('buffer_sync_s', 0.0) * 1e3:.1f} ms")
-        if c.get("runtime_overhead_s"):
-            lines.append("runtime overhead per step (a step of its simplest plan beyond the simulated one): " + ", ".join(
-                f"{name} {seconds * 1e3:.1f} ms" for name, seconds in c["runtime_overhead_s"].items()))
-        if c.get("op_host"):
-            lines.append(f"gradsched's host time per operation: {c['op_host']['issue_s'] * 1e3:.3f} ms to issue, "
-                         f"{c['op_host']['retire_s'] * 1e3:.3f} ms to retire (wfbp against sync, thread CPU time)")
-        if c.get("resamples"):
-            lines.append(f"these figures and the network table's sizes up to 4 MiB: medians over the start-up "
-                         f"measurement and {c['resamples']} samples between rounds ({c['resample_s']:.1f} s); "
-                         f"the plans were made from the start-up ones")
+    lines += _auto_lines(result["rows"]) + _contention_lines(result.get("contention"))
     return "\n".join(lines)
+
+
+def _auto_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """What run-time or offline ``auto`` chose, if it ran."""
+    auto = next((r for r in rows if r["strategy"] == "auto"), None)
+    if auto is None:
+        return []
+    lines: list[str] = []
+    opts = auto.get("plan_options") or {}
+    tune = auto.get("autotune")
+    if "chose" in opts:
+        chose = f"{opts['chose']} {opts.get('chosen_options')}"
+    else:  # run-time auto settled on a plan it measured (its first plan, a trial's, DDP's buckets)
+        chose = f"{tune['switches'][-1]['strategy']} {opts}" if tune and tune.get("switches") else str(opts)
+    lines.append(f"auto chose {chose} ({auto['operations']} operations)")
+    if tune and tune.get("predicted_iteration_s"):
+        lines.append(f"  (planned at run time from its own in-training measurements, which predicted "
+                     f"{tune['predicted_iteration_s'] * 1e3:.1f} ms; {tune['replans']} re-plan(s))")
+    return lines
+
+
+def _contention_lines(c: dict[str, Any] | None) -> list[str]:
+    """The probe's figures, pooled ones and runtime costs, if the job probed."""
+    if not c:
+        return []
+    lines: list[str] = []
+    own = c.get("own_fitted", c["fitted"])  # this job's probe; `fitted` is what predictions use
+    lines.append(f"contention: a step {c['compute_alone_s'] * 1e3:.0f} ms alone, "
+                 f"{c['compute_overlapped_s'] * 1e3:.0f} ms behind all-reduces (x{c['compute_slowdown']:.2f}); "
+                 f"an all-reduce {c['allreduce_alone_s'] * 1e3:.1f} ms alone "
+                 f"({c.get('allreduce_model_s', c['allreduce_alone_s']) * 1e3:.1f} ms in the cost model), "
+                 f"{c['allreduce_overlapped_s'] * 1e3:.1f} ms while steps run "
+                 f"(x{1 + own.get('comm_slowdown', 0.0):.2f} the cost model); "
+                 f"{own.get('busy_latency_s', 0.0) * 1e3:.2f} ms more per operation started during compute, "
+                 f"{own.get('op_latency_s', 0.0) * 1e3:.2f} ms more per operation in any case")
+    if c.get("history"):
+        f = c["fitted"]
+        lines.append(f"  predicted with each figure at its median over this job and {len(c['history'])} earlier "
+                     f"(--contention-from): compute {f['compute_slowdown']:.2f}, communication "
+                     f"{f['comm_slowdown']:.2f}, {f['busy_latency_s'] * 1e3:.2f} and "
+                     f"{f['op_latency_s'] * 1e3:.2f} ms per operation")
+    if "bucket_copy_s" in c:
+        lines.append(f"runtime costs per step: bucket passes over all gradients {c['bucket_copy_s'] * 1e3:.1f} ms "
+                     f"(copy) + {c['bucket_scale_s'] * 1e3:.1f} ms (scale); buffer broadcast "
+                     f"{c.get('buffer_sync_s', 0.0) * 1e3:.1f} ms")
+    if c.get("runtime_overhead_s"):
+        lines.append("runtime overhead per step (a step of its simplest plan beyond the simulated one): " + ", ".join(
+            f"{name} {seconds * 1e3:.1f} ms" for name, seconds in c["runtime_overhead_s"].items()))
+    if c.get("op_host"):
+        lines.append(f"gradsched's host time per operation: {c['op_host']['issue_s'] * 1e3:.3f} ms to issue, "
+                     f"{c['op_host']['retire_s'] * 1e3:.3f} ms to retire (wfbp against sync, thread CPU time)")
+    if c.get("resamples"):
+        lines.append(f"these figures and the network table's sizes up to 4 MiB: medians over the start-up "
+                     f"measurement and {c['resamples']} samples between rounds ({c['resample_s']:.1f} s); "
+                     f"the plans were made from the start-up ones")
+    return lines
 
 
 def plot(result: dict[str, Any], path: str, title: str) -> None:

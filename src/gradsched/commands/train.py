@@ -24,6 +24,7 @@ from gradsched.commands._model import BUILT_IN, check_model
 from gradsched.commands._model import HELP as MODEL_HELP
 from gradsched.commands._output import add_json_arg, emit_json, to_stdout
 from gradsched.errors import GradschedError, WorkersFailed
+from gradsched.jobconfig import TrainConfig
 
 MODELS = BUILT_IN
 LOG_ENV = "GRADSCHED_LOG_LEVEL"  # set by --log-level (gradsched.cli); the workers log at that level
@@ -101,7 +102,7 @@ def _checked(strategy: str, options: dict[str, Any]) -> dict[str, Any]:
     return checked
 
 
-def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
+def _config(args: argparse.Namespace, out_dir: str) -> TrainConfig:
     if args.nproc < 1:
         raise GradschedError(f"--nproc must be at least 1, got {args.nproc}")
     if args.steps < 1 or args.batch_size < 1 or args.threads < 1:
@@ -141,38 +142,38 @@ def _config(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
         SparseOptions.of(sparse_options)  # bad keys or values: one line here, not a worker traceback
     lr = args.lr if args.lr is not None else (0.01 if args.optimizer == "sgd" else 1e-3)
     absolute = lambda p: str(Path(p).resolve()) if p else None  # noqa: E731
-    return {"model": args.model, "strategy": args.strategy, "plan_path": absolute(args.plan),
-            "profile_path": absolute(args.profile), "cluster_path": absolute(args.cluster),
-            "plan_options": plan_options, "sparse_options": sparse_options or None,
-            "no_torch_ddp": args.no_torch_ddp, "steps": args.steps,
-            "warmup": args.warmup, "batch_size": args.batch_size, "optimizer": args.optimizer, "lr": lr,
-            "seed": args.seed, "backend": args.backend, "threads": args.threads, "timeout_s": args.timeout_s,
-            "save_params": absolute(args.save_params), "trace_path": absolute(args.trace), "out_dir": out_dir}
+    return TrainConfig(model=args.model, strategy=args.strategy, plan_path=absolute(args.plan),
+                       profile_path=absolute(args.profile), cluster_path=absolute(args.cluster),
+                       plan_options=plan_options, sparse_options=sparse_options or None,
+                       no_torch_ddp=args.no_torch_ddp, steps=args.steps,
+                       warmup=args.warmup, batch_size=args.batch_size, optimizer=args.optimizer, lr=lr,
+                       seed=args.seed, backend=args.backend, threads=args.threads, timeout_s=args.timeout_s,
+                       save_params=absolute(args.save_params), trace_path=absolute(args.trace), out_dir=out_dir)
 
 
-def launch(cfg: dict[str, Any], nproc: int) -> tuple[int, str]:
+def launch(cfg: TrainConfig, nproc: int) -> tuple[int, str]:
     """Run the workers under ``torch.distributed.run``; return (exit code, their combined output)."""
     from gradsched.torch.jobs.launch import loopback_command
 
-    cfg_path = Path(cfg["out_dir"], "config.json")
-    cfg_path.write_text(json.dumps(cfg))
+    cfg_path = Path(cfg.out_dir, "config.json")
+    cfg_path.write_text(json.dumps(cfg.to_dict()))
     cmd = loopback_command("gradsched.torch.jobs.trainer", nproc, cfg_path)
-    env = dict(os.environ, OMP_NUM_THREADS=str(cfg["threads"]))
+    env = dict(os.environ, OMP_NUM_THREADS=str(cfg.threads))
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc.returncode, proc.stdout
 
 
-def launch_testbed(cfg: dict[str, Any], hosts: int, rate: str) -> tuple[int, str]:
+def launch_testbed(cfg: TrainConfig, hosts: int, rate: str) -> tuple[int, str]:
     """Run one worker per testbed host (links shaped to ``rate``); the testbed is always torn down."""
     from gradsched.testbed import Testbed
 
     if os.geteuid() != 0:
         raise GradschedError("--rate runs workers on the testbed, which needs root; drop --rate to use loopback")
-    cfg_path = Path(cfg["out_dir"], "config.json")
-    cfg_path.write_text(json.dumps(cfg))
+    cfg_path = Path(cfg.out_dir, "config.json")
+    cfg_path.write_text(json.dumps(cfg.to_dict()))
     with Testbed(hosts=hosts, rate=rate, prefix=TESTBED_PREFIX) as tb:
         try:
-            tb.launch(["-m", "gradsched.torch.jobs.trainer", str(cfg_path)]).wait(timeout_s=cfg["timeout_s"] + 600)
+            tb.launch(["-m", "gradsched.torch.jobs.trainer", str(cfg_path)]).wait(timeout_s=cfg.timeout_s + 600)
         except WorkersFailed as exc:
             return exc.exit_status, str(exc)
     return 0, ""

@@ -6,8 +6,6 @@ from typing import Iterator
 
 from gradsched.profile import Profile
 
-MiB = 1 << 20
-
 
 def buckets_by_size(profile: Profile, caps_bytes: Iterator[float]) -> list[list[int]]:
     """Walk tensors in ready order, closing a bucket once it reaches the current cap.

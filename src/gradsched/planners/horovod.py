@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 
 from gradsched.cluster import Cluster
+from gradsched.constants import MiB
 from gradsched.plan import Plan, whole_tensor_ops
-from gradsched.planners._buckets import MiB
 from gradsched.planners.options import Option
 from gradsched.planners.registry import register
 from gradsched.profile import Profile

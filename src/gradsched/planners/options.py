@@ -30,7 +30,7 @@ STRATEGIES = "strategies"  # kind of an option naming strategies (a comma-separa
 class Option:
     """One planner option: its name, type, default and allowed range.
 
-    ``kind`` is ``float``, ``int``, ``bool`` or :data:`STRATEGIES`.  ``low``/``high``
+    ``kind`` is ``float``, ``int``, ``bool``, ``str`` or :data:`STRATEGIES`.  ``low``/``high``
     bound numbers (``low_open``: the value must be above ``low``, not equal to it);
     ``optional``: ``None`` is allowed (and means "the planner's own choice")."""
 
@@ -62,6 +62,8 @@ def coerce(strategy: str, option: Option, value: Any, known: Callable[[], list[s
         return _boolean(where, value)
     if option.kind == STRATEGIES:
         return _strategies(where, value, known())
+    if option.kind is str:  # a word; the planner checks its own choices (usbyte's window)
+        return str(value)
     if option.kind is int:
         x: float = _integer(where, value)
     else:

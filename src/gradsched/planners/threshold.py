@@ -6,7 +6,8 @@ import itertools
 
 from gradsched.cluster import Cluster
 from gradsched.plan import Plan, whole_tensor_ops
-from gradsched.planners._buckets import MiB, buckets_by_size
+from gradsched.constants import MiB
+from gradsched.planners._buckets import buckets_by_size
 from gradsched.planners.options import Option
 from gradsched.planners.registry import register
 from gradsched.profile import Profile

@@ -16,7 +16,14 @@ Priorities start front-first (input layer first).  The search then walks the lay
 from the output to the input; where other layers become ready while a layer's first
 block is on the wire, it tries promoting the layer ahead of all of them and keeps
 the change when the modelled iteration gets shorter.  ``max_evaluations`` bounds the
-number of schedules modelled (the paper's search is O(L) of them).
+number of schedules modelled per rule (the paper's search is O(L) of them).
+
+Two rules where gradsched and the paper differ are options, chosen by simulation when
+left out (docs/strategies.md has the comparison): ``window`` -- promote over the layers
+ready while the first block is on the wire (``"block"``) or within the time to send the
+whole layer from its start (``"layer"``, the paper's); ``extend`` -- a layer's
+back-to-back phase-1 blocks go as one message (the paper's block extension, with
+every element still sent exactly once).
 
 The model below is the simulator's: the plan lists every block as one operation
 whose priority is its layer's rank, blocks of a layer in order, so priority
@@ -39,7 +46,7 @@ import bisect
 import heapq
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.errors import GradschedError
@@ -71,6 +78,8 @@ class Schedule:
 
     iteration_s: float
     blocks: list[tuple[int, int, int, float, float]]  # (layer unit, first element, end element, start_s, end_s)
+    decide_s: list[float] = field(default_factory=list)  # the model's clock when each block was chosen
+    pending: tuple | None = field(default=None, repr=False)  # a dry run's phase 2, not yet played (see _Model.run)
 
 
 class _Model:
@@ -80,30 +89,40 @@ class _Model:
         self.profile = profile
         self.cost = cost
         ready = profile.ready_s
+        tensors, layer_of = profile.tensors, profile.layer_of
         key_of: dict[tuple[int, int], list[int]] = {}
         for i in profile.order:
-            key_of.setdefault((profile.layer_of[i], profile.tensors[i].element_bytes), []).append(i)
+            key_of.setdefault((layer_of[i], tensors[i].element_bytes), []).append(i)
         units = []
         for (lid, eb), members in key_of.items():
             members.sort()
-            units.append(_Layer(tuple(members), sum(profile.tensors[i].numel for i in members), eb,
-                                max(ready[i] for i in members), lid, members[0]))
+            units.append(_Layer(tuple(members), sum([tensors[i].numel for i in members]), eb,
+                                max([ready[i] for i in members]), lid, members[0]))
         self.units = units  # in order of first appearance in the ready order
         self.by_ready = sorted(range(len(units)), key=lambda u: (units[u].ready_s, u))
         self.unit_elems = [max(1, unit_bytes // u.element_bytes) for u in units]
         self.ready_sorted = [units[u].ready_s for u in self.by_ready]
+        self.ready_of = [u.ready_s for u in units]
+        self.numel = [u.numel for u in units]
         self.elem = [u.element_bytes for u in units]
+        self.layer_id = [u.layer for u in units]
         self.backward_end_s = max(ready)
         # next-forward gating: layers in forward order with their forward and update time
         fwd: dict[int, list[float]] = {}
-        for t, lid in zip(profile.tensors, profile.layer_of):
+        for t, lid in zip(tensors, layer_of):
             acc = fwd.setdefault(lid, [0.0, 0.0])
             acc[0] += t.forward_s
             acc[1] += t.update_s
         self.forward_layers = [(lid, f, upd) for lid, (f, upd) in fwd.items()]
+        position = {lid: k for k, (lid, _, _) in enumerate(self.forward_layers)}
+        self.unit_layer = [position[u.layer] for u in units]  # each unit's forward layer, by position
+        self.forward_work = [(upd, f) for _, f, upd in self.forward_layers]
         self.alpha_s = cost.alpha_s
         self.beta_s = cost.beta_s_per_byte
+        self._runs: dict[tuple[bool, tuple[int, ...]], Schedule] = {}
+        self._trials: dict[tuple[bool, tuple[int, ...]], Schedule] = {}
         self.table = ([float(x) for x, _ in cost.points], [float(y) for _, y in cost.points]) if cost.points else None
+        self.full_time_s = [self.time_s(u.numel * u.element_bytes) for u in units]
 
     def time_s(self, nbytes: int) -> float:
         """``cost.time_s`` bit for bit, without numpy's per-call overhead (the search calls it
@@ -116,23 +135,24 @@ class _Model:
                 return float(_interp(nbytes, xs, ys) * self.cost._table_scale(nbytes))
         return self.alpha_s + self.beta_s * nbytes
 
-    def run(self, rank: list[int]) -> Schedule:
+    def run(self, rank: list[int], extend: bool = False, resume: Schedule | None = None, at: int = 0,
+            dry: bool = False) -> Schedule:
         """Model the schedule where unit ``u`` has priority number ``rank[u]`` (lower first).
 
         The clock moves like the simulator's (to the next ready time or the moment the
         channel frees, events within ``EPS_S`` simultaneous), so that priority
-        scheduling of the emitted plan replays these blocks exactly."""
+        scheduling of the emitted plan replays these blocks exactly.  ``extend``: a
+        phase-1 block that follows a block of the same unit back to back is merged into
+        it, resized to fill the gap from the merged block's start (the paper's block
+        extension).  ``resume``/``at``: start from ``resume``'s state just before it
+        chose its block ``at`` (the caller knows that ``rank`` chooses the same up to
+        there), which gives exactly what a run from the start would.  ``dry``: only the
+        iteration (no phase-2 blocks, the search's trials), the same number."""
         by_ready, ready, elem, unit_elems = self.by_ready, self.ready_sorted, self.elem, self.unit_elems
         n = len(by_ready)
-        left = [u.numel for u in self.units]
-        sent = [0] * n
-        alpha, beta, time_s = self.alpha_s, self.beta_s, self.time_s
+        left, sent, blocks, decide, t, free, nxt, heap = self._start(rank, resume, at)
+        time_s = self.time_s
         push, pop = heapq.heappush, heapq.heappop
-        heap: list[tuple[int, int]] = []
-        blocks: list[tuple[int, int, int, float, float]] = []
-        nxt = 0
-        t = 0.0
-        free = 0.0  # when the channel finishes its current block
         while True:
             while nxt < n and ready[nxt] <= t + EPS_S:
                 u = by_ready[nxt]
@@ -140,26 +160,25 @@ class _Model:
                 nxt += 1
             if heap and free <= t + EPS_S:
                 start = t if t > free else free
+                if nxt == n:  # phase 2 from here: the rest of each layer back to back, by priority
+                    queue = sorted(heap)
+                    if dry:
+                        return Schedule(self._dry_phase_two(queue, start, left, blocks), blocks, decide,
+                                        (queue, start, t, left, sent))
+                    self._phase_two(queue, start, t, left, sent, blocks, decide)
+                    break
+                # phase 1: fill the gap before the next gradient is ready
                 u = heap[0][1]
-                eb = elem[u]
                 rest = left[u]
-                if nxt < n:  # phase 1: fill the gap before the next gradient is ready
-                    gap = ready[nxt] - start
-                    unit = unit_elems[u]
-                    if gap < alpha:
-                        elems = unit
-                    elif beta > 0 and gap < time_s(rest * eb):
-                        elems = max(1, math.ceil((gap - alpha) / (beta * unit * eb))) * unit
-                    else:
-                        elems = rest
-                    if elems > rest:
-                        elems = rest
-                else:  # phase 2: everything left, highest priority first
-                    elems = rest
-                free = start + time_s(elems * eb)
-                done = sent[u]
-                blocks.append((u, done, done + elems, start, free))
-                sent[u] = done + elems
+                elems = self._extend(blocks, u, start, ready[nxt], rest) if extend else None
+                if elems is None:
+                    elems = _fill(ready[nxt] - start, rest, unit_elems[u], elem[u], self.alpha_s, self.beta_s, time_s)
+                    free = start + time_s(elems * elem[u])
+                    blocks.append((u, sent[u], sent[u] + elems, start, free))
+                    decide.append(t)
+                else:
+                    free = blocks[-1][4]
+                sent[u] += elems
                 left[u] = rest - elems
                 if rest == elems:
                     pop(heap)
@@ -171,18 +190,129 @@ class _Model:
             if free > t and free < t_next:
                 t_next = free
             t = t_next
-        return Schedule(self.iteration_s(blocks), blocks)
+        return Schedule(self.iteration_s(blocks), blocks, decide)
+
+    def _start(self, rank: list[int], resume: Schedule | None, at: int) -> tuple:
+        """:meth:`run`'s state at the start, or just before ``resume`` chose its block ``at``:
+        (left, sent, blocks, decide, clock, channel free, next ready, heap)."""
+        left = list(self.numel)
+        if resume is None or at == 0:
+            blocks: list[tuple[int, int, int, float, float]] = []
+            decide: list[float] = []
+            t = free = 0.0  # the clock; when the channel finishes its current block
+        else:
+            blocks, decide = resume.blocks[:at], resume.decide_s[:at]
+            t, free = resume.decide_s[at], blocks[-1][4]
+            for u, _, hi, _, _ in blocks:
+                left[u] = self.numel[u] - hi
+        sent = [self.numel[u] - left[u] for u in range(len(left))]
+        nxt = bisect.bisect_right(self.ready_sorted, t + EPS_S) if blocks else 0
+        heap = [(rank[u], u) for u in self.by_ready[:nxt] if left[u] > 0]
+        heapq.heapify(heap)
+        return left, sent, blocks, decide, t, free, nxt, heap
+
+    def _extend(self, blocks: list[tuple[int, int, int, float, float]], u: int, start: float, next_ready_s: float,
+                rest: int) -> int | None:
+        """The paper's block extension: if ``u``'s last block ends at ``start``, grow it into one
+        message from that block's start, sized to the gap up to ``next_ready_s`` (at least one
+        unit or the rest more); returns the elements added, or None (no merge: another
+        unit's block last, a gap, or a measured table that makes the merged message end
+        before ``start``, which the clock cannot go back to)."""
+        if not blocks or blocks[-1][0] != u or blocks[-1][4] != start:
+            return None
+        _, lo, hi, s0, _ = blocks[-1]
+        unit, eb = self.unit_elems[u], self.elem[u]
+        total = _fill(next_ready_s - s0, rest + hi - lo, unit, eb, self.alpha_s, self.beta_s, self.time_s)
+        elems = max(total - (hi - lo), min(unit, rest))
+        end = s0 + self.time_s((hi - lo + elems) * eb)
+        if end < start:
+            return None
+        blocks[-1] = (u, lo, hi + elems, s0, end)
+        return elems
+
+    def _phase_two(self, queue: list[tuple[int, int]], start: float, t: float, left: list[int], sent: list[int],
+                   blocks: list[tuple[int, int, int, float, float]], decide: list[float]) -> None:
+        """Phase 2 as :meth:`run`'s loop would play it, without the loop: every layer is
+        ready, so each decision takes the next layer in priority order when the last
+        block ends (the clock is that end), and sends all it has left."""
+        time_s, elem = self.time_s, self.elem
+        for _, u in queue:
+            end = start + time_s(left[u] * elem[u])
+            blocks.append((u, sent[u], sent[u] + left[u], start, end))
+            decide.append(t)
+            sent[u] += left[u]
+            left[u] = 0
+            t = start = end
+
+    def _dry_phase_two(self, queue: list[tuple[int, int]], start: float, left: list[int],
+                       blocks: list[tuple[int, int, int, float, float]]) -> float:
+        """The iteration :meth:`_phase_two` then :meth:`iteration_s` would give, without the blocks."""
+        done = self._layer_done(blocks)
+        time_s, elem, numel, full, unit_layer = self.time_s, self.elem, self.numel, self.full_time_s, self.unit_layer
+        for _, u in queue:
+            rest = left[u]
+            start += full[u] if rest == numel[u] else time_s(rest * elem[u])
+            done[unit_layer[u]] = start  # later than every earlier block's end
+        return self._forward(done)
+
+    def trial_s(self, rank: list[int], extend: bool, resume: Schedule | None = None, at: int = 0) -> float:
+        """The iteration :meth:`run` gives (dry), remembered like :meth:`cached_run`."""
+        key = (extend, tuple(rank))
+        schedule = self._runs.get(key)
+        if schedule is not None:
+            return schedule.iteration_s
+        trial = self._trials.get(key)
+        if trial is None:
+            trial = self._trials[key] = self.run(rank, extend, resume, at, dry=True)
+        return trial.iteration_s
+
+    def cached_run(self, rank: list[int], extend: bool, resume: Schedule | None = None, at: int = 0) -> Schedule:
+        """:meth:`run`, remembered: the searches of the two promotion windows try many of the
+        same priority orders (the front-first one always)."""
+        key = (extend, tuple(rank))
+        schedule = self._runs.get(key)
+        if schedule is None:
+            trial = self._trials.pop(key, None)
+            if trial is not None and trial.pending is not None:  # finish the dry run: play its phase 2
+                blocks, decide = trial.blocks, trial.decide_s
+                self._phase_two(*trial.pending, blocks, decide)
+                schedule = Schedule(self.iteration_s(blocks), blocks, decide)
+            else:
+                schedule = self.run(rank, extend, resume, at)
+            self._runs[key] = schedule
+        return schedule
 
     def iteration_s(self, blocks: list[tuple[int, int, int, float, float]]) -> float:
-        done: dict[int, float] = {}
+        return self._forward(self._layer_done(blocks))
+
+    def _layer_done(self, blocks: list[tuple[int, int, int, float, float]]) -> list[float]:
+        """When each forward layer's last block ends (0 if none yet)."""
+        done = [0.0] * len(self.forward_work)
+        unit_layer = self.unit_layer
         for u, _, _, _, end in blocks:
-            lid = self.units[u].layer
-            if end > done.get(lid, 0.0):
-                done[lid] = end
+            k = unit_layer[u]
+            if end > done[k]:
+                done[k] = end
+        return done
+
+    def _forward(self, done: list[float]) -> float:
+        """The next forward, each layer after its blocks: the iteration."""
         t = self.backward_end_s + self.profile.other_s
-        for lid, fwd, upd in self.forward_layers:
-            t = max(t, done.get(lid, 0.0)) + upd + fwd
+        for d, (upd, fwd) in zip(done, self.forward_work):
+            t = (t if t >= d else d) + upd + fwd  # max(t, d), summed in the simulator's order
         return t
+
+
+def _fill(gap: float, rest: int, unit: int, eb: int, alpha: float, beta: float, time_s) -> int:
+    """Elements of a phase-1 block that fills ``gap``: one unit if ``gap < alpha``, whole units
+    up to the gap if less than ``rest`` fits in it, else all of ``rest``."""
+    if gap < alpha:
+        elems = unit
+    elif beta > 0 and gap < time_s(rest * eb):
+        elems = max(1, math.ceil((gap - alpha) / (beta * unit * eb))) * unit
+    else:
+        elems = rest
+    return rest if elems > rest else elems
 
 
 def _interp(x: float, xs: list[float], ys: list[float]) -> float:
@@ -203,15 +333,20 @@ def _first_blocks(schedule: Schedule) -> dict[int, tuple[int, int, int, float, f
     return first
 
 
-def search_priorities(model: _Model, max_evaluations: int) -> tuple[list[int], Schedule, int]:
-    """Front-first priorities improved by US-Byte's promotion search; returns (rank, schedule, evaluations)."""
+def search_priorities(model: _Model, max_evaluations: int, extend: bool = False,
+                      window: str = "block") -> tuple[list[int], Schedule, int]:
+    """Front-first priorities improved by US-Byte's promotion search; returns (rank, schedule, evaluations).
+
+    ``window``: a layer is tried ahead of the layers that become ready between its first
+    block's start and that block's end (``"block"``, gradsched's rule) or the time it
+    would take to send the whole layer from there (``"layer"``, the paper's)."""
     units = model.units
     n = len(units)
     order = sorted(range(n), key=lambda u: (units[u].forward_rank, units[u].element_bytes))
     rank = [0] * n
     for r, u in enumerate(order):
         rank[u] = r
-    best = model.run(rank)
+    best = model.cached_run(rank, extend)
     evaluations = 1
     first = _first_blocks(best)
     ready = model.ready_sorted
@@ -221,8 +356,10 @@ def search_priorities(model: _Model, max_evaluations: int) -> tuple[list[int], S
         _, lo, hi, start_s, end_s = first[u]
         if hi - lo >= units[u].numel:
             continue  # sent whole in one block: nothing to keep going
-        window = model.by_ready[bisect.bisect_right(ready, start_s):bisect.bisect_right(ready, end_s)]
-        rivals = [v for v in window if rank[v] < rank[u]]
+        if window == "layer":
+            end_s = start_s + model.time_s(units[u].numel * units[u].element_bytes)
+        span = model.by_ready[bisect.bisect_right(ready, start_s):bisect.bisect_right(ready, end_s)]
+        rivals = [v for v in span if rank[v] < rank[u]]
         if not rivals:
             continue
         target = min(rank[v] for v in rivals)
@@ -231,12 +368,32 @@ def search_priorities(model: _Model, max_evaluations: int) -> tuple[list[int], S
         trial_rank = [0] * n
         for r, v in enumerate(trial_order):
             trial_rank[v] = r
-        trial = model.run(trial_rank)
         evaluations += 1
-        if trial.iteration_s < best.iteration_s * (1 - 1e-12):
-            best, rank, order = trial, trial_rank, trial_order
+        at = _first_change(model, best, rank, u, target)
+        if at is None:
+            continue  # the promotion changes no choice: the same schedule, not shorter
+        if model.trial_s(trial_rank, extend, best, at) < best.iteration_s * (1 - 1e-12):
+            best, rank, order = model.cached_run(trial_rank, extend, best, at), trial_rank, trial_order
             first = _first_blocks(best)
     return rank, best, evaluations
+
+
+def _first_change(model: _Model, schedule: Schedule, rank: list[int], u: int, target: int) -> int | None:
+    """Index of the first block of ``schedule`` whose choice promoting ``u`` to rank ``target``
+    could change, or None if none can.
+
+    Promotion moves ``u`` ahead of the units ranked ``target..rank[u]-1`` only, so a
+    choice changes only where one of those was chosen (block ``b``, or a decision that
+    extended it) while ``u`` was ready with data left: ``u`` is ready by the block's end
+    and its own last block comes later."""
+    blocks = schedule.blocks
+    last_u = max(k for k, b in enumerate(blocks) if b[0] == u)
+    ready_u, top = model.ready_of[u] - 2 * EPS_S, rank[u]  # conservative: earlier is safe
+    for k in range(last_u):
+        v, _, _, _, end = blocks[k]
+        if target <= rank[v] < top and ready_u <= end:
+            return k
+    return None
 
 
 def build_plan(model: _Model, rank: list[int], schedule: Schedule, options: dict) -> Plan:
@@ -256,29 +413,80 @@ def build_plan(model: _Model, rank: list[int], schedule: Schedule, options: dict
                 scheduling="priority", overlap_forward=True)
 
 
+RULES = (("block", False), ("block", True), ("layer", False), ("layer", True))  # (window, extend); gradsched's first
+
+
 def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_BYTES,
-            max_evaluations: int = DEFAULT_MAX_EVALUATIONS) -> tuple[Plan, Schedule, int]:
-    """The US-Byte plan, the schedule its model predicts, and how many schedules it modelled."""
+            max_evaluations: int = DEFAULT_MAX_EVALUATIONS, extend: bool | None = None,
+            window: str | None = None) -> tuple[Plan, Schedule, int]:
+    """The US-Byte plan, the schedule its model predicts, and how many schedules it modelled
+    (all rules together).  ``extend``/``window`` left as None are chosen: each rule is
+    planned and the plan with the shortest simulated iteration kept (ties: fewer
+    operations, then the order of ``RULES``)."""
+    unit_bytes, max_evaluations = _check_options(unit_bytes, max_evaluations, extend, window)
+    model = _Model(profile, cluster.cost("allreduce"), unit_bytes)
+    rules = [(w, e) for w, e in RULES if window in (None, w) and extend in (None, e)]
+    exact = _model_is_exact(profile, cluster)
+    best, total = None, 0
+    for k, (w, e) in enumerate(rules):
+        rank, schedule, evaluations = search_priorities(model, max_evaluations, e, w)
+        total += evaluations
+        options = {"unit_bytes": unit_bytes, "max_evaluations": max_evaluations, "extend": e, "window": w}
+        plan_ = build_plan(model, rank, schedule, options) if not exact or len(rules) == 1 else None
+        if len(rules) == 1:
+            return plan_, schedule, total
+        predicted = schedule.iteration_s if exact else _simulated_s(plan_, profile, cluster)
+        key = (predicted, len(schedule.blocks), k)
+        if best is None or key < best[0]:
+            best = (key, rank, schedule, options, plan_)
+    _, rank, schedule, options, plan_ = best
+    return plan_ or build_plan(model, rank, schedule, options), schedule, total
+
+
+def _model_is_exact(profile: Profile, cluster: Cluster) -> bool:
+    """Whether the simulator's iteration is the model's: no contention, no runtime host time
+    per operation (then the plan replays the modelled blocks, tests/test_usbyte.py)."""
+    from gradsched.sim.engine import contention
+
+    return not any(contention(cluster)) and profile.op_host_s() == (0.0, 0.0)
+
+
+def _simulated_s(plan_: Plan, profile: Profile, cluster: Cluster) -> float:
+    from gradsched.sim import simulate  # the simulator imports planners' types only
+
+    return simulate(plan_, profile, cluster, timeline=False).iteration_s
+
+
+def _check_options(unit_bytes: object, max_evaluations: object, extend: object,
+                   window: object) -> tuple[int, int]:
     if not (isinstance(unit_bytes, numbers.Integral) and unit_bytes > 0):
         raise GradschedError(f"usbyte: unit_bytes must be a positive whole number of bytes, got {unit_bytes!r}")
     if not (isinstance(max_evaluations, numbers.Integral) and max_evaluations >= 1):
         raise GradschedError(f"usbyte: max_evaluations must be at least 1 (1 = front-first, no search), "
                              f"got {max_evaluations!r}")
-    unit_bytes, max_evaluations = int(unit_bytes), int(max_evaluations)
-    model = _Model(profile, cluster.cost("allreduce"), unit_bytes)
-    rank, schedule, evaluations = search_priorities(model, max_evaluations)
-    plan_ = build_plan(model, rank, schedule, {"unit_bytes": unit_bytes, "max_evaluations": max_evaluations})
-    return plan_, schedule, evaluations
+    if extend not in (None, True, False):
+        raise GradschedError(f"usbyte: extend must be true or false (or left out: chosen by simulation), "
+                             f"got {extend!r}")
+    if window not in (None, "block", "layer"):
+        raise GradschedError(f"usbyte: window must be 'block' or 'layer' (or left out: chosen by simulation), "
+                             f"got {window!r}")
+    return int(unit_bytes), int(max_evaluations)
 
 
 OPTIONS = (
     Option("unit_bytes", int, DEFAULT_UNIT_BYTES, low=1, high=1 << 50, doc="block unit in bytes"),
     Option("max_evaluations", int, DEFAULT_MAX_EVALUATIONS, low=1, high=1_000_000,
            doc="schedules modelled by the priority search (1: front-first, no search)"),
+    Option("extend", bool, None, optional=True,
+           doc="send a layer's back-to-back blocks as one message (the paper's block extension); "
+               "left out: chosen by simulation"),
+    Option("window", str, None, optional=True,
+           doc="promotion window: 'block' (gradsched's) or 'layer' (the paper's); left out: chosen by simulation"),
 )
 
 
 @register("usbyte", options=OPTIONS)
 def plan(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_BYTES,
-         max_evaluations: int = DEFAULT_MAX_EVALUATIONS) -> Plan:
-    return predict(profile, cluster, unit_bytes, max_evaluations)[0]
+         max_evaluations: int = DEFAULT_MAX_EVALUATIONS, extend: bool | None = None,
+         window: str | None = None) -> Plan:
+    return predict(profile, cluster, unit_bytes, max_evaluations, extend, window)[0]

@@ -111,12 +111,10 @@ def contention(cluster: Cluster) -> tuple[float, float, float, float]:
     operations far more than their bytes do).  Every collective pays ``op_latency_s``
     more, compute or not: what an operation issued by a runtime, among others, costs
     beyond one timed alone (docs/simulator.md, "Contention")."""
-    c = cluster.extra.get("contention") or {}
-    kc, kn = float(c.get("compute_slowdown", 0.0)), float(c.get("comm_slowdown", 0.0))
-    lat, op_lat = float(c.get("busy_latency_s", 0.0)), float(c.get("op_latency_s", 0.0))
-    if not all(x >= 0 and math.isfinite(x) for x in (kc, kn, lat, op_lat)):
-        raise GradschedError(f"cluster contention figures must be finite and non-negative, got {c}")
-    return kc, kn, lat, op_lat
+    c = cluster.contention
+    if c is None:
+        return 0.0, 0.0, 0.0, 0.0
+    return c.compute_slowdown, c.comm_slowdown, c.busy_latency_s, c.op_latency_s
 
 
 MAX_CONTENTION_PASSES = 30
@@ -254,6 +252,8 @@ class _Timing:
 
 
 def _run(plan: Plan, profile: Profile, st: _Static, channels: int, on_compute: Dilate, on_comm: Dilate) -> _Timing:
+    # long function: one pass over the timeline: backward, communication, update and forward share
+    # clocks and spans; split, they would pass a dozen lists between them
     n_ops = len(plan.operations)
     spans: list[tuple[str, str, float, float, dict]] = []
     # ---- backward on the compute stream, selections inserted after the completing layer
@@ -389,6 +389,7 @@ def _channel_of(j: int, plan: Plan, channels: int) -> int:
 def _schedule(plan: Plan, ready: list[float], cost: list[float], nbytes: list[int], channels: int,
               start: list[float], end: list[float], on_comm: Dilate = _free) -> None:
     """Fill ``start``/``end`` of every operation (see the module docstring, point 2)."""
+    # long function: the scheduling disciplines (fifo, credit, priority) share the channels' state; each branch is short
     n = len(ready)
     if n == 0:
         return

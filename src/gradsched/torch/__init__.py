@@ -13,6 +13,7 @@ from gradsched.torch.runtime.ops import CollectiveError
 from gradsched.torch.runtime.optim import DistributedOptimizer
 from gradsched.torch.runtime.planning import profile_from_module, trainable_parameters
 from gradsched.torch.runtime.wrapper import DistributedDataParallel
+from gradsched.torch.measure.advisor import advise
 
-__all__ = ["MODEL_NAMES", "CollectiveError", "DistributedDataParallel", "DistributedOptimizer", "ModelSpec",
+__all__ = ["MODEL_NAMES", "advise", "CollectiveError", "DistributedDataParallel", "DistributedOptimizer", "ModelSpec",
            "build_model", "hooks", "profile_from_module", "trainable_parameters"]

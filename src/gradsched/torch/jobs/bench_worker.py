@@ -58,17 +58,17 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from gradsched.cluster import Cluster
-from gradsched.commands.bench import lower_bound_s, this_machine
+from gradsched.calibration import across_jobs, calibrate, lower_bound_s, runtime_name, this_machine, with_runtime_costs
+from gradsched.cluster import Cluster, Contention
+from gradsched.constants import MiB
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.torch.jobs.models import build_model
 from gradsched.torch.runtime.optim import DistributedOptimizer
-from gradsched.torch.measure.probe import ContentionProbe, NetworkResampler, across_jobs, slowest, slowest_median
+from gradsched.torch.measure.probe import ContentionProbe, NetworkResampler, slowest, slowest_median
 from gradsched.torch.jobs.worker import run_worker
 from gradsched.torch.runtime.wrapper import DistributedDataParallel
 
-MiB = 1 << 20
 RESAMPLE_SHARE = 0.25  # between rounds, the probes sample again within this share of the rounds' time
 OVERHEAD_BUDGET_S = 12.0  # the runtimes' overhead probe takes about this long ...
 OVERHEAD_REPS = (3, 20)  # ... in this many rotations of short bursts
@@ -118,7 +118,7 @@ def _startup_probe(contention: ContentionProbe, cluster: Cluster, cfg: dict[str,
 
 
 def _with_contention(cluster: Cluster, fitted: dict[str, float]) -> Cluster:
-    return dataclasses.replace(cluster, extra={**cluster.extra, "contention": fitted})
+    return dataclasses.replace(cluster, contention=Contention(**fitted))
 
 
 class _Resampling:
@@ -148,47 +148,6 @@ class _Resampling:
             self._next_s = took
             self.count += 1
         self._since = self._clock()
-
-
-def calibrate(profile: Profile, compute_s: float) -> Profile:
-    """``profile`` with every compute time scaled so that one iteration's compute is ``compute_s``.
-
-    The profile gives the shape (which layer costs what, when each gradient is ready);
-    a measured whole step gives the scale."""
-    if compute_s <= 0 or profile.compute_s <= 0:
-        return profile
-    return profile.with_times(compute_s / profile.compute_s)
-
-
-def with_runtime_costs(profile: Profile, probe: dict[str, Any] | None, torch_ddp: bool) -> Profile:
-    """``profile`` plus what a data-parallel runtime adds to every step on the compute stream.
-
-    - Bucket passes (:meth:`Profile.with_bucket_costs`): both runtimes copy each
-      gradient into its bucket and scale it in the gradient-ready hook (gradsched's
-      executor because ``zero_grad()`` drops its bucket views each step); PyTorch DDP
-      (``gradient_as_bucket_view=False``, its default) also copies the result back
-      after the all-reduce, while gradsched's executor hands out views of the buckets.
-    - The broadcast of rank 0's buffers before every forward (both, by default): into
-      ``other_s``, which runs where that broadcast does, between the update and the
-      next forward.
-    - gradsched's host time per operation (:meth:`_RuntimeOverheads.op_host`), into the
-      profile's ``op_host``: PyTorch DDP issues its few buckets from C++, and whatever
-      that costs is in its overhead below.
-    - The rest of the runtime's own cost per step, measured on its simplest plan
-      (:class:`_RuntimeOverheads`): into ``other_s`` too."""
-    if probe is None or not probe.get("allreduce_bytes"):
-        return profile
-    per_byte = 1.0 / probe["allreduce_bytes"]
-    out = profile.with_bucket_costs((probe["bucket_copy_s"] + probe["bucket_scale_s"]) * per_byte,
-                                    probe["bucket_copy_s"] * per_byte if torch_ddp else 0.0)
-    if not torch_ddp and probe.get("op_host"):
-        out = out.with_op_host(probe["op_host"]["issue_s"], probe["op_host"]["retire_s"])
-    overhead = (probe.get("runtime_overhead_s") or {}).get(_runtime(torch_ddp), 0.0)
-    return dataclasses.replace(out, other_s=out.other_s + probe.get("buffer_sync_s", 0.0) + overhead)
-
-
-def _runtime(torch_ddp: bool) -> str:
-    return "torch DDP" if torch_ddp else "gradsched"
 
 
 class _RuntimeOverheads:
@@ -275,7 +234,7 @@ class _RuntimeOverheads:
             # paired by rotation: a slow phase of the machine moves both bursts of a rotation alike
             extra = statistics.median(b - c for b, c in zip(bursts, self.bursts[0]))
             _, predicted = _predict(e, model, with_runtime_costs(scaled, probe, e["torch_ddp"]), cluster, profile)
-            out[_runtime(e["torch_ddp"])] = max(0.0, extra - (predicted - compute_s))
+            out[runtime_name(e["torch_ddp"])] = max(0.0, extra - (predicted - compute_s))
         return out
 
 
@@ -395,6 +354,7 @@ def _rotated_rounds(runs: list[tuple[Any, Any]], loss_fn: Any, batches: list[Any
 
 def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
     """The whole job on this rank; rank 0 returns the result (``rows`` + run facts), others None."""
+    # long function: the job's steps in the order every rank must run them (module docstring, 1-6), each a call
     rank, world = dist.get_rank(), dist.get_world_size()
     t_start = time.time()
     profile = _measure_profile(cfg)
@@ -486,7 +446,7 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
         counted = all_steps[warm * steps:] or all_steps
         median = statistics.median(counted)
         row: dict[str, Any] = {
-            "strategy": entry["label"], "runs": _runtime(entry["torch_ddp"]),
+            "strategy": entry["label"], "runs": runtime_name(entry["torch_ddp"]),
             "iteration_s_median": median, "iteration_s_mean": statistics.fmean(counted),
             "predicted_iteration_s": predicted, "prediction_error": (predicted - median) / median,
             "lower_bound_s": bound["lower_bound_s"], "vs_lower_bound": median / bound["lower_bound_s"],

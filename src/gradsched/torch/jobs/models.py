@@ -27,9 +27,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from gradsched.constants import MODEL_NAMES
 from gradsched.errors import GradschedError
-
-MODEL_NAMES = ("mlp", "cnn", "vgg", "gpt2", "bert")
 
 # Sizes of the synthetic problems (kept small so a CPU step is well under a second).
 _IMAGE_SIZE = 32

@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from gradsched.cluster import Cluster
+from gradsched.jobconfig import TrainConfig
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.torch.jobs.models import build_model
@@ -34,31 +35,33 @@ from gradsched.torch.jobs.worker import run_worker
 from gradsched.torch.runtime.wrapper import DistributedDataParallel
 
 
-def train(cfg: dict[str, Any]) -> dict[str, Any]:
+def train(raw: dict[str, Any]) -> dict[str, Any]:
     """Run the configured training on this rank (process group already initialised)."""
+    # long function: setup, loop and report read top to bottom, as a training script does
+    cfg = TrainConfig.from_dict(raw)
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cpu")
     if dist.get_backend() == "nccl":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
         torch.cuda.set_device(device)
-    spec = build_model(cfg["model"], seed=cfg["seed"])
+    spec = build_model(cfg.model, seed=cfg.seed)
     module = spec.module.to(device)
-    plan: str | Plan = Plan.load(cfg["plan_path"]) if cfg.get("plan_path") else cfg["strategy"]
-    profile = Profile.load(cfg["profile_path"]) if cfg.get("profile_path") else None
-    cluster = Cluster.load(cfg["cluster_path"]) if cfg.get("cluster_path") else None
+    plan: str | Plan = Plan.load(cfg.plan_path) if cfg.plan_path else cfg.strategy
+    profile = Profile.load(cfg.profile_path) if cfg.profile_path else None
+    cluster = Cluster.load(cfg.cluster_path) if cfg.cluster_path else None
     model = DistributedDataParallel(module, plan, profile=profile, cluster=cluster,
-                                    plan_options=cfg.get("plan_options") or None, timeout_s=cfg["timeout_s"],
-                                    trace=bool(cfg.get("trace_path")), use_torch_ddp=not cfg.get("no_torch_ddp"),
-                                    sparse_options=cfg.get("sparse_options"))
-    inner = (torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=0.9) if cfg["optimizer"] == "sgd"
-             else torch.optim.Adam(model.parameters(), lr=cfg["lr"]))
+                                    plan_options=cfg.plan_options or None, timeout_s=cfg.timeout_s,
+                                    trace=bool(cfg.trace_path), use_torch_ddp=not cfg.no_torch_ddp,
+                                    sparse_options=cfg.sparse_options)
+    inner = (torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9) if cfg.optimizer == "sgd"
+             else torch.optim.Adam(model.parameters(), lr=cfg.lr))
     opt = DistributedOptimizer(inner, model)
-    gen = torch.Generator().manual_seed(cfg["seed"] * 1000 + rank)
-    batches = [spec.make_batch(cfg["batch_size"], gen) for _ in range(min(cfg["steps"], 8))]  # data off the clock
+    gen = torch.Generator().manual_seed(cfg.seed * 1000 + rank)
+    batches = [spec.make_batch(cfg.batch_size, gen) for _ in range(min(cfg.steps, 8))]  # data off the clock
     losses: list[float] = []
     starts: list[float] = []
     dist.barrier()
-    for step in range(cfg["steps"]):
+    for step in range(cfg.steps):
         starts.append(time.perf_counter())
         x, y = batches[step % len(batches)]
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
@@ -75,17 +78,17 @@ def train(cfg: dict[str, Any]) -> dict[str, Any]:
     mean_losses = torch.tensor(losses, dtype=torch.float64, device=device)
     dist.all_reduce(mean_losses)
     mean_losses = (mean_losses / world).tolist()
-    timed = iteration_s[cfg["warmup"]:] or iteration_s
+    timed = iteration_s[cfg.warmup:] or iteration_s
     stats = model.memory_stats()
     peak_extra = None
     if stats is not None:  # the largest of any rank (the ranks' buffers can differ only by timing)
         peak = torch.tensor([stats["peak_bytes"]], dtype=torch.int64, device=device)
         dist.all_reduce(peak, op=dist.ReduceOp.MAX)
         peak_extra = int(peak.item())
-    result = {"strategy": model.strategy, "model": cfg["model"], "nproc": world, "backend": dist.get_backend(),
-              "steps": cfg["steps"], "batch_size": cfg["batch_size"], "optimizer": cfg["optimizer"],
+    result = {"strategy": model.strategy, "model": cfg.model, "nproc": world, "backend": dist.get_backend(),
+              "steps": cfg.steps, "batch_size": cfg.batch_size, "optimizer": cfg.optimizer,
               "iteration_s_median": statistics.median(timed), "iteration_s_mean": statistics.fmean(timed),
-              "iteration_s": iteration_s, "warmup_steps": min(cfg["warmup"], len(iteration_s)),
+              "iteration_s": iteration_s, "warmup_steps": min(cfg.warmup, len(iteration_s)),
               "loss_first": mean_losses[0], "loss_last": mean_losses[-1], "losses": mean_losses,
               "params": sum(p.numel() for p in module.parameters()),
               "torch_ddp": model.plan is None,
@@ -102,16 +105,16 @@ def train(cfg: dict[str, Any]) -> dict[str, Any]:
         result["predicted_iteration_s"] = tuner.predicted_iteration_s
         result["measured_iteration_s_after_switch"] = statistics.median(after) if after else None
         result["autotune"] = tuner.summary()
-    if cfg.get("trace_path"):
+    if cfg.trace_path:
         tl = model.gather_timeline()
         if rank == 0:
-            tl.meta.update({"model": cfg["model"], "world_size": world})
-            tl.save_chrome_trace(cfg["trace_path"])
-            result["trace"] = cfg["trace_path"]
-    if rank == 0 and cfg.get("save_params"):
-        Path(cfg["save_params"]).parent.mkdir(parents=True, exist_ok=True)
-        torch.save({n: p.detach().cpu().clone() for n, p in module.named_parameters()}, cfg["save_params"])
-        result["saved_params"] = cfg["save_params"]
+            tl.meta.update({"model": cfg.model, "world_size": world})
+            tl.save_chrome_trace(cfg.trace_path)
+            result["trace"] = cfg.trace_path
+    if rank == 0 and cfg.save_params:
+        Path(cfg.save_params).parent.mkdir(parents=True, exist_ok=True)
+        torch.save({n: p.detach().cpu().clone() for n, p in module.named_parameters()}, cfg.save_params)
+        result["saved_params"] = cfg.save_params
     return result
 
 

@@ -34,6 +34,7 @@ from typing import Any, Callable, Protocol
 import torch
 import torch.distributed as dist
 
+from gradsched.calibration import contention_from_probe
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.torch.measure.netbench import measure_points, reps_for
 from gradsched.torch.runtime.wrapper import broadcast_buffers
@@ -51,12 +52,6 @@ SMALL_OPS = 8  # the busy-latency probe: this many all-reduces ...
 SMALL_NUMEL = 1024  # ... of 4 KiB each, issued at once as the runtime issues ready operations
 PROBE_BUDGET_S = 10.0  # the start-up contention probe takes about this long ...
 PROBE_REPS = (5, 30)  # ... with at least and at most this many repetitions
-# What share of the small operations' own excess over the table (issued together, cores idle)
-# every operation pays (docs/simulator.md, "Contention").  Chosen on kept fidelity runs
-# re-simulated offline (every row but auto): over five runs of 2026-12-03 with pooled figures,
-# shares 0 / 0.25 / 0.5 / 1 gave 5.3 / 4.4 / 4.2 / 4.1% median error; over three earlier runs
-# with start-up figures 4.6 / 3.8 / 4.6 / 5.1%.  0.25 is the share that helped in both sets.
-OP_LATENCY_SHARE = 0.25
 RESAMPLE_MAX_BYTES = 4 << 20  # the network sizes sampled again: the latency-bound ones, whose times drift most
 
 
@@ -80,34 +75,6 @@ def probe_reps(step_s: float, allreduce_s: float) -> int:
     per_rep = 3 * step_s + 2 * allreduce_s
     lo, hi = PROBE_REPS
     return max(lo, min(hi, int(PROBE_BUDGET_S / max(per_rep, 1e-6))))
-
-
-def contention_from_probe(compute_s: float, comm_s: float, compute_busy_s: float, comm_busy_s: float,
-                          small_model_s: float, small_busy_s: float, small_ops: int,
-                          small_alone_s: float) -> dict[str, float]:
-    """The simulator's contention figures (docs/simulator.md) from the probe's times.
-
-    Compute was slowed for its whole duration, and so was the all-reduce, so each
-    slowdown is a ratio.  ``comm_s`` and ``small_model_s`` are the times the simulator
-    would give the same operations alone (the bench passes its cluster's), so that it
-    reproduces the busy times.  Every operation pays :data:`OP_LATENCY_SHARE` of what
-    the small operations, issued together with the cores idle, took beyond the table
-    (``small_alone_s``) per operation; during compute they pay the
-    all-reduce's slowdown and that latency, plus a latency per operation started during
-    compute, which is what is left of their busy time."""
-    kc = max(0.0, compute_busy_s / compute_s - 1.0)
-    kn = max(0.0, comm_busy_s / comm_s - 1.0)
-    op_lat = OP_LATENCY_SHARE * max(0.0, (small_alone_s - small_model_s) / small_ops)
-    lat = max(0.0, (small_busy_s - small_model_s * (1.0 + kn)) / small_ops - op_lat)
-    return {"compute_slowdown": kc, "comm_slowdown": kn, "busy_latency_s": lat, "op_latency_s": op_lat}
-
-
-def across_jobs(own: dict[str, float], history: list[dict[str, float]]) -> dict[str, float]:
-    """Each contention figure at its median over this job's and earlier jobs' (``gradsched bench
-    --contention-from``); a figure an earlier job lacks counts as 0, as the simulator reads it."""
-    if not history:
-        return dict(own)
-    return {k: statistics.median([v, *(h.get(k, 0.0) for h in history)]) for k, v in own.items()}
 
 
 class ContentionProbe:

@@ -64,18 +64,21 @@ import statistics
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.distributed as dist
 
-from gradsched.cluster import Cluster, CollectiveCost
+from gradsched.calibration import (IssueTimes, StepRecord, decide, fastest, fit_cluster, issue_times,
+                                   measured_profile, service_points)
+from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
-from gradsched.profile import Profile, TensorProfile
-from gradsched.timeline import BACKWARD, COMM, FORWARD, UPDATE, WAIT, Event
+from gradsched.profile import Profile
+from gradsched.timeline import Event
 
 if TYPE_CHECKING:
+    from gradsched.planners.auto import Ranked
     from gradsched.torch.runtime.trace import Tracer
 
 logger = logging.getLogger("gradsched.autotune")
@@ -85,7 +88,6 @@ PROBE_BYTES = (8 << 10, 256 << 10, 2 << 20)  # start-up probes, used only when t
 MIN_SIZES = 3  # distinct operation sizes wanted for a line fit
 KEEP_POINTS = 9  # service times kept per operation size (most recent)
 OFFLINE_TRIALS = 1  # best plans of a given profile and cluster added to the trials
-MIN_SERVICE_S = 1e-6  # a service time below this is a completion observed late in a batch, not a measurement
 SAMPLES_KEPT = 200  # iteration times kept per plan tried (most recent): its measurement is their median
 
 
@@ -203,186 +205,7 @@ class Check:
     expected_s: float | None = None  # what the measurement was compared with (see AutoTuner._expected_s)
 
 
-@dataclass
-class StepRecord:
-    """One training iteration as the tuner saw it (times on the tracer's clock)."""
-
-    step: int
-    trace_iteration: int
-    start_s: float
-    end_s: float | None = None
-    measured: bool = True  # False: it began with a switch or a check (their cost is not the plan's)
-
-    @property
-    def duration_s(self) -> float:
-        return (self.end_s or self.start_s) - self.start_s
-
-
-# --------------------------------------------------------------------------- measurements -> Profile, Cluster
-def measured_profile(base: Profile, events: Iterable[Event], steps: list[StepRecord]) -> Profile:
-    """A Profile of ``base``'s tensors with the medians of what ``steps`` measured.
-
-    Ready times: each gradient's ready stamp minus its backward's start, median over
-    the steps; layers (``base``'s) complete when their last tensor is ready, in the
-    order of those medians, so :attr:`Profile.ready_s` reproduces them.  Forward: the
-    wrapped forward minus the waits and updates inside it, shared out over layers in
-    proportion to their backward time.  ``other_s``: the rest of the iteration that
-    was neither forward, backward nor waiting for communication (loss, optimizer,
-    data)."""
-    if not steps:
-        raise GradschedError("internal: no measured iteration to build a profile from")
-    n = base.num_tensors
-    by_iter = {s.trace_iteration: s for s in steps}
-    backward: dict[int, list[Event]] = {k: [] for k in by_iter}
-    spans: list[Event] = []
-    for e in events:
-        it = (e.args or {}).get("iteration")
-        if e.cat == BACKWARD and it in backward:
-            backward[it].append(e)
-        elif e.cat in (FORWARD, WAIT, UPDATE):
-            spans.append(e)
-    ready: list[list[float]] = [[] for _ in range(n)]
-    fwd, bwd, other = [], [], []
-    for s in steps:
-        evs = backward[s.trace_iteration]
-        if not evs:
-            continue
-        t0 = min(e.start_s for e in evs)
-        end = max(e.start_s + e.dur_s for e in evs)
-        for e in evs:
-            ready[int(e.args["tensor"])].append(e.start_s + e.dur_s - t0)
-        inside = [e for e in spans if s.start_s <= e.start_s < (s.end_s or end)]
-        forward = [e for e in inside if e.cat == FORWARD and e.args.get("iteration") == s.trace_iteration]
-        f = sum(e.dur_s for e in forward)
-        for e in inside:
-            if e.cat in (WAIT, UPDATE) and any(x.start_s <= e.start_s < x.start_s + x.dur_s for x in forward):
-                f -= e.dur_s
-        waits = sum(e.dur_s for e in inside if e.cat == WAIT)
-        fwd.append(max(f, 0.0))
-        bwd.append(end - t0)
-        other.append(max(s.duration_s - max(f, 0.0) - (end - t0) - waits, 0.0))
-    if not bwd:
-        raise GradschedError("internal: the measured iterations recorded no gradient (was tracing on?)")
-    last = max(bwd)
-    med = [statistics.median(r) if r else last for r in ready]  # never ready: an unused parameter, last
-    layer = base.layer_of
-    order = sorted(range(n), key=lambda i: (med[i], i))
-    done: dict[int, float] = {}
-    layer_end: dict[int, float] = {}
-    for i in range(n):
-        layer_end[layer[i]] = max(layer_end.get(layer[i], 0.0), med[i])
-    clock = 0.0
-    layer_bwd: dict[int, float] = {}
-    for i in order:
-        lid = layer[i]
-        if lid in done:
-            continue
-        end_s = max(clock, layer_end[lid])
-        layer_bwd[lid] = end_s - clock
-        done[lid] = clock = end_s
-    total_bwd = sum(layer_bwd.values())
-    fwd_s = statistics.median(fwd)
-    first: set[int] = set()
-    tensors = []
-    for i, t in enumerate(base.tensors):
-        lid = layer[i]
-        if lid in first:
-            tensors.append(TensorProfile(t.name, t.numel, t.bytes, 0.0, 0.0, lid))
-            continue
-        first.add(lid)
-        share = layer_bwd[lid] / total_bwd if total_bwd > 0 else 1.0 / len(layer_bwd)
-        tensors.append(TensorProfile(t.name, t.numel, t.bytes, fwd_s * share, layer_bwd[lid], lid))
-    return Profile(base.model, tuple(tensors), tuple(order), statistics.median(other),
-                   {"method": "in-situ", "iterations": len(bwd)})
-
-
-IssueTimes = dict[int, dict[int, float]]  # step -> operation -> issue time (tracer clock)
-
-
-def issue_times(events: Iterable[Event], steps: list[StepRecord]) -> IssueTimes:
-    """When this rank issued each operation of ``steps`` (what the other ranks send rank 0)."""
-    step_of = {s.trace_iteration: s.step for s in steps}
-    out: IssueTimes = {}
-    for e in events:
-        it = (e.args or {}).get("iteration")
-        if e.cat == COMM and it in step_of:
-            out.setdefault(step_of[it], {})[int(e.args["op"])] = e.start_s
-    return out
-
-
-def service_points(events: Iterable[Event], steps: list[StepRecord],
-                   peers: list[IssueTimes] | None = None) -> list[tuple[int, float]]:
-    """``(bytes, seconds)`` of every traced operation of ``steps``: its completion minus
-    the later of its start and the previous operation's completion (one channel, in
-    order).  An all-reduce starts when the *last* rank issues it, so with ``peers``
-    (every rank's :func:`issue_times`) the start is the latest issue: a rank that
-    runs behind is skew, not network time."""
-    step_of = {s.trace_iteration: s.step for s in steps}
-    per_iter: dict[int, list[Event]] = {}
-    for e in events:
-        if e.cat == COMM and e.args and e.args.get("iteration") in step_of:
-            per_iter.setdefault(e.args["iteration"], []).append(e)
-    out = []
-    for it, evs in per_iter.items():
-        prev_end = float("-inf")
-        for e in sorted(evs, key=lambda e: e.start_s):
-            start = e.start_s
-            for peer in peers or ():
-                start = max(start, peer.get(step_of[it], {}).get(int(e.args["op"]), start))
-            end = e.start_s + e.dur_s
-            service_s = end - max(start, prev_end)
-            if service_s > MIN_SERVICE_S:  # else it finished right behind the one before: no information
-                out.append((int(e.args["bytes"]), service_s))
-            prev_end = max(prev_end, end)
-    return out
-
-
-def fit_cluster(points: dict[int, Iterable[float]], world_size: int, backend: str) -> Cluster:
-    """An alpha-beta all-reduce line through the median time of each size (no table: in-situ
-    medians are too noisy to interpolate between)."""
-    medians = [(b, statistics.median(ts)) for b, ts in sorted(points.items()) if b > 0 and list(ts)]
-    if len(medians) < 2:
-        raise GradschedError("internal: fewer than two operation sizes were measured; nothing to fit a line to")
-    return Cluster(world_size, {"allreduce": CollectiveCost.fit(medians, keep_table=False)}, backend,
-                   extra={"method": "in-situ"})
-
-
 # --------------------------------------------------------------------------- the tuner
-def decide(current: str, measured_s: float, expected_s: float, measured_by_plan: dict[str, float],
-           threshold: float) -> tuple[str, str | None]:
-    """What rank 0 does at a check: ``("keep", None)``, ``("replan", None)`` or ``("revert", plan_hash)``.
-
-    Revert when another plan already measured faster than the current one by more than
-    ``threshold`` (the simulator chose wrongly: trust the measurement); otherwise
-    re-plan when this check's measurement ``measured_s`` is off what was expected of the
-    plan (``expected_s``: its prediction, corrected by what has been measured) by more
-    than ``threshold``.  ``measured_by_plan`` holds each plan's median over every
-    iteration measured under it (the current one's included): one slow window of a
-    noisy machine must not undo a choice that many iterations made."""
-    others = {h: t for h, t in measured_by_plan.items() if h != current}
-    if others:
-        best = min(others, key=others.__getitem__)
-        if others[best] * (1 + threshold) < measured_by_plan.get(current, measured_s):
-            return "revert", best
-    if abs(measured_s - expected_s) / expected_s > threshold:
-        return "replan", None
-    return "keep", None
-
-
-def fastest(measured_by_plan: dict[str, float], baseline: str | None, min_gain: float) -> str:
-    """The plan the trials keep: the one that measured fastest, unless that is DDP's buckets'
-    (``baseline``) within ``min_gain``; then the baseline.
-
-    Picking the smallest of a few noisy medians favours whichever plan had a lucky window
-    (on 4 ranks sharing 2 cores, a plan 1% faster than DDP's buckets in its trial ran 14%
-    slower than PyTorch DDP in the rounds after); what users would run anyway keeps its
-    place unless something is clearly faster."""
-    best = min(measured_by_plan, key=measured_by_plan.__getitem__)
-    if baseline in measured_by_plan and measured_by_plan[best] > measured_by_plan[baseline] * (1 - min_gain):
-        return baseline
-    return best
-
-
 @dataclass(frozen=True, kw_only=True)
 class TunedModel:
     """The model as the tuner sees it, handed in by the wrapper: fixed facts and a few calls.
@@ -617,20 +440,7 @@ class AutoTuner:
         t0 = time.perf_counter()
         events = self._events()
         profile = measured_profile(model.profile, events, window)
-        for nbytes, s in service_points(events, window, peers):
-            self._points.setdefault(nbytes, deque(maxlen=KEEP_POINTS)).append(s)
-        points = {b: list(ts) for b, ts in self._points.items()}
-        if len(points) < MIN_SIZES:
-            for nbytes, s in self._probes:
-                points.setdefault(nbytes, [s])
-        if len(points) >= 2:
-            cluster = fit_cluster(points, model.world, dist.get_backend(model.group))
-        else:  # every operation finished behind another: nothing to fit; keep what we had
-            from gradsched.torch.runtime.planning import default_cluster
-
-            cluster = self.cluster or default_cluster(model.world)
-            logger.warning("auto: too few measured operation sizes to fit collective costs; planning with %s",
-                           "the previous fit" if self.cluster else "a loopback-like default")
+        cluster = self._fit(events, window, peers)
         exclude = tuple(self.config.planner_options.get("exclude", ())) + tuple(self.rejected)
         opts = dict(self.config.planner_options, exclude=exclude)
         def runnable(candidates: list[Ranked]) -> list[Ranked]:
@@ -652,24 +462,9 @@ class AutoTuner:
             default = make_plan(strategy, profile, cluster)
             return Ranked(simulate(default, profile, cluster, timeline=False).iteration_s, strategy, default)
 
-        trials = []
+        trials: list[Ranked] = []
         if reason == "profiled" and self.config.trials > 1:
-            # The search tunes each strategy's options on the simulator's model; the options its
-            # authors chose by hand are measured beside them.  On 2 hosts at 1gbit (vgg) the
-            # search's usbyte and bytescheduler plans measured 584-623 ms in one job's trials, DDP's
-            # buckets 563-574; their default options ran at 509-511 ms in the next job's rounds.
-            chosen = results[0].strategy
-            trials.append(with_defaults(chosen))
-            picked = {chosen}
-            for r in results[1:]:
-                if len(picked) < self.config.trials and r.strategy not in picked:
-                    picked.add(r.strategy)
-                    trials.append(r)
-            if self._offline is not None:  # the user's own measurements may know what in situ cannot
-                off_profile, off_cluster = self._offline
-                trials.extend(runnable(ranked(off_profile, off_cluster, **opts))[:OFFLINE_TRIALS])
-            if "ddp" not in picked:  # what the user would run otherwise is always measured
-                trials.append(with_defaults("ddp"))
+            trials = self._trials(results, with_defaults, lambda p, c: runnable(ranked(p, c, **opts)))
         trial_plans = [(r.strategy, as_auto(r, len(results)), r.predicted_s) for r in trials]
         # the initial plan takes turns too (trials come only at the first plan, which leaves the initial one)
         initial_s = measured_plan_s if trials else None
@@ -681,6 +476,46 @@ class AutoTuner:
                 "measured_s": measured_s,
                 "profile": profile, "cluster": cluster, "initial_predicted_s": initial_s,
                 "trials": [(name, tp, issue_order(tp, profile, cluster), pred) for name, tp, pred in trial_plans]}
+
+    def _fit(self, events: list[Event], window: list[StepRecord], peers: list[IssueTimes] | None) -> Cluster:
+        """Rank 0: the service times measured so far (and the start-up probes, if too few sizes)
+        -> a fitted cluster; the previous fit, or a default, when there is nothing to fit."""
+        model = self._model
+        for nbytes, s in service_points(events, window, peers):
+            self._points.setdefault(nbytes, deque(maxlen=KEEP_POINTS)).append(s)
+        points = {b: list(ts) for b, ts in self._points.items()}
+        if len(points) < MIN_SIZES:
+            for nbytes, s in self._probes:
+                points.setdefault(nbytes, [s])
+        if len(points) >= 2:
+            return fit_cluster(points, model.world, dist.get_backend(model.group))
+        # every operation finished behind another: nothing to fit; keep what we had
+        from gradsched.torch.runtime.planning import default_cluster
+
+        logger.warning("auto: too few measured operation sizes to fit collective costs; planning with %s",
+                       "the previous fit" if self.cluster else "a loopback-like default")
+        return self.cluster or default_cluster(model.world)
+
+    def _trials(self, results: list[Ranked], with_defaults: Callable[[str], Ranked],
+                rank_offline: Callable[[Profile, Cluster], list[Ranked]]) -> list[Ranked]:
+        """Rank 0, at the first plan: the plans measured beside the chosen one (:attr:`AutoTuneConfig.trials`).
+
+        The search tunes each strategy's options on the simulator's model; the options its
+        authors chose by hand are measured beside them.  On 2 hosts at 1gbit (vgg) the
+        search's usbyte and bytescheduler plans measured 584-623 ms in one job's trials, DDP's
+        buckets 563-574; their default options ran at 509-511 ms in the next job's rounds."""
+        chosen = results[0].strategy
+        trials = [with_defaults(chosen)]
+        picked = {chosen}
+        for r in results[1:]:
+            if len(picked) < self.config.trials and r.strategy not in picked:
+                picked.add(r.strategy)
+                trials.append(r)
+        if self._offline is not None:  # the user's own measurements may know what in situ cannot
+            trials.extend(rank_offline(*self._offline)[:OFFLINE_TRIALS])
+        if "ddp" not in picked:  # what the user would run otherwise is always measured
+            trials.append(with_defaults("ddp"))
+        return trials
 
     def _apply(self, step: int, payload: dict[str, Any], reason: str) -> None:
         plan: Plan = payload["plan"]

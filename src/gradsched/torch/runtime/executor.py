@@ -145,6 +145,7 @@ class Executor:
                  find_unused_parameters: bool, tracer: Tracer | None,
                  sparse_options: SparseOptions | dict | None = None, progress_thread: bool = True,
                  private_owner: object | None = None) -> None:
+        # long function: declares the executor's whole state in one place, grouped by role
         self.params = params
         self.names = names
         self.plan = plan

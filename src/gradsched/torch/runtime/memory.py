@@ -60,9 +60,6 @@ class MemoryLedger:
     def holds(self, name: str) -> bool:
         return name in self._live
 
-    def reset_peak(self) -> None:
-        self.peak_bytes = self.peak_held_bytes = self.live_bytes
-
     def snapshot(self) -> dict[str, int]:
         """``{name: bytes}`` of every live buffer (for reports and tests)."""
         return dict(self._live)

@@ -78,6 +78,7 @@ class DistributedDataParallel(nn.Module):
                  broadcast_buffers: bool = True, trace: bool = False, use_torch_ddp: bool = True,
                  ddp_kwargs: dict[str, Any] | None = None,
                  sparse_options: dict[str, Any] | Any | None = None) -> None:
+        # long function: checks the arguments and sets up each feature in the order they depend on each other
         super().__init__()
         if not dist.is_available() or not dist.is_initialized():
             raise GradschedError("torch.distributed is not initialised: call torch.distributed.init_process_group() "

@@ -1,0 +1,188 @@
+"""The bucket advisor: what to set in stock tools, and what switching to gradsched would buy.
+
+Most users keep PyTorch DDP (directly, through the Hugging Face Trainer, or DeepSpeed)
+and only choose a bucket size.  :func:`advise` simulates each tool's bucketing rule at a
+sweep of bucket sizes on a measured profile and network, picks the fastest predicted,
+and sets it beside the tool's default and gradsched's best plan (``auto``).
+
+- PyTorch DDP ``bucket_cap_mb`` (MiB; 25 by default, the first bucket 1 MiB): the
+  ``ddp`` strategy (DDP's own rule: tensors never split, a bucket closes once it
+  reaches the cap).
+- Hugging Face ``TrainingArguments(ddp_bucket_cap_mb=...)``: passed to DDP as is, the
+  same number.
+- DeepSpeed ZeRO ``reduce_bucket_size`` (a number of *elements*, 5e8 by default: its
+  docs say "Number of elements reduced/allreduced at a time"): a bucket collects
+  gradients in backward order and is reduced before a tensor would overflow it.  It is
+  simulated as all-reduces of those buckets; ZeRO-2's reduce-scatter moves less than an
+  all-reduce, so its predicted time is an upper bound (docs/advise.md).
+
+Torch-free: it runs on a saved profile and cluster (``gradsched advise``) or on what
+``gradsched.torch.advise`` measures in a live process group."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gradsched.cluster import Cluster
+from gradsched.constants import MiB
+from gradsched.errors import GradschedError
+from gradsched.plan import Plan, whole_tensor_ops
+from gradsched.planners import make_plan
+from gradsched.profile import Profile
+from gradsched.sim import simulate
+
+BUCKETS_MB = (1, 2, 5, 10, 15, 25, 35, 50, 75, 100, 150, 250, 500)  # DDP bucket_cap_mb values tried
+DDP_DEFAULT_MB = 25.0
+DEEPSPEED_DEFAULT_ELEMENTS = 500_000_000
+# Predictions this close to the best are a tie: the simulator's median absolute error against
+# measured runs was 3.4% (docs/simulator.md, "Fidelity"), and differences between bucket
+# sizes of one model on one network err less than absolute times; 2% is a judgement, not a fit.
+NEAR = 0.02
+
+
+@dataclass(frozen=True)
+class Point:
+    """One bucket size of one tool and its simulated iteration."""
+
+    bucket_mb: float
+    predicted_s: float
+    operations: int
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The advised settings with their predicted iteration times (seconds)."""
+
+    model: str
+    world_size: int
+    ddp_bucket_cap_mb: float
+    ddp_predicted_s: float
+    ddp_default_s: float
+    deepspeed_reduce_bucket_size: int  # elements
+    deepspeed_predicted_s: float
+    deepspeed_default_s: float
+    gradsched_strategy: str  # what auto chose
+    gradsched_predicted_s: float
+    element_bytes: int
+    ddp_sweep: list[Point] = field(default_factory=list)
+    deepspeed_sweep: list[Point] = field(default_factory=list)
+
+    @property
+    def ddp_near_best_mb(self) -> list[float]:
+        """DDP bucket sizes predicted within ``NEAR`` of the advised one: the prediction cannot
+        tell them apart, so measuring them is the way to choose among them."""
+        return [p.bucket_mb for p in self.ddp_sweep if p.predicted_s <= self.ddp_predicted_s * (1 + NEAR)]
+
+    def settings(self) -> dict[str, dict[str, Any]]:
+        """What to set, per tool."""
+        mb = _mb_setting(self.ddp_bucket_cap_mb)
+        return {"torch.nn.parallel.DistributedDataParallel": {"bucket_cap_mb": mb},
+                "transformers.TrainingArguments": {"ddp_bucket_cap_mb": mb},
+                "deepspeed zero_optimization": {"reduce_bucket_size": self.deepspeed_reduce_bucket_size}}
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["settings"] = self.settings()
+        d["ddp_near_best_mb"] = self.ddp_near_best_mb
+        d["speedup_ddp_advised_vs_default"] = self.ddp_default_s / self.ddp_predicted_s
+        d["speedup_gradsched_vs_ddp_advised"] = self.ddp_predicted_s / self.gradsched_predicted_s
+        return d
+
+
+def advise(profile: Profile, cluster: Cluster, buckets_mb: tuple[float, ...] = BUCKETS_MB,
+           channels: int = 1) -> Advice:
+    """Simulate each tool's bucketing at ``buckets_mb`` (and its default) and return the advice.
+
+    Ties go to the smaller bucket (less memory, earlier overlap)."""
+    if not buckets_mb or any(not mb > 0 for mb in buckets_mb):
+        raise GradschedError(f"advise: bucket sizes must be positive megabytes, got {list(buckets_mb)}")
+    sizes = sorted(set(float(mb) for mb in buckets_mb))
+    eb = _gradient_element_bytes(profile)
+
+    def ddp(mb: float) -> Point:
+        return _point(make_plan("ddp", profile, cluster, bucket_cap_mb=mb), mb, profile, cluster, channels)
+
+    def deepspeed(mb: float) -> Point:
+        return _point(deepspeed_plan(profile, int(mb * MiB) // eb), mb, profile, cluster, channels)
+
+    ddp_sweep = [ddp(mb) for mb in sizes]
+    ds_sweep = [deepspeed(mb) for mb in sizes]
+    best_ddp = min(ddp_sweep, key=lambda p: (p.predicted_s, p.bucket_mb))
+    best_ds = min(ds_sweep, key=lambda p: (p.predicted_s, p.bucket_mb))
+    ds_default = _point(deepspeed_plan(profile, DEEPSPEED_DEFAULT_ELEMENTS), DEEPSPEED_DEFAULT_ELEMENTS * eb / MiB,
+                        profile, cluster, channels)
+    auto = make_plan("auto", profile, cluster, channels=channels)
+    auto_s = simulate(auto, profile, cluster, channels=channels, timeline=False).iteration_s
+    return Advice(profile.model, cluster.world_size, best_ddp.bucket_mb, best_ddp.predicted_s,
+                  ddp(DDP_DEFAULT_MB).predicted_s, int(best_ds.bucket_mb * MiB) // eb, best_ds.predicted_s,
+                  ds_default.predicted_s, auto.options.get("chose", "auto"), auto_s, eb, ddp_sweep, ds_sweep)
+
+
+def deepspeed_plan(profile: Profile, bucket_elements: int) -> Plan:
+    """DeepSpeed ZeRO's gradient buckets: in backward order, a bucket is reduced before a
+    tensor would take it past ``bucket_elements`` (a tensor larger than that goes alone)."""
+    if bucket_elements < 1:
+        raise GradschedError(f"advise: reduce_bucket_size must be at least 1 element, got {bucket_elements}")
+    groups: list[list[int]] = []
+    current: list[int] = []
+    filled = 0
+    for i in profile.order:
+        numel = profile.tensors[i].numel
+        if current and filled + numel > bucket_elements:
+            groups.append(current)
+            current, filled = [], 0
+        current.append(i)
+        filled += numel
+    if current:
+        groups.append(current)
+    return Plan("deepspeed-buckets", whole_tensor_ops(groups, profile), profile.fingerprint, profile.model,
+                {"reduce_bucket_size": bucket_elements})
+
+
+def _point(plan: Plan, mb: float, profile: Profile, cluster: Cluster, channels: int) -> Point:
+    result = simulate(plan, profile, cluster, channels=channels, timeline=False)
+    return Point(mb, result.iteration_s, len(plan.operations))
+
+
+def _gradient_element_bytes(profile: Profile) -> int:
+    """The element size of most gradient bytes (DeepSpeed counts elements, DDP bytes)."""
+    by_size: dict[int, int] = {}
+    for t in profile.tensors:
+        by_size[t.element_bytes] = by_size.get(t.element_bytes, 0) + t.bytes
+    return max(by_size, key=lambda eb: (by_size[eb], eb))
+
+
+def _mb_setting(mb: float) -> float | int:
+    return int(mb) if float(mb).is_integer() else mb
+
+
+def format_advice(advice: Advice) -> str:
+    """The advice as the command prints it."""
+    ms = 1e3
+    a = advice
+    mb = _mb_setting(a.ddp_bucket_cap_mb)
+    lines = [f"gradsched advise: {a.model or 'model'}, {a.world_size} workers (times predicted by simulation)",
+             "",
+             f"  {'setting':<52} {'iteration':>10}  {'vs DDP default':>14}",
+             f"  {'PyTorch DDP default (bucket_cap_mb=25)':<52} {a.ddp_default_s * ms:>8.1f} ms  {1.0:>13.2f}x"]
+
+    def row(label: str, s: float) -> str:
+        return f"  {label:<52} {s * ms:>8.1f} ms  {a.ddp_default_s / s:>13.2f}x"
+
+    lines.append(row(f"PyTorch DDP bucket_cap_mb={mb} (advised)", a.ddp_predicted_s))
+    lines.append(row("DeepSpeed default (reduce_bucket_size=5e8)", a.deepspeed_default_s))
+    lines.append(row(f"DeepSpeed reduce_bucket_size={a.deepspeed_reduce_bucket_size} (advised)",
+                     a.deepspeed_predicted_s))
+    lines.append(row(f"gradsched best plan (auto: {a.gradsched_strategy})", a.gradsched_predicted_s))
+    lines += ["", "Set:",
+              f"  DistributedDataParallel(model, bucket_cap_mb={mb})",
+              f"  TrainingArguments(..., ddp_bucket_cap_mb={mb})",
+              f'  DeepSpeed config: "zero_optimization": {{"reduce_bucket_size": {a.deepspeed_reduce_bucket_size}}}'
+              f"  (elements; {a.element_bytes}-byte gradients)",
+              "",
+              f"DDP bucket sizes predicted within {NEAR:.0%} of the advised one (a tie for the simulator): "
+              f"{', '.join(f'{_mb_setting(mb)}' for mb in a.ddp_near_best_mb)} MiB.",
+              f"Switching to gradsched (`gradsched.torch.DistributedDataParallel(model, plan=\"auto\")`) is predicted "
+              f"{a.ddp_predicted_s / a.gradsched_predicted_s:.2f}x the advised DDP setting."]
+    return "\n".join(lines)

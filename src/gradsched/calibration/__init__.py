@@ -1,0 +1,27 @@
+"""Measure -> calibrate: turning what was measured into the planners' Profile and Cluster.
+
+Torch-free, beside the planners (it uses the formats and the simulator's contention
+model, never torch); the torch side measures (:mod:`gradsched.torch.measure`, the
+tuner's trace) and hands plain numbers and events in.
+
+- :mod:`.insitu`: a trace of training iterations -> a measured Profile, service
+  points, a fitted Cluster (run-time ``auto``).
+- :mod:`.decisions`: run-time ``auto``'s rules: keep, re-plan or revert; the trials' winner.
+- :mod:`.contention`: the simulator's contention figures from the bench's probe, and
+  pooled across jobs (``gradsched bench --contention-from``).
+- :mod:`.runtime_costs`: a profile measured alone -> a step under a runtime.
+- :mod:`.bounds`: the lower bound and the bound under contention.
+"""
+
+from gradsched.calibration.bounds import contention_bound_s, lower_bound_s
+from gradsched.calibration.contention import (OP_LATENCY_SHARE, across_jobs, contention_from_probe,
+                                              contention_history, this_machine)
+from gradsched.calibration.decisions import decide, fastest
+from gradsched.calibration.insitu import (MIN_SERVICE_S, IssueTimes, StepRecord, fit_cluster, issue_times,
+                                          measured_profile, service_points)
+from gradsched.calibration.runtime_costs import calibrate, runtime_name, with_runtime_costs
+
+__all__ = ["MIN_SERVICE_S", "OP_LATENCY_SHARE", "IssueTimes", "StepRecord", "across_jobs", "calibrate",
+           "contention_bound_s", "contention_from_probe", "contention_history", "decide", "fastest", "fit_cluster",
+           "issue_times", "lower_bound_s", "measured_profile", "runtime_name", "service_points", "this_machine",
+           "with_runtime_costs"]

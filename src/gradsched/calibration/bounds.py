@@ -1,0 +1,72 @@
+"""How fast any schedule could run: the lower bound and the bound under contention (``gradsched bench``)."""
+
+from __future__ import annotations
+
+from gradsched.cluster import Cluster
+from gradsched.profile import Profile
+
+
+def lower_bound_s(profile: Profile, cluster: Cluster) -> dict[str, float]:
+    """The shortest iteration any schedule could reach under the measured profile and cluster.
+
+    Two bounds, the larger wins.  Compute: the compute stream cannot finish faster than
+    all its compute, and no layer's forward starts before its gradients are reduced, so
+    each layer adds its all-reduce between its gradients' ready time and its update and
+    forward (and those of the layers after it); for the layer that is both ready last
+    and first in forward that is all its compute plus the all-reduce of its gradients,
+    less what only a plan that overlaps the next forward could hide behind it (the
+    optimizer step and the other per-step work).  Network: the network cannot move all
+    gradients faster than one all-reduce of all of them, which cannot start before the
+    first gradient is ready.  ``contention_bound_s`` is the same bound when overlap is
+    not free: with the cluster's contention figures, compute and communication slow
+    each other wherever they overlap (:func:`contention_bound_s`)."""
+    from gradsched.sim.engine import contention
+
+    cost = cluster.cost("allreduce")
+    ready = profile.ready_s
+    layers: dict[int, list[float]] = {}  # forward order: layer -> [bytes, ready, forward, update]
+    for t, lid, r in zip(profile.tensors, profile.layer_of, ready):
+        row = layers.setdefault(lid, [0.0, r, 0.0, 0.0])
+        row[0] += t.bytes
+        row[2] += t.forward_s
+        row[3] += t.update_s
+    last = max(ready)
+    compute_bound, alone_after = profile.compute_s, 0.0
+    kc, kn, _, _ = contention(cluster)
+    before = 0.0  # forward and update of the layers before this one
+    rest = profile.forward_s + profile.update_s  # ... of this one and those after it
+    for nbytes, r, fwd, upd in layers.values():
+        reduce_s = cost.time_s(nbytes)
+        compute_bound = max(compute_bound, r + reduce_s + rest)
+        if r >= last:  # compute can hide only this much of its all-reduce; overlapped, compute runs slower
+            alone_after = max(alone_after, reduce_s - (profile.other_s + before) * (1 + kc) / (1 + kn))
+        before += fwd + upd
+        rest -= fwd + upd
+    first_ready = min(ready)
+    comm_all = cost.time_s(profile.total_bytes)
+    network_bound = first_ready + comm_all
+    bound = max(compute_bound, network_bound)
+    return {"lower_bound_s": bound, "compute_s": profile.compute_s,
+            "allreduce_all_s": comm_all, "compute_bound_s": compute_bound, "network_bound_s": network_bound,
+            "contention_bound_s": max(bound, contention_bound_s(profile.compute_s, comm_all, first_ready,
+                                                                 alone_after, kc, kn))}
+
+
+def contention_bound_s(compute_s: float, comm_s: float, compute_alone_s: float, comm_alone_s: float,
+                       compute_slowdown: float, comm_slowdown: float) -> float:
+    """The shortest iteration when overlapped compute and communication slow each other.
+
+    ``compute_s`` of compute and ``comm_s`` of communication (each at full speed), of
+    which at least ``compute_alone_s`` and ``comm_alone_s`` cannot overlap.  For ``x``
+    seconds of overlap, compute runs ``1 + compute_slowdown`` times slower and
+    communication ``1 + comm_slowdown`` times slower (the simulator's fluid model), so
+    the iteration is ``compute_s + comm_s - x * gain`` with ``gain = 1/(1 + kc) +
+    1/(1 + kn) - 1``: overlap pays only while ``gain > 0``, and most when ``x`` is as
+    long as either side's overlappable work allows.  Without contention it is never
+    above :func:`lower_bound_s`'s bound, which takes the larger of the two."""
+    fc, fn = 1.0 + compute_slowdown, 1.0 + comm_slowdown
+    gain = 1.0 / fc + 1.0 / fn - 1.0
+    if gain <= 0:
+        return compute_s + comm_s
+    overlap = max(0.0, min((compute_s - compute_alone_s) * fc, (comm_s - comm_alone_s) * fn))
+    return compute_s + comm_s - gain * overlap

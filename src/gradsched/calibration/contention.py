@@ -1,0 +1,96 @@
+"""Contention figures: from the bench's probe, pooled across jobs, and the jobs that may pool.
+
+The simulator's :class:`~gradsched.cluster.Contention` (docs/simulator.md,
+"Contention") is fitted from the times :class:`gradsched.torch.measure.probe.ContentionProbe`
+takes; earlier ``gradsched bench --json`` runs of the same job on the same machine can
+be pooled with this one's (``--contention-from``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+from pathlib import Path
+from typing import Any
+
+from gradsched.errors import GradschedError
+
+# What share of the small operations' own excess over the table (issued together, cores idle)
+# every operation pays (docs/simulator.md, "Contention").  Chosen on kept fidelity runs
+# re-simulated offline (every row but auto): over five runs of 2026-12-03 with pooled figures,
+# shares 0 / 0.25 / 0.5 / 1 gave 5.3 / 4.4 / 4.2 / 4.1% median error; over three earlier runs
+# with start-up figures 4.6 / 3.8 / 4.6 / 5.1%.  0.25 is the share that helped in both sets.
+OP_LATENCY_SHARE = 0.25
+
+
+def contention_from_probe(compute_s: float, comm_s: float, compute_busy_s: float, comm_busy_s: float,
+                          small_model_s: float, small_busy_s: float, small_ops: int,
+                          small_alone_s: float) -> dict[str, float]:
+    """The simulator's contention figures (docs/simulator.md) from the probe's times.
+
+    Compute was slowed for its whole duration, and so was the all-reduce, so each
+    slowdown is a ratio.  ``comm_s`` and ``small_model_s`` are the times the simulator
+    would give the same operations alone (the bench passes its cluster's), so that it
+    reproduces the busy times.  Every operation pays :data:`OP_LATENCY_SHARE` of what
+    the small operations, issued together with the cores idle, took beyond the table
+    (``small_alone_s``) per operation; during compute they pay the
+    all-reduce's slowdown and that latency, plus a latency per operation started during
+    compute, which is what is left of their busy time."""
+    kc = max(0.0, compute_busy_s / compute_s - 1.0)
+    kn = max(0.0, comm_busy_s / comm_s - 1.0)
+    op_lat = OP_LATENCY_SHARE * max(0.0, (small_alone_s - small_model_s) / small_ops)
+    lat = max(0.0, (small_busy_s - small_model_s * (1.0 + kn)) / small_ops - op_lat)
+    return {"compute_slowdown": kc, "comm_slowdown": kn, "busy_latency_s": lat, "op_latency_s": op_lat}
+
+
+def across_jobs(own: dict[str, float], history: list[dict[str, float]]) -> dict[str, float]:
+    """Each contention figure at its median over this job's and earlier jobs' (``gradsched bench
+    --contention-from``); a figure an earlier job lacks counts as 0, as the simulator reads it."""
+    if not history:
+        return dict(own)
+    return {k: statistics.median([v, *(h.get(k, 0.0) for h in history)]) for k, v in own.items()}
+
+
+def this_machine() -> str:
+    """Host name, architecture and core count: how the bench's JSON names the machine (before the torch version)."""
+    return f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs"
+
+
+def contention_history(paths: list[str], job: dict[str, Any]) -> list[dict[str, float]]:
+    """The contention figures of earlier ``gradsched bench --json`` runs of the same ``job``
+    (model, hosts, network, rate, batch size) on this machine, each that job's own, to pool
+    with this one's.
+
+    Why: the probe's figures move from job to job more than the machine does, and more than
+    the rounds they predict (``cnn``'s compute slowdown 0.20-0.67 in four jobs, each a median
+    of 44-45 repetitions).  Seven kept fidelity runs re-simulated with each job's figures
+    pooled with the other six's: median prediction error 4.7% to 3.4%; three runs made so,
+    2.5-3.4% (docs/simulator.md, "Fidelity")."""
+    from gradsched import _validate
+    from gradsched.cluster import CONTENTION_FIELDS
+
+    history = []
+    for path in paths:
+        where = f"--contention-from {path}"
+        try:
+            rows = json.loads(Path(path).read_text())
+        except OSError as e:
+            raise GradschedError(f"{where}: cannot read it ({e.strerror})") from None
+        except ValueError as e:
+            raise GradschedError(f"{where}: not JSON ({e})") from None
+        if not (isinstance(rows, list) and rows and isinstance(rows[0], dict) and "contention" in rows[0]):
+            raise GradschedError(f"{where}: expected the JSON that `gradsched bench --json` writes, with its probe's "
+                                 f"figures (a job run without --no-probe)")
+        for key, value in job.items():
+            if rows[0].get(key) != value:
+                raise GradschedError(f"{where}: that job's {key} was {rows[0].get(key)!r}, this one's is {value!r}; "
+                                     f"contention depends on it, so only the same job's figures pool")
+        if not str(rows[0].get("machine", "")).startswith(this_machine() + ","):
+            raise GradschedError(f"{where}: measured on {rows[0].get('machine')!r}, not on this machine "
+                                 f"({this_machine()}): contention is the machine's")
+        probe = rows[0]["contention"]
+        history.append(_validate.numbers(probe.get("own_fitted", probe.get("fitted")), path, "contention.fitted",
+                                         CONTENTION_FIELDS))
+    return history

@@ -1,0 +1,53 @@
+"""``gradsched advise``: the bucket sizes to set in PyTorch DDP, the HF Trainer and DeepSpeed.
+
+    gradsched advise --profile my.profile.json --cluster my.cluster.json [--json PATH|-]
+
+Simulates each tool's bucketing over a sweep of bucket sizes on the profile and network
+and prints the settings with their predicted iteration times beside the tools' defaults
+and gradsched's best plan (docs/advise.md)."""
+
+from __future__ import annotations
+
+import argparse
+
+from gradsched.commands._inputs import add_model_args, load_cluster, load_profile
+from gradsched.commands._output import add_json_arg, emit_json, to_stdout
+from gradsched.errors import GradschedError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("advise", help="bucket sizes to set in PyTorch DDP, the HF Trainer and DeepSpeed",
+                       description="Predict, by simulation, the iteration time of PyTorch DDP's bucket_cap_mb (also "
+                                   "the HF Trainer's ddp_bucket_cap_mb) and DeepSpeed's reduce_bucket_size over a sweep "
+                                   "of sizes, and print the fastest with gradsched's best plan beside them. Without "
+                                   "--profile: the bundled GoogLeNet profile.")
+    add_model_args(p)
+    p.add_argument("--buckets", default=None, metavar="MB,MB,...",
+                   help="bucket sizes to try, in MiB (default 1,2,5,10,15,25,35,50,75,100,150,250,500)")
+    p.add_argument("--channels", type=int, default=1, help="parallel communication channels (default 1)")
+    add_json_arg(p, "the advice")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gradsched.advise import BUCKETS_MB, advise, format_advice
+
+    profile = load_profile(args)
+    cluster = load_cluster(args)
+    if args.channels < 1:
+        raise GradschedError(f"--channels must be at least 1, got {args.channels}")
+    advice = advise(profile, cluster, _buckets(args.buckets) if args.buckets else BUCKETS_MB, args.channels)
+    if not to_stdout(args):
+        print(format_advice(advice))
+    emit_json(args, advice.to_dict())
+    return 0
+
+
+def _buckets(text: str) -> tuple[float, ...]:
+    try:
+        sizes = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise GradschedError(f"--buckets {text!r}: expected megabytes separated by commas, e.g. 5,25,100") from None
+    if not sizes or any(not s > 0 for s in sizes):
+        raise GradschedError(f"--buckets {text!r}: give positive megabytes, e.g. 5,25,100")
+    return sizes

@@ -1,0 +1,7 @@
+"""Names and sizes that several layers share, defined once (torch-free: the command line
+checks ``--model`` without importing torch)."""
+
+from __future__ import annotations
+
+MODEL_NAMES = ("mlp", "cnn", "vgg", "gpt2", "bert")  # gradsched.torch.jobs.models builds each
+MiB = 1 << 20

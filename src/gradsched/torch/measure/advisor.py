@@ -1,0 +1,96 @@
+"""``gradsched.torch.advise(model, batch)``: the bucket advisor on a live process group.
+
+Profiles ``model`` where it runs (:func:`gradsched.torch.measure.profiler.profile_module`),
+measures the all-reduce on the default process group
+(:func:`gradsched.torch.measure.netbench.benchmark`), and returns
+:func:`gradsched.advise.advise` on the two, the same on every rank::
+
+    advice = gradsched.torch.advise(model, (x, y), loss_fn=F.cross_entropy)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=advice.ddp_bucket_cap_mb)
+
+Every rank must call it (it issues collectives); it takes about as long as
+``iterations`` training steps plus a network benchmark up to the model's gradient size."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from gradsched.advise import BUCKETS_MB, Advice
+from gradsched.advise import advise as advise_offline
+from gradsched.errors import GradschedError
+
+MIN_NET_BYTES = 4 * 1024
+
+
+def advise(model: nn.Module, batch: Any | Callable[[], Any], *, loss_fn: Callable[..., torch.Tensor] | None = None,
+           iterations: int = 5, net_reps: int = 3, buckets_mb: tuple[float, ...] = BUCKETS_MB,
+           contention: bool = False, print_advice: bool = False) -> Advice:
+    """Profile ``model`` on ``batch`` and measure the network in place; return the advice on every rank.
+
+    ``batch`` and ``loss_fn`` as for :func:`gradsched.torch.measure.profiler.profile_module` (an
+    ``(inputs, targets)`` pair with a ``loss_fn``, else inputs whose output is summed).
+    The model's weights are left as they were (the profiler's optimizer has learning rate 0).
+    ``contention``: also run ``gradsched bench``'s contention probe (on a copy of the model)
+    so the simulation slows compute and collectives that overlap, as they do where gloo's
+    threads share CPU cores with compute (docs/simulator.md, "Contention"); not needed on
+    GPUs.  ``print_advice``: rank 0 prints the table ``gradsched advise`` prints."""
+    from gradsched.advise import format_advice
+    from gradsched.torch.measure.netbench import benchmark
+    from gradsched.torch.measure.profiler import profile_module
+
+    if not dist.is_available() or not dist.is_initialized():
+        raise GradschedError("advise needs a process group: call torch.distributed.init_process_group first "
+                             "(e.g. under torchrun)")
+    profile = profile_module(model, batch, loss_fn=loss_fn, iterations=iterations)
+    top = max(MIN_NET_BYTES * 2, min(profile.total_bytes, 256 << 20))
+    cluster = benchmark(min_bytes=MIN_NET_BYTES, max_bytes=top, reps=net_reps, collectives=("allreduce",))
+    probe = _contention_probe(model, batch, loss_fn, profile.total_bytes) if contention else None
+    box: list[Advice | None] = [None]
+    if dist.get_rank() == 0:
+        if cluster is None:  # pragma: no cover - benchmark returns the fitted cluster on rank 0
+            raise GradschedError("advise: the network benchmark returned nothing on rank 0")
+        if probe is not None:
+            fitted = probe.figures(cluster.cost("allreduce"))["fitted"]
+            cluster = dataclasses.replace(cluster, extra={**cluster.extra, "contention": fitted})
+        box[0] = advise_offline(profile, cluster, buckets_mb)
+        if print_advice:
+            print(format_advice(box[0]), flush=True)
+    dist.broadcast_object_list(box, src=0)
+    advice = box[0]
+    if advice is None:  # pragma: no cover - broadcast_object_list always fills it
+        raise GradschedError("advise: rank 0's advice did not arrive")
+    return advice
+
+
+class _Probed:
+    """What the contention probe needs of a model: the module, a loss and a batch."""
+
+    def __init__(self, module: nn.Module, batch: Any, loss_fn: Callable[..., torch.Tensor] | None) -> None:
+        self.module = module
+        self._batch = batch
+        self._pair = loss_fn is not None  # (inputs, targets) with a loss, else the inputs alone
+        self.loss_fn = loss_fn if loss_fn is not None else (lambda out, _: out.float().sum())
+
+    def make_batch(self, n: int, gen: torch.Generator) -> tuple[Any, Any]:
+        batch = self._batch() if callable(self._batch) else self._batch
+        if self._pair:
+            inputs, targets = batch
+            return inputs, targets
+        return batch, None
+
+
+def _contention_probe(model: nn.Module, batch: Any, loss_fn: Callable[..., torch.Tensor] | None,
+                      total_bytes: int) -> Any:
+    """The probe's start-up measurement on a copy of ``model`` (a collective call)."""
+    from gradsched.torch.measure.probe import ContentionProbe
+
+    spec = _Probed(copy.deepcopy(model), batch, loss_fn)
+    probe = ContentionProbe(spec, {"lr": 0.0, "seed": 0, "batch_size": 0}, total_bytes)
+    probe.measure(probe.start_reps)
+    return probe

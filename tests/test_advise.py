@@ -1,0 +1,112 @@
+"""The bucket advisor: the advised sizes are the sweep's fastest, DeepSpeed's buckets count
+elements and cover every tensor once, the command's outputs and errors, no torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gradsched import Cluster, Profile, TensorProfile
+from gradsched.advise import DDP_DEFAULT_MB, advise, deepspeed_plan
+from gradsched.cli import main as cli
+from gradsched.planners import make_plan
+from gradsched.sim import simulate
+from strategies import clusters, profiles
+
+MS = 1e-3
+SETTINGS = settings(max_examples=30, deadline=None)
+
+
+@SETTINGS
+@given(profiles(max_layers=10, mixed_dtypes=True), clusters())
+def test_advised_sizes_are_the_fastest_of_the_sweep(profile, cluster):
+    sizes = (1, 5, 25, 100)  # auto's own DDP sizes: then auto is never predicted slower
+    a = advise(profile, cluster, sizes)
+    ddp = {mb: simulate(make_plan("ddp", profile, cluster, bucket_cap_mb=mb), profile, cluster,
+                        timeline=False).iteration_s for mb in sizes}
+    assert a.ddp_predicted_s == min(ddp.values())
+    assert a.ddp_bucket_cap_mb == min(mb for mb in sizes if ddp[mb] == min(ddp.values()))  # ties: smaller
+    assert a.ddp_default_s == simulate(make_plan("ddp", profile, cluster, bucket_cap_mb=DDP_DEFAULT_MB), profile,
+                                       cluster, timeline=False).iteration_s
+    assert a.deepspeed_predicted_s == min(p.predicted_s for p in a.deepspeed_sweep)
+    auto = make_plan("auto", profile, cluster)
+    assert a.gradsched_predicted_s == simulate(auto, profile, cluster, timeline=False).iteration_s
+    assert a.gradsched_predicted_s <= a.ddp_predicted_s * (1 + 1e-9)  # auto tries DDP's buckets too
+    near = a.ddp_near_best_mb
+    assert a.ddp_bucket_cap_mb in near
+    assert near == [mb for mb in sizes if ddp[mb] <= a.ddp_predicted_s * 1.02]
+    s = a.settings()
+    assert s["torch.nn.parallel.DistributedDataParallel"]["bucket_cap_mb"] == a.ddp_bucket_cap_mb
+    assert s["transformers.TrainingArguments"]["ddp_bucket_cap_mb"] == a.ddp_bucket_cap_mb
+
+
+@SETTINGS
+@given(profiles(max_layers=12, mixed_dtypes=True), st.integers(1, 5_000_000))
+def test_deepspeed_buckets_cover_every_tensor_once_within_the_element_cap(profile, elements):
+    plan = deepspeed_plan(profile, elements)
+    plan.check(profile)
+    seen = [i for op in plan.operations for i in op.tensors()]
+    assert seen == list(profile.order)  # backward order, each tensor once, never split
+    for op in plan.operations:
+        numel = sum(profile.tensors[i].numel for i in op.tensors())
+        assert numel <= elements or len(op.slices) == 1
+
+
+def test_deepspeed_bucket_size_counts_elements_not_bytes():
+    # Four fp32 tensors of 1M elements (4 MB each).  A 2M-element bucket holds two of them.
+    t = [TensorProfile(f"t{i}", 1_000_000, 4_000_000, MS, MS) for i in range(4)]
+    profile = Profile("four", tuple(t))
+    assert [op.tensors() for op in deepspeed_plan(profile, 2_000_000).operations] == [(3, 2), (1, 0)]
+    a = advise(profile, Cluster.alpha_beta(1 * MS, 1e-9, 4), (4, 8))
+    assert a.element_bytes == 4
+    assert a.deepspeed_reduce_bucket_size in (4 * 2**20 // 4, 8 * 2**20 // 4)
+
+
+def test_small_buckets_advised_when_overlap_pays_and_large_when_start_ups_dominate():
+    layers = tuple(TensorProfile(f"l{i}", 2_500_000, 10_000_000, 5 * MS, 10 * MS) for i in range(8))
+    profile = Profile("overlap", layers)
+    fast_start = advise(profile, Cluster.alpha_beta(10e-6, 1e-9, 8), (5, 25, 100))
+    assert fast_start.ddp_bucket_cap_mb == 5  # each 10 MB layer goes as soon as it is ready
+    slow_start = advise(profile, Cluster.alpha_beta(200 * MS, 1e-12, 8), (5, 25, 100))
+    assert slow_start.ddp_bucket_cap_mb == 100  # one start-up for everything
+
+
+def test_command_prints_the_settings_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "advice.json"
+    assert cli(["advise", "--workers", "4", "--buckets", "1,5,25", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "bucket_cap_mb=" in text and "ddp_bucket_cap_mb=" in text and "reduce_bucket_size" in text
+    assert "within 2% of the advised one" in text
+    d = json.loads(out.read_text())
+    assert d["ddp_bucket_cap_mb"] in (1, 5, 25) and d["world_size"] == 4
+    assert d["ddp_bucket_cap_mb"] in d["ddp_near_best_mb"]
+    assert f"bucket_cap_mb={d['settings']['torch.nn.parallel.DistributedDataParallel']['bucket_cap_mb']}" in text
+    assert cli(["advise", "--workers", "4", "--buckets", "1,5,25", "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out) == d
+
+
+@pytest.mark.parametrize("argv", [["--buckets", "x"], ["--buckets", "0,5"], ["--channels", "0"]])
+def test_command_errors_are_one_line_and_exit_2(argv):
+    out = subprocess.run([sys.executable, "-m", "gradsched.cli", "advise", *argv], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+def test_advise_command_imports_no_torch():
+    code = ("import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'torch' or name.startswith('torch.'):\n"
+            "            raise ImportError('torch is blocked')\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "from gradsched.cli import main\n"
+            "assert main(['advise', '--workers', '2', '--buckets', '5,25', '--json', '-']) == 0\n"
+            "assert not any(m == 'torch' or m.startswith('torch.') for m in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr

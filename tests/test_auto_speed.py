@@ -1,0 +1,34 @@
+"""``auto``'s faster search (shared results for equal plans, a lower bound that skips
+candidates) returns exactly the plan of simulating every candidate."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gradsched.planners import make_plan
+from gradsched.planners.auto import as_auto, comm_lower_bound_s, ranked
+from gradsched.sim import simulate
+from strategies import clusters, profiles
+
+SETTINGS = settings(max_examples=25, deadline=None)
+
+
+@SETTINGS
+@given(profiles(max_layers=10, mixed_dtypes=True, with_update=True), clusters(), st.sampled_from([1.0, 0.05]),
+       st.sampled_from([1, 2]))
+def test_auto_returns_the_plan_of_simulating_every_candidate(profile, cluster, density, channels):
+    every = ranked(profile, cluster, density, channels)
+    expected = as_auto(every[0], len(every), density)
+    got = make_plan("auto", profile, cluster, density=density, channels=channels)
+    assert got == expected
+
+
+@SETTINGS
+@given(profiles(max_layers=10, mixed_dtypes=True), clusters(), st.sampled_from([1, 2]))
+def test_lower_bound_never_exceeds_the_simulated_iteration(profile, cluster, channels):
+    for r in ranked(profile, cluster, 0.05, channels):
+        bound = comm_lower_bound_s(r.plan, profile, cluster, channels)
+        assert bound <= simulate(r.plan, profile, cluster, channels=channels, timeline=False).iteration_s * (1 + 1e-9)
+        if any(op.sparse for op in r.plan.operations):
+            assert bound == 0.0

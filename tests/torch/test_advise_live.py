@@ -1,0 +1,57 @@
+"""``gradsched.torch.advise`` on a live 2-rank gloo group: the same advice on every rank,
+the model left untouched, the advice the offline advisor gives on what was measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+from gradsched.torch.jobs.launch import free_port  # noqa: E402
+
+WORKER = r"""
+import json, os, sys
+import torch, torch.distributed as dist
+import gradsched.torch
+from gradsched.torch import build_model
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+spec = build_model("mlp")
+before = [p.detach().clone() for p in spec.module.parameters()]
+x, y = spec.make_batch(8, torch.Generator().manual_seed(1))
+advice = gradsched.torch.advise(spec.module, (x, y), loss_fn=spec.loss_fn, iterations=2, net_reps=1,
+                                buckets_mb=(1, 5, 25), contention=sys.argv[1] == "1")
+same = all(torch.equal(a, p) for a, p in zip(before, spec.module.parameters()))
+print(json.dumps({"advice": advice.to_dict(), "untouched": same}), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("contention", [False, True])
+def test_live_advice_is_the_same_on_every_rank(contention):
+    port = free_port()
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, "-c", WORKER, "1" if contention else "0"], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert results[0]["advice"] == results[1]["advice"]
+    a = results[0]["advice"]
+    assert all(r["untouched"] for r in results)
+    assert a["world_size"] == 2 and a["model"]
+    assert a["ddp_bucket_cap_mb"] in (1, 5, 25)
+    assert a["ddp_predicted_s"] == min(p["predicted_s"] for p in a["ddp_sweep"])
+    assert a["ddp_predicted_s"] > 0 and a["gradsched_predicted_s"] > 0
