@@ -16,7 +16,8 @@ through ``param_groups``, so a call with groups that hold only the subset update
 exactly the subset, with the same arithmetic as one full step.  The
 hyper-parameters (``lr`` ...) in force when :meth:`step` was called are restored for
 the deferred updates, so an LR scheduler stepped right after ``step()`` acts on the
-next iteration, as it would without deferral.
+next iteration, as it would without deferral.  ``step(closure)`` works with every plan
+(LBFGS, which calls its closure several times, only without overlap).
 
 Reading or changing gradients between ``backward()`` and ``step()`` (clipping,
 ``GradScaler``, logging) is correct with every plan: a gradient still being reduced
@@ -90,17 +91,30 @@ class DistributedOptimizer:
         return self.optimizer.defaults
 
     def step(self, closure: Any = None) -> Any:
-        if closure is not None:
-            raise GradschedError("optimizer closures are not supported by gradsched; call backward() and step() instead")
+        """One update; with ``closure`` (forward and backward, returns the loss), as ``torch.optim``.
+
+        The closure runs first, here, and then the step as without one: the plan that its
+        backward ran under decides (run-time ``auto`` may switch plans at that forward).
+        LBFGS, which calls its closure several times per step, gets it passed through,
+        under non-overlapping plans only."""
+        if closure is not None and not isinstance(self.optimizer, torch.optim.LBFGS):
+            with torch.enable_grad():
+                loss = closure()
+            self.step()
+            return loss
         clear_applied(self._params())  # LaySA's results already applied: None, as the optimizer expects
         if not self._model.overlaps_forward:
             tracer = self._model._tracer
             t0 = tracer.now() if tracer is not None else 0.0
             self._clip()
-            out = self.optimizer.step()
+            out = self.optimizer.step() if closure is None else self.optimizer.step(closure)
             if tracer is not None:
                 tracer.span("update", UPDATE, t0, tensors=list(range(len(self._model._params))))
             return out
+        if closure is not None:
+            raise GradschedError(f"LBFGS evaluates its closure several times per step, which plan "
+                                 f"{self._model.strategy!r} (overlapping the update with the next forward) cannot "
+                                 "defer; use a non-overlapping plan (wfbp, mgwfbp, optimal, ...)")
         self.flush()  # a second step() without a forward in between: finish the first
         self._pending = set(range(len(self._model._params)))
         self._hparams = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import sys
 from datetime import timedelta
 from typing import Any, Iterator
 
@@ -112,6 +113,7 @@ class DistributedDataParallel(nn.Module):
         self._timeout_s = float(timeout_s)
         self._broadcast_buffers = args.forward_sync_buffers
         self._input_device = args.input_device
+        self._compiled = is_compiled(module)
         named = trainable_parameters(module)
         if profile is not None:
             named = in_profile_order(named, profile)  # plans index tensors in the profile's order
@@ -295,6 +297,10 @@ class DistributedDataParallel(nn.Module):
         self._finish_unstepped()
         if self._broadcast_buffers and self._ctrl is not None and syncing:
             self._sync_buffers()
+        if self._compiled and self._optimizer is not None and self._optimizer.pending:
+            # A compiled module runs its layers as one graph, with no per-layer gate in between:
+            # its parameters must all be updated before it starts (docs/integrations.md).
+            self._optimizer.flush()
         out = self.module(*args, **kwargs)
         if self._optimizer is not None and self._optimizer.pending:
             self._optimizer.flush()  # parameters the forward did not reach
@@ -422,6 +428,15 @@ class DistributedDataParallel(nn.Module):
             meta["plan_hash"] = self.plan.hash
             meta["operations"] = len(self.plan.operations)
         return meta
+
+
+def is_compiled(module: nn.Module) -> bool:
+    """Whether ``module`` or a submodule is compiled (``torch.compile(m)`` or ``m.compile()``)."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")  # not loaded: nothing was compiled (saves its import)
+    if eval_frame is None:
+        return False
+    return any(isinstance(m, eval_frame.OptimizedModule) or getattr(m, "_compiled_call_impl", None) is not None
+               for m in module.modules())
 
 
 def broadcast_buffers(module: nn.Module, group: dist.ProcessGroup | None, src: int, timeout_s: float) -> None:
