@@ -19,9 +19,8 @@ from gradsched.errors import GradschedError
 
 # What share of the small operations' own excess over the table (issued together, cores idle)
 # every operation pays (docs/simulator.md, "Contention").  Chosen on kept fidelity runs
-# re-simulated offline (every row but auto): over five runs of 2026-12-03 with pooled figures,
-# shares 0 / 0.25 / 0.5 / 1 gave 5.3 / 4.4 / 4.2 / 4.1% median error; over three earlier runs
-# with start-up figures 4.6 / 3.8 / 4.6 / 5.1%.  0.25 is the share that helped in both sets.
+# re-simulated offline (every row but auto): 0.25 is the share that helped both with pooled
+# and with start-up figures (the shares tried, per set of runs: docs/notes/2026-12-fidelity.md).
 OP_LATENCY_SHARE = 0.25
 
 
