@@ -1,4 +1,4 @@
-"""`gradsched train`'s worker configuration: typed on both sides, the same JSON between them."""
+"""`gradsched train`'s and `gradsched bench`'s worker configurations: typed on both sides, the same JSON between them."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import json
 import pytest
 
 from gradsched.cli import build_parser
+from gradsched.commands.bench import _config as bench_config
 from gradsched.commands.train import _config
 from gradsched.errors import InternalError
-from gradsched.jobconfig import TrainConfig
+from gradsched.jobconfig import BenchConfig, TrainConfig
 
 
 def test_the_command_line_builds_a_typed_config_that_round_trips_through_json(tmp_path):
@@ -28,3 +29,35 @@ def test_a_field_the_workers_do_not_know_is_a_bug_not_a_user_error():
                        timeout_s=10.0, out_dir="/tmp").to_dict()
     with pytest.raises(InternalError, match="stepz"):
         TrainConfig.from_dict({**data, "stepz": 3})
+
+
+# ----------------------------------------------------------------------------- gradsched bench
+def _bench_config(tmp_path) -> BenchConfig:
+    args = build_parser().parse_args(["bench", "--model", "mlp", "--loopback", "--strategies", "wfbp,auto",
+                                      "--ddp-buckets", "none", "--steps", "2", "--rounds", "3", "-q"])
+    return bench_config(args, str(tmp_path), [], args.model)
+
+
+def test_bench_builds_a_typed_config_that_round_trips_through_json(tmp_path):
+    cfg = _bench_config(tmp_path)
+    assert isinstance(cfg, BenchConfig)
+    assert (cfg.model, cfg.steps, cfg.rounds, cfg.warmup_rounds, cfg.progress) == ("mlp", 2, 3, 1, False)
+    assert [e["label"] for e in cfg.entries] == ["wfbp", "auto"] and cfg.out_dir == str(tmp_path)
+    data = json.loads(json.dumps(cfg.to_dict()))  # config.json, as a worker reads it
+    assert list(data) == ["model", "seed", "batch_size", "lr", "entries", "steps", "rounds", "warmup_rounds",
+                          "profile_iterations", "net_reps", "probe", "resample_share", "contention_history",
+                          "timeout_s", "progress", "out_dir", "backend", "threads"]  # the same keys as before
+    assert BenchConfig.from_dict(data) == cfg
+
+
+def test_a_bench_field_the_workers_do_not_know_is_refused(tmp_path):
+    data = _bench_config(tmp_path).to_dict()
+    with pytest.raises(InternalError, match="bench config: unknown field.*stepz"):
+        BenchConfig.from_dict({**data, "stepz": 3})
+
+
+def test_a_bench_field_left_out_is_refused_not_defaulted(tmp_path):
+    data = _bench_config(tmp_path).to_dict()
+    del data["resample_share"]
+    with pytest.raises(InternalError, match="bench config: missing field.*resample_share"):
+        BenchConfig.from_dict(data)

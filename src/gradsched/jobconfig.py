@@ -1,8 +1,9 @@
-"""What ``gradsched train`` hands its workers, typed (torch-free: the command line builds it).
+"""What ``gradsched train`` and ``gradsched bench`` hand their workers, typed (torch-free: the
+command line builds it).
 
 The workers read the same JSON as before (``config.json`` in the run's folder):
-:meth:`TrainConfig.to_dict` writes it, :meth:`TrainConfig.from_dict` reads it back, so a
-field is named once, here, and a misspelt one fails where it is read.
+:meth:`TrainConfig.to_dict` / :meth:`BenchConfig.to_dict` write it, ``from_dict`` reads it
+back, so a field is named once, here, and a misspelt one fails where it is read.
 """
 
 from __future__ import annotations
@@ -50,4 +51,44 @@ class TrainConfig:
         unknown = sorted(set(data) - names)
         if unknown:
             raise InternalError(f"train config: unknown field(s) {', '.join(unknown)}")
+        return cls(**data)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BenchConfig:
+    """One ``gradsched bench`` job, as every rank reads it."""
+
+    model: str  # a built-in model, the user's MODULE:FUNCTION, or a replayed profile (REPLAY_PREFIX + path)
+    seed: int  # every copy of the model and every batch start from it
+    batch_size: int  # per rank
+    lr: float  # SGD learning rate (momentum 0.9) of every entry, the probes and the compute-only step
+    entries: list[dict[str, Any]]  # what to run: gradsched.commands.bench.entries (label, strategy, torch_ddp, ...)
+    steps: int  # steps per entry per round
+    rounds: int  # rounds in all, warmup_rounds of them not counted
+    warmup_rounds: int  # rounds left out of the figures
+    profile_iterations: int  # profiler iterations at start-up
+    net_reps: int  # timed repetitions per size in the network benchmark
+    probe: bool  # run the contention probe (and the runtimes' overhead probe)
+    resample_share: float  # between rounds, the probes sample again within this share of the rounds' time
+    contention_history: list[dict[str, Any]]  # earlier jobs' contention figures (--contention-from)
+    timeout_s: float  # a collective that takes longer fails the job
+    progress: bool  # rank 0 shows a progress bar
+    out_dir: str  # where rank 0 writes bench.json
+    backend: str  # the process group's backend ("gloo": CPU tensors)
+    threads: int  # compute threads per rank
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON the workers read."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "BenchConfig":
+        """Back from :meth:`to_dict` (written by ``gradsched bench`` itself: a mismatch is a bug)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise InternalError(f"bench config: unknown field(s) {', '.join(unknown)}")
+        missing = sorted(names - set(data))
+        if missing:
+            raise InternalError(f"bench config: missing field(s) {', '.join(missing)}")
         return cls(**data)

@@ -33,6 +33,7 @@ from gradsched.commands._model import BUILT_IN, check_model
 from gradsched.commands._model import HELP as MODEL_HELP
 from gradsched.commands._output import add_json_arg, emit_json, to_stdout
 from gradsched.errors import GradschedError, WorkersFailed
+from gradsched.jobconfig import BenchConfig
 
 if TYPE_CHECKING:
     from gradsched.profile import Profile
@@ -241,7 +242,7 @@ def undilate(result: dict[str, Any], dilate: float) -> dict[str, Any]:
     return {**scale(result, ""), "dilate": dilate} if dilate != 1 else result
 
 
-def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, float]], model: str) -> dict[str, Any]:
+def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, float]], model: str) -> BenchConfig:
     if args.hosts < 2:
         raise GradschedError(f"--hosts must be at least 2 (data parallelism needs two workers), got {args.hosts}")
     if args.steps < 1 or args.rounds < 1 or args.batch_size < 1:
@@ -259,14 +260,13 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
         raise GradschedError("--contention-from pools earlier figures with this job's probe: drop --no-probe")
     if args.replay is None:  # a replayed profile was checked when it was read (replay_model)
         check_model(args.model, seed=args.seed, batch_size=args.batch_size)
-    return {"model": model, "seed": args.seed, "batch_size": args.batch_size, "lr": args.lr,
-            "entries": entries(args.strategies, args.ddp_buckets, args.density), "steps": args.steps, "rounds": args.rounds,
-            "warmup_rounds": args.warmup_rounds, "profile_iterations": args.profile_iterations,
-            "net_reps": args.net_reps, "probe": not args.no_probe, "resample_share": args.resample_share,
-            "contention_history": history,
-            "timeout_s": args.timeout_s,
-            "progress": not args.quiet, "out_dir": out_dir,
-            "backend": "gloo", "threads": 1}  # CPU tensors over gloo; one compute thread per worker
+    return BenchConfig(model=model, seed=args.seed, batch_size=args.batch_size, lr=args.lr,
+                       entries=entries(args.strategies, args.ddp_buckets, args.density), steps=args.steps,
+                       rounds=args.rounds, warmup_rounds=args.warmup_rounds,
+                       profile_iterations=args.profile_iterations, net_reps=args.net_reps, probe=not args.no_probe,
+                       resample_share=args.resample_share, contention_history=history, timeout_s=args.timeout_s,
+                       progress=not args.quiet, out_dir=out_dir,
+                       backend="gloo", threads=1)  # CPU tensors over gloo; one compute thread per worker
 
 
 # ----------------------------------------------------------------------------- launching
@@ -423,9 +423,9 @@ def run(args: argparse.Namespace) -> int:
             model, profile = replay_model(args.replay, args.dilate, tmp)
         cfg = _config(args, tmp, history, model)
         if args.replay is not None:
-            check_memory(profile.total_bytes, len(cfg["entries"]), args.hosts)
+            check_memory(profile.total_bytes, len(cfg.entries), args.hosts)
         cfg_path = Path(tmp, "config.json")
-        cfg_path.write_text(json.dumps(cfg))
+        cfg_path.write_text(json.dumps(cfg.to_dict()))
         if shaped is None:
             _launch_loopback(cfg_path, args.hosts, args.timeout_s)
         else:

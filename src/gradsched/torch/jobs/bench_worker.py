@@ -61,6 +61,7 @@ import torch.distributed as dist
 from gradsched.calibration import across_jobs, calibrate, lower_bound_s, runtime_name, this_machine, with_runtime_costs
 from gradsched.cluster import Cluster, Contention
 from gradsched.constants import MiB
+from gradsched.jobconfig import BenchConfig
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.torch.jobs.models import build_model
@@ -69,7 +70,6 @@ from gradsched.torch.measure.probe import ContentionProbe, NetworkResampler, slo
 from gradsched.torch.jobs.worker import run_worker
 from gradsched.torch.runtime.wrapper import DistributedDataParallel
 
-RESAMPLE_SHARE = 0.25  # between rounds, the probes sample again within this share of the rounds' time
 OVERHEAD_BUDGET_S = 12.0  # the runtimes' overhead probe takes about this long ...
 OVERHEAD_REPS = (3, 20)  # ... in this many rotations of short bursts
 
@@ -81,32 +81,32 @@ def _broadcast(obj: Any) -> Any:
     return box[0]
 
 
-def _measure_profile(cfg: dict[str, Any]) -> Profile:
+def _measure_profile(cfg: BenchConfig) -> Profile:
     from gradsched.torch.measure.profiler import profile_module
 
-    spec = build_model(cfg["model"], seed=cfg["seed"])
-    gen = torch.Generator().manual_seed(cfg["seed"] * 1000 + 999)
-    batch = spec.make_batch(cfg["batch_size"], gen)
+    spec = build_model(cfg.model, seed=cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed * 1000 + 999)
+    batch = spec.make_batch(cfg.batch_size, gen)
     dist.barrier()
-    opt = torch.optim.SGD(spec.module.parameters(), lr=cfg["lr"], momentum=0.9)  # the rounds' optimizer
-    prof = profile_module(spec.module, batch, loss_fn=spec.loss_fn, iterations=cfg["profile_iterations"],
-                          warmup=1, model_name=cfg["model"], optimizer=opt)
+    opt = torch.optim.SGD(spec.module.parameters(), lr=cfg.lr, momentum=0.9)  # the rounds' optimizer
+    prof = profile_module(spec.module, batch, loss_fn=spec.loss_fn, iterations=cfg.profile_iterations,
+                          warmup=1, model_name=cfg.model, optimizer=opt)
     dist.barrier()
     return _broadcast(prof)
 
 
-def _measure_cluster(total_bytes: int, cfg: dict[str, Any]) -> Cluster:
+def _measure_cluster(total_bytes: int, cfg: BenchConfig) -> Cluster:
     from gradsched.torch.measure.netbench import benchmark
 
     # One size beyond the gradients' (rounded up to a power of two): the table is read through its
     # lower monotone envelope, which bounds a size only by larger ones, and the all-reduce of all
     # gradients sits near the top (cnn: its time came out 3.9 ms in one job, 1.0 ms in the next).
     top = 2 << max(12, math.ceil(math.log2(max(total_bytes, 4096))))
-    cluster = benchmark(min_bytes=4096, max_bytes=top, reps=cfg["net_reps"], warmup=1, collectives=["allreduce"])
+    cluster = benchmark(min_bytes=4096, max_bytes=top, reps=cfg.net_reps, warmup=1, collectives=["allreduce"])
     return _broadcast(cluster)
 
 
-def _startup_probe(contention: ContentionProbe, cluster: Cluster, cfg: dict[str, Any]) -> dict[str, Any]:
+def _startup_probe(contention: ContentionProbe, cluster: Cluster, cfg: BenchConfig) -> dict[str, Any]:
     """The contention probe's start-up figures with ``cluster``'s all-reduce times, and the
     runtimes' bucket passes and buffer broadcast (measured once: they are plain copies)."""
     reps = contention.start_reps
@@ -114,7 +114,7 @@ def _startup_probe(contention: ContentionProbe, cluster: Cluster, cfg: dict[str,
     copy_s, scale_s = contention.bucket_pass_s(reps)
     return {**contention.figures(cluster.cost("allreduce")), "startup_reps": reps,
             "bucket_copy_s": copy_s, "bucket_scale_s": scale_s,
-            "buffer_sync_s": contention.buffer_sync_s(reps, cfg["timeout_s"])}
+            "buffer_sync_s": contention.buffer_sync_s(reps, cfg.timeout_s)}
 
 
 def _with_contention(cluster: Cluster, fitted: dict[str, float]) -> Cluster:
@@ -177,10 +177,10 @@ class _RuntimeOverheads:
     MANY_OPS = {"strategy": "wfbp", "torch_ddp": False}
     STEPS = 2  # counted per burst; one more runs on each side (see _burst)
 
-    def __init__(self, cfg: dict[str, Any], profile: Profile, cluster: Cluster, probe: dict[str, Any]) -> None:
-        spec = build_model(cfg["model"], seed=cfg["seed"])
-        gen = torch.Generator().manual_seed(cfg["seed"] * 1000 + 997 + dist.get_rank())
-        self._batches = [spec.make_batch(cfg["batch_size"], gen) for _ in range(4)]
+    def __init__(self, cfg: BenchConfig, profile: Profile, cluster: Cluster, probe: dict[str, Any]) -> None:
+        spec = build_model(cfg.model, seed=cfg.seed)
+        gen = torch.Generator().manual_seed(cfg.seed * 1000 + 997 + dist.get_rank())
+        self._batches = [spec.make_batch(cfg.batch_size, gen) for _ in range(4)]
         self._loss_fn = spec.loss_fn
         reference = _ComputeOnly(cfg)
         self.runs = [(reference, reference)] + [
@@ -238,16 +238,16 @@ class _RuntimeOverheads:
         return out
 
 
-def _build_entry(entry: dict[str, Any], cfg: dict[str, Any], profile: Profile, cluster: Cluster) -> tuple[Any, Any]:
-    spec = build_model(cfg["model"], seed=cfg["seed"])
+def _build_entry(entry: dict[str, Any], cfg: BenchConfig, profile: Profile, cluster: Cluster) -> tuple[Any, Any]:
+    spec = build_model(cfg.model, seed=cfg.seed)
     if entry["torch_ddp"]:
         model = DistributedDataParallel(spec.module, "ddp", profile=profile, cluster=cluster,
-                                        timeout_s=cfg["timeout_s"], ddp_kwargs=entry.get("ddp_kwargs") or None)
+                                        timeout_s=cfg.timeout_s, ddp_kwargs=entry.get("ddp_kwargs") or None)
     else:
         model = DistributedDataParallel(spec.module, entry["strategy"], profile=profile, cluster=cluster,
-                                        plan_options=entry.get("options") or None, timeout_s=cfg["timeout_s"],
+                                        plan_options=entry.get("options") or None, timeout_s=cfg.timeout_s,
                                         use_torch_ddp=False)
-    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=0.9), model)
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9), model)
     return model, opt
 
 
@@ -271,9 +271,9 @@ class _ComputeOnly:
 
     label = "compute only"
 
-    def __init__(self, cfg: dict[str, Any]) -> None:
-        self.module = build_model(cfg["model"], seed=cfg["seed"]).module
-        self.optimizer = torch.optim.SGD(self.module.parameters(), lr=cfg["lr"], momentum=0.9)
+    def __init__(self, cfg: BenchConfig) -> None:
+        self.module = build_model(cfg.model, seed=cfg.seed).module
+        self.optimizer = torch.optim.SGD(self.module.parameters(), lr=cfg.lr, momentum=0.9)
         self._meet = torch.zeros(1)
 
     def __call__(self, x: Any) -> Any:
@@ -352,19 +352,22 @@ def _rotated_rounds(runs: list[tuple[Any, Any]], loss_fn: Any, batches: list[Any
     return flat / dist.get_world_size()
 
 
-def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
-    """The whole job on this rank; rank 0 returns the result (``rows`` + run facts), others None."""
+def run_bench(raw: dict[str, Any]) -> dict[str, Any] | None:
+    """The whole job on this rank (``raw``: the config.json ``gradsched bench`` wrote); rank 0 returns the result
+    (``rows`` + run facts), others None."""
     # long function: the job's steps in the order every rank must run them (module docstring, 1-6), each a call
+    cfg = BenchConfig.from_dict(raw)
     rank, world = dist.get_rank(), dist.get_world_size()
     t_start = time.time()
     profile = _measure_profile(cfg)
     cluster = _measure_cluster(profile.total_bytes, cfg)
     hooked = profile
     probe, samplers = None, None
-    history = cfg.get("contention_history") or []  # earlier jobs' figures (gradsched bench --contention-from)
-    if cfg.get("probe", True):
-        spec = build_model(cfg["model"], seed=cfg["seed"])
-        contention, network = ContentionProbe(spec, cfg, profile.total_bytes), NetworkResampler(cluster)
+    history = cfg.contention_history  # earlier jobs' figures (gradsched bench --contention-from)
+    if cfg.probe:
+        spec = build_model(cfg.model, seed=cfg.seed)
+        contention = ContentionProbe(spec, profile.total_bytes, lr=cfg.lr, seed=cfg.seed, batch_size=cfg.batch_size)
+        network = NetworkResampler(cluster)
         t0 = time.perf_counter()
         probe = _startup_probe(contention, cluster, cfg)
         probe_rep_s = (time.perf_counter() - t0) / probe["startup_reps"]
@@ -375,16 +378,16 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
         probe["op_host"] = overheads.op_host()
         probe["runtime_overhead_s"] = overheads.figures(profile, cluster, probe)
         samplers = _Resampling([network.measure, lambda: contention.measure(1), lambda: overheads.measure(1)],
-                               cfg.get("resample_share", RESAMPLE_SHARE),
+                               cfg.resample_share,
                                network.estimate_s() + probe_rep_s + rotation_s)
 
-    entries = cfg["entries"]
+    entries = cfg.entries
     models = []
     for entry in entries:
         models.append(_build_entry(entry, cfg, with_runtime_costs(profile, probe, entry["torch_ddp"]), cluster))
-    spec = build_model(cfg["model"], seed=cfg["seed"])  # for its batch maker and loss only
-    gen = torch.Generator().manual_seed(cfg["seed"] * 1000 + rank)
-    batches = [spec.make_batch(cfg["batch_size"], gen) for _ in range(4)]
+    spec = build_model(cfg.model, seed=cfg.seed)  # for its batch maker and loss only
+    gen = torch.Generator().manual_seed(cfg.seed * 1000 + rank)
+    batches = [spec.make_batch(cfg.batch_size, gen) for _ in range(4)]
     loss_fn = spec.loss_fn
     del spec
     reference = _ComputeOnly(cfg)
@@ -398,12 +401,12 @@ def run_bench(cfg: dict[str, Any]) -> dict[str, Any] | None:
             # profiling, the switch, the trials and every re-plan check, all off the clock
             _burst(model, opt, loss_fn, batches, tuner.config.tuning_iterations, 0)
 
-    steps, rounds, warm = cfg["steps"], cfg["rounds"], cfg["warmup_rounds"]
+    steps, rounds, warm = cfg.steps, cfg.rounds, cfg.warmup_rounds
     bar = None
-    if rank == 0 and cfg.get("progress", True):
+    if rank == 0 and cfg.progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=rounds * (len(entries) + 1) * steps, desc=f"bench {cfg['model']} x{world}", unit="step",
+        bar = tqdm(total=rounds * (len(entries) + 1) * steps, desc=f"bench {cfg.model} x{world}", unit="step",
                    file=sys.stderr, dynamic_ncols=True)
     labels = [e["label"] for e in entries] + [reference.label]
 

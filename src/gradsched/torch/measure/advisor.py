@@ -91,6 +91,6 @@ def _contention_probe(model: nn.Module, batch: Any, loss_fn: Callable[..., torch
     from gradsched.torch.measure.probe import ContentionProbe
 
     spec = _Probed(copy.deepcopy(model), batch, loss_fn)
-    probe = ContentionProbe(spec, {"lr": 0.0, "seed": 0, "batch_size": 0}, total_bytes)
+    probe = ContentionProbe(spec, total_bytes, lr=0.0, seed=0, batch_size=0)
     probe.measure(probe.start_reps)
     return probe

@@ -95,11 +95,11 @@ class ContentionProbe:
     TIMES = ("compute_alone_s", "allreduce_alone_s", "compute_overlapped_s", "allreduce_overlapped_s",
              "small_ops_alone_s", "small_ops_busy_s")
 
-    def __init__(self, spec: "TrainableModel", cfg: dict[str, Any], total_bytes: int) -> None:
+    def __init__(self, spec: "TrainableModel", total_bytes: int, *, lr: float, seed: int, batch_size: int) -> None:
         self.module, self._loss_fn = spec.module, spec.loss_fn
-        self._opt = torch.optim.SGD(self.module.parameters(), lr=cfg["lr"], momentum=0.9)
-        gen = torch.Generator().manual_seed(cfg["seed"] * 1000 + 998)
-        self._x, self._y = spec.make_batch(cfg["batch_size"], gen)
+        self._opt = torch.optim.SGD(self.module.parameters(), lr=lr, momentum=0.9)
+        gen = torch.Generator().manual_seed(seed * 1000 + 998)
+        self._x, self._y = spec.make_batch(batch_size, gen)
         self.total_bytes = total_bytes
         self._big = torch.zeros(max(1, total_bytes // 4))  # zeros: the probe's sums stay finite whatever it runs
         self._smalls = [torch.zeros(SMALL_NUMEL) for _ in range(SMALL_OPS)]
