@@ -29,9 +29,10 @@ A parameter unused on every rank keeps its ``.grad`` unchanged (``None`` stays
 Sparse (``topk-allgather``) operations run in :mod:`gradsched.torch.runtime.sparse`; in its
 default ``laysa`` memory mode their tensors' gradients are added into the residual
 (their piece of the flat buffer) and released, and the dense result is delivered one
-chunk of whole tensors at a time: each chunk updates its weights through
-:attr:`Executor.mirror` (set by ``DistributedOptimizer``) and is freed.  Every
-buffer goes through :attr:`Executor.ledger` (:mod:`gradsched.torch.runtime.memory`).
+chunk of whole tensors at a time by :class:`~gradsched.torch.runtime.sparse.LaysaDelivery`:
+each chunk updates its weights through :attr:`Executor.mirror` (set by
+``DistributedOptimizer``) and is freed.  Every buffer goes through
+:attr:`Executor.ledger` (:mod:`gradsched.torch.runtime.memory`).
 """
 
 from __future__ import annotations
@@ -46,18 +47,18 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from gradsched.errors import GradschedError
+from gradsched.errors import GradschedError, InternalError
 from gradsched.plan import Plan
 from gradsched.torch.runtime.groups import side_group, uses_nccl
 from gradsched.torch.runtime.hosttime import HostTimer
-from gradsched.torch.runtime.inflight import applied, unwrap
+from gradsched.torch.runtime.inflight import unwrap
 from gradsched.torch.runtime.layout import build_layout
 from gradsched.torch.runtime.memory import MemoryLedger, storage_bytes
 from gradsched.torch.runtime.ops import CollectiveError, OpRunner, make_runner, wait_all
 from gradsched.torch.runtime.planning import dtype_key
 from gradsched.torch.runtime.shutdown import close_at_exit, release_at_exit
-from gradsched.torch.runtime.sparse import SparseOptions, TopkAllGather, check_replicas
-from gradsched.torch.runtime.trace import UPDATE, WAIT, Tracer
+from gradsched.torch.runtime.sparse import LaysaDelivery, SparseOptions, TopkAllGather, check_replicas
+from gradsched.torch.runtime.trace import WAIT, Tracer
 
 PENDING, ISSUED, DONE = 0, 1, 2
 NCCL_POLL_S = 0.001  # NCCL futures complete at enqueue, not at the end: the progress thread polls is_completed()
@@ -173,8 +174,7 @@ class Executor:
         self.laysa = bool(sparse_ops) and self.sparse_options.memory == "laysa"
         if sparse_ops:
             self._check_sparse_plan(sparse_ops)
-        self.chunk_numel = max(p.numel() for p in params)  # a LaySA result chunk never exceeds the largest tensor
-        self.kept: dict[str, torch.Tensor] = {}  # LaySA results left as .grad (no mirror update): freed next backward
+        self.delivery = LaysaDelivery(params, names, self.layout, self.ledger, tracer) if self.laysa else None
         device = params[0].device
         dtypes = {dtype_key(p.dtype): p.dtype for p in params}
         self.arenas = {dt: self.ledger.alloc(f"arena/{dt}", torch.zeros(n, dtype=dtypes[dt], device=device))
@@ -243,7 +243,8 @@ class Executor:
         for r in self.runners:
             if isinstance(r, TopkAllGather):
                 out.update(r.held)
-        out.update(self.kept)
+        if self.delivery is not None:
+            out.update(self.delivery.kept)
         return out
 
     def sparse_state(self) -> dict[str, torch.Tensor]:
@@ -413,9 +414,8 @@ class Executor:
         if any(self.sparse_tensor) and every and self.sparse_step and self.sparse_step % every == 0:
             check_replicas(self.params, self.ctrl_group, step=self.sparse_step, rank=self.rank,
                            timeout_s=self.timeout_s)  # last step's updates are done: ranks must agree
-        for name in self.kept:  # last step's results the optimizer has used by now
-            self.ledger.free(name)
-        self.kept.clear()
+        if self.delivery is not None:
+            self.delivery.release_kept()  # last step's results the optimizer has used by now
         self._reset()
         self.in_backward = True
         self.settled = False
@@ -537,7 +537,7 @@ class Executor:
                 self._retire(self.inflight.popleft())
             self.progress()
             if self.op_state[j] == PENDING and not self.inflight:
-                raise GradschedError(f"internal: operation {j} can never be issued (its gradients are not ready)")
+                raise InternalError(f"operation {j} can never be issued (its gradients are not ready)")
 
     # ------------------------------------------------------------------ end of backward
     def finalize(self) -> None:
@@ -619,54 +619,17 @@ class Executor:
         if self.op_state[j] == DONE and all(self.written[t] for t in self.layout.op_tensors[j]):
             return
         self._drain(j)
-        if self.laysa and self.plan.operations[j].sparse:
-            self._deliver(j)
+        if self.delivery is not None and self.plan.operations[j].sparse:
+            runner = self.runners[j]
+            assert isinstance(runner, TopkAllGather)
+            self.delivery.deliver(j, runner, self.mirror, self.written, self.globally_unused)
+            self.op_state[j] = DONE
             return
         for t in self.layout.op_tensors[j]:
             if self.written[t]:
                 continue
             if all(self.op_state[k] == DONE for k in self.layout.tensor_ops[t]):
                 self._write_back(t)
-
-    def _deliver(self, j: int) -> None:
-        """LaySA: rebuild sparse operation ``j``'s result chunk by chunk; update each chunk's weights and free it."""
-        base = self.layout.op_pieces[j][0].start
-        slots = sorted(self.layout.op_slots[j], key=lambda s: s.arena_start)
-        groups: list[list[tuple[int, int, int]]] = []  # chunks of (tensor, lo, hi) in piece coordinates
-        size = 0
-        for s in slots:
-            lo, hi = s.arena_start - base, s.arena_start - base + s.end - s.start
-            if not groups or size + hi - lo > self.chunk_numel:
-                groups.append([])
-                size = 0
-            groups[-1].append((s.tensor, lo, hi))
-            size += hi - lo
-        chunks = [(g[0][1], g[-1][2]) for g in groups]
-        keep = self.mirror is None
-        for c, (lo, _hi, flat, name) in enumerate(self.runners[j].results(chunks, keep)):  # run to exhaustion
-            g = groups[c]
-            params = []
-            for t, a, b in g:
-                self.written[t] = True
-                if t in self.globally_unused:
-                    continue  # no rank computed it: .grad stays as it was, like DDP
-                p = self.params[t]
-                p.grad = flat[a - lo:b - lo].view_as(p)
-                params.append(p)
-            if keep:
-                if name is not None:
-                    self.kept[name] = flat
-                continue
-            if params:
-                t0 = self.tracer.now() if self.tracer is not None else 0.0
-                self.mirror(params)
-                if self.tracer is not None:
-                    self.tracer.span(f"update {self.names[g[0][0]]}", UPDATE, t0, tensors=[t for t, _, _ in g])
-            for p in params:
-                p.grad = applied(p)  # updated from the aggregated result: not kept, and any use is an error
-            if name is not None:
-                self.ledger.free(name)
-        self.op_state[j] = DONE
 
     def _write_back(self, i: int) -> None:
         self.written[i] = True

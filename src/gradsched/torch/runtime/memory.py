@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gradsched.errors import GradschedError
+from gradsched.errors import InternalError
 
 
 def storage_bytes(t: torch.Tensor) -> int:
@@ -39,7 +39,7 @@ class MemoryLedger:
     def alloc(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         """Record ``tensor`` (a fresh buffer, not a view) under ``name``; returns it."""
         if name in self._live:
-            raise GradschedError(f"internal: buffer {name!r} allocated twice without free")
+            raise InternalError(f"buffer {name!r} allocated twice without free")
         nbytes = storage_bytes(tensor)
         self._live[name] = nbytes
         self.live_bytes += nbytes
@@ -50,7 +50,7 @@ class MemoryLedger:
     def free(self, name: str) -> None:
         nbytes = self._live.pop(name, None)
         if nbytes is None:
-            raise GradschedError(f"internal: buffer {name!r} freed but not allocated")
+            raise InternalError(f"buffer {name!r} freed but not allocated")
         self.live_bytes -= nbytes
 
     def transient(self, nbytes: int) -> None:

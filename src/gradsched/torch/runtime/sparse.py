@@ -25,7 +25,8 @@ then released), selection runs in place, value/index buffers exist only while th
 operation is in flight, and the dense result is rebuilt one chunk of whole tensors
 at a time (never larger than the largest tensor); each chunk updates its weights
 at once (the "mirror" update, through :class:`~gradsched.torch.runtime.optim.DistributedOptimizer`)
-and is freed.  ``naive`` keeps the classic layout, for comparison.
+and is freed (:class:`LaysaDelivery`, which the executor holds).  ``naive`` keeps the
+classic layout, for comparison.
 """
 
 from __future__ import annotations
@@ -38,13 +39,16 @@ from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from gradsched.errors import GradschedError
 from gradsched.plan import SPARSE, Operation
 from gradsched.torch.runtime.groups import uses_nccl
-from gradsched.torch.runtime.layout import Piece
+from gradsched.torch.runtime.inflight import applied
+from gradsched.torch.runtime.layout import Layout, Piece
 from gradsched.torch.runtime.memory import MemoryLedger
 from gradsched.torch.runtime.ops import OP_KINDS, wait_all
+from gradsched.torch.runtime.trace import UPDATE, Tracer
 
 INDEX_DTYPE = torch.int32  # indices on the wire: 4 bytes, as the cost model assumes
 SELECTIONS = ("exact", "sampled")
@@ -360,6 +364,80 @@ class TopkAllGather:
 
     def residual_tensor(self) -> torch.Tensor:
         return self.residual
+
+
+class LaysaDelivery:
+    """LaySA's delivery of top-k results: rebuilt one chunk of whole tensors at a time, each chunk
+    applied to its weights through ``mirror`` and freed.
+
+    Held by the executor (:mod:`gradsched.torch.runtime.executor`) of a plan with
+    ``topk-allgather`` operations in the ``laysa`` memory mode; it calls :meth:`deliver`
+    once a sparse operation is done, and :meth:`release_kept` when a backward starts."""
+
+    def __init__(self, params: list[nn.Parameter], names: list[str], layout: Layout, ledger: MemoryLedger,
+                 tracer: Tracer | None) -> None:
+        self.params = params
+        self.names = names
+        self.layout = layout
+        self.ledger = ledger
+        self.tracer = tracer
+        self.chunk_numel = max(p.numel() for p in params)  # a result chunk never exceeds the largest tensor
+        self.kept: dict[str, torch.Tensor] = {}  # results left as .grad (no mirror update): freed next backward
+
+    def release_kept(self) -> None:
+        """Free last step's results left as ``.grad`` (the optimizer has used them by now)."""
+        for name in self.kept:
+            self.ledger.free(name)
+        self.kept.clear()
+
+    def chunks(self, j: int) -> list[list[tuple[int, int, int]]]:
+        """Operation ``j``'s tensors in chunks of ``(tensor, lo, hi)`` (piece coordinates), in piece order,
+        a new chunk whenever the next tensor would take it past :attr:`chunk_numel`."""
+        base = self.layout.op_pieces[j][0].start
+        slots = sorted(self.layout.op_slots[j], key=lambda s: s.arena_start)
+        groups: list[list[tuple[int, int, int]]] = []
+        size = 0
+        for s in slots:
+            lo, hi = s.arena_start - base, s.arena_start - base + s.end - s.start
+            if not groups or size + hi - lo > self.chunk_numel:
+                groups.append([])
+                size = 0
+            groups[-1].append((s.tensor, lo, hi))
+            size += hi - lo
+        return groups
+
+    def deliver(self, j: int, runner: TopkAllGather, mirror: Callable[[list[nn.Parameter]], None] | None,
+                written: list[bool], unused: set[int]) -> None:
+        """Rebuild operation ``j``'s result (``runner``'s) chunk by chunk; update each chunk's weights and free it.
+
+        Marks its tensors in ``written``; tensors in ``unused`` (no rank computed them) keep
+        their ``.grad``, like DDP.  Without ``mirror`` the results stay as ``.grad`` (kept)."""
+        groups = self.chunks(j)
+        chunks = [(g[0][1], g[-1][2]) for g in groups]
+        keep = mirror is None
+        for c, (lo, _hi, flat, name) in enumerate(runner.results(chunks, keep)):  # run to exhaustion
+            g = groups[c]
+            params = []
+            for t, a, b in g:
+                written[t] = True
+                if t in unused:
+                    continue  # no rank computed it: .grad stays as it was, like DDP
+                p = self.params[t]
+                p.grad = flat[a - lo:b - lo].view_as(p)
+                params.append(p)
+            if mirror is None:
+                if name is not None:
+                    self.kept[name] = flat
+                continue
+            if params:
+                t0 = self.tracer.now() if self.tracer is not None else 0.0
+                mirror(params)
+                if self.tracer is not None:
+                    self.tracer.span(f"update {self.names[g[0][0]]}", UPDATE, t0, tensors=[t for t, _, _ in g])
+            for p in params:
+                p.grad = applied(p)  # updated from the aggregated result: not kept, and any use is an error
+            if name is not None:
+                self.ledger.free(name)
 
 
 def benchmark_selection(device: str | torch.device = "cpu", method: str = "exact", *, density: float = 0.001,
