@@ -47,11 +47,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
         """Back from :meth:`to_dict` (written by ``gradsched train`` itself: a mismatch is a bug)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise InternalError(f"train config: unknown field(s) {', '.join(unknown)}")
-        return cls(**data)
+        return cls(**_checked_fields(cls, data, "train", require_all=False))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -84,11 +80,16 @@ class BenchConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "BenchConfig":
         """Back from :meth:`to_dict` (written by ``gradsched bench`` itself: a mismatch is a bug)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise InternalError(f"bench config: unknown field(s) {', '.join(unknown)}")
-        missing = sorted(names - set(data))
-        if missing:
-            raise InternalError(f"bench config: missing field(s) {', '.join(missing)}")
-        return cls(**data)
+        return cls(**_checked_fields(cls, data, "bench", require_all=True))
+
+
+def _checked_fields(cls: type, data: dict[str, Any], what: str, *, require_all: bool) -> dict[str, Any]:
+    """``data`` if its keys are ``cls``'s fields (all of them with ``require_all``); else an :class:`InternalError`."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise InternalError(f"{what} config: unknown field(s) {', '.join(unknown)}")
+    missing = sorted(names - set(data)) if require_all else []
+    if missing:
+        raise InternalError(f"{what} config: missing field(s) {', '.join(missing)}")
+    return data
