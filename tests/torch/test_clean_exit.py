@@ -30,6 +30,7 @@ from gradsched.torch.jobs.launch import free_port  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "scripts" / "user_loop.py"
 RUNS = 30
+LANES = 2  # torchrun jobs at a time
 
 
 def _progress_threads() -> list[threading.Thread]:
@@ -57,19 +58,23 @@ def test_close_all_stops_threads_and_forgets_groups_and_hooks():
         dist.destroy_process_group()
 
 
-def _run_script(strategy: str, destroy: bool) -> subprocess.CompletedProcess:
+def _start_script(strategy: str, destroy: bool) -> subprocess.Popen:
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
             str(SCRIPT), strategy] + ([] if destroy else ["--no-destroy"])
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
 
 
 @pytest.mark.slow
 def test_user_script_exits_zero_thirty_times_under_torchrun():
-    cases = itertools.cycle(itertools.product(["wfbp", "mgwfbp", "bytescheduler", "usbyte", "ddp"], [True, False]))
+    """30 whole torchrun jobs, two at a time (a job's launcher imports torch while the other's workers run)."""
+    cases = list(itertools.islice(itertools.cycle(itertools.product(
+        ["wfbp", "mgwfbp", "bytescheduler", "usbyte", "ddp"], [True, False])), RUNS))
     failures = []
-    for _, (strategy, destroy) in zip(range(RUNS), cases):
-        proc = _run_script(strategy, destroy)
-        if proc.returncode != 0 or "terminate called" in proc.stderr:
-            failures.append(f"{strategy} destroy={destroy}: exit {proc.returncode}: {proc.stderr[-600:]}")
+    for pair in (cases[i:i + LANES] for i in range(0, RUNS, LANES)):
+        procs = [(case, _start_script(*case)) for case in pair]
+        for (strategy, destroy), proc in procs:
+            _, err = proc.communicate(timeout=300)
+            if proc.returncode != 0 or "terminate called" in err:
+                failures.append(f"{strategy} destroy={destroy}: exit {proc.returncode}: {err[-600:]}")
     assert not failures, f"{len(failures)} of {RUNS} runs failed:\n" + "\n".join(failures)
