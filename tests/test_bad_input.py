@@ -52,6 +52,8 @@ AB = ["simulate", "--profile", "{profile}", "--workers", "4", "--alpha", "1e-4",
 CASES = [
     ("opt-not-a-number", SIM + ["--strategy", "ddp", "--opt", "ddp.bucket_cap_mb=abc"], None, None, None,
      ["bucket_cap_mb", "must be a number"]),
+    ("opt-of-a-strategy-not-planned", SIM + ["--strategy", "wfbp", "--opt", "ddp.bucket_cap_mb=abc"], None, None,
+     None, ["bucket_cap_mb", "must be a number"]),
     ("opt-exclude-not-names", SIM + ["--strategy", "auto", "--opt", "auto.exclude=5"], None, None, None,
      ["exclude", "strategy names"]),
     ("opt-cycle-denormal", SIM + ["--strategy", "horovod", "--opt", "horovod.cycle_ms=5e-324"], None, None, None,

@@ -77,8 +77,9 @@ def check_opt_keys(names: list[str], args: argparse.Namespace) -> None:
                              f"{', '.join(names)}")
     for item in args.opt:
         key = item.partition("=")[0]
-        if "." in key:
-            continue  # STRATEGY.KEY: checked against that strategy's own options
+        if "." in key:  # STRATEGY.KEY: checked against that strategy's own options, planned or not
+            planner_options(key.rpartition(".")[0], args)
+            continue
         if not any(key in planner_option_specs(n) for n in names):
             raise GradschedError(f"--opt {item}: none of the strategies {', '.join(names)} has an option {key!r}; "
                                  "see docs/strategies.md (or name one: STRATEGY.KEY=VALUE)")
