@@ -36,7 +36,10 @@ from gradsched.profile import Profile
 FORMAT = "gradsched.plan/1"
 DENSE = "allreduce"
 SPARSE = "topk-allgather"
-OP_COLLECTIVES = (DENSE, SPARSE)
+# A dense all-reduce run in two levels (docs/cost-model.md, "Two-level clusters"): reduce inside each
+# node, all-reduce across nodes, broadcast inside each node.  Same result as DENSE.
+HIER = "hier-allreduce"
+OP_COLLECTIVES = (DENSE, SPARSE, HIER)
 SCHEDULING = ("fifo", "priority")
 FIELDS = ("format", "strategy", "model", "profile_fingerprint", "options", "scheduling", "overlap_forward",
           "credit_bytes", "operations", "hash")
