@@ -108,8 +108,8 @@ def advise(profile: Profile, cluster: Cluster, buckets_mb: tuple[float, ...] = B
 
     ddp_sweep = [ddp(mb) for mb in sizes]
     ds_sweep = [deepspeed(mb) for mb in sizes]
-    best_ddp = min(ddp_sweep, key=lambda p: (p.predicted_s, p.bucket_mb))
-    best_ds = min(ds_sweep, key=lambda p: (p.predicted_s, p.bucket_mb))
+    best_ddp = _best(ddp_sweep)
+    best_ds = _best(ds_sweep)
     ds_default = _point(deepspeed_plan(profile, DEEPSPEED_DEFAULT_ELEMENTS), DEEPSPEED_DEFAULT_ELEMENTS * eb / MiB,
                         profile, cluster, channels)
     auto = make_plan("auto", profile, cluster, channels=channels)
@@ -117,6 +117,18 @@ def advise(profile: Profile, cluster: Cluster, buckets_mb: tuple[float, ...] = B
     return Advice(profile.model, cluster.world_size, best_ddp.bucket_mb, best_ddp.predicted_s,
                   ddp(DDP_DEFAULT_MB).predicted_s, int(best_ds.bucket_mb * MiB) // eb, best_ds.predicted_s,
                   ds_default.predicted_s, auto.options.get("chose", "auto"), auto_s, eb, ddp_sweep, ds_sweep)
+
+
+def best_ddp_bucket_mb(profile: Profile, cluster: Cluster, buckets_mb: tuple[float, ...] = BUCKETS_MB,
+                       channels: int = 1) -> float:
+    """The DDP ``bucket_cap_mb`` of ``buckets_mb`` predicted fastest (ties: the smaller): :func:`advise`'s
+    DDP setting alone (run-time ``auto`` measures PyTorch's DDP at it)."""
+    return _best([_point(make_plan("ddp", profile, cluster, bucket_cap_mb=float(mb)), float(mb), profile, cluster,
+                         channels) for mb in sorted(set(buckets_mb))]).bucket_mb
+
+
+def _best(sweep: list[Point]) -> Point:
+    return min(sweep, key=lambda p: (p.predicted_s, p.bucket_mb))
 
 
 def deepspeed_plan(profile: Profile, bucket_elements: int) -> Plan:
