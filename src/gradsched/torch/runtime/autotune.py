@@ -622,6 +622,11 @@ class AutoTuner:
 
     # ------------------------------------------------------------------ reporting
     @property
+    def trials_done(self) -> bool:
+        """The first plan is made and its trials (if any) are decided (the same on every rank)."""
+        return self.iteration > self.config.switch_iteration and self._next_trial is None
+
+    @property
     def measured_iteration_s(self) -> float | None:
         """Median measured iteration time on this rank since the last switch (None before any)."""
         return statistics.median(self._recent_s) if self._recent_s else None
