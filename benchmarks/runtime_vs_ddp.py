@@ -10,8 +10,8 @@ rounds of each run's median iteration time.  The key row is ``ddp-plan``: the
 should stay within 5% of ``torch-ddp``.  Writes benchmarks/results/runtime_vs_ddp.json.
 
 ``default`` is the drop-in's default when no plan is named (run-time ``auto`` starting
-on DDP's buckets, PyTorch's DDP among its candidates; ``--opt initial=ddp``, which is
-what ``DEFAULT_OPTIONS`` sets).  Its jobs need enough ``--steps`` to get past the trials
+on DDP's buckets, PyTorch's DDP among its candidates, no re-plans after the trials;
+``--opt initial=ddp --opt max_replans=0``, what ``DEFAULT_OPTIONS`` sets).  Its jobs need enough ``--steps`` to get past the trials
 (about 110 iterations on ``cnn``): its rows add the median after its last switch
 (``after_switch_s``: what it settles on against DDP), the mean over every timed step
 (``mean_s``: the trials' cost included) and what it settled on per round.
@@ -35,7 +35,7 @@ from gradsched.commands.train import _config, launch, register
 
 CONFIGS = [("torch-ddp", "ddp", []), ("ddp-plan", "ddp", ["--no-torch-ddp"]), ("wfbp", "wfbp", []),
            ("mgwfbp", "mgwfbp", []), ("sync", "sync", []), ("bytescheduler", "bytescheduler", []),
-           ("usbyte", "usbyte", []), ("default", "auto", ["--opt", "initial=ddp"])]
+           ("usbyte", "usbyte", []), ("default", "auto", ["--opt", "initial=ddp", "--opt", "max_replans=0"])]
 
 
 def run_once(model: str, strategy: str, extra: list[str], nproc: int, steps: int, batch: int) -> dict:

@@ -62,6 +62,7 @@ def test_default_is_auto_with_pytorch_ddp_among_its_candidates_and_honours_bucke
     assert model.strategy == "auto" and model.autotuner is not None and model._ddp is None
     assert model.plan.strategy == "ddp" and model.plan.options["bucket_cap_mb"] == 25.0
     assert model.autotuner.config.torch_ddp and model._ddp_cap_mb == 25.0  # PyTorch's DDP among the candidates
+    assert model.autotuner.config.max_replans == 0  # the trials' winner stays: no re-plan to an unmeasured plan
     wide = nn.Sequential(nn.Linear(8, 512), nn.Linear(512, 512), nn.Linear(512, 512), nn.Linear(512, 2))  # 2.1 MB
     default = DistributedDataParallel(wide)
     small = DistributedDataParallel(wide, bucket_cap_mb=0.5)  # the initial buckets and PyTorch DDP's candidate

@@ -8,7 +8,8 @@ cannot honour raises a :class:`~gradsched.errors.GradschedError` that says so.
 When no plan is named the wrapper runs :data:`DEFAULT_STRATEGY`: run-time ``auto``
 (docs/autotune.md) with PyTorch's own DDP among its candidates, at the user's
 ``bucket_cap_mb`` (25 by default) and at the advised size, and DDP kept unless a plan
-measured at least ``min_gain`` (3%) faster in interleaved trials.  It starts on DDP's
+measured at least ``min_gain`` (3%) faster in interleaved trials, and no re-plans after
+them (``max_replans=0``: the winner stays, measured).  It starts on DDP's
 bucket rule run by gradsched's executor (:data:`DEFAULT_OPTIONS`: traced, to profile the
 model in place).  After the trials it runs DDP or something measured faster; what the
 trials cost (their slower candidates' windows, about a hundred iterations in all) comes
@@ -29,7 +30,9 @@ from torch import nn
 from gradsched.errors import GradschedError
 
 DEFAULT_STRATEGY = "auto"  # run-time auto, PyTorch's DDP among its candidates (module docstring)
-DEFAULT_OPTIONS: dict[str, Any] = {"initial": "ddp"}  # profile under DDP's bucket rule on the executor
+# Profile under DDP's bucket rule on the executor; keep the trials' winner (no re-plans after them: a re-plan
+# runs a plan nobody measured, and on cnn at load 5 two of them ended 1.25x DDP's time, dropin_default.py)
+DEFAULT_OPTIONS: dict[str, Any] = {"initial": "ddp", "max_replans": 0}
 
 # DDP arguments that gradsched has no counterpart for: accepted only at their defaults.
 _UNSUPPORTED = {"delay_all_reduce_named_params": None, "param_to_hook_all_reduce": None, "mixed_precision": None,
