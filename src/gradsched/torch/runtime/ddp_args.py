@@ -12,7 +12,7 @@ measured at least ``min_gain`` (3%) faster in interleaved trials, and no re-plan
 them (``max_replans=0``: the winner stays, measured).  It starts on DDP's
 bucket rule run by gradsched's executor (:data:`DEFAULT_OPTIONS`: traced, to profile the
 model in place).  After the trials it runs DDP or something measured faster; what the
-trials cost (their slower candidates' windows, about a hundred iterations in all) comes
+trials cost (their slower candidates' windows, 50-80 iterations on cnn) comes
 once.  The earlier default, DDP's buckets on the executor alone, ran 0.93x PyTorch DDP's
 time on a quiet machine but 1.08-1.12x under load (``benchmarks/results/dropin_default_cnn.json``,
 docs/runtime.md); the default's own figures are in docs/autotune.md.
