@@ -126,15 +126,28 @@ def _leftovers(prefix: str = PREFIX) -> list[str]:
     return found
 
 
+def _cleaned(prefix: str):
+    """No ``prefix`` testbed before or after; the root namespace unchanged by the test."""
+    teardown(prefix)
+    before = _root_snapshot()
+    yield
+    teardown(prefix)
+    assert _leftovers(prefix) == []
+    assert _root_snapshot() == before
+
+
 @pytest.fixture
 def clean():
     """No ``gst`` testbed before or after; the root namespace unchanged by the test."""
-    teardown(PREFIX)
-    before = _root_snapshot()
-    yield
-    teardown(PREFIX)
-    assert _leftovers() == []
-    assert _root_snapshot() == before
+    yield from _cleaned(PREFIX)
+
+
+RANKS_PREFIX = "gsr"  # the several-ranks-per-host test's own testbed
+
+
+@pytest.fixture
+def clean_ranks():
+    yield from _cleaned(RANKS_PREFIX)
 
 
 FOREIGN = "gsf"  # a prefix whose objects a test makes by hand, as another tool (or a user) would
@@ -390,3 +403,59 @@ def test_launch_stops_every_host_when_one_fails(clean, tmp_path):
             pids = subprocess.run(["ip", "netns", "pids", tb.namespace(i)],
                                   capture_output=True, text=True).stdout.split()
             assert pids == []
+
+
+RANKS_PER_HOST = """
+import json, os, socket, sys
+import torch.distributed as dist
+from gradsched.torch.measure.netbench import benchmark
+dist.init_process_group("gloo")
+probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+probe.connect(("198.18.0.1", 9))  # no packet sent: the address this rank's host sends from
+layout = {"rank": dist.get_rank(), "world": dist.get_world_size(), "address": probe.getsockname()[0],
+          **{k: os.environ[k] for k in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")}}
+print("layout=" + json.dumps(layout, separators=(",", ":")), flush=True)
+cluster = benchmark(max_bytes=1 << 18, reps=3, warmup=1, collectives=["allreduce"])
+if cluster is not None:
+    cluster.save(sys.argv[1])
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.root
+@root
+def test_two_ranks_per_host_talk_over_loopback_inside_a_host_and_links_across(clean_ranks, tmp_path):
+    """2 hosts x 2 ranks: torchrun's layout on every rank, and netbench's two levels in place,
+    the all-reduce inside a host far faster than the one across the 100mbit link."""
+    script, out = tmp_path / "ranks.py", tmp_path / "cluster.json"
+    script.write_text(RANKS_PER_HOST)
+    with open(tmp_path / "job.log", "a+") as log:
+        with Testbed(hosts=2, rate="100mbit", prefix=RANKS_PREFIX) as tb:
+            job = tb.launch([str(script), str(out)], master_port=29535, ranks_per_host=2, stdout=log, stderr=log)
+            assert job.wait(timeout_s=120) == [0, 0]
+        log.seek(0)
+        text = log.read()
+    layouts = sorted((json.loads(m) for m in re.findall(r"layout=(\{[^}]*\})", text)), key=lambda r: r["rank"])
+    assert [r["rank"] for r in layouts] == [0, 1, 2, 3], text
+    for r in layouts:  # host i holds ranks [2i, 2i + 2), as torchrun numbers them
+        host = r["rank"] // 2
+        assert r["world"] == 4 and r["LOCAL_WORLD_SIZE"] == "2", r
+        assert (r["GROUP_RANK"], r["LOCAL_RANK"]) == (str(host), str(r["rank"] % 2)), r
+        assert r["address"] == tb.addresses[host], r
+    cluster = json.loads(out.read_text())
+    topo = cluster["topology"]
+    assert cluster["world_size"] == 4
+    assert {k: topo[k] for k in ("nodes", "ranks_per_node", "algorithm")} == {
+        "nodes": 2, "ranks_per_node": 2, "algorithm": "ring"}
+    sizes = [p[0] for p in cluster["points"]["allreduce"]]
+    intra, inter = (dict(map(tuple, topo[level]["points"]["allreduce"])) for level in ("intra", "inter"))
+    assert list(intra) == list(inter) == sizes
+    # Across: the 2 hosts' ring sends 256 KiB each way over the link, 21.8 ms at 96% of 100 Mbit/s
+    # (busy cores only add time; tbf's 125 kB burst may take up to half of it off).  Inside: the
+    # host's loopback, unshaped: far faster (3.4 ms against 21.5 ms with the machine at load 12).
+    link_s = (1 << 18) * 8 / (0.96 * 100e6)
+    print(f"all-reduce of 256 KiB at 100mbit: inside a host {intra[1 << 18] * 1e3:.2f} ms, "
+          f"across hosts {inter[1 << 18] * 1e3:.2f} ms, all 4 ranks {cluster['points']['allreduce'][-1][1] * 1e3:.2f} ms")
+    assert inter[1 << 18] > 0.5 * link_s
+    assert intra[1 << 18] < inter[1 << 18] / 3
