@@ -25,7 +25,9 @@ from gradsched.errors import GradschedError
 from gradsched.testbed import (
     ETC_NETNS,
     Testbed,
+    check_ranks_per_host,
     format_rate,
+    host_ranks,
     list_namespaces,
     measure_streams_bps,
     measure_tcp_bps,
@@ -82,6 +84,22 @@ def test_testbed_names_and_addresses():
     assert tb.rate_bps == 10**8
     with pytest.raises(GradschedError, match="host 3 does not exist"):
         tb.namespace(3)
+
+
+def test_ranks_per_host_layout_and_commands():
+    """Host i runs ranks [i*M, (i+1)*M) under one torchrun (--nproc-per-node M), as `testbed up` prints it."""
+    from gradsched.commands.testbed import layout_lines
+
+    tb = Testbed(hosts=2, rate="100mbit", prefix="gsq")
+    assert [list(host_ranks(i, 3)) for i in range(2)] == [[0, 1, 2], [3, 4, 5]]
+    argv = tb.torchrun_argv(1, ["-m", "job"], master_port=29600, ranks_per_host=3)
+    assert argv[argv.index("--nproc-per-node") + 1] == "3" and argv[argv.index("--node-rank") + 1] == "1"
+    assert argv[argv.index("--master-addr") + 1] == "198.18.0.1" and argv[-2:] == ["-m", "job"]
+    lines = layout_lines(tb, 3)
+    assert "world size 6" in lines[0] and lines[2].startswith("  gsq-h1 ranks 3-5: ip netns exec gsq-h1 ")
+    for bad in (0, 65, 1.5, True):
+        with pytest.raises(GradschedError, match="ranks per host must be"):
+            check_ranks_per_host(bad)
 
 
 @pytest.mark.parametrize("kwargs, match", [
