@@ -18,6 +18,11 @@ delayed by scheduling noise: docs/cost-model.md), keeps that table (it wins over
 line inside its range) and the medians as measured (``measured_points``), and writes
 ``gradsched.cluster/1`` with ``world_size`` and ``backend``.
 
+Two levels: with several nodes of several ranks (``--ranks-per-node``, else torchrun's
+``LOCAL_WORLD_SIZE``; node ``i`` holds ranks ``[i*M, (i+1)*M)``) the all-reduce is also
+timed inside each node and across nodes (one rank per node) and written as the
+cluster's ``topology`` (:func:`measure_topology`; docs/profiling.md, "Two levels").
+
 Sizes: an all-reduce of ``s`` bytes reduces an ``s``-byte buffer; an all-gather's
 size is each rank's contribution, and its contributions stop at ``max_bytes /
 world_size`` so that its output buffer is no larger than the all-reduce's.
