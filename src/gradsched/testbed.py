@@ -26,6 +26,10 @@ else: ``up`` refuses to adopt it and ``down`` leaves it alone.  No link in the r
 namespace is ever made (veth ends are created straight into their namespaces), so
 none is ever deleted.
 
+Ranks: :meth:`Testbed.launch` runs one ``torch.distributed.run`` per host with
+``ranks_per_host`` processes; ranks of one host reach each other at its own address,
+over the namespace's loopback (unshaped), ranks of different hosts over the links.
+
 Shaping: a tbf on the host's ``eth0`` caps what the host sends, and a tbf on the
 bridge-side ``gs-pI`` caps what it receives.  See :func:`tbf_params` for the burst and
 queue sizes.
