@@ -3,7 +3,8 @@
 4 gloo ranks as 2 nodes x 2 ranks.  Plans whose operations are all, or every other one,
 ``hier-allreduce`` train to PyTorch DDP's parameters; so does a plan on a data-parallel
 subgroup (ranks per node then count group ranks).  Ranks that disagree on the ranks per
-node, or nodes that do not divide the group, fail with one line on every rank, no hang.
+node (or one rank's LOCAL_WORLD_SIZE is not a number), or nodes that do not divide the
+group, fail with one line on every rank, no hang.
 The node layout and the order groups are made in are checked without processes.
 """
 
@@ -77,6 +78,9 @@ def _hier(rank: int, world: int) -> dict:
     out["traced"] = _traced(rank, world)
     out["mismatch"] = _error(ranks_per_node=2 if rank < 2 else 4)
     out["indivisible"] = _error(ranks_per_node=3)
+    os.environ["LOCAL_WORLD_SIZE"] = "x" if rank == 3 else "2"  # one rank's launcher is broken
+    out["bad_env"] = _error()
+    del os.environ["LOCAL_WORLD_SIZE"]
     groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]  # 2 data-parallel groups of one node each
     mine = groups[rank // 2]
     out["sub/ddp"] = _train("ddp", process_group=mine)
@@ -121,7 +125,9 @@ def test_ranks_per_node_mismatch_and_indivisible_layout_fail_on_every_rank_in_on
         assert r["mismatch"].startswith("ranks disagree on ranks per node (rank 0: 2, rank 1: 2, rank 2: 4, "
                                         f"rank 3: 4; this is rank {rank})"), r["mismatch"]
         assert r["indivisible"].startswith("hier-allreduce: the group's 4 ranks do not fill nodes of 3 ranks")
-        assert "\n" not in r["mismatch"] + r["indivisible"]
+        assert r["bad_env"].startswith("ranks disagree on ranks per node (rank 0: 2, rank 1: 2, rank 2: 2, "
+                                       f"rank 3: invalid; this is rank {rank})"), r["bad_env"]
+        assert "\n" not in r["mismatch"] + r["indivisible"] + r["bad_env"]
 
 
 # --------------------------------------------------------------------------- no processes

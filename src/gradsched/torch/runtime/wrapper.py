@@ -145,13 +145,10 @@ class DistributedDataParallel(nn.Module):
 
         given, kw = self._make_plan(plan, plan_options, profile, cluster, use_torch_ddp,
                                     {**args.torch_ddp_kwargs, **(ddp_kwargs or {})}, settings)
-        # Ranks per node change which collectives run where a plan has hier-allreduce operations (now, or
-        # after a switch by run-time auto): checked then; "-" elsewhere (every rank records the same keys).
-        nodes_matter = self.plan is not None and (tune is not None or uses_nodes(self.plan))
-        self._ranks_per_node = (resolve_ranks_per_node(ranks_per_node) if nodes_matter or ranks_per_node is not None
-                                else 1)
-        settings["ranks_per_node"] = str(self._ranks_per_node) if nodes_matter else "-"
+        bad_nodes = self._resolve_ranks_per_node(ranks_per_node, tune is not None, settings)
         check_consistency(settings, self._group, self._timeout_s)
+        if bad_nodes is not None:  # every rank has the same bad value: each says so
+            raise bad_nodes
         if self._tracer is not None:
             self._tracer.reset_epoch()  # right after a collective: the ranks' clocks line up
 
@@ -159,6 +156,25 @@ class DistributedDataParallel(nn.Module):
             self._start_torch_ddp(kw, find_unused_parameters)
         else:
             self._start_runtime(args, tune, given)
+
+    def _resolve_ranks_per_node(self, explicit: int | None, tuned: bool,
+                                settings: dict[str, str]) -> GradschedError | None:
+        """Set ``self._ranks_per_node`` and its start-up setting; return (not raise) a bad value's error.
+
+        Ranks per node change which collectives run where a plan has hier-allreduce operations (now, or
+        after a switch by run-time auto): checked then, "-" elsewhere (every rank records the same keys).
+        A bad value (e.g. ``LOCAL_WORLD_SIZE`` on one rank) is recorded as ``invalid`` and raised after
+        the check, so that the other ranks fail at once too instead of waiting for this one."""
+        nodes_matter = self.plan is not None and (tuned or uses_nodes(self.plan))
+        self._ranks_per_node = 1
+        try:
+            if nodes_matter or explicit is not None:
+                self._ranks_per_node = resolve_ranks_per_node(explicit)
+        except GradschedError as exc:
+            settings["ranks_per_node"] = "invalid"
+            return exc
+        settings["ranks_per_node"] = str(self._ranks_per_node) if nodes_matter else "-"
+        return None
 
     def _make_plan(self, plan: str | Plan, plan_options: dict[str, Any] | None, profile: Profile | None,
                    cluster: Cluster | None, use_torch_ddp: bool, kw: dict[str, Any],
