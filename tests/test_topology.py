@@ -7,6 +7,7 @@ inside a node of 4 ranks, a_e = 50 us, b_e = 1 ns/B between 2 nodes."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from hypothesis import given, settings
@@ -21,6 +22,7 @@ from gradsched.planners import make_plan
 from gradsched.planners._collective import choose_collective, planning_cost
 from gradsched.sim import simulate
 from gradsched.synthetic import synthetic_profile
+from strategies import profiles, two_level_clusters
 
 A_I, B_I, A_E, B_E = 5e-6, 1e-10, 5e-5, 1e-9
 
@@ -312,3 +314,51 @@ def test_hier_plan_on_a_flat_cluster_is_a_clear_error(tmp_path, capsys):
                  "--alpha", "1e-4", "--beta", "1e-9"]) == 2
     err = capsys.readouterr().err
     assert "hier-allreduce" in err and "topology" in err
+
+
+# ------------------------------------------------------------------ planners on random two-level clusters
+PLANNER_SETTINGS = settings(max_examples=30, deadline=None)
+
+
+@PLANNER_SETTINGS
+@given(profiles(max_layers=4), two_level_clusters())  # at most 8 tensors: 128 partitions
+def test_optimal_equals_brute_force_with_each_operation_the_cheaper_collective(profile, cluster):
+    from itertools import product
+
+    got = simulate(make_plan("optimal", profile, cluster), profile, cluster, timeline=False).iteration_s
+    order = profile.order
+    best = math.inf
+    for cuts in product([False, True], repeat=len(order) - 1):
+        groups, current = [], [order[0]]
+        for cut, i in zip(cuts, order[1:]):
+            if cut or profile.tensors[i].element_bytes != profile.tensors[current[-1]].element_bytes:
+                groups.append(current)
+                current = []
+            current.append(i)
+        groups.append(current)
+        ops = choose_collective(whole_tensor_ops(groups, profile), profile, cluster)
+        plan = Plan("brute", ops, profile.fingerprint)
+        best = min(best, simulate(plan, profile, cluster, timeline=False).iteration_s)
+    assert got == pytest.approx(best, rel=1e-9, abs=1e-15)
+
+
+@PLANNER_SETTINGS
+@given(profiles(max_layers=8), two_level_clusters())
+def test_usbyte_replays_its_model_with_hierarchical_blocks(profile, cluster):
+    from gradsched.planners.usbyte import predict
+
+    plan, schedule, _ = predict(profile, cluster, unit_bytes=128 << 10)
+    result = simulate(plan, profile, cluster, timeline=False)
+    assert result.iteration_s == pytest.approx(schedule.iteration_s, rel=1e-12)
+
+
+@PLANNER_SETTINGS
+@given(profiles(max_layers=8, mixed_dtypes=True), two_level_clusters(), st.sampled_from([1, 2]))
+def test_auto_on_two_levels_is_the_best_simulated_candidate(profile, cluster, channels):
+    from gradsched.planners.auto import as_auto, comm_lower_bound_s, ranked
+
+    every = ranked(profile, cluster, 1.0, channels)
+    assert make_plan("auto", profile, cluster, channels=channels) == as_auto(every[0], len(every))
+    for r in every:
+        bound = comm_lower_bound_s(r.plan, profile, cluster, channels)
+        assert bound <= simulate(r.plan, profile, cluster, channels=channels, timeline=False).iteration_s * (1 + 1e-9)

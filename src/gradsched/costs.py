@@ -178,10 +178,10 @@ def combine(terms: Iterable[tuple[float, CollectiveCost]]) -> CollectiveCost:
 def cheaper(a: CollectiveCost, b: CollectiveCost) -> CollectiveCost:
     """The lower envelope ``min(a, b)`` at every size, as one cost.
 
-    Returns ``a`` or ``b`` itself where one is never above the other.  Else a table at
-    1 byte, every size of either table, and every size where the two cross (where both
-    are straight in between: exact for lines and unscaled tables), with the line of the
-    one that is cheaper for large sizes (smaller ``beta``) beyond it."""
+    ``a`` or ``b`` itself where one is never above the other (checked at 1 byte, every size
+    of either table and every size where the two cross); else a :class:`CheaperOf` whose
+    times are exactly ``min(a, b)`` and whose line is that of the one cheaper for large
+    sizes (smaller ``beta``), the line beyond every table."""
     grid = _crossing_grid(a, b)
     ta, tb = a.times_s(grid), b.times_s(grid)
     large = a if (a.beta_s_per_byte, a.alpha_s) <= (b.beta_s_per_byte, b.alpha_s) else b
@@ -189,12 +189,37 @@ def cheaper(a: CollectiveCost, b: CollectiveCost) -> CollectiveCost:
         return a
     if np.all(tb <= ta) and large is b:
         return b
-    ys = np.minimum(ta, tb)
-    return CollectiveCost(large.alpha_s, large.beta_s_per_byte, tuple(zip(grid.tolist(), ys.tolist())))
+    return CheaperOf(large.alpha_s, large.beta_s_per_byte, first=a, second=b)
+
+
+@dataclass(frozen=True)
+class CheaperOf(CollectiveCost):
+    """``min(first, second)`` at every size (:func:`cheaper`): what a planner that may run each
+    operation as either of two collectives pays.  ``alpha_s``/``beta_s_per_byte`` are the line of
+    the one cheaper for large sizes (a planner's start-up figure); times are the exact minimum."""
+
+    first: CollectiveCost | None = None
+    second: CollectiveCost | None = None
+
+    def time_s(self, nbytes: float) -> float:
+        return min(self.first.time_s(nbytes), self.second.time_s(nbytes))
+
+    def times_s(self, nbytes: np.ndarray) -> np.ndarray:
+        a, b = self.first, self.second
+        if a.points is None and b.points is None:  # two lines: the common case, kept cheap
+            s = np.asarray(nbytes, dtype=float)
+            out = s * a.beta_s_per_byte
+            out += a.alpha_s
+            other = s * b.beta_s_per_byte
+            other += b.alpha_s
+            np.minimum(out, other, out=out)
+            out[s <= 0] = 0.0
+            return out
+        return np.minimum(a.times_s(nbytes), b.times_s(nbytes))
 
 
 def _crossing_grid(a: CollectiveCost, b: CollectiveCost) -> np.ndarray:
-    """Sizes where ``min(a, b)`` may bend: 1 byte, the tables' sizes, and the crossings of a and b
+    """Sizes where ``a - b`` may change sign: 1 byte, the tables' sizes, and the crossings of a and b
     between consecutive ones and of their lines beyond them."""
     xs = {1.0}
     for c in (a, b):

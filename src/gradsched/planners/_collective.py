@@ -17,7 +17,6 @@ the option: the tool runs plain all-reduces."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -59,14 +58,14 @@ def choose_collective(ops: Sequence[Operation], profile: Profile, cluster: Clust
     ``auto`` where the cluster predicts it strictly cheaper for the operation's bytes."""
     if cluster.topology is None or mode == "never":
         return tuple(ops)
-    elem = [t.element_bytes for t in profile.tensors]
-    nbytes = np.array([sum(s.numel * elem[s.tensor] for s in op.slices) for op in ops], dtype=float)
     if mode == "always":
-        hier_wins = np.ones(len(ops), dtype=bool)
+        hier_wins = [True] * len(ops)
     else:
-        hier_wins = cluster.cost(HIER).times_s(nbytes) < cluster.cost("allreduce").times_s(nbytes)
-    return tuple(replace(op, collective=HIER) if win and op.collective == DENSE else op
-                 for op, win in zip(ops, hier_wins.tolist()))
+        elem = [t.element_bytes for t in profile.tensors]
+        nbytes = np.array([sum([(s.end - s.start) * elem[s.tensor] for s in op.slices]) for op in ops], dtype=float)
+        hier_wins = (cluster.cost(HIER).times_s(nbytes) < cluster.cost("allreduce").times_s(nbytes)).tolist()
+    return tuple(Operation(op.slices, HIER, op.priority, op.density) if win and op.collective == DENSE else op
+                 for op, win in zip(ops, hier_wins))
 
 
 def recorded(options: dict[str, Any], cluster: Cluster, mode: str) -> dict[str, Any]:
