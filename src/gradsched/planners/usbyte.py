@@ -93,7 +93,7 @@ class _Model:
         hierarchical all-reduce, each block run as the cheaper, as the simulator costs it)."""
         self.profile = profile
         self.cost = cost
-        self.timers = [_Timer(c) for c in (exact or (cost,))]
+        self.time_s = _cheapest([_Timer(c) for c in (exact or (cost,))])  # bytes -> seconds, as simulated
         ready = profile.ready_s
         tensors, layer_of = profile.tensors, profile.layer_of
         key_of: dict[tuple[int, int], list[int]] = {}
@@ -128,13 +128,6 @@ class _Model:
         self._runs: dict[tuple[bool, tuple[int, ...]], Schedule] = {}
         self._trials: dict[tuple[bool, tuple[int, ...]], Schedule] = {}
         self.full_time_s = [self.time_s(u.numel * u.element_bytes) for u in units]
-
-    def time_s(self, nbytes: int) -> float:
-        """The cheapest of the exact costs for ``nbytes``, each bit for bit as the simulator's."""
-        timers = self.timers
-        if len(timers) == 1:
-            return timers[0](nbytes)
-        return min(t(nbytes) for t in timers)
 
     def run(self, rank: list[int], extend: bool = False, resume: Schedule | None = None, at: int = 0,
             dry: bool = False) -> Schedule:
@@ -302,6 +295,17 @@ class _Model:
         for d, (upd, fwd) in zip(done, self.forward_work):
             t = (t if t >= d else d) + upd + fwd  # max(t, d), summed in the simulator's order
         return t
+
+
+def _cheapest(timers: list["_Timer"]):
+    """Seconds for ``nbytes``: the cheapest of ``timers``, each bit for bit as the simulator's
+    (two lines, the common two-level case, in one expression: the search calls it per block)."""
+    if len(timers) == 1:
+        return timers[0]
+    if len(timers) == 2 and all(t.table is None for t in timers):
+        (a1, b1), (a2, b2) = [(t.alpha_s, t.beta_s) for t in timers]
+        return lambda nbytes: 0.0 if nbytes <= 0 else min(a1 + b1 * nbytes, a2 + b2 * nbytes)
+    return lambda nbytes: min([t(nbytes) for t in timers])
 
 
 class _Timer:
