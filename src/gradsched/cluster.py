@@ -187,16 +187,16 @@ class Cluster:
         return cls(world_size, {"allreduce": CollectiveCost(alpha_s, beta_s_per_byte)})
 
     @classmethod
-    def two_level(cls, intra: CollectiveCost | dict[str, CollectiveCost],
-                  inter: CollectiveCost | dict[str, CollectiveCost], nodes: int, ranks_per_node: int, *,
+    def two_level(cls, intra: CollectiveCost | dict[str, CollectiveCost] | None,
+                  inter: CollectiveCost | dict[str, CollectiveCost] | None, nodes: int, ranks_per_node: int, *,
                   algorithm: str = "ring", backend: str = "unknown") -> "Cluster":
         """A cluster of ``nodes`` x ``ranks_per_node`` from the all-reduce among the ranks of one
         node (``intra``) and among one rank per node (``inter``); its plain all-reduce is the
-        ``algorithm``'s two-level formula (modelled, not measured)."""
-        def level(x, size):
-            return None if size == 1 and x is None else (x if isinstance(x, dict) else {"allreduce": x})
+        ``algorithm``'s two-level formula (modelled, not measured).  A level of one rank may be None."""
+        def level(x):
+            return x if x is None or isinstance(x, dict) else {"allreduce": x}
 
-        topo = Topology(nodes, ranks_per_node, algorithm, level(intra, ranks_per_node), level(inter, nodes))
+        topo = Topology(nodes, ranks_per_node, algorithm, level(intra), level(inter))
         return cls(topo.world_size, {"allreduce": topo.plain_allreduce()}, backend, topology=topo)
 
     # -------------------------------------------------------------- (de)serialise
