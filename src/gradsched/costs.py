@@ -180,8 +180,9 @@ def cheaper(a: CollectiveCost, b: CollectiveCost) -> CollectiveCost:
 
     ``a`` or ``b`` itself where one is never above the other (checked at 1 byte, every size
     of either table and every size where the two cross); else a :class:`CheaperOf` whose
-    times are exactly ``min(a, b)`` and whose line is that of the one cheaper for large
-    sizes (smaller ``beta``), the line beyond every table."""
+    times are exactly ``min(a, b)`` and whose line is that of the one with the smaller
+    start-up (what small operations pay: the figure MG-WFBP's merge rule and US-Byte's
+    block sizing weigh)."""
     grid = _crossing_grid(a, b)
     ta, tb = a.times_s(grid), b.times_s(grid)
     large = a if (a.beta_s_per_byte, a.alpha_s) <= (b.beta_s_per_byte, b.alpha_s) else b
@@ -189,14 +190,16 @@ def cheaper(a: CollectiveCost, b: CollectiveCost) -> CollectiveCost:
         return a
     if np.all(tb <= ta) and large is b:
         return b
-    return CheaperOf(large.alpha_s, large.beta_s_per_byte, first=a, second=b)
+    small = a if (a.alpha_s, a.beta_s_per_byte) <= (b.alpha_s, b.beta_s_per_byte) else b
+    return CheaperOf(small.alpha_s, small.beta_s_per_byte, first=a, second=b)
 
 
 @dataclass(frozen=True)
 class CheaperOf(CollectiveCost):
     """``min(first, second)`` at every size (:func:`cheaper`): what a planner that may run each
-    operation as either of two collectives pays.  ``alpha_s``/``beta_s_per_byte`` are the line of
-    the one cheaper for large sizes (a planner's start-up figure); times are the exact minimum."""
+    operation as either of two collectives pays.  Times are the exact minimum; ``alpha_s`` and
+    ``beta_s_per_byte`` are the line of the one with the smaller start-up (a planner's start-up
+    figure), not used for times."""
 
     first: CollectiveCost | None = None
     second: CollectiveCost | None = None
