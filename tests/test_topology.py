@@ -362,3 +362,16 @@ def test_auto_on_two_levels_is_the_best_simulated_candidate(profile, cluster, ch
     for r in every:
         bound = comm_lower_bound_s(r.plan, profile, cluster, channels)
         assert bound <= simulate(r.plan, profile, cluster, channels=channels, timeline=False).iteration_s * (1 + 1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(two_level_clusters(), sizes, sizes)
+def test_with_tables_costs_stay_monotone_and_above_their_parts(cluster, s1, s2):
+    topo = cluster.topology
+    lo, hi = sorted((s1, s2))
+    for cost in (cluster.cost("allreduce"), cluster.cost(HIER), planning_cost(cluster)):
+        assert cost.time_s(lo) <= cost.time_s(hi) * (1 + 1e-12)
+    for s in (lo, hi):
+        hier = cluster.cost(HIER).time_s(s)
+        assert hier >= topo.inter_allreduce().time_s(s) * (1 - 1e-12)
+        assert hier >= topo.intra_allreduce().time_s(s) * (1 - 1e-12)
