@@ -131,7 +131,7 @@ def comm_lower_bound_s(plan_: Plan, profile: Profile, cluster: Cluster, channels
         return 0.0
     elem = [t.element_bytes for t in profile.tensors]
     total = 0.0
-    for collective in {op.collective for op in plan_.operations}:
+    for collective in sorted({op.collective for op in plan_.operations}):  # a fixed order: same sum on every rank
         nbytes = [sum(s.numel * elem[s.tensor] for s in op.slices) for op in plan_.operations
                   if op.collective == collective]
         total += float(cluster.cost(collective).times_s(nbytes).sum())
