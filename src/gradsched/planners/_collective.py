@@ -58,14 +58,23 @@ def choose_collective(ops: Sequence[Operation], profile: Profile, cluster: Clust
     ``auto`` where the cluster predicts it strictly cheaper for the operation's bytes."""
     if cluster.topology is None or mode == "never":
         return tuple(ops)
+    elem = [t.element_bytes for t in profile.tensors]
+    nbytes = [sum([(s.end - s.start) * elem[s.tensor] for s in op.slices]) for op in ops]
+    kinds = collectives_for(nbytes, cluster, mode)
+    return tuple(Operation(op.slices, HIER, op.priority, op.density) if kind == HIER and op.collective == DENSE
+                 else op for op, kind in zip(ops, kinds))
+
+
+def collectives_for(nbytes: Sequence[float], cluster: Cluster, mode: str = "auto") -> list[str]:
+    """The dense collective for an operation of each size in ``nbytes`` (for a planner that
+    builds its operations knowing their sizes: :func:`choose_collective` without rebuilding)."""
+    if cluster.topology is None or mode == "never":
+        return [DENSE] * len(nbytes)
     if mode == "always":
-        hier_wins = [True] * len(ops)
-    else:
-        elem = [t.element_bytes for t in profile.tensors]
-        nbytes = np.array([sum([(s.end - s.start) * elem[s.tensor] for s in op.slices]) for op in ops], dtype=float)
-        hier_wins = (cluster.cost(HIER).times_s(nbytes) < cluster.cost("allreduce").times_s(nbytes)).tolist()
-    return tuple(Operation(op.slices, HIER, op.priority, op.density) if win and op.collective == DENSE else op
-                 for op, win in zip(ops, hier_wins))
+        return [HIER] * len(nbytes)
+    sizes = np.asarray(nbytes, dtype=float)
+    wins = cluster.cost(HIER).times_s(sizes) < cluster.cost("allreduce").times_s(sizes)
+    return [HIER if w else DENSE for w in wins.tolist()]
 
 
 def recorded(options: dict[str, Any], cluster: Cluster, mode: str) -> dict[str, Any]:

@@ -34,13 +34,15 @@ def plan(profile: Profile, cluster: Cluster, partition_bytes: int = 4 << 20,
     if blocks > MAX_OPERATIONS:
         raise GradschedError(f"bytescheduler: partition_bytes={partition_bytes} cuts this model into {blocks:,} "
                              f"blocks (at most {MAX_OPERATIONS:,}); give a larger partition_bytes, e.g. {4 << 20}")
-    ops = []
+    blocks_ = []  # (tensor, start, end, bytes)
     for i in profile.order:
         t = profile.tensors[i]
         step = max(1, partition_bytes // t.element_bytes)
         for start in range(0, t.numel, step):
-            ops.append(Operation((Slice(i, start, min(t.numel, start + step)),), priority=i))
+            end = min(t.numel, start + step)
+            blocks_.append((i, start, end, (end - start) * t.element_bytes))
+    kinds = coll.collectives_for([b[3] for b in blocks_], cluster, hierarchical)
+    ops = tuple(Operation((Slice(i, start, end),), kind, i) for (i, start, end, _), kind in zip(blocks_, kinds))
     options = coll.recorded({"partition_bytes": partition_bytes, "credit_bytes": credit}, cluster, hierarchical)
-    return Plan("bytescheduler", coll.choose_collective(ops, profile, cluster, hierarchical), profile.fingerprint,
-                profile.model, options,
+    return Plan("bytescheduler", ops, profile.fingerprint, profile.model, options,
                 scheduling="priority", overlap_forward=True, credit_bytes=credit)
