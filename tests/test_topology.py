@@ -240,6 +240,7 @@ def test_choose_collective_marks_only_where_cheaper():
         assert (op.collective == HIER) == (hier.time_s(nb) < plain.time_s(nb))
         kinds.add(op.collective)
     assert kinds == {DENSE, HIER}  # this cluster and profile have both regimes
+    assert make_plan("wfbp", profile, cluster).operations == ops  # wfbp picks as it builds: the same choice
 
 
 @pytest.mark.parametrize("strategy", ["wfbp", "threshold", "mgwfbp", "optimal", "bytescheduler", "usbyte", "auto"])
