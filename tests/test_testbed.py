@@ -21,6 +21,7 @@ import time
 import pytest
 
 from gradsched import cli
+from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
 from gradsched.testbed import (
     ETC_NETNS,
@@ -463,7 +464,7 @@ def test_two_ranks_per_host_talk_over_loopback_inside_a_host_and_links_across(cl
         assert r["address"] == tb.addresses[host], r
     cluster = json.loads(out.read_text())
     topo = cluster["topology"]
-    assert cluster["world_size"] == 4
+    assert cluster["world_size"] == 4 and Cluster.load(out).topology.nodes == 2  # a valid two-level cluster
     assert {k: topo[k] for k in ("nodes", "ranks_per_node", "algorithm")} == {
         "nodes": 2, "ranks_per_node": 2, "algorithm": "ring"}
     sizes = [p[0] for p in cluster["points"]["allreduce"]]

@@ -72,11 +72,12 @@ def test_node_layout_from_the_argument_then_local_world_size_then_one(monkeypatc
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun's
     assert node_layout(8) == (2, 4)
     assert node_layout(8, 2) == (4, 2)  # an explicit count wins
-    for world, per_node, says in ((6, 4, "LOCAL_WORLD_SIZE 4 does not divide"), (8, 3, "ranks per node 3")):
-        with pytest.raises(GradschedError, match=says):
-            node_layout(world, None if per_node == 4 else per_node)
+    with pytest.raises(GradschedError, match="LOCAL_WORLD_SIZE 4 does not divide the 6 ranks"):
+        node_layout(6)
+    with pytest.raises(GradschedError, match="ranks per node 3 does not divide"):
+        node_layout(8, 3)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "two")
-    with pytest.raises(GradschedError, match="not a whole number"):
+    with pytest.raises(GradschedError, match="not a positive integer"):
         node_layout(8)
 
 
@@ -84,7 +85,7 @@ def test_topology_field_has_both_levels_fitted_as_the_top_level(monkeypatch):
     """The field's shape (docs/formats.md), measured on one gloo rank in this process."""
     import torch.distributed as dist
 
-    from gradsched.cluster import CollectiveCost
+    from gradsched.cluster import CollectiveCost, Topology
     from gradsched.torch.jobs.launch import free_port
     from gradsched.torch.measure.netbench import measure_topology
 
@@ -102,6 +103,7 @@ def test_topology_field_has_both_levels_fitted_as_the_top_level(monkeypatch):
         assert [t for _, t in table] == sorted(t for _, t in table)  # the lower monotone envelope
         fitted = CollectiveCost.fit(table).to_dict()
         assert topo[level]["collectives"] == {"allreduce": pytest.approx(fitted)}
+    assert Topology.from_dict(topo, "netbench", world_size=1).ranks_per_node == 1  # the format's own checks
 
 
 def test_ranks_per_node_and_testbed_flags_are_checked_before_launching(capsys):

@@ -41,7 +41,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from gradsched.cluster import COLLECTIVES, Cluster, CollectiveCost
+from gradsched.cluster import COLLECTIVES, Cluster, CollectiveCost, Topology
 from gradsched.errors import GradschedError
 from gradsched.netbench_args import MAX_BYTES, MIN_BYTES, add_arguments
 _ELEMENT = torch.float32  # 4 bytes per element
@@ -102,11 +102,11 @@ def benchmark(*, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, reps: i
     # Scheduling noise only adds time: the table is the measurements' lower monotone envelope
     # (docs/cost-model.md); the medians as measured are kept beside it.
     fitted = {name: CollectiveCost.fit(pts, envelope=True) for name, pts in points.items()}
-    return Cluster(world, fitted, backend=dist.get_backend(),
+    two_level = None if topology is None else Topology.from_dict(topology, "gradsched netbench", world)
+    return Cluster(world, fitted, backend=dist.get_backend(), topology=two_level,
                    extra={"measured_by": "gradsched netbench", "device": _device().type, "reps": reps,
                           "host": socket.gethostname(), "measured_points": {k: [list(p) for p in v]
-                                                                            for k, v in points.items()},
-                          **({"topology": topology} if topology is not None else {})})
+                                                                            for k, v in points.items()}})
 
 
 def measure_points(name: str, sizes: Sequence[int], *, reps: int, warmup: int,
@@ -160,18 +160,16 @@ def _time_collective(name: str, nbytes: int, world: int, device: torch.device, r
 def node_layout(world: int, ranks_per_node: int | None = None) -> tuple[int, int]:
     """``(nodes, ranks_per_node)`` of ``world`` ranks, node ``i`` holding ranks ``[i * M, (i + 1) * M)``
     (as torchrun numbers them).  ``M``: ``ranks_per_node`` if given, else ``LOCAL_WORLD_SIZE``
-    (torchrun sets it), else 1 (every rank its own node)."""
-    source = "ranks per node"
-    if ranks_per_node is None:
-        source, raw = "LOCAL_WORLD_SIZE", os.environ.get("LOCAL_WORLD_SIZE", "1")
-        try:
-            ranks_per_node = int(raw)
-        except ValueError:
-            raise GradschedError(f"LOCAL_WORLD_SIZE={raw!r} is not a whole number of ranks per node") from None
-    if ranks_per_node < 1 or world % ranks_per_node:
-        raise GradschedError(f"{source} {ranks_per_node} does not divide the {world} ranks into equal nodes; give "
+    (torchrun sets it), else 1 (every rank its own node): the runtime's rule
+    (:func:`gradsched.torch.runtime.nodes.ranks_per_node`)."""
+    from gradsched.torch.runtime.nodes import ranks_per_node as resolve
+
+    per_node = resolve(ranks_per_node)
+    if world % per_node:
+        source = "ranks per node" if ranks_per_node is not None else "LOCAL_WORLD_SIZE"
+        raise GradschedError(f"{source} {per_node} does not divide the {world} ranks into equal nodes; give "
                              f"the number of ranks on each node (--ranks-per-node)")
-    return world // ranks_per_node, ranks_per_node
+    return world // per_node, per_node
 
 
 def measure_topology(nodes: int, ranks_per_node: int, sizes: Sequence[int], *, reps: int, warmup: int,
