@@ -7,13 +7,15 @@ the MG-WFBP paper's experiments (its logs reduce a layer's bias with its weight)
 from __future__ import annotations
 
 from gradsched.cluster import Cluster
-from gradsched.plan import Plan, whole_tensor_ops
+from gradsched.plan import Operation, Plan, Slice
+from gradsched.planners import _collective as coll
 from gradsched.planners.options import Option
 from gradsched.planners.registry import register
 from gradsched.planners.topk import layers_in_ready_order
 from gradsched.profile import Profile
 
-OPTIONS = (Option("layerwise", bool, False, doc="one all-reduce per layer (its tensors together), not per tensor"),)
+OPTIONS = (Option("layerwise", bool, False, doc="one all-reduce per layer (its tensors together), not per tensor"),
+           coll.OPTION)
 
 
 def _layer_groups(profile: Profile) -> list[list[int]]:
@@ -28,7 +30,13 @@ def _layer_groups(profile: Profile) -> list[list[int]]:
 
 
 @register("wfbp", options=OPTIONS)
-def plan(profile: Profile, cluster: Cluster, layerwise: bool = False) -> Plan:
+def plan(profile: Profile, cluster: Cluster, layerwise: bool = False, hierarchical: str = "auto") -> Plan:
+    coll.check_mode("wfbp", hierarchical, cluster)
+    tensors = profile.tensors
     groups = _layer_groups(profile) if layerwise else [[t] for t in profile.order]
-    return Plan("wfbp", whole_tensor_ops(groups, profile), profile.fingerprint, profile.model,
-                {"layerwise": True} if layerwise else {})
+    kinds = coll.collectives_for([sum(tensors[t].numel * tensors[t].element_bytes for t in g) for g in groups],
+                                 cluster, hierarchical)
+    ops = tuple(Operation(tuple(Slice(t, 0, tensors[t].numel) for t in g), kind, j)
+                for j, (g, kind) in enumerate(zip(groups, kinds)))
+    return Plan("wfbp", ops, profile.fingerprint, profile.model,
+                coll.recorded({"layerwise": True} if layerwise else {}, cluster, hierarchical))
