@@ -144,16 +144,17 @@ def table(results: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    earlier = None
+    earlier, command = None, " ".join(["python", f"benchmarks/{Path(__file__).name}", *(argv or sys.argv[1:])])
     if args.table_only:
         old = json.loads(args.out.read_text()) if args.out.exists() else {"runs": []}
         earlier = {r["raw"]: r for r in old["runs"]}
+        command = old.get("command", command)  # the command that ran them
     results = pt.run_all(plans(args), summarise, earlier)
     print("MG-WFBP's GoogLeNet (K80 compute replayed, real gloo on testbed links at MPI's 10 GbE rate / K); "
           "medians of interleaved rounds, emulated ms; sim = the simulator on the run's own measured profile and "
           "network, paper-sim = on the paper's (bundled) inputs")
     print(table(results))
-    pt.write(args.out, {"command": " ".join(["python", "benchmarks/paper_mgwfbp_testbed.py", *(argv or sys.argv[1:])]),
+    pt.write(args.out, {"command": command,
                         "quick": args.quick, "steps": args.steps, "rounds": args.rounds, "runs": results,
                         "note": NOTE})
     return 0

@@ -144,16 +144,17 @@ def table(results: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    earlier = None
+    earlier, command = None, " ".join(["python", f"benchmarks/{Path(__file__).name}", *(argv or sys.argv[1:])])
     if args.table_only:
         old = json.loads(args.out.read_text()) if args.out.exists() else {"runs": []}
         earlier = {r["raw"]: r for r in old["runs"]}
+        command = old.get("command", command)  # the command that ran them
     results = pt.run_all(plans(args), summarise, earlier)
     print("US-Byte's comparison (GPU compute replayed from meta profiles, real gloo on testbed links at 10 GbE "
           "as MPI achieved it / K); medians of interleaved rounds, emulated ms; speed-ups of usbyte: meas(ured), "
           "sim (the simulator on the run's measured profile and network), cl (on the assumed cluster), paper")
     print(table(results))
-    pt.write(args.out, {"command": " ".join(["python", "benchmarks/paper_usbyte_testbed.py", *(argv or sys.argv[1:])]),
+    pt.write(args.out, {"command": command,
                         "quick": args.quick, "steps": args.steps, "rounds": args.rounds, "assumed": ASSUMED | {
                             "batch_per_gpu": args.batch_size, "device_tflops": args.device_tflops},
                         "runs": results, "note": NOTE})
