@@ -78,6 +78,9 @@ def register(subparsers: Any) -> None:
                    help=f"comma-separated; ddp = PyTorch DDP (default {DEFAULT_STRATEGIES})")
     p.add_argument("--density", type=float, default=None,
                    help="top-k density of the sparse strategies (topk, omgs) in --strategies")
+    p.add_argument("--opt", action="append", default=[], metavar="[STRATEGY.]KEY=VALUE",
+                   help="planner option of a gradsched row, e.g. wfbp.layerwise=true (repeatable; PyTorch DDP's "
+                   "rows take --ddp-buckets)")
     p.add_argument("--ddp-buckets", default=DEFAULT_BUCKETS,
                    help=f"DDP bucket_cap_mb values to sweep, MB or 'all' (one bucket); 'none' to skip "
                    f"(default {DEFAULT_BUCKETS})")
@@ -110,11 +113,13 @@ def _bucket_label(mb: str) -> str:
     return "ddp-all" if mb == "all" else f"ddp-{mb}mb"
 
 
-def entries(strategies: str, buckets: str, density: float | None = None) -> list[dict[str, Any]]:
+def entries(strategies: str, buckets: str, density: float | None = None,
+            opts: list[str] | None = None) -> list[dict[str, Any]]:
     """What to run: one entry per strategy, plus one per DDP bucket size (DDP's default 25 MB is ``ddp``).
 
     Sparse strategies (``topk``, ``omgs``) run at ``density``, which they require;
-    ``auto`` stays dense (compare it with the sparse rows)."""
+    ``auto`` stays dense (compare it with the sparse rows).  ``opts`` are ``--opt``
+    planner options (``[STRATEGY.]KEY=VALUE``), typed and checked, for gradsched's rows."""
     from gradsched.planners import is_sparse, strategy_names
 
     names = [s.strip() for s in strategies.split(",") if s.strip()]
@@ -139,6 +144,7 @@ def entries(strategies: str, buckets: str, density: float | None = None) -> list
             # measured (reverting a plan that runs slower than one it already ran); the
             # worker lets it settle off the clock before the counted rounds
             entry["options"] = {"max_replans": 2}
+        entry = _with_opts(entry, opts or [])
         out.append(entry)
     if buckets.strip().lower() not in ("", "none"):
         if not any(e["label"] == "ddp" for e in out):
@@ -160,6 +166,20 @@ def entries(strategies: str, buckets: str, density: float | None = None) -> list
                 out.append({"label": label, "strategy": "ddp", "torch_ddp": True,
                             "ddp_kwargs": {"bucket_cap_mb": mb}})
     return out
+
+
+def _with_opts(entry: dict[str, Any], opts: list[str]) -> dict[str, Any]:
+    """``entry`` with the ``--opt`` options its strategy declares (PyTorch DDP's rows take none)."""
+    from types import SimpleNamespace
+
+    from gradsched.commands._inputs import planner_options
+
+    if not opts:
+        return entry
+    chosen = planner_options(entry["strategy"], SimpleNamespace(density=None, opt=opts))
+    if entry["torch_ddp"] and chosen:
+        raise GradschedError("--opt: the ddp row is PyTorch's own DDP; give its bucket sizes with --ddp-buckets")
+    return {**entry, "options": {**entry.get("options", {}), **chosen}} if chosen else entry
 
 
 def _network(args: argparse.Namespace) -> str | None:
@@ -267,12 +287,21 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
     if args.replay is None:  # a replayed profile was checked when it was read (replay_model)
         check_model(args.model, seed=args.seed, batch_size=args.batch_size)
     return BenchConfig(model=model, seed=args.seed, batch_size=args.batch_size, lr=args.lr,
-                       entries=entries(args.strategies, args.ddp_buckets, args.density), steps=args.steps,
+                       entries=_checked_entries(args), steps=args.steps,
                        rounds=args.rounds, warmup_rounds=args.warmup_rounds,
                        profile_iterations=args.profile_iterations, net_reps=args.net_reps, probe=not args.no_probe,
                        resample_share=args.resample_share, contention_history=history, timeout_s=args.timeout_s,
                        progress=not args.quiet, out_dir=out_dir,
                        backend="gloo", threads=1)  # CPU tensors over gloo; one compute thread per worker
+
+
+def _checked_entries(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``entries`` from the command line; an ``--opt`` no row takes is an error, not ignored."""
+    from gradsched.commands._inputs import check_opt_keys
+
+    out = entries(args.strategies, args.ddp_buckets, args.density, args.opt)
+    check_opt_keys([e["strategy"] for e in out if not e["torch_ddp"]], argparse.Namespace(density=None, opt=args.opt))
+    return out
 
 
 # ----------------------------------------------------------------------------- launching
