@@ -144,23 +144,23 @@ class _Model:
         iteration (no phase-2 blocks, the search's trials), the same number."""
         by_ready, ready, elem, unit_elems = self.by_ready, self.ready_sorted, self.elem, self.unit_elems
         n = len(by_ready)
-        left, sent, blocks, decide, t, free, nxt, heap = self._start(rank, resume, at)
+        left, sent, blocks, decide, t, free, nxt, heap, key = self._start(rank, resume, at)
         time_s = self.time_s
         pop = heapq.heappop
         while True:
             if nxt < n and ready[nxt] <= t + EPS_S:  # the units ready by now join the heap
-                nxt = _take_in(heap, rank, by_ready, ready, nxt, t)
+                nxt = _take_in(heap, key, by_ready, ready, nxt, t)
             if heap and free <= t + EPS_S:
                 start = t if t > free else free
                 if nxt == n:  # phase 2 from here: the rest of each layer back to back, by priority
-                    queue = sorted(heap)
+                    queue = [k % n for k in sorted(heap)]  # the units left, by priority
                     if dry:
                         return Schedule(self._dry_phase_two(queue, start, left, blocks), blocks, decide,
                                         (queue, start, t, left, sent))
                     self._phase_two(queue, start, t, left, sent, blocks, decide)
                     break
                 # phase 1: fill the gap before the next gradient is ready
-                u = heap[0][1]
+                u = heap[0] % n
                 rest = left[u]
                 elems = self._extend(blocks, u, start, ready[nxt], rest) if extend else None
                 if elems is None:
@@ -189,7 +189,10 @@ class _Model:
 
     def _start(self, rank: list[int], resume: Schedule | None, at: int) -> tuple:
         """:meth:`run`'s state at the start, or just before ``resume`` chose its block ``at``:
-        (left, sent, blocks, decide, clock, channel free, next ready, heap)."""
+        (left, sent, blocks, decide, clock, channel free, next ready, heap, key).
+
+        The heap holds each unit as one int, ``key[u] = rank[u] * n + u``: the order of
+        ``(rank[u], u)``, without a tuple per entry (fewer objects for the garbage collector)."""
         if resume is None or at == 0:
             blocks: list[tuple[int, int, int, float, float]] = []
             decide: list[float] = []
@@ -203,9 +206,11 @@ class _Model:
                 sent[u] = hi
             left = [a - b for a, b in zip(self.numel, sent)]
         nxt = bisect.bisect_right(self.ready_sorted, t + EPS_S) if blocks else 0
-        heap = [(rank[u], u) for u in self.by_ready[:nxt] if left[u] > 0]
+        n = len(left)
+        key = [r * n + u for u, r in enumerate(rank)]
+        heap = [key[u] for u in self.by_ready[:nxt] if left[u] > 0]
         heapq.heapify(heap)
-        return left, sent, blocks, decide, t, free, nxt, heap
+        return left, sent, blocks, decide, t, free, nxt, heap, key
 
     def _extend(self, blocks: list[tuple[int, int, int, float, float]], u: int, start: float, next_ready_s: float,
                 rest: int) -> int | None:
@@ -226,13 +231,13 @@ class _Model:
         blocks[-1] = (u, lo, hi + elems, s0, end)
         return elems
 
-    def _phase_two(self, queue: list[tuple[int, int]], start: float, t: float, left: list[int], sent: list[int],
+    def _phase_two(self, queue: list[int], start: float, t: float, left: list[int], sent: list[int],
                    blocks: list[tuple[int, int, int, float, float]], decide: list[float]) -> None:
         """Phase 2 as :meth:`run`'s loop would play it, without the loop: every layer is
         ready, so each decision takes the next layer in priority order when the last
         block ends (the clock is that end), and sends all it has left."""
         time_s, elem, numel, full = self.time_s, self.elem, self.numel, self.full_time_s
-        for _, u in queue:
+        for u in queue:
             rest = left[u]
             end = start + (full[u] if rest == numel[u] else time_s(rest * elem[u]))
             blocks.append((u, sent[u], sent[u] + left[u], start, end))
@@ -241,12 +246,12 @@ class _Model:
             left[u] = 0
             t = start = end
 
-    def _dry_phase_two(self, queue: list[tuple[int, int]], start: float, left: list[int],
+    def _dry_phase_two(self, queue: list[int], start: float, left: list[int],
                        blocks: list[tuple[int, int, int, float, float]]) -> float:
         """The iteration :meth:`_phase_two` then :meth:`iteration_s` would give, without the blocks."""
         done = self._layer_done(blocks)
         time_s, elem, numel, full, unit_layer = self.time_s, self.elem, self.numel, self.full_time_s, self.unit_layer
-        for _, u in queue:
+        for u in queue:
             rest = left[u]
             start += full[u] if rest == numel[u] else time_s(rest * elem[u])
             done[unit_layer[u]] = start  # later than every earlier block's end
@@ -300,16 +305,16 @@ class _Model:
         return t
 
 
-def _take_in(heap: list[tuple[int, int]], rank: list[int], by_ready: list[int], ready: list[float], nxt: int,
+def _take_in(heap: list[int], key: list[int], by_ready: list[int], ready: list[float], nxt: int,
              t: float) -> int:
     """Push the units ready by ``t`` (from ``by_ready[nxt]`` on) onto ``heap``; returns the next one not ready."""
     end = bisect.bisect_right(ready, t + EPS_S, nxt)
     if end - nxt <= len(heap):
         push = heapq.heappush
         for u in by_ready[nxt:end]:
-            push(heap, (rank[u], u))
+            push(heap, key[u])
     else:  # more than the heap holds: one heapify
-        heap.extend([(rank[u], u) for u in by_ready[nxt:end]])
+        heap.extend([key[u] for u in by_ready[nxt:end]])
         heapq.heapify(heap)
     return end
 
