@@ -34,6 +34,7 @@ from gradsched.commands._model import HELP as MODEL_HELP
 from gradsched.commands._output import add_json_arg, emit_json, to_stdout
 from gradsched.errors import GradschedError, WorkersFailed
 from gradsched.jobconfig import BenchConfig
+from gradsched.testbed import check_ranks_per_host
 
 if TYPE_CHECKING:
     from gradsched.profile import Profile
@@ -63,8 +64,12 @@ def register(subparsers: Any) -> None:
                    "/ K, to emulate a cluster faster than these cores can move (default 1)")
     p.add_argument("--prefix", default=TESTBED_PREFIX, help=f"testbed name prefix (default {TESTBED_PREFIX})")
     p.add_argument("--workers", "--hosts", dest="hosts", type=int, default=2, metavar="N",
-                   help="data-parallel ranks, one per testbed host (or local process with --loopback) (default 2; "
-                        "--hosts is the same flag)")
+                   help="hosts: testbed hosts (or nodes of local processes with --loopback), each running "
+                        "--ranks-per-host ranks (default 2; --hosts is the same flag)")
+    p.add_argument("--ranks-per-host", type=int, default=1, metavar="M",
+                   help="ranks on each host (default 1): world size hosts x M; ranks of one host talk over its "
+                        "loopback, hosts over the shaped links, and each rank gets torchrun's LOCAL_WORLD_SIZE=M, "
+                        "LOCAL_RANK and GROUP_RANK (docs/testbed.md)")
     net = p.add_mutually_exclusive_group()
     net.add_argument("--rate", default=None, help=f"testbed link rate, e.g. 500mbit, 1gbit (root only; default "
                      f"{DEFAULT_RATE} as root)")
@@ -245,6 +250,7 @@ def undilate(result: dict[str, Any], dilate: float) -> dict[str, Any]:
 def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, float]], model: str) -> BenchConfig:
     if args.hosts < 2:
         raise GradschedError(f"--hosts must be at least 2 (data parallelism needs two workers), got {args.hosts}")
+    check_ranks_per_host(args.ranks_per_host)
     if args.steps < 1 or args.rounds < 1 or args.batch_size < 1:
         raise GradschedError("--steps, --rounds and --batch-size must be at least 1")
     if not 0 <= args.warmup_rounds < args.rounds:
@@ -270,11 +276,17 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
 
 
 # ----------------------------------------------------------------------------- launching
-def _launch_loopback(cfg_path: Path, hosts: int, timeout_s: float) -> None:
-    from gradsched.torch.jobs.launch import loopback_command
+def _launch_loopback(cfg_path: Path, hosts: int, timeout_s: float, ranks_per_host: int = 1) -> None:
+    from gradsched.torch.jobs.launch import loopback_command, loopback_node_commands
 
-    cmd = loopback_command("gradsched.torch.jobs.bench_worker", hosts, cfg_path)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", PYTHONUNBUFFERED="1")
+    if ranks_per_host > 1:  # one launcher per emulated node, so that each rank sees its node's LOCAL_WORLD_SIZE
+        from gradsched.testbed import Job
+
+        cmds = loopback_node_commands("gradsched.torch.jobs.bench_worker", hosts, ranks_per_host, cfg_path)
+        Job([subprocess.Popen(c, env=env, start_new_session=True) for c in cmds]).wait(timeout_s=timeout_s)
+        return
+    cmd = loopback_command("gradsched.torch.jobs.bench_worker", hosts, cfg_path)
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
     try:
         code = proc.wait(timeout=timeout_s)
@@ -301,11 +313,13 @@ def _stop(proc: subprocess.Popen) -> None:
             pass
 
 
-def _launch_testbed(cfg_path: Path, hosts: int, rate: str | int, timeout_s: float, prefix: str) -> None:
+def _launch_testbed(cfg_path: Path, hosts: int, rate: str | int, timeout_s: float, prefix: str,
+                    ranks_per_host: int = 1) -> None:
     from gradsched.testbed import Testbed
 
     with Testbed(hosts=hosts, rate=rate, prefix=prefix) as tb:  # always torn down
-        tb.launch(["-m", "gradsched.torch.jobs.bench_worker", str(cfg_path)]).wait(timeout_s=timeout_s)
+        tb.launch(["-m", "gradsched.torch.jobs.bench_worker", str(cfg_path)],
+                  ranks_per_host=ranks_per_host).wait(timeout_s=timeout_s)
 
 
 # ----------------------------------------------------------------------------- reporting
@@ -413,7 +427,8 @@ def run(args: argparse.Namespace) -> int:
     shaped = shaped_rate(rate, args.hosts, args.dilate, args.replay is not None)
     network = f"testbed {rate}" if rate else "loopback"
     name = f"replay:{args.replay}" if args.replay is not None else args.model
-    job = {"model": name, "hosts": args.hosts, "network": network, "rate": rate, "batch_size": args.batch_size}
+    job = {"model": name, "hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "network": network, "rate": rate,
+           "batch_size": args.batch_size}
     if args.replay is not None:
         job["dilate"] = args.dilate  # links and compute are stretched alike only within one dilation
     history = contention_history(args.contention_from, job)
@@ -423,18 +438,18 @@ def run(args: argparse.Namespace) -> int:
             model, profile = replay_model(args.replay, args.dilate, tmp)
         cfg = _config(args, tmp, history, model)
         if args.replay is not None:
-            check_memory(profile.total_bytes, len(cfg.entries), args.hosts)
+            check_memory(profile.total_bytes, len(cfg.entries), args.hosts * args.ranks_per_host)
         cfg_path = Path(tmp, "config.json")
         cfg_path.write_text(json.dumps(cfg.to_dict()))
         if shaped is None:
-            _launch_loopback(cfg_path, args.hosts, args.timeout_s)
+            _launch_loopback(cfg_path, args.hosts, args.timeout_s, args.ranks_per_host)
         else:
-            _launch_testbed(cfg_path, args.hosts, shaped, args.timeout_s, args.prefix)
+            _launch_testbed(cfg_path, args.hosts, shaped, args.timeout_s, args.prefix, args.ranks_per_host)
         out = Path(tmp, "bench.json")
         if not out.exists():
             raise GradschedError("the benchmark's workers exited without writing results; see their output above")
         result = undilate(json.loads(out.read_text()), args.dilate)
-    meta = {"model": name, "hosts": args.hosts, "network": network, "rate": rate, "dilate": args.dilate,
+    meta = {"model": name, "hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "network": network, "rate": rate, "dilate": args.dilate,
             "compute": "emulated (replayed profile, waiting)" if args.replay is not None else "real (CPU)",
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "steps_per_round": args.steps, "rounds": args.rounds, "batch_size": args.batch_size,
@@ -452,8 +467,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _title(args: argparse.Namespace, network: str) -> str:
+    hosts = f"{args.hosts} hosts"
+    if args.ranks_per_host > 1:
+        hosts += f" x {args.ranks_per_host} ranks ({args.hosts * args.ranks_per_host} ranks)"
     if args.replay is None:
-        return f"{args.model}, {args.hosts} hosts, {network} (gloo, CPU)"
+        return f"{args.model}, {hosts}, {network} (gloo, CPU)"
     dilated = f" (dilation {args.dilate:g})" if args.dilate != 1 else ""
     name = Path(args.replay).stem.removesuffix(".profile")
-    return f"{name} replayed, {args.hosts} hosts, {network}{dilated} (emulated compute)"
+    return f"{name} replayed, {hosts}, {network}{dilated} (emulated compute)"
