@@ -58,6 +58,7 @@ strategy), and the ``auto`` planner's own ``channels`` and ``exclude``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import statistics
@@ -508,13 +509,23 @@ class AutoTuner:
             for nbytes, s in self._probes:
                 points.setdefault(nbytes, [s])
         if len(points) >= 2:
-            return fit_cluster(points, model.world, backend_of(model.group, model.device))  # not "undefined"
+            return self._with_topology(fit_cluster(points, model.world, backend_of(model.group, model.device)))
         # every operation finished behind another: nothing to fit; keep what we had
         from gradsched.torch.runtime.planning import default_cluster
 
         logger.warning("auto: too few measured operation sizes to fit collective costs; planning with %s",
                        "the previous fit" if self.cluster else "a loopback-like default")
         return self.cluster or default_cluster(model.world)
+
+    def _with_topology(self, fitted: Cluster) -> Cluster:
+        """The in-situ fit times the plain all-reduce over all ranks only; the two levels inside and
+        between nodes (a ``topology``) come from the user's measured cluster, when it has one for
+        this world size, so that plans with ``hier-allreduce`` operations stay costed."""
+        offline = self._offline[1] if self._offline is not None else None
+        topology = offline.topology if offline is not None else None
+        if topology is None or topology.world_size != fitted.world_size:
+            return fitted
+        return dataclasses.replace(fitted, topology=topology)
 
     def _trials(self, results: list[Ranked], with_defaults: Callable[[str], Ranked],
                 rank_offline: Callable[[Profile, Cluster], list[Ranked]]) -> list[Ranked]:
