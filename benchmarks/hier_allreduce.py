@@ -185,6 +185,8 @@ def rows(raw: dict) -> list[dict]:
                "predicted_winner": winner(pred[FLAT], pred[HIER]),
                "measured_winner": winner(measured[FLAT], measured[HIER])}
         row["agree"] = row["predicted_winner"] == row["measured_winner"]
+        row["predicted_speedup"] = pred[FLAT] / pred[HIER]  # flat over hier: > 1 where hier wins
+        row["measured_speedup"] = measured[FLAT] / measured[HIER]
         if intra:
             row["intra_reduce_broadcast_over_allreduce"] = intra["reduce+broadcast"] / intra["allreduce"]
         out.append(row)
@@ -205,17 +207,19 @@ def _size(nbytes: int) -> str:
 
 def format_table(table: list[dict]) -> str:
     lines = [f"{'size':>8} {'pred flat':>10} {'pred hier':>10} {'meas flat':>10} {'meas hier':>10} "
-             f"{'pred win':>8} {'meas win':>8} {'agree':>5} {'rb/ar':>6}"]
+             f"{'pred f/h':>8} {'meas f/h':>8} {'pred win':>8} {'meas win':>8} {'agree':>5} {'rb/ar':>6}"]
     for r in table:
         rb = r.get("intra_reduce_broadcast_over_allreduce")
         lines.append(f"{_size(r['bytes']):>8} {r['predicted_flat_s'] * 1e3:>8.1f}ms {r['predicted_hier_s'] * 1e3:>8.1f}ms "
                      f"{r['measured_flat_s'] * 1e3:>8.1f}ms {r['measured_hier_s'] * 1e3:>8.1f}ms "
+                     f"{r['predicted_speedup']:>8.2f} {r['measured_speedup']:>8.2f} "
                      f"{r['predicted_winner']:>8} {r['measured_winner']:>8} {'yes' if r['agree'] else 'NO':>5} "
                      f"{'' if rb is None else f'{rb:.2f}':>6}")
     s = summary(table)
     lines.append(f"agreement {s['agree']}/{s['sizes']}; hier predicted to win at {s['predicted_hier_wins']} "
                  f"size(s); target (those win when measured): {'holds' if s['target_holds'] else 'FAILS'}")
-    lines.append("rb/ar: inside a host, gloo's reduce + broadcast over its all-reduce (the model takes 1.0)")
+    lines.append("f/h: flat time over hier time (> 1: hier faster); "
+                 "rb/ar: inside a host, gloo's reduce + broadcast over its all-reduce (the model takes 1.0)")
     return "\n".join(lines)
 
 
@@ -234,10 +238,16 @@ def main() -> None:
     ap.add_argument("--prefix", default="gsw", help="testbed name prefix (default gsw)")
     ap.add_argument("--timeout-s", type=float, default=900)
     ap.add_argument("--json", default=None, help="default benchmarks/results/hier_allreduce_HxM.json")
+    ap.add_argument("--table", default=None, metavar="JSON", help="reprint the table of a result file (its raw data)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args)
+        return
+    if args.table:
+        done = json.loads(Path(args.table).read_text())
+        print(f"{args.table}: load before {done['load_before']}, after {done['load_after']}")
+        print(format_table(rows(done["raw"])))
         return
     load_before, t0 = load_average(), time.time()
     raw = drive(args)
