@@ -2,6 +2,7 @@
 
     python benchmarks/advise_check.py [--model vgg] [--rate 1gbit] [--rounds 16] [--steps 1] \
         [--contention] [--prefix gsp] [--json benchmarks/results/advise_check_vgg_1gbit.json]
+    python benchmarks/advise_check.py --pool RESULT.json RESULT2.json [--json POOLED.json]
 
 As root: 2 testbed hosts joined by shaped links.  Each worker measures what
 ``gradsched.torch.advise`` measures (profile in place, network benchmark, with
@@ -32,6 +33,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 SWEEP_MB = (1, 2, 5, 10, 25, 50, 100)
 TOLERANCE = 0.03
@@ -130,7 +132,7 @@ def bootstrap(rounds: list[dict[str, float]], advised: str, seed: int = 0) -> tu
     return ratios[int(0.05 * BOOTSTRAP)], ratios[int(0.95 * BOOTSTRAP) - 1]
 
 
-def predictions(raw: dict) -> dict[str, dict[float, float]]:
+def predictions(raw: dict) -> dict[str, Any]:
     """The advice's predictions, and the same inputs under the rule the advisor used before
     (a 1 MiB first bucket whatever bucket_cap_mb is set to)."""
     from gradsched import Cluster, Profile
@@ -180,6 +182,28 @@ def report(raw: dict, args: argparse.Namespace) -> dict:
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
+def pool(paths: list[str]) -> dict:
+    """Rounds of several result files of one model and rate, each advised anew from its own
+    measured inputs; pooled only where every file gives the same advice."""
+    rows = [json.loads(Path(p).read_text()) for p in paths]
+    advised = {float(predictions(r)["advice"].ddp_bucket_cap_mb) for r in rows}
+    if len({(r["model"], r["rate"]) for r in rows}) != 1 or len(advised) != 1:
+        raise SystemExit(f"--pool: the files differ in model, rate or advice ({sorted(advised)} MiB): not pooled")
+    rounds = [{mb: statistics.median(ts) for mb, ts in r.items()} for row in rows for r in row["steps_s_by_round"][1:]]
+    mb = str(SWEEP_MB[[float(x) for x in SWEEP_MB].index(advised.pop())])
+    rel = relative_medians(rounds)
+    best = min(rel, key=rel.get)
+    low, high = bootstrap(rounds, mb)
+    out = {"files": paths, "rounds": len(rounds), "advised_mb": float(mb), "measured_best_mb": float(best),
+           "advised_vs_best": rel[mb] / rel[best], "advised_vs_best_90": [low, high], "relative_median": rel,
+           "load_1min_mean": statistics.mean(x for row in rows for x in row["load_1min"])}
+    print(f"pooled {len(rounds)} rounds of {len(paths)} runs ({rows[0]['model']}, {rows[0]['rate']}): advised {mb} MiB "
+          f"runs at {out['advised_vs_best']:.3f}x the measured best ({best} MiB; 90% interval {low:.3f}-{high:.3f}): "
+          f"{'within' if out['advised_vs_best'] <= 1 + TOLERANCE else 'NOT within'} {TOLERANCE:.0%}"
+          f"{'' if high <= 1 + TOLERANCE or low > 1 + TOLERANCE else ' (the interval straddles the tolerance)'}")
+    return out
+
+
 def _print_table(args: argparse.Namespace, rounds: list, rel: dict, medians: dict, pred: dict, advised: str,
                  best: str, load: float) -> None:
     print(f"{args.model}, 2 testbed hosts at {args.rate}, gloo (CPU compute); {len(rounds)} counted rounds "
@@ -207,10 +231,17 @@ def main() -> None:
                     help="advise with the contention probe (gradsched.torch.advise(..., contention=True))")
     ap.add_argument("--timeout-s", type=float, default=3000)
     ap.add_argument("--json", default=None, help="default benchmarks/results/advise_check_MODEL_RATE.json")
+    ap.add_argument("--pool", nargs="+", metavar="RESULT", help="no run: pool the rounds of these result files "
+                    "(one model and rate, the same advice from each file's measured inputs)")
     ap.add_argument("--worker", metavar="OUT", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args.worker, args)
+        return
+    if args.pool:
+        result = pool(args.pool)
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=1))
         return
     if args.rounds < 5 or args.steps < 1:
         raise SystemExit("--rounds must be at least 5 (the first is not counted) and --steps at least 1")

@@ -58,3 +58,14 @@ def test_live_advice_is_the_same_on_every_rank(contention):
     assert a["ddp_bucket_cap_mb"] == least_regret(sweep).bucket_mb  # the fastest, unless contention figures
     assert all((p.predicted_idle_s is not None) == contention for p in sweep)
     assert a["ddp_predicted_s"] > 0 and a["gradsched_predicted_s"] > 0
+
+
+def test_the_network_is_measured_up_to_the_whole_gradient():
+    from gradsched.torch.measure.advisor import MIN_NET_BYTES, net_top_bytes
+    from gradsched.torch.measure.netbench import sizes_bytes
+
+    for total in (1, 5000, 1 << 20, (1 << 20) + 1, 55_011_624):
+        top = net_top_bytes(total)
+        assert max(sizes_bytes(MIN_NET_BYTES, top)) >= total  # the table covers the largest bucket
+        assert top <= 2 * max(total, MIN_NET_BYTES)  # and not much more
+    assert net_top_bytes(55_011_624) == 64 << 20 and net_top_bytes(1 << 40) == 256 << 20
