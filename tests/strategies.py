@@ -75,3 +75,26 @@ def clusters(draw: st.DrawFn, *, zero_alpha: bool = False, tables: bool = True) 
 @st.composite
 def profile_and_cluster(draw: st.DrawFn, **profile_kw) -> tuple[Profile, Cluster]:
     return draw(profiles(**profile_kw)), draw(clusters())
+
+
+@st.composite
+def two_level_clusters(draw: st.DrawFn) -> Cluster:
+    """A random two-level cluster (nodes x ranks per node): per-link latency and inverse bandwidth
+    inside a node and between nodes, read as ring lines, sometimes a measured table between nodes."""
+    nodes = draw(st.sampled_from([2, 4, 16, 128]))
+    m = draw(st.sampled_from([1, 2, 4, 8]))
+    a_i, a_e = draw(st.floats(1e-7, 0.2 * MS)), draw(st.floats(1e-6, 2 * MS))
+    b_i, b_e = draw(st.floats(1e-12, 1e-9)), draw(st.floats(1e-11, 1e-8))
+    intra = CollectiveCost(2 * (m - 1) * a_i, 2 * (m - 1) / m * b_i) if m > 1 else None
+    alpha, beta = 2 * (nodes - 1) * a_e, 2 * (nodes - 1) / nodes * b_e
+    inter = CollectiveCost(alpha, beta)
+    if draw(st.booleans()):
+        sizes = sorted(set(draw(st.lists(st.integers(1 << 10, 64 << 20), min_size=2, max_size=5))))
+        if len(sizes) >= 2:
+            points, level = [], 0.0
+            for k, s in enumerate(sizes):
+                level = max(level, alpha * (1.5 if k >= len(sizes) // 2 else 0.7) + beta * s)
+                points.append((float(s), level))
+            inter = CollectiveCost(alpha, beta, tuple(points))
+    algorithm = draw(st.sampled_from(["ring", "hierarchical", "tree"]))
+    return Cluster.two_level(intra, inter, nodes, m, algorithm=algorithm)

@@ -23,6 +23,11 @@ CLUSTER = {"format": "gradsched.cluster/1", "world_size": 4, "backend": "gloo",
            "collectives": {"allreduce": {"alpha_s": 1e-3, "beta_s_per_byte": 1e-9}}}
 
 
+LEVEL = {"collectives": {"allreduce": {"alpha_s": 2e-5, "beta_s_per_byte": 1e-10}}}
+TOPOLOGY = {"nodes": 2, "ranks_per_node": 2, "algorithm": "ring", "intra": LEVEL,
+            "inter": {"collectives": {"allreduce": {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9}}}}
+
+
 def changed(base: dict, edit) -> dict:
     data = json.loads(json.dumps(base))
     edit(data)
@@ -36,6 +41,17 @@ def _set(path: list, value):
             obj = obj[key]
         obj[path[-1]] = value
     return edit
+
+
+def topology(edit) -> dict:
+    """CLUSTER with a 2 x 2 topology, changed by ``edit``."""
+    return changed(changed(CLUSTER, _set(["topology"], TOPOLOGY)), edit)
+
+
+def _hier_plan(profile: dict) -> dict:
+    plan = make_plan("wfbp", Profile.from_dict(profile), Cluster.from_dict(CLUSTER)).to_dict()
+    plan["operations"][0]["collective"] = "hier-allreduce"
+    return plan
 
 
 def _dense_density(profile: dict) -> dict:
@@ -72,6 +88,23 @@ CASES = [
     ("world-size-huge", SIM, None, changed(CLUSTER, _set(["world_size"], 1e30)), None, ["world_size", "above"]),
     ("misspelt-contention", SIM, None, changed(CLUSTER, _set(["contension"], {"comm_slowdown": 0.5})), None,
      ["contension", "contention"]),
+    ("topology-nodes-zero", SIM, None, topology(_set(["topology", "nodes"], 0)), None,
+     ["topology.nodes", "positive"]),
+    ("topology-not-world-size", SIM, None, topology(_set(["topology", "nodes"], 3)), None,
+     ["topology", "3 x 2", "world_size is 4"]),
+    ("topology-unknown-algorithm", SIM, None, topology(_set(["topology", "algorithm"], "butterfly")), None,
+     ["topology.algorithm", "butterfly"]),
+    ("topology-misspelt", SIM, None, topology(_set(["topology", "ranks_per_nod"], 2)), None,
+     ["topology.ranks_per_nod", "ranks_per_node"]),
+    ("topology-level-missing", SIM, None, topology(lambda d: d["topology"].pop("inter")), None,
+     ["topology.inter", "missing"]),
+    ("topology-bad-cost", SIM, None, topology(_set(["topology", "intra", "collectives", "allreduce", "beta_s_per_byte"],
+                                                   float("inf"))), None,
+     ["topology.intra.collectives.allreduce.beta_s_per_byte"]),
+    ("topology-level-misspelt", SIM, None, topology(_set(["topology", "inter", "point"], {})), None,
+     ["topology.inter.point", "points"]),
+    ("hier-plan-flat-cluster", AB + ["--plan", "{plan}"], None, None, _hier_plan(PROFILE),
+     ["hier-allreduce", "topology"]),
     ("misspelt-other", AB, changed(PROFILE, _set(["other"], 0.01)), None, None, ["other", "other_s"]),
     ("misspelt-tensor-field", AB, changed(PROFILE, _set(["tensors", 2, "backwards_s"], 0.01)), None, None,
      ["tensors[2].backwards_s", "backward_s"]),

@@ -2,9 +2,15 @@
 
 Each collective has an alpha-beta line ``T(s) = alpha + beta * s`` fitted by least
 squares to measured ``(bytes, seconds)`` points, and optionally the measured table
-itself.  Inside the table's range the table wins, interpolated piecewise-linearly,
-because real curves have protocol switches that no single line fits (B-Caffe's
-OSU measurements jump 4x between 8 and 12 KiB).  Outside it, the line.
+itself (:class:`~gradsched.costs.CollectiveCost`).  Inside the table's range the table
+wins, interpolated piecewise-linearly, because real curves have protocol switches that
+no single line fits (B-Caffe's OSU measurements jump 4x between 8 and 12 KiB).
+Outside it, the line.
+
+A cluster may have a ``topology`` (gradsched.topology): nodes x ranks per node, with
+a cost inside a node and one between nodes; then the hierarchical all-reduce has a
+cost too (``cost("hier-allreduce")``) and :meth:`Cluster.at_topology` extrapolates
+both levels.
 
 Sizes: for ``allreduce`` ``s`` is the size of the reduced buffer; for ``allgather``
 it is each rank's contribution (the output is ``world_size * s``).
@@ -24,17 +30,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable
-
-import numpy as np
+from typing import Any
 
 from gradsched import _validate as v
+from gradsched.costs import (COLLECTIVES, CollectiveCost, collectives_from_dict, collectives_to_dict, extrapolate,
+                             fit_line, monotone_envelope, with_line)
 from gradsched.errors import FormatError, GradschedError
+from gradsched.plan import HIER
+from gradsched.topology import Topology
+
+__all__ = ["COLLECTIVES", "CONTENTION_FIELDS", "Cluster", "CollectiveCost", "Contention", "Topology", "fit_line",
+           "monotone_envelope"]
 
 FORMAT = "gradsched.cluster/1"
-COLLECTIVES = ("allreduce", "allgather")
 CONTENTION_FIELDS = ("compute_slowdown", "comm_slowdown", "busy_latency_s", "op_latency_s")  # docs/simulator.md, "Contention"
-FIELDS = ("format", "world_size", "backend", "algorithm", "collectives", "points")
+FIELDS = ("format", "world_size", "backend", "algorithm", "collectives", "points", "topology")
 # Optional fields gradsched reads or its tools write (kept verbatim; docs/formats.md):
 # known, so that a misspelling of one is caught (_validate.check_fields).
 OPTIONAL_FIELDS = ("contention", "topk_selection_s_per_nlogn", "source", "measured_by", "device", "reps", "host",
@@ -68,96 +78,6 @@ class Contention:
 
 
 @dataclass(frozen=True)
-class CollectiveCost:
-    """Cost of one collective at one world size: a line, optionally a measured table."""
-
-    alpha_s: float
-    beta_s_per_byte: float
-    points: tuple[tuple[float, float], ...] | None = None  # sorted by bytes
-    # The line of the world size the table was measured at; set when this cost was
-    # extrapolated to another size: table values are then scaled by line / table_line.
-    table_line: tuple[float, float] | None = None
-
-    def __post_init__(self) -> None:
-        if self.points is not None:
-            object.__setattr__(self, "_xs", np.array([p[0] for p in self.points], dtype=float))
-            object.__setattr__(self, "_ys", np.array([p[1] for p in self.points], dtype=float))
-
-    def time_s(self, nbytes: float) -> float:
-        """Seconds to run the collective on ``nbytes`` (0 bytes cost nothing)."""
-        if nbytes <= 0:
-            return 0.0
-        if self.points is not None and self._xs[0] <= nbytes <= self._xs[-1]:
-            return float(np.interp(nbytes, self._xs, self._ys) * self._table_scale(nbytes))
-        return self.alpha_s + self.beta_s_per_byte * nbytes
-
-    def times_s(self, nbytes: np.ndarray) -> np.ndarray:
-        """Vectorised :meth:`time_s`."""
-        s = np.asarray(nbytes, dtype=float)
-        out = self.alpha_s + self.beta_s_per_byte * s
-        if self.points is not None:
-            inside = (s >= self._xs[0]) & (s <= self._xs[-1])
-            out = np.where(inside, np.interp(s, self._xs, self._ys) * self._table_scale(s), out)
-        return np.where(s <= 0, 0.0, out)
-
-    def _table_scale(self, nbytes):
-        if self.table_line is None:
-            return 1.0
-        a0, b0 = self.table_line
-        before = a0 + b0 * nbytes
-        return np.where(before > 0, (self.alpha_s + self.beta_s_per_byte * nbytes) / np.maximum(before, 1e-300), 1.0)
-
-    @classmethod
-    def fit(cls, points: Iterable[tuple[float, float]], *, keep_table: bool = True,
-            envelope: bool = False) -> "CollectiveCost":
-        """Least-squares alpha-beta line through measured points (alpha, beta >= 0).
-
-        ``envelope``: read the points through their lower monotone envelope first
-        (:func:`monotone_envelope`), for measurements whose noise only adds time."""
-        table = sorted((float(b), float(t)) for b, t in points)
-        if envelope:
-            table = list(zip([b for b, _ in table], monotone_envelope([t for _, t in table]).tolist()))
-        alpha, beta = fit_line(table)
-        return cls(alpha, beta, tuple(table) if keep_table else None)
-
-    def to_dict(self) -> dict[str, float]:
-        return {"alpha_s": self.alpha_s, "beta_s_per_byte": self.beta_s_per_byte}
-
-
-def monotone_envelope(seconds: Iterable[float]) -> np.ndarray:
-    """Times measured at increasing sizes, each lowered to the smallest time of any larger size.
-
-    A collective never needs longer for fewer bytes (it could pad them to the larger
-    size), so where a measurement's noise only adds time (a thread that waited for a core,
-    a rank that left the barrier late), a time above a larger size's is noise and the
-    lower envelope is the robust reading.  ``gradsched netbench`` reads its own
-    measurements so (docs/cost-model.md); a table given in a cluster file is used as it
-    is (the bundled OSU tables dip by up to 17% where MPI switches algorithms)."""
-    ys = np.asarray(list(seconds), dtype=float)
-    return np.minimum.accumulate(ys[::-1])[::-1] if ys.size else ys
-
-
-def fit_line(points: Iterable[tuple[float, float]]) -> tuple[float, float]:
-    """Fit ``t = alpha + beta * s`` by least squares, clamping both to be non-negative.
-
-    Relative residuals are minimised (each point weighted by 1/t), so small messages,
-    where alpha dominates, count as much as large ones."""
-    pts = np.array(list(points), dtype=float)
-    if pts.ndim != 2 or len(pts) < 2:
-        raise GradschedError("fitting a cost line needs at least two (bytes, seconds) points")
-    s, t = pts[:, 0], pts[:, 1]
-    w = 1.0 / np.maximum(t, 1e-12)
-    a = np.stack([np.ones_like(s), s], axis=1) * w[:, None]
-    (alpha, beta), *_ = np.linalg.lstsq(a, t * w, rcond=None)
-    if beta < 0:
-        alpha, beta = float(np.mean(t)), 0.0
-    if alpha < 0:  # refit through the origin
-        beta = float(np.sum(s * t * w * w) / np.sum(s * s * w * w))
-        alpha = 0.0
-    return float(alpha), float(beta)
-
-
-@dataclass(frozen=True)
 class Cluster:
     """Collective costs measured (or assumed) at ``world_size`` ranks."""
 
@@ -167,6 +87,7 @@ class Cluster:
     algorithm: str = "ring"  # how costs extrapolate to other world sizes: ring | tree
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     contention: Contention | None = None  # None: compute and communication overlap for free
+    topology: Topology | None = None  # None: one flat level (every link alike)
 
     def __post_init__(self) -> None:
         # ``extra={"contention": {...}}`` (how the figures were passed before they had a field)
@@ -176,24 +97,28 @@ class Cluster:
             raw = self.extra["contention"]
             object.__setattr__(self, "contention", raw if isinstance(raw, Contention) else Contention.from_dict(raw))
             object.__setattr__(self, "extra", rest)
+        if self.topology is not None and self.topology.world_size != self.world_size:
+            raise GradschedError(f"topology {self.topology.nodes} x {self.topology.ranks_per_node} does not match "
+                                 f"world_size {self.world_size}")
 
     # ------------------------------------------------------------------ costs
     def cost(self, collective: str, world_size: int | None = None) -> CollectiveCost:
-        """The cost model of ``collective`` at ``world_size`` (default: measured size)."""
-        base = self._base(collective)
+        """The cost model of ``collective`` at ``world_size`` (default: measured size).
+
+        ``"hier-allreduce"`` (the hierarchical all-reduce) needs a topology."""
         p = self.world_size if world_size is None else world_size
+        if p != self.world_size and self.topology is not None:
+            return self.at_world_size(p).cost(collective)
+        if collective == HIER:
+            if self.topology is None:
+                raise GradschedError("the cluster has no topology, so a hier-allreduce operation has no cost: give "
+                                     "a cluster with one (docs/formats.md, \"topology\") or plan without "
+                                     "hierarchical operations")
+            return self.topology.hier_allreduce()
+        base = self._base(collective)
         if p == self.world_size:
             return base
-        if p < 1:
-            raise GradschedError(f"world size must be at least 1, got {p}")
-        if p == 1:
-            return CollectiveCost(0.0, 0.0)
-        if self.world_size == 1:
-            raise GradschedError("a cluster measured on 1 rank cannot be extrapolated to more ranks")
-        ka, kb = _ratios(collective, self.algorithm, self.world_size, p)
-        table_line = base.table_line or (base.alpha_s, base.beta_s_per_byte)
-        return CollectiveCost(base.alpha_s * ka, base.beta_s_per_byte * kb, base.points,
-                              table_line if base.points is not None else None)
+        return extrapolate(base, collective, self.algorithm, self.world_size, p)
 
     def _base(self, collective: str) -> CollectiveCost:
         if collective in self.collectives:
@@ -218,25 +143,70 @@ class Cluster:
         return c * numel * math.log2(numel)
 
     def at_world_size(self, world_size: int) -> "Cluster":
-        """This cluster's costs extrapolated to ``world_size`` ranks."""
+        """This cluster's costs extrapolated to ``world_size`` ranks.
+
+        With a topology, nodes keep their ranks per node (:meth:`at_topology`); a world size
+        that is not a whole number of nodes is an error."""
+        if world_size == self.world_size:
+            return self
+        if self.topology is not None:
+            m = self.topology.ranks_per_node
+            if world_size < 1 or world_size % m:
+                raise GradschedError(f"the cluster has nodes of {m} ranks, so {world_size} ranks is not a whole "
+                                     f"number of nodes; give --nodes and --ranks-per-node")
+            return self.at_topology(world_size // m, m)
         names = set(self.collectives) | {"allgather"}
         return replace(self, world_size=world_size,
                        collectives={c: self.cost(c, world_size) for c in sorted(names)})
+
+    def at_topology(self, nodes: int, ranks_per_node: int) -> "Cluster":
+        """This two-level cluster at ``nodes`` x ``ranks_per_node``: both levels extrapolated
+        (ring formulas; the tree rule between nodes for ``tree``), the top-level all-reduce
+        moved by the ratio of the backend algorithm's two-level formula there to the one at
+        the measured topology (a table keeps its shape), the all-gather by the flat rule."""
+        topo = self.topology
+        if topo is None:
+            raise GradschedError("the cluster has no topology (nodes x ranks per node); give a cluster with one "
+                                 "(docs/formats.md, \"topology\"), or a world size for the flat model")
+        for name, x in (("nodes", nodes), ("ranks_per_node", ranks_per_node)):
+            if isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= v.MAX_WORLD_SIZE:
+                raise GradschedError(f"{name} must be a whole number from 1 to {v.MAX_WORLD_SIZE:,}, got {x!r}")
+        if (nodes, ranks_per_node) == (topo.nodes, topo.ranks_per_node):
+            return self
+        new_topo = topo.at(nodes, ranks_per_node)
+        p = nodes * ranks_per_node
+        collectives = {c: extrapolate(self._base(c), c, self.algorithm, self.world_size, p)
+                       for c in sorted(set(self.collectives) | {"allgather"})}
+        collectives["allreduce"] = _moved(self.collectives["allreduce"], topo.plain_allreduce(),
+                                          new_topo.plain_allreduce())
+        return replace(self, world_size=p, collectives=collectives, topology=new_topo)
 
     @classmethod
     def alpha_beta(cls, alpha_s: float, beta_s_per_byte: float, world_size: int) -> "Cluster":
         """A cluster whose all-reduce costs ``alpha + beta * s`` at ``world_size``."""
         return cls(world_size, {"allreduce": CollectiveCost(alpha_s, beta_s_per_byte)})
 
+    @classmethod
+    def two_level(cls, intra: CollectiveCost | dict[str, CollectiveCost] | None,
+                  inter: CollectiveCost | dict[str, CollectiveCost] | None, nodes: int, ranks_per_node: int, *,
+                  algorithm: str = "ring", backend: str = "unknown") -> "Cluster":
+        """A cluster of ``nodes`` x ``ranks_per_node`` from the all-reduce among the ranks of one
+        node (``intra``) and among one rank per node (``inter``); its plain all-reduce is the
+        ``algorithm``'s two-level formula (modelled, not measured).  A level of one rank may be None."""
+        def level(x):
+            return x if x is None or isinstance(x, dict) else {"allreduce": x}
+
+        topo = Topology(nodes, ranks_per_node, algorithm, level(intra), level(inter))
+        return cls(topo.world_size, {"allreduce": topo.plain_allreduce()}, backend, topology=topo)
+
     # -------------------------------------------------------------- (de)serialise
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"format": FORMAT, "world_size": self.world_size, "backend": self.backend,
-                               "collectives": {k: c.to_dict() for k, c in self.collectives.items()}}
-        points = {k: [list(p) for p in c.points] for k, c in self.collectives.items() if c.points}
-        if points:
-            out["points"] = points
+                               **collectives_to_dict(self.collectives)}
         if self.algorithm != "ring":
             out["algorithm"] = self.algorithm
+        if self.topology is not None:
+            out["topology"] = self.topology.to_dict()
         out.update(self.extra)
         if self.contention is not None:
             out["contention"] = self.contention.to_dict()
@@ -252,35 +222,13 @@ class Cluster:
         algorithm = v.string(data.get("algorithm", "ring"), source, "algorithm")
         if algorithm not in ("ring", "tree"):
             raise FormatError(source, "algorithm", f"must be 'ring' or 'tree', got {algorithm!r}")
-        raw = v.require(data, "collectives", source, "")
-        if not isinstance(raw, dict) or not raw:
-            raise FormatError(source, "collectives", "must be a non-empty JSON object")
-        raw_points = data.get("points", {}) or {}
-        if not isinstance(raw_points, dict):
-            raise FormatError(source, "points", "must be a JSON object of collective name to [[bytes, seconds], ...]")
-        collectives = {}
-        for name, c in raw.items():
-            where = f"collectives.{name}"
-            if name not in COLLECTIVES:
-                raise FormatError(source, where, f"unknown collective; known: {', '.join(COLLECTIVES)}")
-            if isinstance(c, dict):
-                v.check_fields(c, ("alpha_s", "beta_s_per_byte"), source, where)
-            alpha = v.number(v.require(c, "alpha_s", source, where), source, f"{where}.alpha_s", maximum=v.MAX_SECONDS)
-            beta = v.number(v.require(c, "beta_s_per_byte", source, where), source, f"{where}.beta_s_per_byte",
-                            maximum=1.0)
-            pts = raw_points.get(name)
-            table = None
-            if pts is not None:
-                table = _points(pts, source, f"points.{name}")
-            collectives[name] = CollectiveCost(alpha, beta, table)
-        for name in raw_points:
-            if name not in collectives:
-                raise FormatError(source, f"points.{name}", "has a table but no line in 'collectives'")
+        collectives = collectives_from_dict(data, source)
         if "topk_selection_s_per_nlogn" in data:
             v.number(data["topk_selection_s_per_nlogn"], source, "topk_selection_s_per_nlogn", maximum=1.0)
         contention = Contention.from_dict(data["contention"], source) if "contention" in data else None
+        topology = Topology.from_dict(data["topology"], source, world) if "topology" in data else None
         extra = {k: x for k, x in data.items() if k not in FIELDS and k != "contention"}
-        return cls(world, collectives, backend, algorithm, extra, contention)
+        return cls(world, collectives, backend, algorithm, extra, contention, topology)
 
     @classmethod
     def load(cls, path: str | Path) -> "Cluster":
@@ -290,30 +238,10 @@ class Cluster:
         v.write_json(path, self.to_dict())
 
 
-def _points(raw: Any, source: str, where: str) -> tuple[tuple[float, float], ...]:
-    pts = []
-    for j, p in enumerate(v.array(raw, source, where)):
-        if not isinstance(p, list) or len(p) != 2:
-            raise FormatError(source, f"{where}[{j}]", "must be a [bytes, seconds] pair")
-        b = v.number(p[0], source, f"{where}[{j}][0]", positive=True, maximum=v.MAX_BYTES)
-        t = v.number(p[1], source, f"{where}[{j}][1]", maximum=v.MAX_SECONDS)
-        pts.append((b, t))
-    if len(pts) < 2:
-        raise FormatError(source, where, "a measured table needs at least two points")
-    pts.sort()
-    if len({b for b, _ in pts}) != len(pts):
-        raise FormatError(source, where, "has two points for the same size")
-    return tuple(pts)
-
-
-def _ratios(collective: str, algorithm: str, p0: int, p: int) -> tuple[float, float]:
-    """How alpha and beta scale from ``p0`` to ``p`` ranks (ring or tree formulas)."""
-    if collective == "allgather":
-        k = (p - 1) / (p0 - 1)
-        return k, k
-    if algorithm == "tree":
-        return math.log2(p) / math.log2(p0), 1.0
-    return (p - 1) / (p0 - 1), ((p - 1) / p) / ((p0 - 1) / p0)
-
-
-
+def _moved(measured: CollectiveCost, model_then: CollectiveCost, model_now: CollectiveCost) -> CollectiveCost:
+    """``measured`` (at the measured topology) moved by the ratio of the model's line now to its
+    line then, component by component (a component the model put at 0 then: the model's own)."""
+    a = measured.alpha_s * model_now.alpha_s / model_then.alpha_s if model_then.alpha_s > 0 else model_now.alpha_s
+    b = (measured.beta_s_per_byte * model_now.beta_s_per_byte / model_then.beta_s_per_byte
+         if model_then.beta_s_per_byte > 0 else model_now.beta_s_per_byte)
+    return with_line(measured, a, b)

@@ -63,7 +63,7 @@ class GradschedStrategy(DDPStrategy):
 
     Args:
         plan: a strategy name (``"auto"``, ``"mgwfbp"``, ... ``"ddp"`` for PyTorch's own DDP) or a Plan.
-        profile, cluster, plan_options, sparse_options, timeout_s, trace, use_torch_ddp: as for
+        profile, cluster, plan_options, sparse_options, timeout_s, trace, use_torch_ddp, ranks_per_node: as for
             :class:`gradsched.torch.DistributedDataParallel`.
         **kwargs: Lightning's ``DDPStrategy`` arguments; ``find_unused_parameters`` and
             ``broadcast_buffers`` apply to every plan, other PyTorch-DDP keywords to ``"ddp"`` only.
@@ -74,12 +74,14 @@ class GradschedStrategy(DDPStrategy):
     def __init__(self, plan: str | Plan = "auto", *, profile: Profile | None = None, cluster: Cluster | None = None,
                  plan_options: dict[str, Any] | None = None, sparse_options: Any = None,
                  timeout_s: float | None = None, trace: bool = False, use_torch_ddp: bool = True,
-                 **kwargs: Any) -> None:
+                 ranks_per_node: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.plan = plan
         self._wrapper_kwargs: dict[str, Any] = {"profile": profile, "cluster": cluster, "plan_options": plan_options,
                                                 "sparse_options": sparse_options, "trace": trace,
                                                 "use_torch_ddp": use_torch_ddp}
+        if ranks_per_node is not None:
+            self._wrapper_kwargs["ranks_per_node"] = ranks_per_node
         if timeout_s is not None:
             self._wrapper_kwargs["timeout_s"] = timeout_s
         elif isinstance(self._timeout, timedelta):

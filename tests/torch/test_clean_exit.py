@@ -4,14 +4,13 @@ Issue: such a script once aborted at exit ("terminate called without an active
 exception", SIGABRT) in 3 of 20 runs on a loaded machine; gradsched's own workers
 leave with ``os._exit`` and never saw it.  What gradsched runs or holds is now
 released at exit (:mod:`gradsched.torch.runtime.shutdown`); these tests check that it is, and
-run the script 30 times under torchrun.
+run the script under torchrun once for each strategy and ending (10 jobs).  The long count,
+30 jobs and more, is ``python benchmarks/clean_exit.py --runs 30``.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -28,8 +27,9 @@ from gradsched.torch.runtime import executor as executor_module  # noqa: E402
 from gradsched.torch.runtime import shutdown  # noqa: E402
 from gradsched.torch.jobs.launch import free_port  # noqa: E402
 
-SCRIPT = Path(__file__).parent / "scripts" / "user_loop.py"
-RUNS = 30
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import clean_exit  # noqa: E402  (the benchmark's launcher: one definition of a job)
+
 LANES = 2  # torchrun jobs at a time
 
 
@@ -58,23 +58,11 @@ def test_close_all_stops_threads_and_forgets_groups_and_hooks():
         dist.destroy_process_group()
 
 
-def _start_script(strategy: str, destroy: bool) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-            str(SCRIPT), strategy] + ([] if destroy else ["--no-destroy"])
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-
-
 @pytest.mark.slow
-def test_user_script_exits_zero_thirty_times_under_torchrun():
-    """30 whole torchrun jobs, two at a time (a job's launcher imports torch while the other's workers run)."""
-    cases = list(itertools.islice(itertools.cycle(itertools.product(
-        ["wfbp", "mgwfbp", "bytescheduler", "usbyte", "ddp"], [True, False])), RUNS))
-    failures = []
-    for pair in (cases[i:i + LANES] for i in range(0, RUNS, LANES)):
-        procs = [(case, _start_script(*case)) for case in pair]
-        for (strategy, destroy), proc in procs:
-            _, err = proc.communicate(timeout=300)
-            if proc.returncode != 0 or "terminate called" in err:
-                failures.append(f"{strategy} destroy={destroy}: exit {proc.returncode}: {err[-600:]}")
-    assert not failures, f"{len(failures)} of {RUNS} runs failed:\n" + "\n".join(failures)
+def test_user_script_exits_zero_under_torchrun_for_every_strategy_and_ending():
+    """Each (strategy, with/without destroy_process_group) once as a whole torchrun job, two at a time."""
+    records = clean_exit.run_jobs(len(clean_exit.CASES), LANES)
+    assert {(r["strategy"], r["destroy"]) for r in records} == set(clean_exit.CASES)
+    failures = [f"{r['strategy']} destroy={r['destroy']}: exit {r['exit']}: {r['stderr_tail']}"
+                for r in records if r["exit"] != 0 or r["aborted"]]
+    assert not failures, f"{len(failures)} of {len(records)} runs failed:\n" + "\n".join(failures)

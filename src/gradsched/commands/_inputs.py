@@ -16,8 +16,13 @@ from gradsched.profile import Profile
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", metavar="P.json", help="gradsched.profile/1 file, or bundled:NAME (default: bundled:googlenet)")
-    p.add_argument("--workers", type=int, default=8, metavar="N",
-                   help="data-parallel ranks to plan and predict for (default 8); nothing is launched")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="data-parallel ranks to plan and predict for (default 8, or a two-level cluster's own); "
+                        "nothing is launched. With --nodes and --ranks-per-node, workers = nodes x ranks-per-node")
+    p.add_argument("--nodes", type=int, metavar="N",
+                   help="nodes to plan for, with --ranks-per-node (a cluster with a topology, docs/formats.md: "
+                        "both levels are extrapolated to N x M)")
+    p.add_argument("--ranks-per-node", type=int, metavar="M", help="ranks (GPUs) per node, with --nodes")
     net = p.add_argument_group("network (default: the bundled 10GbE cluster measured with GoogLeNet)")
     net.add_argument("--cluster", metavar="C.json", help="gradsched.cluster/1 file extrapolated to --workers, or bundled:NAME "
                                                          "(googlenet-10gbe: OSU table; googlenet-intrain: in-training times)")
@@ -39,8 +44,50 @@ def load_profile(args: argparse.Namespace) -> Profile:
 
 
 def load_cluster(args: argparse.Namespace) -> Cluster:
-    if not 1 <= args.workers <= MAX_WORLD_SIZE:
+    nodes = _nodes(args)
+    if args.workers is not None and not 1 <= args.workers <= MAX_WORLD_SIZE:
         raise GradschedError(f"--workers must be at least 1 and at most {MAX_WORLD_SIZE:,}, got {args.workers}")
+    cluster = _flat_or_file(args, nodes)
+    if nodes is not None:
+        if cluster.topology is None:
+            raise GradschedError("--nodes/--ranks-per-node need a cluster with a topology (two levels, "
+                                 "docs/formats.md); this one has one flat level: give --workers "
+                                 f"{nodes[0] * nodes[1]} for the flat model")
+        return cluster.at_topology(*nodes)
+    if args.workers is None and cluster.topology is not None:
+        return cluster  # a two-level cluster as measured
+    workers = 8 if args.workers is None else args.workers
+    return cluster.at_world_size(workers) if cluster.world_size != workers else cluster
+
+
+def workers_text(cluster: Cluster) -> str:
+    """``"1024 workers (128 nodes x 8)"``, or ``"8 workers"`` on a flat cluster."""
+    topo = cluster.topology
+    nodes = f" ({topo.nodes} nodes x {topo.ranks_per_node})" if topo is not None else ""
+    return f"{cluster.world_size} workers{nodes}"
+
+
+def _nodes(args: argparse.Namespace) -> tuple[int, int] | None:
+    """``(--nodes, --ranks-per-node)`` checked, or None; ``--workers``, if given, must be their product."""
+    if args.nodes is None and args.ranks_per_node is None:
+        return None
+    if args.nodes is None or args.ranks_per_node is None:
+        raise GradschedError("--nodes and --ranks-per-node go together (workers = nodes x ranks-per-node)")
+    for flag, x in (("--nodes", args.nodes), ("--ranks-per-node", args.ranks_per_node)):
+        if not 1 <= x <= MAX_WORLD_SIZE:
+            raise GradschedError(f"{flag} must be at least 1 and at most {MAX_WORLD_SIZE:,}, got {x}")
+    world = args.nodes * args.ranks_per_node
+    if world > MAX_WORLD_SIZE:
+        raise GradschedError(f"--nodes x --ranks-per-node = {world:,} ranks, above the most ({MAX_WORLD_SIZE:,})")
+    if args.workers is not None and args.workers != world:
+        raise GradschedError(f"--workers {args.workers} but --nodes {args.nodes} x --ranks-per-node "
+                             f"{args.ranks_per_node} = {world}; give one or the other")
+    return args.nodes, args.ranks_per_node
+
+
+def _flat_or_file(args: argparse.Namespace, nodes: tuple[int, int] | None) -> Cluster:
+    """The cluster of --alpha/--beta (at --workers) or --cluster (as stored; bundled: at --workers)."""
+    workers = nodes[0] * nodes[1] if nodes else (8 if args.workers is None else args.workers)
     if (args.alpha is None) != (args.beta is None):
         raise GradschedError("--alpha and --beta go together")
     if args.alpha is not None:
@@ -49,16 +96,14 @@ def load_cluster(args: argparse.Namespace) -> Cluster:
         for flag, value, top in (("--alpha", args.alpha, MAX_SECONDS), ("--beta", args.beta, 1.0)):
             if not 0 <= value <= top:
                 raise GradschedError(f"{flag} must be a finite number between 0 and {top:g}, got {value}")
-        return Cluster.alpha_beta(args.alpha, args.beta, args.workers)
+        return Cluster.alpha_beta(args.alpha, args.beta, workers)
     from gradsched.bundled import bundled_cluster
 
     if not args.cluster:
-        cluster = bundled_cluster(world_size=args.workers)
-    elif args.cluster.startswith("bundled:"):
-        cluster = bundled_cluster(args.cluster.removeprefix("bundled:"), world_size=args.workers)
-    else:
-        cluster = Cluster.load(args.cluster)
-    return cluster.at_world_size(args.workers) if cluster.world_size != args.workers else cluster
+        return bundled_cluster(world_size=workers)
+    if args.cluster.startswith("bundled:"):
+        return bundled_cluster(args.cluster.removeprefix("bundled:"), world_size=workers)
+    return Cluster.load(args.cluster)
 
 
 def check_inputs(profile: Profile, cluster: Cluster) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from gradsched.commands._inputs import (add_model_args, check_inputs, check_opt_keys, load_cluster, load_profile,
-                                        planner_options, strategy_list)
+                                        planner_options, strategy_list, workers_text)
 from gradsched.errors import GradschedError
 from gradsched.planners import make_plan
 from gradsched.sim import simulate
@@ -33,5 +33,5 @@ def run(args: argparse.Namespace) -> int:
     plan.save(args.output)
     result = simulate(plan, profile, cluster, timeline=False)
     print(f"wrote {args.output}: {plan.strategy}, {len(plan.operations)} operations, hash {plan.hash}, "
-          f"predicted {1e3 * result.iteration_s:.2f} ms per iteration on {cluster.world_size} workers")
+          f"predicted {1e3 * result.iteration_s:.2f} ms per iteration on {workers_text(cluster)}")
     return 0

@@ -8,10 +8,10 @@ import time
 from typing import Any
 
 from gradsched.commands._inputs import (add_model_args, check_inputs, check_opt_keys, load_cluster, load_profile,
-                                        planner_options, strategy_list)
+                                        planner_options, strategy_list, workers_text)
 from gradsched.commands._output import add_json_arg, emit_json, to_stdout
 from gradsched.errors import GradschedError
-from gradsched.plan import Plan
+from gradsched.plan import HIER, Plan
 from gradsched.planners import make_plan
 from gradsched.sim import simulate
 
@@ -47,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
                "compute_s": result.compute_s, "comm_s": result.comm_s, "operations": result.operations,
                "peak_extra_bytes": result.peak_extra_bytes, "plan_s": plan_s, "options": plan.options,
                "workers": cluster.world_size, "model": profile.model}
+        if cluster.topology is not None:
+            row.update(nodes=cluster.topology.nodes, ranks_per_node=cluster.topology.ranks_per_node,
+                       hier_operations=sum(op.collective == HIER for op in plan.operations))
         rows.append(row)
         if result.timeline is not None:
             result.timeline.meta["iteration_s"] = result.iteration_s
@@ -58,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
         gantt(timelines, args.plot)
     if not to_stdout(args):
-        print_table(rows, profile.model, cluster.world_size)
+        print_table(rows, profile.model, workers_text(cluster))
     emit_json(args, rows)
     return 0
 
@@ -93,10 +96,10 @@ def _save_trace(timelines, path: str) -> None:
     merged.save_chrome_trace(path)
 
 
-def print_table(rows: list[dict[str, Any]], model: str, workers: int) -> None:
+def print_table(rows: list[dict[str, Any]], model: str, workers: str) -> None:
     base = next((r["iteration_s"] for r in rows if r["strategy"] == "wfbp"), rows[0]["iteration_s"])
     base_name = "wfbp" if any(r["strategy"] == "wfbp" for r in rows) else rows[0]["strategy"]
-    print(f"{model} on {workers} workers (predicted)")
+    print(f"{model} on {workers} (predicted)")
     head = f"{'strategy':<14} {'iter ms':>9} {'vs ' + base_name:>9} {'exposed ms':>10} {'ops':>6} {'extra MB':>9} {'plan ms':>8}  notes"
     print(head)
     print("-" * len(head))

@@ -3,8 +3,10 @@
 Candidates are the dense strategies with a small grid of their options (DDP bucket
 sizes, threshold sizes, ByteScheduler partition and credit sizes, Horovod fusion),
 and, only when the user allows a density below 1, the sparse strategies at that
-density.  Each candidate is planned and simulated; the fastest predicted iteration
-wins (ties: fewer operations, then candidate order).  The returned plan is the
+density.  On a two-level cluster gradsched's own dense strategies mark operations
+hierarchical where the cluster predicts it cheaper (option ``hierarchical``, passed on
+to them), so ``auto`` may choose plans with ``hier-allreduce`` operations.  Each
+candidate is planned and simulated; the fastest predicted iteration wins (ties: fewer operations, then candidate order).  The returned plan is the
 winner's, relabelled ``auto`` with what it chose in its options."""
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from gradsched.constants import MiB
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
 from gradsched.planners.options import STRATEGIES, Option
-from gradsched.planners.registry import get_planner, is_sparse, register, strategy_names
+from gradsched.planners import _collective as coll
+from gradsched.planners.registry import get_planner, is_sparse, planner_option_specs, register, strategy_names
 from gradsched.profile import Profile
 
 # Options tried per strategy; strategies not listed are tried with their defaults.
@@ -34,8 +37,10 @@ GRID: dict[str, list[dict[str, Any]]] = {
 }
 
 
-def candidates(density: float = 1.0, exclude: tuple[str, ...] = ()) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(strategy, options) pairs that ``auto`` tries."""
+def candidates(density: float = 1.0, exclude: tuple[str, ...] = (),
+               hierarchical: str = "auto") -> Iterator[tuple[str, dict[str, Any]]]:
+    """(strategy, options) pairs that ``auto`` tries (``hierarchical`` goes to every strategy
+    that takes it; ``auto``, its default, is left out of their options)."""
     if not 0 < density <= 1:
         raise GradschedError(f"auto: density must be in (0, 1], got {density}")
     for name in strategy_names():
@@ -45,8 +50,13 @@ def candidates(density: float = 1.0, exclude: tuple[str, ...] = ()) -> Iterator[
             if density < 1:
                 yield name, {"density": density}
             continue
+        extra = {"hierarchical": hierarchical} if hierarchical != "auto" and takes_hierarchical(name) else {}
         for opts in GRID.get(name, [{}]):
-            yield name, opts
+            yield name, {**opts, **extra}
+
+
+def takes_hierarchical(name: str) -> bool:
+    return "hierarchical" in planner_option_specs(name)
 
 
 @dataclass(frozen=True)
@@ -59,12 +69,12 @@ class Ranked:
 
 
 def ranked(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int = 1,
-           exclude: tuple[str, ...] = ()) -> list[Ranked]:
+           exclude: tuple[str, ...] = (), hierarchical: str = "auto") -> list[Ranked]:
     """Every candidate, simulated, fastest predicted first (ties: fewer operations, then candidate order)."""
     from gradsched.sim import simulate  # the simulator imports planners' types only
 
     keyed = []
-    for k, (name, opts) in enumerate(candidates(density, tuple(exclude))):
+    for k, (name, opts) in enumerate(candidates(density, tuple(exclude), hierarchical)):
         candidate = get_planner(name)(profile, cluster, **opts)
         result = simulate(candidate, profile, cluster, channels=channels, timeline=False)
         keyed.append(((result.iteration_s, len(candidate.operations), k), Ranked(result.iteration_s, name, candidate)))
@@ -80,7 +90,7 @@ def as_auto(choice: Ranked, tried: int, density: float = 1.0) -> Plan:
 
 
 def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int = 1,
-         exclude: tuple[str, ...] = ()) -> tuple[Ranked, int]:
+         exclude: tuple[str, ...] = (), hierarchical: str = "auto") -> tuple[Ranked, int]:
     """``ranked(...)[0]`` and how many candidates there were, simulating fewer of them.
 
     The same winner, found faster: a candidate whose plan equals one already simulated
@@ -94,7 +104,7 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
     top: tuple[tuple[float, int, int], Ranked] | None = None
     seen: dict[tuple, float] = {}
     count = 0
-    for k, (name, opts) in enumerate(candidates(density, tuple(exclude))):
+    for k, (name, opts) in enumerate(candidates(density, tuple(exclude), hierarchical)):
         count += 1
         candidate = get_planner(name)(profile, cluster, **opts)
         key = (candidate.operations, candidate.scheduling, candidate.overlap_forward, candidate.credit_bytes)
@@ -120,19 +130,25 @@ def comm_lower_bound_s(plan_: Plan, profile: Profile, cluster: Cluster, channels
     if any(op.sparse for op in plan_.operations):
         return 0.0
     elem = [t.element_bytes for t in profile.tensors]
-    nbytes = [sum(s.numel * elem[s.tensor] for s in op.slices) for op in plan_.operations]
-    return float(cluster.cost("allreduce").times_s(nbytes).sum()) / channels
+    total = 0.0
+    for collective in sorted({op.collective for op in plan_.operations}):  # a fixed order: same sum on every rank
+        nbytes = [sum(s.numel * elem[s.tensor] for s in op.slices) for op in plan_.operations
+                  if op.collective == collective]
+        total += float(cluster.cost(collective).times_s(nbytes).sum())
+    return total / channels
 
 
 OPTIONS = (
     Option("density", float, 1.0, low=0, low_open=True, high=1, doc="below 1: sparse strategies are candidates too"),
     Option("channels", int, 1, low=1, high=1024, doc="parallel communication channels simulated"),
     Option("exclude", STRATEGIES, (), doc="strategies not tried"),
+    coll.OPTION,
 )
 
 
 @register("auto", options=OPTIONS)
 def plan(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int = 1,
-         exclude: tuple[str, ...] = ()) -> Plan:
-    choice, tried = best(profile, cluster, density, channels, exclude)
+         exclude: tuple[str, ...] = (), hierarchical: str = "auto") -> Plan:
+    coll.check_mode("auto", hierarchical, cluster)
+    choice, tried = best(profile, cluster, density, channels, exclude, hierarchical)
     return as_auto(choice, tried, density)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
 from gradsched.plan import Operation, Plan, Slice
+from gradsched.planners import _collective as coll
 from gradsched.planners.options import Option
 from gradsched.planners.registry import register
 from gradsched.profile import Profile
@@ -20,23 +21,28 @@ OPTIONS = (
     Option("partition_bytes", int, 4 << 20, low=1, high=1 << 50, doc="largest block in bytes"),
     Option("credit_bytes", int, None, low=1, high=1 << 60, optional=True,
            doc="bytes issued but unfinished at a time (default: two blocks)"),
+    coll.OPTION,
 )
 
 
 @register("bytescheduler", options=OPTIONS)
 def plan(profile: Profile, cluster: Cluster, partition_bytes: int = 4 << 20,
-         credit_bytes: int | None = None) -> Plan:
+         credit_bytes: int | None = None, hierarchical: str = "auto") -> Plan:
+    coll.check_mode("bytescheduler", hierarchical, cluster)
     credit = 2 * partition_bytes if credit_bytes is None else credit_bytes
     blocks = sum(-(-t.numel // max(1, partition_bytes // t.element_bytes)) for t in profile.tensors)
     if blocks > MAX_OPERATIONS:
         raise GradschedError(f"bytescheduler: partition_bytes={partition_bytes} cuts this model into {blocks:,} "
                              f"blocks (at most {MAX_OPERATIONS:,}); give a larger partition_bytes, e.g. {4 << 20}")
-    ops = []
+    blocks_ = []  # (tensor, start, end, bytes)
     for i in profile.order:
         t = profile.tensors[i]
         step = max(1, partition_bytes // t.element_bytes)
         for start in range(0, t.numel, step):
-            ops.append(Operation((Slice(i, start, min(t.numel, start + step)),), priority=i))
-    return Plan("bytescheduler", tuple(ops), profile.fingerprint, profile.model,
-                {"partition_bytes": partition_bytes, "credit_bytes": credit},
+            end = min(t.numel, start + step)
+            blocks_.append((i, start, end, (end - start) * t.element_bytes))
+    kinds = coll.collectives_for([b[3] for b in blocks_], cluster, hierarchical)
+    ops = tuple(Operation((Slice(i, start, end),), kind, i) for (i, start, end, _), kind in zip(blocks_, kinds))
+    options = coll.recorded({"partition_bytes": partition_bytes, "credit_bytes": credit}, cluster, hierarchical)
+    return Plan("bytescheduler", ops, profile.fingerprint, profile.model, options,
                 scheduling="priority", overlap_forward=True, credit_bytes=credit)

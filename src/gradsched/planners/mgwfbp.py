@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.plan import Plan, whole_tensor_ops
+from gradsched.planners import _collective as coll
 from gradsched.planners.registry import register
 from gradsched.profile import Profile
 
@@ -70,7 +71,9 @@ def merge_groups(profile: Profile, cost: CollectiveCost) -> list[list[int]]:
     return groups
 
 
-@register("mgwfbp")
-def plan(profile: Profile, cluster: Cluster) -> Plan:
-    groups = merge_groups(profile, cluster.cost("allreduce"))
-    return Plan("mgwfbp", whole_tensor_ops(groups, profile), profile.fingerprint, profile.model)
+@register("mgwfbp", options=(coll.OPTION,))
+def plan(profile: Profile, cluster: Cluster, hierarchical: str = "auto") -> Plan:
+    coll.check_mode("mgwfbp", hierarchical, cluster)
+    groups = merge_groups(profile, coll.planning_cost(cluster, hierarchical))
+    ops = coll.choose_collective(whole_tensor_ops(groups, profile), profile, cluster, hierarchical)
+    return Plan("mgwfbp", ops, profile.fingerprint, profile.model, coll.recorded({}, cluster, hierarchical))

@@ -32,6 +32,7 @@ import numpy as np
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.plan import Plan, whole_tensor_ops
 from gradsched.planners.mgwfbp import ready_envelope_s
+from gradsched.planners import _collective as coll
 from gradsched.planners.registry import register
 from gradsched.profile import Profile
 
@@ -64,7 +65,9 @@ def optimal_groups(profile: Profile, cost: CollectiveCost) -> tuple[list[list[in
     return groups, float(f[n])
 
 
-@register("optimal")
-def plan(profile: Profile, cluster: Cluster) -> Plan:
-    groups, _ = optimal_groups(profile, cluster.cost("allreduce"))
-    return Plan("optimal", whole_tensor_ops(groups, profile), profile.fingerprint, profile.model)
+@register("optimal", options=(coll.OPTION,))
+def plan(profile: Profile, cluster: Cluster, hierarchical: str = "auto") -> Plan:
+    coll.check_mode("optimal", hierarchical, cluster)
+    groups, _ = optimal_groups(profile, coll.planning_cost(cluster, hierarchical))
+    ops = coll.choose_collective(whole_tensor_ops(groups, profile), profile, cluster, hierarchical)
+    return Plan("optimal", ops, profile.fingerprint, profile.model, coll.recorded({}, cluster, hierarchical))

@@ -50,7 +50,8 @@ from dataclasses import dataclass, field
 
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.errors import GradschedError
-from gradsched.plan import Operation, Plan, Slice
+from gradsched.plan import HIER, Operation, Plan, Slice
+from gradsched.planners import _collective as coll
 from gradsched.planners.options import Option
 from gradsched.planners.registry import register
 from gradsched.profile import Profile
@@ -85,9 +86,14 @@ class Schedule:
 class _Model:
     """US-Byte's phase 1 + phase 2 for a given priority order, and the iteration it gives."""
 
-    def __init__(self, profile: Profile, cost: CollectiveCost, unit_bytes: int) -> None:
+    def __init__(self, profile: Profile, cost: CollectiveCost, unit_bytes: int,
+                 exact: tuple[CollectiveCost, ...] | None = None) -> None:
+        """``cost``: the line the block sizes are chosen by; ``exact``: the costs whose minimum a
+        block takes (default: ``cost``; with hierarchical operations the plain and the
+        hierarchical all-reduce, each block run as the cheaper, as the simulator costs it)."""
         self.profile = profile
         self.cost = cost
+        self.time_s = _cheapest([_Timer(c) for c in (exact or (cost,))])  # bytes -> seconds, as simulated
         ready = profile.ready_s
         tensors, layer_of = profile.tensors, profile.layer_of
         key_of: dict[tuple[int, int], list[int]] = {}
@@ -121,19 +127,7 @@ class _Model:
         self.beta_s = cost.beta_s_per_byte
         self._runs: dict[tuple[bool, tuple[int, ...]], Schedule] = {}
         self._trials: dict[tuple[bool, tuple[int, ...]], Schedule] = {}
-        self.table = ([float(x) for x, _ in cost.points], [float(y) for _, y in cost.points]) if cost.points else None
         self.full_time_s = [self.time_s(u.numel * u.element_bytes) for u in units]
-
-    def time_s(self, nbytes: int) -> float:
-        """``cost.time_s`` bit for bit, without numpy's per-call overhead (the search calls it
-        once per block per evaluation): the simulator must see exactly the modelled times."""
-        if nbytes <= 0:
-            return 0.0
-        if self.table is not None:
-            xs, ys = self.table
-            if xs[0] <= nbytes <= xs[-1]:
-                return float(_interp(nbytes, xs, ys) * self.cost._table_scale(nbytes))
-        return self.alpha_s + self.beta_s * nbytes
 
     def run(self, rank: list[int], extend: bool = False, resume: Schedule | None = None, at: int = 0,
             dry: bool = False) -> Schedule:
@@ -303,6 +297,36 @@ class _Model:
         return t
 
 
+def _cheapest(timers: list["_Timer"]):
+    """Seconds for ``nbytes``: the cheapest of ``timers``, each bit for bit as the simulator's
+    (two lines, the common two-level case, in one expression: the search calls it per block)."""
+    if len(timers) == 1:
+        return timers[0]
+    if len(timers) == 2 and all(t.table is None for t in timers):
+        (a1, b1), (a2, b2) = [(t.alpha_s, t.beta_s) for t in timers]
+        return lambda nbytes: 0.0 if nbytes <= 0 else min(a1 + b1 * nbytes, a2 + b2 * nbytes)
+    return lambda nbytes: min([t(nbytes) for t in timers])
+
+
+class _Timer:
+    """``cost.time_s`` bit for bit, without numpy's per-call overhead (the search calls it
+    once per block per evaluation): the simulator must see exactly the modelled times."""
+
+    def __init__(self, cost: CollectiveCost) -> None:
+        self.cost = cost
+        self.alpha_s, self.beta_s = cost.alpha_s, cost.beta_s_per_byte
+        self.table = ([float(x) for x, _ in cost.points], [float(y) for _, y in cost.points]) if cost.points else None
+
+    def __call__(self, nbytes: int) -> float:
+        if nbytes <= 0:
+            return 0.0
+        if self.table is not None:
+            xs, ys = self.table
+            if xs[0] <= nbytes <= xs[-1]:
+                return float(_interp(nbytes, xs, ys) * self.cost._table_scale(nbytes))
+        return self.alpha_s + self.beta_s * nbytes
+
+
 def _fill(gap: float, rest: int, unit: int, eb: int, alpha: float, beta: float, time_s) -> int:
     """Elements of a phase-1 block that fills ``gap``: one unit if ``gap < alpha``, whole units
     up to the gap if less than ``rest`` fits in it, else all of ``rest``."""
@@ -396,7 +420,10 @@ def _first_change(model: _Model, schedule: Schedule, rank: list[int], u: int, ta
     return None
 
 
-def build_plan(model: _Model, rank: list[int], schedule: Schedule, options: dict) -> Plan:
+def build_plan(model: _Model, rank: list[int], schedule: Schedule, options: dict,
+               cluster: Cluster | None = None, hierarchical: str = "never") -> Plan:
+    """The plan of ``schedule``: one operation per block, its layer's rank as priority (each made
+    hierarchical where ``hierarchical`` says so, on a two-level ``cluster``)."""
     profile = model.profile
     ops = []
     for u, lo, hi, _, _ in schedule.blocks:
@@ -409,6 +436,9 @@ def build_plan(model: _Model, rank: list[int], schedule: Schedule, options: dict
                 slices.append(Slice(i, a - offset, b - offset))
             offset += numel
         ops.append(Operation(tuple(slices), priority=rank[u]))
+    if cluster is not None:
+        ops = list(coll.choose_collective(ops, profile, cluster, hierarchical))
+        options = coll.recorded(options, cluster, hierarchical)
     return Plan("usbyte", tuple(ops), profile.fingerprint, profile.model, options,
                 scheduling="priority", overlap_forward=True)
 
@@ -418,13 +448,16 @@ RULES = (("block", False), ("block", True), ("layer", False), ("layer", True))  
 
 def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_BYTES,
             max_evaluations: int = DEFAULT_MAX_EVALUATIONS, extend: bool | None = None,
-            window: str | None = None) -> tuple[Plan, Schedule, int]:
+            window: str | None = None, hierarchical: str = "auto") -> tuple[Plan, Schedule, int]:
     """The US-Byte plan, the schedule its model predicts, and how many schedules it modelled
     (all rules together).  ``extend``/``window`` left as None are chosen: each rule is
     planned and the plan with the shortest simulated iteration kept (ties: fewer
     operations, then the order of ``RULES``)."""
     unit_bytes, max_evaluations = _check_options(unit_bytes, max_evaluations, extend, window)
-    model = _Model(profile, cluster.cost("allreduce"), unit_bytes)
+    coll.check_mode("usbyte", hierarchical, cluster)
+    cost = coll.planning_cost(cluster, hierarchical)
+    both = hierarchical == "auto" and cost is not cluster.cost("allreduce")  # each block the cheaper collective
+    model = _Model(profile, cost, unit_bytes, (cluster.cost("allreduce"), cluster.cost(HIER)) if both else None)
     rules = [(w, e) for w, e in RULES if window in (None, w) and extend in (None, e)]
     exact = _model_is_exact(profile, cluster)
     best, total = None, 0
@@ -432,7 +465,8 @@ def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_B
         rank, schedule, evaluations = search_priorities(model, max_evaluations, e, w)
         total += evaluations
         options = {"unit_bytes": unit_bytes, "max_evaluations": max_evaluations, "extend": e, "window": w}
-        plan_ = build_plan(model, rank, schedule, options) if not exact or len(rules) == 1 else None
+        plan_ = (build_plan(model, rank, schedule, options, cluster, hierarchical)
+                 if not exact or len(rules) == 1 else None)
         if len(rules) == 1:
             return plan_, schedule, total
         predicted = schedule.iteration_s if exact else _simulated_s(plan_, profile, cluster)
@@ -440,7 +474,7 @@ def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_B
         if best is None or key < best[0]:
             best = (key, rank, schedule, options, plan_)
     _, rank, schedule, options, plan_ = best
-    return plan_ or build_plan(model, rank, schedule, options), schedule, total
+    return plan_ or build_plan(model, rank, schedule, options, cluster, hierarchical), schedule, total
 
 
 def _model_is_exact(profile: Profile, cluster: Cluster) -> bool:
@@ -482,11 +516,12 @@ OPTIONS = (
                "left out: chosen by simulation"),
     Option("window", str, None, optional=True,
            doc="promotion window: 'block' (gradsched's) or 'layer' (the paper's); left out: chosen by simulation"),
+    coll.OPTION,
 )
 
 
 @register("usbyte", options=OPTIONS)
 def plan(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_BYTES,
          max_evaluations: int = DEFAULT_MAX_EVALUATIONS, extend: bool | None = None,
-         window: str | None = None) -> Plan:
-    return predict(profile, cluster, unit_bytes, max_evaluations, extend, window)[0]
+         window: str | None = None, hierarchical: str = "auto") -> Plan:
+    return predict(profile, cluster, unit_bytes, max_evaluations, extend, window, hierarchical)[0]

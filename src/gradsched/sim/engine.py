@@ -7,7 +7,8 @@ The model (docs/simulator.md has the figures):
    runs on the same stream right after the layer that completes it, delaying the
    layers after it (OMGS-SGD's timeline).
 2. **Communication**: each operation costs the cluster's collective time for its
-   bytes (a top-k all-gather moves ``k`` values and ``k`` int32 indices per rank).
+   bytes (a top-k all-gather moves ``k`` values and ``k`` int32 indices per rank; a
+   ``hier-allreduce`` the cluster's two-level cost, docs/cost-model.md).
    Operations are issued to ``channels`` FIFO channels, in plan order (``fifo``) or
    highest priority first among the ready ones (``priority``).  Without a credit
    window an operation is issued only onto an idle channel, so a later,
@@ -44,7 +45,7 @@ from typing import Callable
 
 from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
-from gradsched.plan import Plan
+from gradsched.plan import DENSE, HIER, Plan
 from gradsched.profile import Profile
 from gradsched.timeline import BACKWARD, COMM, FORWARD, HOST, OTHER, SELECT, UPDATE, WAIT, Timeline
 
@@ -186,7 +187,7 @@ class _Static:
         n_ops = len(ops)
         elem = [t.element_bytes for t in profile.tensors]
         world = cluster.world_size
-        ar = cluster.cost("allreduce")
+        dense = _dense_costs(ops, cluster)
         ag = cluster.cost("allgather") if any(op.sparse for op in ops) else None
         self.op_bytes = [0] * n_ops
         self.cost = [0.0] * n_ops
@@ -205,7 +206,7 @@ class _Static:
                 self.residual_bytes += nb
                 self.inflight_mem[j] = per_rank * (world + 1) + nb  # own top-k, gathered top-ks, rebuilt dense
             else:
-                self.cost[j] = ar.time_s(nb)
+                self.cost[j] = dense[op.collective].time_s(nb)
                 if len(op.slices) > 1:
                     self.inflight_mem[j] = nb  # flat bucket buffer
         # backward layers in ready order, and which operations each one completes
@@ -235,6 +236,16 @@ class _Static:
                          sum(profile.tensors[i].update_s for i in ts), ts) for ts in grouped.values()]
         self.update_total = sum(x.update_s for x in profile.tensors)
         self.issue_s, self.retire_s = profile.op_host_s()
+
+
+def _dense_costs(ops, cluster: Cluster) -> dict:
+    """The cost of each dense collective the plan uses (``hier-allreduce`` needs a topology)."""
+    names = {op.collective for op in ops if not op.sparse} | {DENSE}
+    if HIER in names and cluster.topology is None:
+        raise GradschedError("the plan has hier-allreduce operations (two-level all-reduce) but the cluster has no "
+                             "topology to cost them: give a cluster with one (docs/formats.md, \"topology\"), or "
+                             "plan with the option hierarchical=never")
+    return {name: cluster.cost(name) for name in names}
 
 
 @dataclass

@@ -49,10 +49,13 @@ def rel_diff(a: "Any", b: "Any") -> float:
     return worst
 
 
-def train(model_name: str, strategy: str, optimizer: str, steps: int, *, seed: int, batch_size: int,
+def train(model_name: str, strategy: Any, optimizer: str, steps: int, *, seed: int, batch_size: int,
           device: Any, use_torch_ddp: bool, options: dict[str, Any] | None, timeout_s: float = 60.0,
-          accumulate: int = 1) -> list[Any]:
-    """Train ``steps`` steps on this rank; return the final parameters (CPU copies)."""
+          accumulate: int = 1, wrap: dict[str, Any] | None = None) -> list[Any]:
+    """Train ``steps`` steps on this rank; return the final parameters (CPU copies).
+
+    ``strategy`` is a strategy name or a Plan; ``wrap``: more arguments for the wrapper
+    (``process_group``, ``ranks_per_node`` ...)."""
     import torch
     import torch.distributed as dist
 
@@ -65,7 +68,7 @@ def train(model_name: str, strategy: str, optimizer: str, steps: int, *, seed: i
         model = _Local(module)
     else:
         model = DistributedDataParallel(module, strategy, plan_options=options, use_torch_ddp=use_torch_ddp,
-                                        timeout_s=timeout_s)
+                                        timeout_s=timeout_s, **(wrap or {}))
     params = model.parameters()
     inner = (torch.optim.SGD(params, lr=0.05, momentum=0.9) if optimizer == "sgd"
              else torch.optim.Adam(params, lr=1e-3))

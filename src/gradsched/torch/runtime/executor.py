@@ -33,6 +33,11 @@ chunk of whole tensors at a time by :class:`~gradsched.torch.runtime.sparse.Lays
 each chunk updates its weights through :attr:`Executor.mirror` (set by
 ``DistributedOptimizer``) and is freed.  Every buffer goes through
 :attr:`Executor.ledger` (:mod:`gradsched.torch.runtime.memory`).
+
+Two-level (``hier-allreduce``) operations run in :mod:`gradsched.torch.runtime.hier` on
+node groups that the executor makes once per owner (:mod:`gradsched.torch.runtime.nodes`,
+``ranks_per_node``); to the issue order, the credit window and the trace they are one
+operation each, like a dense one.
 """
 
 from __future__ import annotations
@@ -50,10 +55,12 @@ from torch import nn
 from gradsched.errors import GradschedError, InternalError
 from gradsched.plan import Plan
 from gradsched.torch.runtime.groups import side_group, uses_nccl
+from gradsched.torch.runtime.hier import Sequencer
 from gradsched.torch.runtime.hosttime import HostTimer
 from gradsched.torch.runtime.inflight import unwrap
 from gradsched.torch.runtime.layout import build_layout
 from gradsched.torch.runtime.memory import MemoryLedger, storage_bytes
+from gradsched.torch.runtime.nodes import NodeGroups, node_groups, uses_nodes
 from gradsched.torch.runtime.ops import CollectiveError, OpRunner, make_runner, wait_all
 from gradsched.torch.runtime.planning import dtype_key
 from gradsched.torch.runtime.shutdown import close_at_exit, release_at_exit
@@ -146,7 +153,7 @@ class Executor:
                  group: dist.ProcessGroup, ctrl_group: dist.ProcessGroup, *, timeout_s: float,
                  find_unused_parameters: bool, tracer: Tracer | None,
                  sparse_options: SparseOptions | dict | None = None, progress_thread: bool = True,
-                 private_owner: object | None = None) -> None:
+                 private_owner: object | None = None, ranks_per_node: int = 1) -> None:
         # long function: declares the executor's whole state in one place, grouped by role
         self.params = params
         self.names = names
@@ -189,9 +196,15 @@ class Executor:
         for slots in self.layout.op_slots:
             for s in slots:
                 self.tensor_slots[s.tensor].append(s)
+        owner = self if private_owner is None else private_owner
+        # hier-allreduce operations: the node groups (made once per owner, on every rank) and their sequencer
+        self.nodes: NodeGroups | None = (node_groups(group, ranks_per_node, timeout_s, owner) if uses_nodes(plan)
+                                         else None)
+        sequencer = Sequencer()
         self.runners: list[OpRunner] = [
             make_runner(j, op, self.layout.op_pieces[j], self.arenas, group, self.world_size, self.rank, None,
-                        ledger=self.ledger, options=self.sparse_options, step_of=lambda: self.sparse_step)
+                        ledger=self.ledger, options=self.sparse_options, step_of=lambda: self.sparse_step,
+                        nodes=self.nodes, sequencer=sequencer)
             for j, op in enumerate(plan.operations)]
         if self.credit_bytes is not None and self.credit_bytes >= sum(r.nbytes for r in self.runners):
             # A window that holds everything the plan moves never holds an operation back.
@@ -208,7 +221,7 @@ class Executor:
         self._wake: _Wake | None = None
         self._thread: threading.Thread | None = None
         if self.credit_bytes is not None:  # issue times depend on completions: a group of its own
-            self.group = group = private_group(group, timeout_s, self if private_owner is None else private_owner)
+            self.group = group = private_group(group, timeout_s, owner)
             for r in self.runners:
                 r.group = group
         if progress_thread and self.credit_bytes is not None:
@@ -494,7 +507,7 @@ class Executor:
             if self.credit_bytes is not None and self.inflight and self.inflight_bytes + r.nbytes > self.credit_bytes:
                 return
             if self.tracer is not None:
-                self.tracer.op_issued(j)
+                self.tracer.op_issued(j, self.plan.operations[j].collective)
             # a completion callback only where something needs it: it takes the GIL from the model
             stamp = self.tracer is not None and self.tracer.completions
             r.on_complete = self._on_complete if stamp or self._wake is not None else None

@@ -1,7 +1,7 @@
 """Operation kinds: how one plan operation is issued and completed on a process group.
 
 The executor knows operations only through this small protocol, so a new kind (the
-sparse ``topk-allgather``) is one class registered in :data:`OP_KINDS`:
+sparse ``topk-allgather``, the two-level ``hier-allreduce``) is one class registered in :data:`OP_KINDS`:
 
 - ``issue()``: start the collective(s) asynchronously; the operation's arena pieces
   already hold this rank's gradient elements.
@@ -111,7 +111,8 @@ def wait_all(works: list[dist.Work], *, host_wait: bool, timeout_s: float, rank:
                 f"stalled or ran a different number of steps ({type(exc).__name__}: {first})") from exc
 
 
-# gradsched.torch.runtime.sparse adds the sparse kind ("topk-allgather": TopkAllGather) when imported.
+# Added when imported (the executor imports both): gradsched.torch.runtime.sparse the sparse kind
+# ("topk-allgather": TopkAllGather), gradsched.torch.runtime.hier the two-level one ("hier-allreduce": HierAllReduce).
 OP_KINDS: dict[str, type] = {DENSE: DenseAllReduce}
 
 

@@ -224,7 +224,7 @@ class TopkAllGather:
     def __init__(self, index: int, op: Operation, pieces: tuple[Piece, ...], arenas: dict[str, torch.Tensor],
                  group: dist.ProcessGroup, world_size: int, rank: int,
                  on_complete: Callable[[int], None] | None = None, *, ledger: MemoryLedger,
-                 options: SparseOptions, step_of: Callable[[], int]) -> None:
+                 options: SparseOptions, step_of: Callable[[], int], **_context: object) -> None:
         if len(pieces) != 1:
             raise GradschedError(f"operation {index} (topk-allgather) mixes {len(pieces)} element types; a sparse "
                                  "operation must hold tensors of one dtype (split it by dtype)")

@@ -43,6 +43,9 @@ FIELDS: dict[str, tuple[str, str]] = {  # causes first: a dtype difference also 
                "create the same process groups, in the same order, on every rank of this group before wrapping"),
     "plan": ("plan", "every rank must build the same model and plan it with the same strategy, profile and "
                      "cluster (or load one plan file)"),
+    # after the plan: different plans can differ in whether ranks per node matter
+    "ranks_per_node": ("ranks per node", "pass the same ranks_per_node on every rank (without it, LOCAL_WORLD_SIZE "
+                                         "counts: launch nodes of equal size)"),
 }
 
 

@@ -39,6 +39,7 @@ from gradsched.torch.runtime.executor import Executor, private_group
 from gradsched.torch.runtime.groups import is_whole_world, side_group
 from gradsched.torch.runtime.hosttime import HostTimer
 from gradsched.torch.runtime.ops import CollectiveError
+from gradsched.torch.runtime.nodes import ranks_per_node as resolve_ranks_per_node, uses_nodes
 from gradsched.torch.runtime.planning import (default_cluster, in_profile_order, issue_order, profile_from_module,
                                       resolve_plan, trainable_parameters)
 from gradsched.torch.runtime.startup import broadcast_tensors, check_consistency, plan_key, startup_settings
@@ -76,6 +77,9 @@ class DistributedDataParallel(nn.Module):
         use_torch_ddp: with ``plan="ddp"``, run PyTorch's DDP (default) rather than
             the executor with the ``ddp`` planner's buckets.
         ddp_kwargs: extra arguments for PyTorch's DDP (``bucket_cap_mb`` ...).
+        ranks_per_node: ranks per node for ``hier-allreduce`` operations: the group's ranks form nodes
+            of this many consecutive group ranks (default: ``LOCAL_WORLD_SIZE``, which torchrun sets,
+            else 1); checked at start-up to be the same on every rank (docs/runtime.md).
         sparse_options: how top-k operations run (:class:`gradsched.torch.runtime.sparse.SparseOptions` or a
             dict: ``warmup_steps``, ``selection``, ``error_feedback``, ``memory``); see docs/sparse.md.
     """
@@ -86,7 +90,7 @@ class DistributedDataParallel(nn.Module):
                  timeout_s: float = DEFAULT_TIMEOUT_S, find_unused_parameters: bool = False,
                  broadcast_buffers: bool | None = None, trace: bool = False, use_torch_ddp: bool = True,
                  ddp_kwargs: dict[str, Any] | None = None,
-                 sparse_options: dict[str, Any] | Any | None = None,
+                 sparse_options: dict[str, Any] | Any | None = None, ranks_per_node: int | None = None,
                  device_ids: list[int | torch.device] | None = None, output_device: int | torch.device | None = None,
                  dim: int = 0, init_sync: bool = True, bucket_cap_mb: float | None = None,
                  check_reduction: bool = False, gradient_as_bucket_view: bool = False, static_graph: bool = False,
@@ -141,7 +145,10 @@ class DistributedDataParallel(nn.Module):
 
         given, kw = self._make_plan(plan, plan_options, profile, cluster, use_torch_ddp,
                                     {**args.torch_ddp_kwargs, **(ddp_kwargs or {})}, settings)
+        bad_nodes = self._resolve_ranks_per_node(ranks_per_node, tune is not None, settings)
         check_consistency(settings, self._group, self._timeout_s)
+        if bad_nodes is not None:  # every rank has the same bad value: each says so
+            raise bad_nodes
         if self._tracer is not None:
             self._tracer.reset_epoch()  # right after a collective: the ranks' clocks line up
 
@@ -149,6 +156,25 @@ class DistributedDataParallel(nn.Module):
             self._start_torch_ddp(kw, find_unused_parameters)
         else:
             self._start_runtime(args, tune, given)
+
+    def _resolve_ranks_per_node(self, explicit: int | None, tuned: bool,
+                                settings: dict[str, str]) -> GradschedError | None:
+        """Set ``self._ranks_per_node`` and its start-up setting; return (not raise) a bad value's error.
+
+        Ranks per node change which collectives run where a plan has hier-allreduce operations (now, or
+        after a switch by run-time auto): checked then, "-" elsewhere (every rank records the same keys).
+        A bad value (e.g. ``LOCAL_WORLD_SIZE`` on one rank) is recorded as ``invalid`` and raised after
+        the check, so that the other ranks fail at once too instead of waiting for this one."""
+        nodes_matter = self.plan is not None and (tuned or uses_nodes(self.plan))
+        self._ranks_per_node = 1
+        try:
+            if nodes_matter or explicit is not None:
+                self._ranks_per_node = resolve_ranks_per_node(explicit)
+        except GradschedError as exc:
+            settings["ranks_per_node"] = "invalid"
+            return exc
+        settings["ranks_per_node"] = str(self._ranks_per_node) if nodes_matter else "-"
+        return None
 
     def _make_plan(self, plan: str | Plan, plan_options: dict[str, Any] | None, profile: Profile | None,
                    cluster: Cluster | None, use_torch_ddp: bool, kw: dict[str, Any],
@@ -222,7 +248,8 @@ class DistributedDataParallel(nn.Module):
         self._executor = Executor(self._params, self._names, self.plan, self._order, self._group,
                                   self._ctrl or self._group, timeout_s=self._timeout_s,
                                   find_unused_parameters=self._find_unused, tracer=self._tracer,
-                                  sparse_options=self._sparse_options, private_owner=self)
+                                  sparse_options=self._sparse_options, private_owner=self,
+                                  ranks_per_node=self._ranks_per_node)
         if self._optimizer is not None:
             self._executor.mirror = self._optimizer.on_arrival  # sparse results update their weights on arrival
         if self.plan.overlap_forward:

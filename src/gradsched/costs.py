@@ -1,0 +1,297 @@
+"""What one collective costs: a line, optionally a measured table (``CollectiveCost``).
+
+Each collective has an alpha-beta line ``T(s) = alpha + beta * s`` fitted by least
+squares to measured ``(bytes, seconds)`` points, and optionally the measured table
+itself.  Inside the table's range the table wins, interpolated piecewise-linearly,
+because real curves have protocol switches that no single line fits (B-Caffe's
+OSU measurements jump 4x between 8 and 12 KiB).  Outside it, the line.
+
+Also here: extrapolating a cost to another number of ranks (ring or tree formulas,
+docs/cost-model.md), the arithmetic the two-level model needs (a weighted sum of
+costs, the cheaper of two costs at every size), and reading a ``collectives``/``points``
+pair from a file (the top level of gradsched.cluster/1 and each level of its topology
+share it).  Torch-free and format-free: gradsched.cluster and gradsched.topology build on it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+from gradsched import _validate as v
+from gradsched.errors import FormatError, GradschedError
+
+COLLECTIVES = ("allreduce", "allgather")
+
+
+@dataclass(frozen=True)
+class CollectiveCost:
+    """Cost of one collective at one world size: a line, optionally a measured table."""
+
+    alpha_s: float
+    beta_s_per_byte: float
+    points: tuple[tuple[float, float], ...] | None = None  # sorted by bytes
+    # The line of the world size the table was measured at; set when this cost was
+    # extrapolated to another size: table values are then scaled by line / table_line.
+    table_line: tuple[float, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.points is not None:
+            object.__setattr__(self, "_xs", np.array([p[0] for p in self.points], dtype=float))
+            object.__setattr__(self, "_ys", np.array([p[1] for p in self.points], dtype=float))
+
+    def time_s(self, nbytes: float) -> float:
+        """Seconds to run the collective on ``nbytes`` (0 bytes cost nothing)."""
+        if nbytes <= 0:
+            return 0.0
+        if self.points is not None and self._xs[0] <= nbytes <= self._xs[-1]:
+            return float(np.interp(nbytes, self._xs, self._ys) * self._table_scale(nbytes))
+        return self.alpha_s + self.beta_s_per_byte * nbytes
+
+    def times_s(self, nbytes: np.ndarray) -> np.ndarray:
+        """Vectorised :meth:`time_s`."""
+        s = np.asarray(nbytes, dtype=float)
+        out = self.alpha_s + self.beta_s_per_byte * s
+        if self.points is not None:
+            inside = (s >= self._xs[0]) & (s <= self._xs[-1])
+            out = np.where(inside, np.interp(s, self._xs, self._ys) * self._table_scale(s), out)
+        return np.where(s <= 0, 0.0, out)
+
+    def _table_scale(self, nbytes):
+        if self.table_line is None:
+            return 1.0
+        a0, b0 = self.table_line
+        before = a0 + b0 * nbytes
+        return np.where(before > 0, (self.alpha_s + self.beta_s_per_byte * nbytes) / np.maximum(before, 1e-300), 1.0)
+
+    @classmethod
+    def fit(cls, points: Iterable[tuple[float, float]], *, keep_table: bool = True,
+            envelope: bool = False) -> "CollectiveCost":
+        """Least-squares alpha-beta line through measured points (alpha, beta >= 0).
+
+        ``envelope``: read the points through their lower monotone envelope first
+        (:func:`monotone_envelope`), for measurements whose noise only adds time."""
+        table = sorted((float(b), float(t)) for b, t in points)
+        if envelope:
+            table = list(zip([b for b, _ in table], monotone_envelope([t for _, t in table]).tolist()))
+        alpha, beta = fit_line(table)
+        return cls(alpha, beta, tuple(table) if keep_table else None)
+
+    def to_dict(self) -> dict[str, float]:
+        return {"alpha_s": self.alpha_s, "beta_s_per_byte": self.beta_s_per_byte}
+
+
+def monotone_envelope(seconds: Iterable[float]) -> np.ndarray:
+    """Times measured at increasing sizes, each lowered to the smallest time of any larger size.
+
+    A collective never needs longer for fewer bytes (it could pad them to the larger
+    size), so where a measurement's noise only adds time (a thread that waited for a core,
+    a rank that left the barrier late), a time above a larger size's is noise and the
+    lower envelope is the robust reading.  ``gradsched netbench`` reads its own
+    measurements so (docs/cost-model.md); a table given in a cluster file is used as it
+    is (the bundled OSU tables dip by up to 17% where MPI switches algorithms)."""
+    ys = np.asarray(list(seconds), dtype=float)
+    return np.minimum.accumulate(ys[::-1])[::-1] if ys.size else ys
+
+
+def fit_line(points: Iterable[tuple[float, float]]) -> tuple[float, float]:
+    """Fit ``t = alpha + beta * s`` by least squares, clamping both to be non-negative.
+
+    Relative residuals are minimised (each point weighted by 1/t), so small messages,
+    where alpha dominates, count as much as large ones."""
+    pts = np.array(list(points), dtype=float)
+    if pts.ndim != 2 or len(pts) < 2:
+        raise GradschedError("fitting a cost line needs at least two (bytes, seconds) points")
+    s, t = pts[:, 0], pts[:, 1]
+    w = 1.0 / np.maximum(t, 1e-12)
+    a = np.stack([np.ones_like(s), s], axis=1) * w[:, None]
+    (alpha, beta), *_ = np.linalg.lstsq(a, t * w, rcond=None)
+    if beta < 0:
+        alpha, beta = float(np.mean(t)), 0.0
+    if alpha < 0:  # refit through the origin
+        beta = float(np.sum(s * t * w * w) / np.sum(s * s * w * w))
+        alpha = 0.0
+    return float(alpha), float(beta)
+
+
+
+
+def with_line(base: CollectiveCost, alpha_s: float, beta_s_per_byte: float) -> CollectiveCost:
+    """``base`` moved to the line ``alpha + beta * s``; its table, if any, is scaled size by size
+    by the ratio of the new line to the line it was measured with (it keeps its shape)."""
+    if base.points is None:
+        return CollectiveCost(alpha_s, beta_s_per_byte)
+    table_line = base.table_line or (base.alpha_s, base.beta_s_per_byte)
+    return CollectiveCost(alpha_s, beta_s_per_byte, base.points, table_line)
+
+
+def extrapolate(base: CollectiveCost, collective: str, algorithm: str, p0: int, p: int) -> CollectiveCost:
+    """``base``, measured at ``p0`` ranks, at ``p`` ranks by the ring (or tree) formulas."""
+    if p < 1:
+        raise GradschedError(f"world size must be at least 1, got {p}")
+    if p == p0:
+        return base
+    if p == 1:
+        return CollectiveCost(0.0, 0.0)
+    if p0 == 1:
+        raise GradschedError("a cost measured on 1 rank cannot be extrapolated to more ranks")
+    ka, kb = extrapolation_ratios(collective, algorithm, p0, p)
+    return with_line(base, base.alpha_s * ka, base.beta_s_per_byte * kb)
+
+
+def extrapolation_ratios(collective: str, algorithm: str, p0: int, p: int) -> tuple[float, float]:
+    """How alpha and beta scale from ``p0`` to ``p`` ranks (ring or tree formulas)."""
+    if collective == "allgather":
+        k = (p - 1) / (p0 - 1)
+        return k, k
+    if algorithm == "tree":
+        return math.log2(p) / math.log2(p0), 1.0
+    return (p - 1) / (p0 - 1), ((p - 1) / p) / ((p0 - 1) / p0)
+
+
+def ring_link(allreduce: CollectiveCost, p: int) -> tuple[float, float]:
+    """Per-link latency ``a`` and inverse bandwidth ``b`` of a ring all-reduce line measured at
+    ``p`` ranks: its line is ``2(p-1) a + 2(p-1)/p * s * b`` (``(0, 0)`` for one rank: no link)."""
+    if p <= 1:
+        return 0.0, 0.0
+    return allreduce.alpha_s / (2 * (p - 1)), allreduce.beta_s_per_byte * p / (2 * (p - 1))
+
+
+def combine(terms: Iterable[tuple[float, CollectiveCost]]) -> CollectiveCost:
+    """``sum(w * cost)``: the line is the weighted sum of the lines; where any term has a table,
+    the sum is tabulated at the union of their sizes (so every table's shape is kept) and
+    interpolated between them, as any table is."""
+    terms = [(w, c) for w, c in terms if w != 0]
+    alpha = sum(w * c.alpha_s for w, c in terms)
+    beta = sum(w * c.beta_s_per_byte for w, c in terms)
+    xs = sorted({float(x) for _, c in terms if c.points is not None for x, _ in c.points})
+    if not xs:
+        return CollectiveCost(alpha, beta)
+    grid = np.array(xs)
+    ys = sum(w * c.times_s(grid) for w, c in terms)
+    return CollectiveCost(alpha, beta, tuple(zip(xs, np.asarray(ys, dtype=float).tolist())))
+
+
+def cheaper(a: CollectiveCost, b: CollectiveCost) -> CollectiveCost:
+    """The lower envelope ``min(a, b)`` at every size, as one cost.
+
+    ``a`` or ``b`` itself where one is never above the other (checked at 1 byte, every size
+    of either table and every size where the two cross); else a :class:`CheaperOf` whose
+    times are exactly ``min(a, b)`` and whose line is that of the one with the smaller
+    start-up (what small operations pay: the figure MG-WFBP's merge rule and US-Byte's
+    block sizing weigh)."""
+    grid = _crossing_grid(a, b)
+    ta, tb = a.times_s(grid), b.times_s(grid)
+    large = a if (a.beta_s_per_byte, a.alpha_s) <= (b.beta_s_per_byte, b.alpha_s) else b
+    if np.all(ta <= tb) and large is a:
+        return a
+    if np.all(tb <= ta) and large is b:
+        return b
+    small = a if (a.alpha_s, a.beta_s_per_byte) <= (b.alpha_s, b.beta_s_per_byte) else b
+    return CheaperOf(small.alpha_s, small.beta_s_per_byte, first=a, second=b)
+
+
+@dataclass(frozen=True)
+class CheaperOf(CollectiveCost):
+    """``min(first, second)`` at every size (:func:`cheaper`): what a planner that may run each
+    operation as either of two collectives pays.  Times are the exact minimum; ``alpha_s`` and
+    ``beta_s_per_byte`` are the line of the one with the smaller start-up (a planner's start-up
+    figure), not used for times."""
+
+    first: CollectiveCost | None = None
+    second: CollectiveCost | None = None
+
+    def time_s(self, nbytes: float) -> float:
+        return min(self.first.time_s(nbytes), self.second.time_s(nbytes))
+
+    def times_s(self, nbytes: np.ndarray) -> np.ndarray:
+        a, b = self.first, self.second
+        if a.points is None and b.points is None:  # two lines: the common case, kept cheap
+            s = np.asarray(nbytes, dtype=float)
+            out = s * a.beta_s_per_byte
+            out += a.alpha_s
+            other = s * b.beta_s_per_byte
+            other += b.alpha_s
+            np.minimum(out, other, out=out)
+            out[s <= 0] = 0.0
+            return out
+        return np.minimum(a.times_s(nbytes), b.times_s(nbytes))
+
+
+def _crossing_grid(a: CollectiveCost, b: CollectiveCost) -> np.ndarray:
+    """Sizes where ``a - b`` may change sign: 1 byte, the tables' sizes, and the crossings of a and b
+    between consecutive ones and of their lines beyond them."""
+    xs = {1.0}
+    for c in (a, b):
+        if c.points is not None:
+            xs.update(float(x) for x, _ in c.points)
+    dbeta = a.beta_s_per_byte - b.beta_s_per_byte
+    if dbeta != 0:
+        x = (b.alpha_s - a.alpha_s) / dbeta
+        if x > 1.0:
+            xs.add(x)
+    grid = np.array(sorted(xs))
+    d = a.times_s(grid) - b.times_s(grid)
+    flip = np.nonzero(d[:-1] * d[1:] < 0)[0]
+    cross = grid[flip] + (grid[flip + 1] - grid[flip]) * d[flip] / (d[flip] - d[flip + 1])
+    return np.unique(np.concatenate([grid, cross]))
+
+
+def collectives_from_dict(data: Any, source: str, where: str = "") -> dict[str, CollectiveCost]:
+    """The ``collectives`` (lines) and optional ``points`` (tables) of ``data``, checked field by
+    field; ``where`` is the dotted path of ``data`` in the file ("" for the top level)."""
+    raw = v.require(data, "collectives", source, where)
+    if not isinstance(raw, dict) or not raw:
+        raise FormatError(source, _at(where, "collectives"), "must be a non-empty JSON object")
+    raw_points = data.get("points", {}) or {}
+    if not isinstance(raw_points, dict):
+        raise FormatError(source, _at(where, "points"),
+                          "must be a JSON object of collective name to [[bytes, seconds], ...]")
+    collectives = {}
+    for name, c in raw.items():
+        at = _at(where, f"collectives.{name}")
+        if name not in COLLECTIVES:
+            raise FormatError(source, at, f"unknown collective; known: {', '.join(COLLECTIVES)}")
+        if isinstance(c, dict):
+            v.check_fields(c, ("alpha_s", "beta_s_per_byte"), source, at)
+        alpha = v.number(v.require(c, "alpha_s", source, at), source, f"{at}.alpha_s", maximum=v.MAX_SECONDS)
+        beta = v.number(v.require(c, "beta_s_per_byte", source, at), source, f"{at}.beta_s_per_byte", maximum=1.0)
+        pts = raw_points.get(name)
+        table = None if pts is None else _points(pts, source, _at(where, f"points.{name}"))
+        collectives[name] = CollectiveCost(alpha, beta, table)
+    for name in raw_points:
+        if name not in collectives:
+            raise FormatError(source, _at(where, f"points.{name}"), "has a table but no line in 'collectives'")
+    return collectives
+
+
+def collectives_to_dict(collectives: dict[str, CollectiveCost]) -> dict[str, Any]:
+    """``{"collectives": {...}, "points": {...}}`` (points only where there is a table)."""
+    out: dict[str, Any] = {"collectives": {k: c.to_dict() for k, c in collectives.items()}}
+    points = {k: [list(p) for p in c.points] for k, c in collectives.items() if c.points}
+    if points:
+        out["points"] = points
+    return out
+
+
+def _at(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _points(raw: Any, source: str, where: str) -> tuple[tuple[float, float], ...]:
+    pts = []
+    for j, p in enumerate(v.array(raw, source, where)):
+        if not isinstance(p, list) or len(p) != 2:
+            raise FormatError(source, f"{where}[{j}]", "must be a [bytes, seconds] pair")
+        b = v.number(p[0], source, f"{where}[{j}][0]", positive=True, maximum=v.MAX_BYTES)
+        t = v.number(p[1], source, f"{where}[{j}][1]", maximum=v.MAX_SECONDS)
+        pts.append((b, t))
+    if len(pts) < 2:
+        raise FormatError(source, where, "a measured table needs at least two points")
+    pts.sort()
+    if len({b for b, _ in pts}) != len(pts):
+        raise FormatError(source, where, "has two points for the same size")
+    return tuple(pts)
