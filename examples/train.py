@@ -41,7 +41,7 @@ ap.add_argument("--steps", type=int, default=100, help="optimizer steps in all (
 ap.add_argument("--batch-size", type=int, default=32, help="samples per rank and step")
 ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (one-cycle schedule)")
 ap.add_argument("--plan", default=None, help="a gradsched strategy (mgwfbp, auto, ...); default: gradsched's "
-                "default, DDP's buckets on gradsched's executor")
+                "default, run-time auto with PyTorch's DDP among its candidates")
 ap.add_argument("--checkpoint", default=None, help="save here every --save-every steps; resume from it if present")
 ap.add_argument("--save-every", type=int, default=20)
 ap.add_argument("--stop-after", type=int, default=None, help="leave after this step, as if interrupted (tests)")
@@ -105,7 +105,7 @@ else:
     model = gt.DistributedDataParallel(module, args.plan, device_ids=[local_rank] if device.type == "cuda" else None)
     if model.plan is None:  # --plan ddp: PyTorch's DDP behind gradsched's wrapper
         say("gradsched plan: PyTorch's DDP")
-    else:  # the default "ddp" plan is DDP's bucket rule run by gradsched's executor
+    else:  # the default is run-time auto: it starts on DDP's buckets and measures PyTorch's DDP among others
         say("gradsched plan: strategy %s, %d collective operations per step, hash %s", model.strategy,
             len(model.plan.operations), model.plan.hash)
 optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
@@ -157,7 +157,7 @@ while step < args.steps:
         say("stopping after step %d, as asked", step)
         break
 
-if getattr(model, "autotuner", None) is not None:  # --plan auto: what it tried and kept
+if getattr(model, "autotuner", None) is not None:  # auto (the default): what it tried and kept
     for s in model.autotuner.switches:
         say("auto: from step %d on: %s (%s)", s.iteration, s.strategy, s.reason)
 if args.out and rank == 0:

@@ -120,6 +120,8 @@ CASES = [
     ("train-warmup-negative", ["train", "--warmup", "-1"], None, None, None, ["--warmup", "-1"]),
     ("train-warmup-too-large", ["train", "--steps", "5", "--warmup", "5"], None, None, None, ["--warmup", "4"]),
     ("train-timeout-nan", ["train", "--timeout-s", "nan"], None, None, None, ["--timeout-s", "nan"]),
+    ("train-ranks-per-host-no-testbed", ["train", "--ranks-per-host", "2"], None, None, None,
+     ["--ranks-per-host", "--rate"]),
     ("train-auto-exclude-not-names", ["train", "--strategy", "auto", "--opt", "exclude=5"], None, None, None,
      ["exclude", "strategy names"]),
     ("train-auto-setting", ["train", "--strategy", "auto", "--opt", "switch_iteration=x"], None, None, None,

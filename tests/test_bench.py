@@ -78,6 +78,29 @@ def test_bad_arguments_exit_2_before_launching(capsys):
     assert "known:" in capsys.readouterr().err
     assert main(["bench", "--loopback", "--hosts", "1"]) == 2
     assert main(["bench", "--loopback", "--rounds", "2", "--warmup-rounds", "2"]) == 2
+    assert main(["bench", "--loopback", "--ranks-per-host", "0"]) == 2
+    assert "ranks per host must be" in capsys.readouterr().err
+
+
+def test_ranks_per_host_on_loopback_start_one_launcher_per_node(monkeypatch, tmp_path):
+    """3 nodes x 2 ranks: node i's torchrun starts ranks [2i, 2i + 2) (its LOCAL_WORLD_SIZE is 2), one rendezvous."""
+    from gradsched.commands import bench
+
+    started = []
+
+    class Exited:  # a launcher that has already exited 0
+        def __init__(self, argv, **kwargs):
+            started.append(argv)
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(bench.subprocess, "Popen", Exited)
+    bench._launch_loopback(tmp_path / "config.json", 3, 60.0, ranks_per_host=2)
+    flags = [{a.split("=")[0]: a.split("=")[1] for a in argv if a.startswith("--")} for argv in started]
+    assert [f["--node-rank"] for f in flags] == ["0", "1", "2"]
+    assert all(f["--nnodes"] == "3" and f["--nproc-per-node"] == "2" for f in flags)
+    assert len({f["--master-port"] for f in flags}) == 1
 
 
 @pytest.mark.slow

@@ -21,11 +21,14 @@ import time
 import pytest
 
 from gradsched import cli
+from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
 from gradsched.testbed import (
     ETC_NETNS,
     Testbed,
+    check_ranks_per_host,
     format_rate,
+    host_ranks,
     list_namespaces,
     measure_streams_bps,
     measure_tcp_bps,
@@ -84,6 +87,22 @@ def test_testbed_names_and_addresses():
         tb.namespace(3)
 
 
+def test_ranks_per_host_layout_and_commands():
+    """Host i runs ranks [i*M, (i+1)*M) under one torchrun (--nproc-per-node M), as `testbed up` prints it."""
+    from gradsched.commands.testbed import layout_lines
+
+    tb = Testbed(hosts=2, rate="100mbit", prefix="gsq")
+    assert [list(host_ranks(i, 3)) for i in range(2)] == [[0, 1, 2], [3, 4, 5]]
+    argv = tb.torchrun_argv(1, ["-m", "job"], master_port=29600, ranks_per_host=3)
+    assert argv[argv.index("--nproc-per-node") + 1] == "3" and argv[argv.index("--node-rank") + 1] == "1"
+    assert argv[argv.index("--master-addr") + 1] == "198.18.0.1" and argv[-2:] == ["-m", "job"]
+    lines = layout_lines(tb, 3)
+    assert "world size 6" in lines[0] and lines[2].startswith("  gsq-h1 ranks 3-5: ip netns exec gsq-h1 ")
+    for bad in (0, 65, 1.5, True):
+        with pytest.raises(GradschedError, match="ranks per host must be"):
+            check_ranks_per_host(bad)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"hosts": 0}, "hosts must be"), ({"hosts": 251}, "hosts must be"),
     ({"prefix": "gs-x"}, "prefix"), ({"prefix": "toolongprefix"}, "prefix"),
@@ -126,15 +145,28 @@ def _leftovers(prefix: str = PREFIX) -> list[str]:
     return found
 
 
+def _cleaned(prefix: str):
+    """No ``prefix`` testbed before or after; the root namespace unchanged by the test."""
+    teardown(prefix)
+    before = _root_snapshot()
+    yield
+    teardown(prefix)
+    assert _leftovers(prefix) == []
+    assert _root_snapshot() == before
+
+
 @pytest.fixture
 def clean():
     """No ``gst`` testbed before or after; the root namespace unchanged by the test."""
-    teardown(PREFIX)
-    before = _root_snapshot()
-    yield
-    teardown(PREFIX)
-    assert _leftovers() == []
-    assert _root_snapshot() == before
+    yield from _cleaned(PREFIX)
+
+
+RANKS_PREFIX = "gsr"  # the several-ranks-per-host test's own testbed
+
+
+@pytest.fixture
+def clean_ranks():
+    yield from _cleaned(RANKS_PREFIX)
 
 
 FOREIGN = "gsf"  # a prefix whose objects a test makes by hand, as another tool (or a user) would
@@ -390,3 +422,59 @@ def test_launch_stops_every_host_when_one_fails(clean, tmp_path):
             pids = subprocess.run(["ip", "netns", "pids", tb.namespace(i)],
                                   capture_output=True, text=True).stdout.split()
             assert pids == []
+
+
+RANKS_PER_HOST = """
+import json, os, socket, sys
+import torch.distributed as dist
+from gradsched.torch.measure.netbench import benchmark
+dist.init_process_group("gloo")
+probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+probe.connect(("198.18.0.1", 9))  # no packet sent: the address this rank's host sends from
+layout = {"rank": dist.get_rank(), "world": dist.get_world_size(), "address": probe.getsockname()[0],
+          **{k: os.environ[k] for k in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")}}
+print("layout=" + json.dumps(layout, separators=(",", ":")), flush=True)
+cluster = benchmark(max_bytes=1 << 18, reps=3, warmup=1, collectives=["allreduce"])
+if cluster is not None:
+    cluster.save(sys.argv[1])
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.root
+@root
+def test_two_ranks_per_host_talk_over_loopback_inside_a_host_and_links_across(clean_ranks, tmp_path):
+    """2 hosts x 2 ranks: torchrun's layout on every rank, and netbench's two levels in place,
+    the all-reduce inside a host far faster than the one across the 100mbit link."""
+    script, out = tmp_path / "ranks.py", tmp_path / "cluster.json"
+    script.write_text(RANKS_PER_HOST)
+    with open(tmp_path / "job.log", "a+") as log:
+        with Testbed(hosts=2, rate="100mbit", prefix=RANKS_PREFIX) as tb:
+            job = tb.launch([str(script), str(out)], master_port=29535, ranks_per_host=2, stdout=log, stderr=log)
+            assert job.wait(timeout_s=120) == [0, 0]
+        log.seek(0)
+        text = log.read()
+    layouts = sorted((json.loads(m) for m in re.findall(r"layout=(\{[^}]*\})", text)), key=lambda r: r["rank"])
+    assert [r["rank"] for r in layouts] == [0, 1, 2, 3], text
+    for r in layouts:  # host i holds ranks [2i, 2i + 2), as torchrun numbers them
+        host = r["rank"] // 2
+        assert r["world"] == 4 and r["LOCAL_WORLD_SIZE"] == "2", r
+        assert (r["GROUP_RANK"], r["LOCAL_RANK"]) == (str(host), str(r["rank"] % 2)), r
+        assert r["address"] == tb.addresses[host], r
+    cluster = json.loads(out.read_text())
+    topo = cluster["topology"]
+    assert cluster["world_size"] == 4 and Cluster.load(out).topology.nodes == 2  # a valid two-level cluster
+    assert {k: topo[k] for k in ("nodes", "ranks_per_node", "algorithm")} == {
+        "nodes": 2, "ranks_per_node": 2, "algorithm": "ring"}
+    sizes = [p[0] for p in cluster["points"]["allreduce"]]
+    intra, inter = (dict(map(tuple, topo[level]["points"]["allreduce"])) for level in ("intra", "inter"))
+    assert list(intra) == list(inter) == sizes
+    # Across: the 2 hosts' ring sends 256 KiB each way over the link, 21.8 ms at 96% of 100 Mbit/s
+    # (busy cores only add time; tbf's 125 kB burst may take up to half of it off).  Inside: the
+    # host's loopback, unshaped: far faster (3.4 ms against 21.5 ms with the machine at load 12).
+    link_s = (1 << 18) * 8 / (0.96 * 100e6)
+    print(f"all-reduce of 256 KiB at 100mbit: inside a host {intra[1 << 18] * 1e3:.2f} ms, "
+          f"across hosts {inter[1 << 18] * 1e3:.2f} ms, all 4 ranks {cluster['points']['allreduce'][-1][1] * 1e3:.2f} ms")
+    assert inter[1 << 18] > 0.5 * link_s
+    assert intra[1 << 18] < inter[1 << 18] / 3

@@ -34,7 +34,7 @@ def test_train_workdir_is_private(monkeypatch):
         def __exit__(self, *_exc):
             return False
 
-        def launch(self, argv):
+        def launch(self, argv, **_kw):
             seen.append(_mode(Path(argv[-1]).parent))
             raise gradsched.errors.GradschedError("workers not started (test)")
 
@@ -47,7 +47,7 @@ def test_train_workdir_is_private(monkeypatch):
 def test_bench_workdir_is_private(monkeypatch):
     seen: list[int] = []
 
-    def fake_launch(cfg_path, hosts, timeout_s):
+    def fake_launch(cfg_path, hosts, timeout_s, ranks_per_host=1):
         seen.append(_mode(Path(cfg_path).parent))
         seen.append(_mode(cfg_path))
 

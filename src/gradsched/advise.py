@@ -168,6 +168,15 @@ def ddp_plan(profile: Profile, cluster: Cluster, bucket_cap_mb: float, first_buc
     return make_plan("ddp", profile, cluster, bucket_cap_mb=bucket_cap_mb, first_bucket_mb=first)
 
 
+def best_ddp_bucket_mb(profile: Profile, cluster: Cluster, buckets_mb: tuple[float, ...] = BUCKETS_MB,
+                       channels: int = 1) -> float:
+    """The DDP ``bucket_cap_mb`` of ``buckets_mb`` :func:`advise` would set (a set cap caps the
+    first bucket too; least worst-case regret, ties: the smaller): its DDP setting alone
+    (run-time ``auto`` measures PyTorch's DDP at it)."""
+    return least_regret([_point(ddp_plan(profile, cluster, float(mb)), float(mb), profile, cluster, channels)
+                         for mb in sorted(set(buckets_mb))]).bucket_mb
+
+
 def deepspeed_plan(profile: Profile, bucket_elements: int) -> Plan:
     """DeepSpeed ZeRO's gradient buckets: in backward order, a bucket is reduced before a
     tensor would take it past ``bucket_elements`` (a tensor larger than that goes alone)."""

@@ -26,6 +26,10 @@ else: ``up`` refuses to adopt it and ``down`` leaves it alone.  No link in the r
 namespace is ever made (veth ends are created straight into their namespaces), so
 none is ever deleted.
 
+Ranks: :meth:`Testbed.launch` runs one ``torch.distributed.run`` per host with
+``ranks_per_host`` processes; ranks of one host reach each other at its own address,
+over the namespace's loopback (unshaped), ranks of different hosts over the links.
+
 Shaping: a tbf on the host's ``eth0`` caps what the host sends, and a tbf on the
 bridge-side ``gs-pI`` caps what it receives.  See :func:`tbf_params` for the burst and
 queue sizes.
@@ -54,6 +58,7 @@ ETC_NETNS = "/etc/netns"  # per-namespace /etc files that `ip netns exec` mounts
 MARKS_DIR = "/run/gradsched-testbed"  # one empty file per namespace the testbed made (ownership)
 HOSTS_MARK = "# gradsched testbed"  # the line that marks a hosts file as the testbed's
 MAX_HOSTS = 250  # 198.18.0.1 .. 198.18.0.250, and veth names stay under 15 characters
+MAX_RANKS_PER_HOST = 64  # processes one host runs (torchrun --nproc-per-node); a sanity cap
 
 _RATE_UNITS_BPS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,5}$")
@@ -570,14 +575,34 @@ class Testbed:
         return subprocess.Popen(["ip", "netns", "exec", self.namespace(index), *argv],
                                 env=full_env, **popen_kwargs)
 
+    def torchrun_argv(self, index: int, script_argv: Sequence[str], *, master_port: int = 29500,
+                      ranks_per_host: int = 1) -> list[str]:
+        """The ``torch.distributed.run`` command that :meth:`launch` starts in host ``index``.
+
+        ``ranks_per_host`` ranks in each host: torchrun numbers them so that host ``i`` holds
+        global ranks ``[i * M, (i + 1) * M)`` and sets each rank's ``LOCAL_WORLD_SIZE=M``,
+        ``LOCAL_RANK`` and ``GROUP_RANK=i`` (the node layout of TOPOLOGY.md, docs/testbed.md).
+        """
+        self._check_index(index)
+        check_ranks_per_host(ranks_per_host)
+        return [sys.executable, "-m", "torch.distributed.run",
+                "--nnodes", str(self.hosts), "--node-rank", str(index),
+                "--nproc-per-node", str(ranks_per_host), "--master-addr", self.addresses[0],
+                "--master-port", str(master_port), *script_argv]
+
     def launch(self, script_argv: Sequence[str], *, master_port: int = 29500,
-               env: Mapping[str, str] | None = None, **popen_kwargs: Any) -> "Job":
+               env: Mapping[str, str] | None = None, ranks_per_host: int = 1,
+               **popen_kwargs: Any) -> "Job":
         """Start one ``torch.distributed.run`` per host running ``script_argv``.
 
-        One process per host (``--nproc-per-node 1``), rendezvous at host 0, one
-        compute thread per worker (``OMP_NUM_THREADS=1``: the machine has 2 cores),
-        gloo bound to the host's shaped ``eth0``.  ``script_argv`` is what follows
-        torchrun's options: a script path and its arguments, or ``-m module ...``.
+        ``ranks_per_host`` processes per host (see :meth:`torchrun_argv` for their
+        numbering), rendezvous at host 0, one compute thread per rank
+        (``OMP_NUM_THREADS=1``: the machine has 2 cores), gloo bound to the host's shaped
+        ``eth0``.  Ranks of one host reach each other at that host's own address, which
+        the kernel delivers over the namespace's loopback: their traffic never crosses a
+        shaped link; ranks of different hosts talk over the links.  ``script_argv`` is
+        what follows torchrun's options: a script path and its arguments, or
+        ``-m module ...``.
         """
         base_env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                     "GLOO_SOCKET_IFNAME": HOST_IFNAME, "PYTHONUNBUFFERED": "1",
@@ -585,15 +610,26 @@ class Testbed:
         procs = []
         try:
             for i in range(self.hosts):
-                argv = [sys.executable, "-m", "torch.distributed.run",
-                        "--nnodes", str(self.hosts), "--node-rank", str(i),
-                        "--nproc-per-node", "1", "--master-addr", self.addresses[0],
-                        "--master-port", str(master_port), *script_argv]
+                argv = self.torchrun_argv(i, script_argv, master_port=master_port,
+                                          ranks_per_host=ranks_per_host)
                 procs.append(self.run_in_host(i, argv, env=base_env, **popen_kwargs))
         except BaseException:
             Job(procs).kill()
             raise
         return Job(procs)
+
+
+def check_ranks_per_host(ranks_per_host: int) -> int:
+    """``ranks_per_host`` if it is a whole number from 1 to :data:`MAX_RANKS_PER_HOST`, else a one-line error."""
+    if (not isinstance(ranks_per_host, int) or isinstance(ranks_per_host, bool)
+            or not 1 <= ranks_per_host <= MAX_RANKS_PER_HOST):
+        raise GradschedError(f"ranks per host must be between 1 and {MAX_RANKS_PER_HOST}, got {ranks_per_host!r}")
+    return ranks_per_host
+
+
+def host_ranks(index: int, ranks_per_host: int) -> range:
+    """The global ranks host ``index`` holds: ``[index * M, (index + 1) * M)``, as torchrun numbers them."""
+    return range(index * ranks_per_host, (index + 1) * ranks_per_host)
 
 
 class Job:

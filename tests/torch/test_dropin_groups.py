@@ -105,7 +105,8 @@ MISMATCHES = {
     "init_sync": ({}, {"init_sync": False}, "ranks disagree on init_sync"),
     "dtype": ({}, {"dtype": torch.float64}, "ranks disagree on the parameters' names, shapes and dtypes"),
     "plan": ({"plan": "wfbp"}, {"plan": "sync"}, "ranks hold different plans"),
-    "plan_default": ({}, {"plan": "mgwfbp"}, "ranks hold different plans"),
+    # the default is auto with options of its own (DEFAULT_OPTIONS): those differ first
+    "plan_default": ({}, {"plan": "mgwfbp"}, "ranks disagree on plan options"),
     "auto_options": ({"plan": "auto"}, {"plan": "auto", "plan_options": {"switch_iteration": 7}},
                      "ranks disagree on plan options"),
     "torch_ddp_args": ({"plan": "ddp"}, {"plan": "ddp", "bucket_cap_mb": 5}, "ranks hold different plans"),

@@ -71,7 +71,7 @@ def test_example_across_two_hosts_with_resume_equals_ddp(tmp_path):
         first = run_on_hosts(tb, 29512, "part1", ["--steps", "12", "--checkpoint", ckpt, "--stop-after", "6"])
         second = run_on_hosts(tb, 29513, "part2", ["--steps", "12", "--checkpoint", ckpt,
                                                    "--out", str(tmp_path / "gradsched.pt")])
-    assert "gradsched plan: strategy ddp" in first and "stopping after step 6" in first
+    assert "gradsched plan: strategy auto" in first and "stopping after step 6" in first
     assert "resumed from" in second and "at step 6" in second
     assert "2 ranks" in first
     ref, got = torch.load(tmp_path / "ref.pt"), torch.load(tmp_path / "gradsched.pt")

@@ -62,3 +62,52 @@ def test_module_entry_point_reports_missing_launcher(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2 and "torchrun" in proc.stderr
     assert not (tmp_path / "c.json").exists()
+
+
+def test_node_layout_from_the_argument_then_local_world_size_then_one(monkeypatch):
+    from gradsched.torch.measure.netbench import node_layout
+
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert node_layout(8) == (8, 1)  # every rank its own node
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun's
+    assert node_layout(8) == (2, 4)
+    assert node_layout(8, 2) == (4, 2)  # an explicit count wins
+    with pytest.raises(GradschedError, match="LOCAL_WORLD_SIZE 4 does not divide the 6 ranks"):
+        node_layout(6)
+    with pytest.raises(GradschedError, match="ranks per node 3 does not divide"):
+        node_layout(8, 3)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "two")
+    with pytest.raises(GradschedError, match="not a positive integer"):
+        node_layout(8)
+
+
+def test_topology_field_has_both_levels_fitted_as_the_top_level(monkeypatch):
+    """The field's shape (docs/formats.md), measured on one gloo rank in this process."""
+    import torch.distributed as dist
+
+    from gradsched.cluster import CollectiveCost, Topology
+    from gradsched.torch.jobs.launch import free_port
+    from gradsched.torch.measure.netbench import measure_topology
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        topo = measure_topology(1, 1, [4096, 8192, 16384], reps=2, warmup=0)
+    finally:
+        dist.destroy_process_group()
+    assert set(topo) == {"nodes", "ranks_per_node", "algorithm", "intra", "inter"}
+    assert (topo["nodes"], topo["ranks_per_node"], topo["algorithm"]) == (1, 1, "ring")
+    for level in ("intra", "inter"):
+        assert set(topo[level]) == {"collectives", "points"}
+        table = topo[level]["points"]["allreduce"]
+        assert [p[0] for p in table] == [4096, 8192, 16384] and all(t > 0 for _, t in table)
+        assert [t for _, t in table] == sorted(t for _, t in table)  # the lower monotone envelope
+        fitted = CollectiveCost.fit(table).to_dict()
+        assert topo[level]["collectives"] == {"allreduce": pytest.approx(fitted)}
+    assert Topology.from_dict(topo, "netbench", world_size=1).ranks_per_node == 1  # the format's own checks
+
+
+def test_ranks_per_node_and_testbed_flags_are_checked_before_launching(capsys):
+    assert cli(["netbench", "--nproc", "3", "--ranks-per-node", "2", "-o", "unused.json"]) == 2
+    assert "does not divide --nproc 3" in capsys.readouterr().err
+    assert cli(["netbench", "--rate", "100mbit", "--nproc", "2", "-o", "unused.json"]) == 2
+    assert "give one" in capsys.readouterr().err

@@ -57,6 +57,9 @@ def this_machine() -> str:
     return f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs"
 
 
+JOB_DEFAULTS = {"ranks_per_host": 1}  # job keys `gradsched bench --json` wrote later, and their earlier meaning
+
+
 def contention_history(paths: list[str], job: dict[str, Any]) -> list[dict[str, float]]:
     """The contention figures of earlier ``gradsched bench --json`` runs of the same ``job``
     (model, hosts, network, rate, batch size) on this machine, each that job's own, to pool
@@ -83,8 +86,9 @@ def contention_history(paths: list[str], job: dict[str, Any]) -> list[dict[str, 
             raise GradschedError(f"{where}: expected the JSON that `gradsched bench --json` writes, with its probe's "
                                  f"figures (a job run without --no-probe)")
         for key, value in job.items():
-            if rows[0].get(key) != value:
-                raise GradschedError(f"{where}: that job's {key} was {rows[0].get(key)!r}, this one's is {value!r}; "
+            theirs = rows[0].get(key, JOB_DEFAULTS.get(key))  # a file from before the key was written: its default
+            if theirs != value:
+                raise GradschedError(f"{where}: that job's {key} was {theirs!r}, this one's is {value!r}; "
                                      f"contention depends on it, so only the same job's figures pool")
         if not str(rows[0].get("machine", "")).startswith(this_machine() + ","):
             raise GradschedError(f"{where}: measured on {rows[0].get('machine')!r}, not on this machine "

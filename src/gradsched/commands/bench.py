@@ -34,6 +34,7 @@ from gradsched.commands._model import HELP as MODEL_HELP
 from gradsched.commands._output import add_json_arg, emit_json, to_stdout
 from gradsched.errors import GradschedError, WorkersFailed
 from gradsched.jobconfig import BenchConfig
+from gradsched.testbed import check_ranks_per_host
 
 if TYPE_CHECKING:
     from gradsched.profile import Profile
@@ -63,8 +64,12 @@ def register(subparsers: Any) -> None:
                    "/ K, to emulate a cluster faster than these cores can move (default 1)")
     p.add_argument("--prefix", default=TESTBED_PREFIX, help=f"testbed name prefix (default {TESTBED_PREFIX})")
     p.add_argument("--workers", "--hosts", dest="hosts", type=int, default=2, metavar="N",
-                   help="data-parallel ranks, one per testbed host (or local process with --loopback) (default 2; "
-                        "--hosts is the same flag)")
+                   help="hosts: testbed hosts (or nodes of local processes with --loopback), each running "
+                        "--ranks-per-host ranks (default 2; --hosts is the same flag)")
+    p.add_argument("--ranks-per-host", type=int, default=1, metavar="M",
+                   help="ranks on each host (default 1): world size hosts x M; ranks of one host talk over its "
+                        "loopback, hosts over the shaped links, and each rank gets torchrun's LOCAL_WORLD_SIZE=M, "
+                        "LOCAL_RANK and GROUP_RANK (docs/testbed.md)")
     net = p.add_mutually_exclusive_group()
     net.add_argument("--rate", default=None, help=f"testbed link rate, e.g. 500mbit, 1gbit (root only; default "
                      f"{DEFAULT_RATE} as root)")
@@ -73,6 +78,9 @@ def register(subparsers: Any) -> None:
                    help=f"comma-separated; ddp = PyTorch DDP (default {DEFAULT_STRATEGIES})")
     p.add_argument("--density", type=float, default=None,
                    help="top-k density of the sparse strategies (topk, omgs) in --strategies")
+    p.add_argument("--opt", action="append", default=[], metavar="[STRATEGY.]KEY=VALUE",
+                   help="planner option of a gradsched row, e.g. wfbp.layerwise=true (repeatable; PyTorch DDP's "
+                   "rows take --ddp-buckets)")
     p.add_argument("--ddp-buckets", default=DEFAULT_BUCKETS,
                    help=f"DDP bucket_cap_mb values to sweep, MB or 'all' (one bucket); 'none' to skip "
                    f"(default {DEFAULT_BUCKETS})")
@@ -105,11 +113,13 @@ def _bucket_label(mb: str) -> str:
     return "ddp-all" if mb == "all" else f"ddp-{mb}mb"
 
 
-def entries(strategies: str, buckets: str, density: float | None = None) -> list[dict[str, Any]]:
+def entries(strategies: str, buckets: str, density: float | None = None,
+            opts: list[str] | None = None) -> list[dict[str, Any]]:
     """What to run: one entry per strategy, plus one per DDP bucket size (DDP's default 25 MB is ``ddp``).
 
     Sparse strategies (``topk``, ``omgs``) run at ``density``, which they require;
-    ``auto`` stays dense (compare it with the sparse rows)."""
+    ``auto`` stays dense (compare it with the sparse rows).  ``opts`` are ``--opt``
+    planner options (``[STRATEGY.]KEY=VALUE``), typed and checked, for gradsched's rows."""
     from gradsched.planners import is_sparse, strategy_names
 
     names = [s.strip() for s in strategies.split(",") if s.strip()]
@@ -134,6 +144,7 @@ def entries(strategies: str, buckets: str, density: float | None = None) -> list
             # measured (reverting a plan that runs slower than one it already ran); the
             # worker lets it settle off the clock before the counted rounds
             entry["options"] = {"max_replans": 2}
+        entry = _with_opts(entry, opts or [])
         out.append(entry)
     if buckets.strip().lower() not in ("", "none"):
         if not any(e["label"] == "ddp" for e in out):
@@ -155,6 +166,20 @@ def entries(strategies: str, buckets: str, density: float | None = None) -> list
                 out.append({"label": label, "strategy": "ddp", "torch_ddp": True,
                             "ddp_kwargs": {"bucket_cap_mb": mb}})
     return out
+
+
+def _with_opts(entry: dict[str, Any], opts: list[str]) -> dict[str, Any]:
+    """``entry`` with the ``--opt`` options its strategy declares (PyTorch DDP's rows take none)."""
+    from types import SimpleNamespace
+
+    from gradsched.commands._inputs import planner_options
+
+    if not opts:
+        return entry
+    chosen = planner_options(entry["strategy"], SimpleNamespace(density=None, opt=opts))
+    if entry["torch_ddp"] and chosen:
+        raise GradschedError("--opt: the ddp row is PyTorch's own DDP; give its bucket sizes with --ddp-buckets")
+    return {**entry, "options": {**entry.get("options", {}), **chosen}} if chosen else entry
 
 
 def _network(args: argparse.Namespace) -> str | None:
@@ -245,6 +270,7 @@ def undilate(result: dict[str, Any], dilate: float) -> dict[str, Any]:
 def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, float]], model: str) -> BenchConfig:
     if args.hosts < 2:
         raise GradschedError(f"--hosts must be at least 2 (data parallelism needs two workers), got {args.hosts}")
+    check_ranks_per_host(args.ranks_per_host)
     if args.steps < 1 or args.rounds < 1 or args.batch_size < 1:
         raise GradschedError("--steps, --rounds and --batch-size must be at least 1")
     if not 0 <= args.warmup_rounds < args.rounds:
@@ -261,7 +287,7 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
     if args.replay is None:  # a replayed profile was checked when it was read (replay_model)
         check_model(args.model, seed=args.seed, batch_size=args.batch_size)
     return BenchConfig(model=model, seed=args.seed, batch_size=args.batch_size, lr=args.lr,
-                       entries=entries(args.strategies, args.ddp_buckets, args.density), steps=args.steps,
+                       entries=_checked_entries(args), steps=args.steps,
                        rounds=args.rounds, warmup_rounds=args.warmup_rounds,
                        profile_iterations=args.profile_iterations, net_reps=args.net_reps, probe=not args.no_probe,
                        resample_share=args.resample_share, contention_history=history, timeout_s=args.timeout_s,
@@ -269,12 +295,27 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
                        backend="gloo", threads=1)  # CPU tensors over gloo; one compute thread per worker
 
 
-# ----------------------------------------------------------------------------- launching
-def _launch_loopback(cfg_path: Path, hosts: int, timeout_s: float) -> None:
-    from gradsched.torch.jobs.launch import loopback_command
+def _checked_entries(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``entries`` from the command line; an ``--opt`` no row takes is an error, not ignored."""
+    from gradsched.commands._inputs import check_opt_keys
 
-    cmd = loopback_command("gradsched.torch.jobs.bench_worker", hosts, cfg_path)
+    out = entries(args.strategies, args.ddp_buckets, args.density, args.opt)
+    check_opt_keys([e["strategy"] for e in out if not e["torch_ddp"]], argparse.Namespace(density=None, opt=args.opt))
+    return out
+
+
+# ----------------------------------------------------------------------------- launching
+def _launch_loopback(cfg_path: Path, hosts: int, timeout_s: float, ranks_per_host: int = 1) -> None:
+    from gradsched.torch.jobs.launch import loopback_command, loopback_node_commands
+
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", PYTHONUNBUFFERED="1")
+    if ranks_per_host > 1:  # one launcher per emulated node, so that each rank sees its node's LOCAL_WORLD_SIZE
+        from gradsched.testbed import Job
+
+        cmds = loopback_node_commands("gradsched.torch.jobs.bench_worker", hosts, ranks_per_host, cfg_path)
+        Job([subprocess.Popen(c, env=env, start_new_session=True) for c in cmds]).wait(timeout_s=timeout_s)
+        return
+    cmd = loopback_command("gradsched.torch.jobs.bench_worker", hosts, cfg_path)
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
     try:
         code = proc.wait(timeout=timeout_s)
@@ -301,11 +342,13 @@ def _stop(proc: subprocess.Popen) -> None:
             pass
 
 
-def _launch_testbed(cfg_path: Path, hosts: int, rate: str | int, timeout_s: float, prefix: str) -> None:
+def _launch_testbed(cfg_path: Path, hosts: int, rate: str | int, timeout_s: float, prefix: str,
+                    ranks_per_host: int = 1) -> None:
     from gradsched.testbed import Testbed
 
     with Testbed(hosts=hosts, rate=rate, prefix=prefix) as tb:  # always torn down
-        tb.launch(["-m", "gradsched.torch.jobs.bench_worker", str(cfg_path)]).wait(timeout_s=timeout_s)
+        tb.launch(["-m", "gradsched.torch.jobs.bench_worker", str(cfg_path)],
+                  ranks_per_host=ranks_per_host).wait(timeout_s=timeout_s)
 
 
 # ----------------------------------------------------------------------------- reporting
@@ -413,7 +456,8 @@ def run(args: argparse.Namespace) -> int:
     shaped = shaped_rate(rate, args.hosts, args.dilate, args.replay is not None)
     network = f"testbed {rate}" if rate else "loopback"
     name = f"replay:{args.replay}" if args.replay is not None else args.model
-    job = {"model": name, "hosts": args.hosts, "network": network, "rate": rate, "batch_size": args.batch_size}
+    job = {"model": name, "hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "network": network, "rate": rate,
+           "batch_size": args.batch_size}
     if args.replay is not None:
         job["dilate"] = args.dilate  # links and compute are stretched alike only within one dilation
     history = contention_history(args.contention_from, job)
@@ -423,18 +467,18 @@ def run(args: argparse.Namespace) -> int:
             model, profile = replay_model(args.replay, args.dilate, tmp)
         cfg = _config(args, tmp, history, model)
         if args.replay is not None:
-            check_memory(profile.total_bytes, len(cfg.entries), args.hosts)
+            check_memory(profile.total_bytes, len(cfg.entries), args.hosts * args.ranks_per_host)
         cfg_path = Path(tmp, "config.json")
         cfg_path.write_text(json.dumps(cfg.to_dict()))
         if shaped is None:
-            _launch_loopback(cfg_path, args.hosts, args.timeout_s)
+            _launch_loopback(cfg_path, args.hosts, args.timeout_s, args.ranks_per_host)
         else:
-            _launch_testbed(cfg_path, args.hosts, shaped, args.timeout_s, args.prefix)
+            _launch_testbed(cfg_path, args.hosts, shaped, args.timeout_s, args.prefix, args.ranks_per_host)
         out = Path(tmp, "bench.json")
         if not out.exists():
             raise GradschedError("the benchmark's workers exited without writing results; see their output above")
         result = undilate(json.loads(out.read_text()), args.dilate)
-    meta = {"model": name, "hosts": args.hosts, "network": network, "rate": rate, "dilate": args.dilate,
+    meta = {"model": name, "hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "network": network, "rate": rate, "dilate": args.dilate,
             "compute": "emulated (replayed profile, waiting)" if args.replay is not None else "real (CPU)",
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "steps_per_round": args.steps, "rounds": args.rounds, "batch_size": args.batch_size,
@@ -452,8 +496,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _title(args: argparse.Namespace, network: str) -> str:
+    hosts = f"{args.hosts} hosts"
+    if args.ranks_per_host > 1:
+        hosts += f" x {args.ranks_per_host} ranks ({args.hosts * args.ranks_per_host} ranks)"
     if args.replay is None:
-        return f"{args.model}, {args.hosts} hosts, {network} (gloo, CPU)"
+        return f"{args.model}, {hosts}, {network} (gloo, CPU)"
     dilated = f" (dilation {args.dilate:g})" if args.dilate != 1 else ""
     name = Path(args.replay).stem.removesuffix(".profile")
-    return f"{name} replayed, {args.hosts} hosts, {network}{dilated} (emulated compute)"
+    return f"{name} replayed, {hosts}, {network}{dilated} (emulated compute)"

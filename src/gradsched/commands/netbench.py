@@ -21,6 +21,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", "--nproc", dest="nproc", type=int, default=None, metavar="N",
                    help="launch this many local ranks through torch.distributed.run (loopback); --nproc is the "
                         "same flag")
+    p.add_argument("--rate", default=None, metavar="RATE",
+                   help="instead: bring up the testbed (root) with links shaped to RATE, e.g. 200mbit, run "
+                        "--ranks-per-host ranks on each of --hosts hosts, measure, and remove it (docs/testbed.md)")
+    p.add_argument("--hosts", type=int, default=2, metavar="N", help="testbed hosts with --rate (default 2)")
+    p.add_argument("--prefix", default=TESTBED_PREFIX, help=f"testbed name prefix with --rate (default "
+                   f"{TESTBED_PREFIX})")
+    p.add_argument("--timeout-s", type=float, default=1800.0, help="stop the testbed job after this (default 1800)")
     add_arguments(p)
     p.set_defaults(func=run)
 
@@ -37,8 +44,13 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise GradschedError(f"--collectives {args.collectives!r}: name some of {', '.join(COLLECTIVES)}")
 
 
+TESTBED_PREFIX = "gsn"  # its own prefix: never touches a testbed the user has up
+
+
 def run(args: argparse.Namespace) -> int:
     check_arguments(args)
+    if args.rate is not None:
+        return _launch_testbed(args)
     if args.nproc is not None:
         return _launch_local(args)
     from gradsched.torch.measure.netbench import run_under_launcher
@@ -52,17 +64,43 @@ def _launch_local(args: argparse.Namespace) -> int:
         raise GradschedError(f"--nproc must be at least 2 (a collective needs two ranks), got {args.nproc}")
     if "RANK" in os.environ:
         raise GradschedError("--nproc launches its own ranks: drop it when already running under torchrun")
+    if args.ranks_per_node is not None and args.nproc % args.ranks_per_node:
+        raise GradschedError(f"--ranks-per-node {args.ranks_per_node} does not divide --nproc {args.nproc} into "
+                             f"equal nodes")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
-           "-m", "gradsched.torch.measure.netbench", "-o", args.output, "--min-bytes", str(args.min_bytes),
-           "--max-bytes", str(args.max_bytes), "--reps", str(args.reps), "--warmup", str(args.warmup),
-           "--collectives", args.collectives]
-    if args.backend:
-        cmd += ["--backend", args.backend]
-    if args.quiet:
-        cmd.append("--quiet")
+           *_rank_argv(args)]
     env = dict(os.environ)
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # local ranks talk over loopback, whatever the host's routes
     rc = subprocess.call(cmd, env=env)
     if rc != 0:
         raise WorkersFailed(f"the launched ranks failed (exit status {rc}); their errors are printed above", rc)
+    return 0
+
+
+def _rank_argv(args: argparse.Namespace) -> list[str]:
+    """What follows the launcher's options: the measuring module and the shared flags."""
+    argv = ["-m", "gradsched.torch.measure.netbench", "-o", os.path.abspath(args.output), "--min-bytes",
+            str(args.min_bytes), "--max-bytes", str(args.max_bytes), "--reps", str(args.reps), "--warmup",
+            str(args.warmup), "--collectives", args.collectives]
+    if args.ranks_per_node is not None:
+        argv += ["--ranks-per-node", str(args.ranks_per_node)]
+    if args.backend:
+        argv += ["--backend", args.backend]
+    if args.quiet:
+        argv.append("--quiet")
+    return argv
+
+
+def _launch_testbed(args: argparse.Namespace) -> int:
+    """Run the ranks on a testbed of ``--hosts`` hosts, ``--ranks-per-host`` each; always torn down."""
+    from gradsched.testbed import Testbed, check_can_run, check_ranks_per_host
+
+    if args.nproc is not None:
+        raise GradschedError("--rate runs the ranks on the testbed, --nproc on this machine's loopback: give one")
+    check_can_run()
+    per_host = check_ranks_per_host(args.ranks_per_node or 1)
+    if args.hosts * per_host < 2:
+        raise GradschedError("a network benchmark needs at least 2 ranks: --hosts 2, or --ranks-per-host 2")
+    with Testbed(hosts=args.hosts, rate=args.rate, prefix=args.prefix) as tb:  # validates --hosts and --rate
+        tb.launch(_rank_argv(args), ranks_per_host=per_host).wait(timeout_s=args.timeout_s)
     return 0

@@ -7,8 +7,8 @@ import signal
 from typing import Any
 
 from gradsched.commands._output import add_json_arg, emit_json, to_stdout
-from gradsched.testbed import (DEFAULT_PREFIX, SUBNET, Testbed, foreign_namespaces, format_rate, read_status,
-                               teardown)
+from gradsched.testbed import (DEFAULT_PREFIX, SUBNET, Testbed, check_ranks_per_host, foreign_namespaces, format_rate,
+                               host_ranks, read_status, teardown)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,8 +20,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     up = actions.add_parser("up", help="create (or repair, or reshape) the testbed; idempotent")
-    up.add_argument("--hosts", type=int, default=2, metavar="N", help="number of emulated hosts (network namespaces), default 2; "
-                    "`gradsched train/bench --workers N` then runs one rank on each")
+    up.add_argument("--hosts", type=int, default=2, metavar="N", help="number of emulated hosts (network namespaces), "
+                    "default 2 (`gradsched bench --hosts N --ranks-per-host M` brings up its own)")
+    up.add_argument("--ranks-per-host", type=int, default=1, metavar="M",
+                    help="ranks you mean to run in each host (default 1): prints each host's global ranks and the "
+                         "torchrun command that starts them there (docs/testbed.md)")
     up.add_argument("--rate", default="1gbit", metavar="RATE",
                     help="link cap per host and direction, e.g. 100mbit, 500mbit, 1gbit (default)")
     up.add_argument("--hold", action="store_true",
@@ -60,8 +63,21 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def layout_lines(testbed: Testbed, ranks_per_host: int) -> list[str]:
+    """Each host's global ranks and the command that starts them there (``SCRIPT``: the user's)."""
+    lines = [f"{testbed.hosts} host(s) x {ranks_per_host} rank(s): world size {testbed.hosts * ranks_per_host}; "
+             f"ranks of one host talk over its loopback, hosts over the shaped links"]
+    for i in range(testbed.hosts):
+        ranks = host_ranks(i, ranks_per_host)
+        argv = testbed.torchrun_argv(i, ["SCRIPT"], ranks_per_host=ranks_per_host)
+        lines.append(f"  {testbed.namespace(i)} ranks {ranks.start}-{ranks.stop - 1}: "
+                     f"ip netns exec {testbed.namespace(i)} env GLOO_SOCKET_IFNAME=eth0 torchrun {' '.join(argv[3:])}")
+    return lines
+
+
 def _up(args: argparse.Namespace) -> int:
     testbed = Testbed(hosts=args.hosts, rate=args.rate, prefix=args.prefix)
+    check_ranks_per_host(args.ranks_per_host)
     if not args.hold:
         # SIGTERM while setting up must clean up like Ctrl-C does: up() removes a
         # half-made testbed on any exception.
@@ -69,11 +85,15 @@ def _up(args: argparse.Namespace) -> int:
         testbed.up()
         print(f"testbed {args.prefix}: up, {args.hosts} host(s) at {format_rate(testbed.rate_bps)}: "
               f"{', '.join(testbed.addresses)}; remove with `gradsched testbed down`")
+        if args.ranks_per_host > 1:
+            print("\n".join(layout_lines(testbed, args.ranks_per_host)))
         return 0
     # The context manager removes the testbed on Ctrl-C and on SIGTERM (which it
     # re-delivers afterwards, so the exit status still says "terminated").
     with testbed:
         print(f"testbed {args.prefix}: up, {args.hosts} host(s) at {format_rate(testbed.rate_bps)}: "
               f"{', '.join(testbed.addresses)}; Ctrl-C removes it", flush=True)
+        if args.ranks_per_host > 1:
+            print("\n".join(layout_lines(testbed, args.ranks_per_host)), flush=True)
         while True:
             signal.pause()

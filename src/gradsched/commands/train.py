@@ -55,6 +55,9 @@ def register(subparsers: Any) -> None:
                    help="with --strategy ddp: run the ddp planner's buckets on gradsched's executor")
     p.add_argument("--rate", default=None, help="run each worker on its own testbed host with links shaped to this "
                    "rate (e.g. 1gbit; needs root; see docs/testbed.md) instead of loopback")
+    p.add_argument("--ranks-per-host", type=int, default=1, metavar="M",
+                   help="with --rate: M of the --workers ranks on each testbed host (--workers / M hosts; default 1), "
+                        "talking over its loopback inside a host and over the shaped links across hosts")
     p.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
     p.add_argument("--warmup", type=int, default=None,
                    help="steps left out of the timing, 0 to --steps - 1 (default 3, or --steps - 1 if fewer)")
@@ -163,17 +166,21 @@ def launch(cfg: TrainConfig, nproc: int) -> tuple[int, str]:
     return proc.returncode, proc.stdout
 
 
-def launch_testbed(cfg: TrainConfig, hosts: int, rate: str) -> tuple[int, str]:
-    """Run one worker per testbed host (links shaped to ``rate``); the testbed is always torn down."""
-    from gradsched.testbed import Testbed
+def launch_testbed(cfg: TrainConfig, nproc: int, rate: str, ranks_per_host: int = 1) -> tuple[int, str]:
+    """Run ``nproc`` workers, ``ranks_per_host`` per testbed host (links shaped to ``rate``); the testbed is
+    always torn down."""
+    from gradsched.testbed import Testbed, check_ranks_per_host
 
     if os.geteuid() != 0:
         raise GradschedError("--rate runs workers on the testbed, which needs root; drop --rate to use loopback")
+    if nproc % check_ranks_per_host(ranks_per_host):
+        raise GradschedError(f"--workers {nproc} is not a whole number of hosts of --ranks-per-host {ranks_per_host}")
     cfg_path = Path(cfg.out_dir, "config.json")
     cfg_path.write_text(json.dumps(cfg.to_dict()))
-    with Testbed(hosts=hosts, rate=rate, prefix=TESTBED_PREFIX) as tb:
+    with Testbed(hosts=nproc // ranks_per_host, rate=rate, prefix=TESTBED_PREFIX) as tb:
         try:
-            tb.launch(["-m", "gradsched.torch.jobs.trainer", str(cfg_path)]).wait(timeout_s=cfg.timeout_s + 600)
+            tb.launch(["-m", "gradsched.torch.jobs.trainer", str(cfg_path)],
+                      ranks_per_host=ranks_per_host).wait(timeout_s=cfg.timeout_s + 600)
         except WorkersFailed as exc:
             return exc.exit_status, str(exc)
     return 0, ""
@@ -185,7 +192,10 @@ TESTBED_PREFIX = "gstr"  # its own prefix: never touches a testbed the user brou
 def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="gradsched-train-") as tmp:
         cfg = _config(args, tmp)
-        code, output = launch_testbed(cfg, args.nproc, args.rate) if args.rate else launch(cfg, args.nproc)
+        if args.ranks_per_host != 1 and not args.rate:
+            raise GradschedError("--ranks-per-host places ranks on testbed hosts: give --rate (as root)")
+        code, output = (launch_testbed(cfg, args.nproc, args.rate, args.ranks_per_host) if args.rate
+                        else launch(cfg, args.nproc))
         lines = [ln for ln in output.splitlines() if ln.strip()]
         if os.environ.get(LOG_ENV):  # --log-level: the workers' log (run-time auto's decisions)
             for ln in lines:

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.errors import GradschedError
-from gradsched.plan import HIER, Operation, Plan, Slice
+from gradsched.plan import DENSE, HIER, Operation, Plan, Slice
 from gradsched.planners import _collective as coll
 from gradsched.planners.options import Option
 from gradsched.planners.registry import register
@@ -144,25 +144,23 @@ class _Model:
         iteration (no phase-2 blocks, the search's trials), the same number."""
         by_ready, ready, elem, unit_elems = self.by_ready, self.ready_sorted, self.elem, self.unit_elems
         n = len(by_ready)
-        left, sent, blocks, decide, t, free, nxt, heap = self._start(rank, resume, at)
+        left, sent, blocks, decide, t, free, nxt, heap, key = self._start(rank, resume, at)
         time_s = self.time_s
-        push, pop = heapq.heappush, heapq.heappop
+        pop = heapq.heappop
         while True:
-            while nxt < n and ready[nxt] <= t + EPS_S:
-                u = by_ready[nxt]
-                push(heap, (rank[u], u))
-                nxt += 1
+            if nxt < n and ready[nxt] <= t + EPS_S:  # the units ready by now join the heap
+                nxt = _take_in(heap, key, by_ready, ready, nxt, t)
             if heap and free <= t + EPS_S:
                 start = t if t > free else free
                 if nxt == n:  # phase 2 from here: the rest of each layer back to back, by priority
-                    queue = sorted(heap)
+                    queue = [k % n for k in sorted(heap)]  # the units left, by priority
                     if dry:
                         return Schedule(self._dry_phase_two(queue, start, left, blocks), blocks, decide,
                                         (queue, start, t, left, sent))
                     self._phase_two(queue, start, t, left, sent, blocks, decide)
                     break
                 # phase 1: fill the gap before the next gradient is ready
-                u = heap[0][1]
+                u = heap[0] % n
                 rest = left[u]
                 elems = self._extend(blocks, u, start, ready[nxt], rest) if extend else None
                 if elems is None:
@@ -179,6 +177,9 @@ class _Model:
                 continue
             if not heap and nxt == n:
                 break
+            if nxt < n and free > t + EPS_S:  # channel busy: to when it may be free (the top takes in the ready)
+                t = _busy_until(ready, nxt, t, free)
+                continue
             # advance to the next moment something can change
             t_next = ready[nxt] if nxt < n else free
             if free > t and free < t_next:
@@ -188,22 +189,28 @@ class _Model:
 
     def _start(self, rank: list[int], resume: Schedule | None, at: int) -> tuple:
         """:meth:`run`'s state at the start, or just before ``resume`` chose its block ``at``:
-        (left, sent, blocks, decide, clock, channel free, next ready, heap)."""
-        left = list(self.numel)
+        (left, sent, blocks, decide, clock, channel free, next ready, heap, key).
+
+        The heap holds each unit as one int, ``key[u] = rank[u] * n + u``: the order of
+        ``(rank[u], u)``, without a tuple per entry (fewer objects for the garbage collector)."""
         if resume is None or at == 0:
             blocks: list[tuple[int, int, int, float, float]] = []
             decide: list[float] = []
             t = free = 0.0  # the clock; when the channel finishes its current block
+            left, sent = list(self.numel), [0] * len(self.numel)
         else:
             blocks, decide = resume.blocks[:at], resume.decide_s[:at]
             t, free = resume.decide_s[at], blocks[-1][4]
-            for u, _, hi, _, _ in blocks:
-                left[u] = self.numel[u] - hi
-        sent = [self.numel[u] - left[u] for u in range(len(left))]
+            sent = [0] * len(self.numel)
+            for u, _, hi, _, _ in blocks:  # a unit's blocks go in order: its last one says how far it got
+                sent[u] = hi
+            left = [a - b for a, b in zip(self.numel, sent)]
         nxt = bisect.bisect_right(self.ready_sorted, t + EPS_S) if blocks else 0
-        heap = [(rank[u], u) for u in self.by_ready[:nxt] if left[u] > 0]
+        n = len(left)
+        key = [r * n + u for u, r in enumerate(rank)]
+        heap = [key[u] for u in self.by_ready[:nxt] if left[u] > 0]
         heapq.heapify(heap)
-        return left, sent, blocks, decide, t, free, nxt, heap
+        return left, sent, blocks, decide, t, free, nxt, heap, key
 
     def _extend(self, blocks: list[tuple[int, int, int, float, float]], u: int, start: float, next_ready_s: float,
                 rest: int) -> int | None:
@@ -224,26 +231,27 @@ class _Model:
         blocks[-1] = (u, lo, hi + elems, s0, end)
         return elems
 
-    def _phase_two(self, queue: list[tuple[int, int]], start: float, t: float, left: list[int], sent: list[int],
+    def _phase_two(self, queue: list[int], start: float, t: float, left: list[int], sent: list[int],
                    blocks: list[tuple[int, int, int, float, float]], decide: list[float]) -> None:
         """Phase 2 as :meth:`run`'s loop would play it, without the loop: every layer is
         ready, so each decision takes the next layer in priority order when the last
         block ends (the clock is that end), and sends all it has left."""
-        time_s, elem = self.time_s, self.elem
-        for _, u in queue:
-            end = start + time_s(left[u] * elem[u])
+        time_s, elem, numel, full = self.time_s, self.elem, self.numel, self.full_time_s
+        for u in queue:
+            rest = left[u]
+            end = start + (full[u] if rest == numel[u] else time_s(rest * elem[u]))
             blocks.append((u, sent[u], sent[u] + left[u], start, end))
             decide.append(t)
             sent[u] += left[u]
             left[u] = 0
             t = start = end
 
-    def _dry_phase_two(self, queue: list[tuple[int, int]], start: float, left: list[int],
+    def _dry_phase_two(self, queue: list[int], start: float, left: list[int],
                        blocks: list[tuple[int, int, int, float, float]]) -> float:
         """The iteration :meth:`_phase_two` then :meth:`iteration_s` would give, without the blocks."""
         done = self._layer_done(blocks)
         time_s, elem, numel, full, unit_layer = self.time_s, self.elem, self.numel, self.full_time_s, self.unit_layer
-        for _, u in queue:
+        for u in queue:
             rest = left[u]
             start += full[u] if rest == numel[u] else time_s(rest * elem[u])
             done[unit_layer[u]] = start  # later than every earlier block's end
@@ -297,6 +305,36 @@ class _Model:
         return t
 
 
+def _take_in(heap: list[int], key: list[int], by_ready: list[int], ready: list[float], nxt: int,
+             t: float) -> int:
+    """Push the units ready by ``t`` (from ``by_ready[nxt]`` on) onto ``heap``; returns the next one not ready."""
+    end = bisect.bisect_right(ready, t + EPS_S, nxt)
+    if end - nxt <= len(heap):
+        push = heapq.heappush
+        for u in by_ready[nxt:end]:
+            push(heap, key[u])
+    else:  # more than the heap holds: one heapify
+        heap.extend([key[u] for u in by_ready[nxt:end]])
+        heapq.heapify(heap)
+    return end
+
+
+def _busy_until(ready: list[float], nxt: int, t: float, free: float) -> float:
+    """The clock :meth:`_Model.run`'s loop reaches, one step at a time, while the channel is busy
+    (``free > t + EPS_S``, ``ready[nxt]`` the next ready time): each step to the next ready time
+    or to ``free``, whichever is first, until the channel may be free or every unit is ready.
+    The same floats compared in the same order, without the heap work of each step."""
+    n, k = len(ready), nxt
+    while True:
+        r = ready[k]
+        t = free if free > t and free < r else r
+        lim = t + EPS_S
+        while k < n and ready[k] <= lim:
+            k += 1
+        if free <= lim or k == n:
+            return t
+
+
 def _cheapest(timers: list["_Timer"]):
     """Seconds for ``nbytes``: the cheapest of ``timers``, each bit for bit as the simulator's
     (two lines, the common two-level case, in one expression: the search calls it per block)."""
@@ -304,7 +342,14 @@ def _cheapest(timers: list["_Timer"]):
         return timers[0]
     if len(timers) == 2 and all(t.table is None for t in timers):
         (a1, b1), (a2, b2) = [(t.alpha_s, t.beta_s) for t in timers]
-        return lambda nbytes: 0.0 if nbytes <= 0 else min(a1 + b1 * nbytes, a2 + b2 * nbytes)
+
+        def two_lines(nbytes: float) -> float:  # min(first, second), without a call to min
+            if nbytes <= 0:
+                return 0.0
+            first, second = a1 + b1 * nbytes, a2 + b2 * nbytes
+            return second if second < first else first
+
+        return two_lines
     return lambda nbytes: min([t(nbytes) for t in timers])
 
 
@@ -411,7 +456,9 @@ def _first_change(model: _Model, schedule: Schedule, rank: list[int], u: int, ta
     extended it) while ``u`` was ready with data left: ``u`` is ready by the block's end
     and its own last block comes later."""
     blocks = schedule.blocks
-    last_u = max(k for k, b in enumerate(blocks) if b[0] == u)
+    last_u = len(blocks) - 1
+    while blocks[last_u][0] != u:  # u's last block: near the end (phase 2 sends every layer's rest)
+        last_u -= 1
     ready_u, top = model.ready_of[u] - 2 * EPS_S, rank[u]  # conservative: earlier is safe
     for k in range(last_u):
         v, _, _, _, end = blocks[k]
@@ -424,9 +471,11 @@ def build_plan(model: _Model, rank: list[int], schedule: Schedule, options: dict
                cluster: Cluster | None = None, hierarchical: str = "never") -> Plan:
     """The plan of ``schedule``: one operation per block, its layer's rank as priority (each made
     hierarchical where ``hierarchical`` says so, on a two-level ``cluster``)."""
-    profile = model.profile
+    profile, blocks, elem = model.profile, schedule.blocks, model.elem
+    kinds = (coll.collectives_for([(hi - lo) * elem[u] for u, lo, hi, _, _ in blocks], cluster, hierarchical)
+             if cluster is not None else [DENSE] * len(blocks))  # each block's bytes, known: no second pass
     ops = []
-    for u, lo, hi, _, _ in schedule.blocks:
+    for (u, lo, hi, _, _), kind in zip(blocks, kinds):
         slices = []
         offset = 0
         for i in model.units[u].tensors:
@@ -435,9 +484,8 @@ def build_plan(model: _Model, rank: list[int], schedule: Schedule, options: dict
             if a < b:
                 slices.append(Slice(i, a - offset, b - offset))
             offset += numel
-        ops.append(Operation(tuple(slices), priority=rank[u]))
+        ops.append(Operation(tuple(slices), kind, priority=rank[u]))
     if cluster is not None:
-        ops = list(coll.choose_collective(ops, profile, cluster, hierarchical))
         options = coll.recorded(options, cluster, hierarchical)
     return Plan("usbyte", tuple(ops), profile.fingerprint, profile.model, options,
                 scheduling="priority", overlap_forward=True)

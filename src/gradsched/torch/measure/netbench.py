@@ -18,6 +18,11 @@ delayed by scheduling noise: docs/cost-model.md), keeps that table (it wins over
 line inside its range) and the medians as measured (``measured_points``), and writes
 ``gradsched.cluster/1`` with ``world_size`` and ``backend``.
 
+Two levels: with several nodes of several ranks (``--ranks-per-node``, else torchrun's
+``LOCAL_WORLD_SIZE``; node ``i`` holds ranks ``[i*M, (i+1)*M)``) the all-reduce is also
+timed inside each node and across nodes (one rank per node) and written as the
+cluster's ``topology`` (:func:`measure_topology`; docs/profiling.md, "Two levels").
+
 Sizes: an all-reduce of ``s`` bytes reduces an ``s``-byte buffer; an all-gather's
 size is each rank's contribution, and its contributions stop at ``max_bytes /
 world_size`` so that its output buffer is no larger than the all-reduce's.
@@ -31,12 +36,12 @@ import socket
 import statistics
 import sys
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
 
-from gradsched.cluster import COLLECTIVES, Cluster, CollectiveCost
+from gradsched.cluster import COLLECTIVES, Cluster, CollectiveCost, Topology
 from gradsched.errors import GradschedError
 from gradsched.netbench_args import MAX_BYTES, MIN_BYTES, add_arguments
 _ELEMENT = torch.float32  # 4 bytes per element
@@ -65,10 +70,13 @@ def reps_for(nbytes: int, reps: int) -> int:
 
 
 def benchmark(*, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, reps: int = 5, warmup: int = 2,
-              collectives: Sequence[str] = COLLECTIVES,
+              collectives: Sequence[str] = COLLECTIVES, ranks_per_node: int | None = None,
               report: Callable[[str], None] | None = None) -> Cluster | None:
     """Measure ``collectives`` on the default process group; rank 0 returns the fitted Cluster.
 
+    With several nodes of several ranks (``ranks_per_node``, else ``LOCAL_WORLD_SIZE``:
+    :func:`node_layout`), the all-reduce is also measured inside each node and across
+    nodes, and the cluster's ``topology`` field written (:func:`measure_topology`).
     Every rank must call this with the same arguments (it issues collectives)."""
     if not dist.is_initialized():
         raise GradschedError("no process group: call torch.distributed.init_process_group first (or use main())")
@@ -84,34 +92,43 @@ def benchmark(*, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, reps: i
     for name in collectives:
         top = max_bytes if name == "allreduce" else max(min_bytes, max_bytes // world)
         points[name] = measure_points(name, sizes_bytes(min_bytes, top), reps=reps, warmup=warmup, report=report)
+    nodes, per_node = node_layout(world, ranks_per_node)
+    topology = None
+    if nodes > 1 and per_node > 1:
+        topology = measure_topology(nodes, per_node, sizes_bytes(min_bytes, max_bytes), reps=reps, warmup=warmup,
+                                    report=report)
     if dist.get_rank() != 0:
         return None
     # Scheduling noise only adds time: the table is the measurements' lower monotone envelope
     # (docs/cost-model.md); the medians as measured are kept beside it.
     fitted = {name: CollectiveCost.fit(pts, envelope=True) for name, pts in points.items()}
-    return Cluster(world, fitted, backend=dist.get_backend(),
+    two_level = None if topology is None else Topology.from_dict(topology, "gradsched netbench", world)
+    return Cluster(world, fitted, backend=dist.get_backend(), topology=two_level,
                    extra={"measured_by": "gradsched netbench", "device": _device().type, "reps": reps,
                           "host": socket.gethostname(), "measured_points": {k: [list(p) for p in v]
                                                                             for k, v in points.items()}})
 
 
 def measure_points(name: str, sizes: Sequence[int], *, reps: int, warmup: int,
-                   report: Callable[[str], None] | None = None) -> list[tuple[float, float]]:
-    """``(bytes, seconds)`` of collective ``name`` at each size: the slowest rank's median over
-    ``reps_for(size, reps)`` repetitions, the same on every rank (a collective call)."""
-    world, device = dist.get_world_size(), _device()
+                   report: Callable[[str], None] | None = None, group: dist.ProcessGroup | None = None,
+                   label: str = "") -> list[tuple[float, float]]:
+    """``(bytes, seconds)`` of collective ``name`` at each size on ``group`` (default: all ranks):
+    the slowest rank's median over ``reps_for(size, reps)`` repetitions, the same on every rank
+    of the group (a collective call on it)."""
+    world, device = dist.get_world_size(group), _device()
     points = []
     for nbytes in sizes:
-        seconds = _time_collective(name, nbytes, world, device, reps_for(nbytes, reps), warmup)
+        seconds = _time_collective(name, nbytes, world, device, reps_for(nbytes, reps), warmup, group)
         points.append((float(nbytes), seconds))
         if report is not None and dist.get_rank() == 0:
-            report(f"{name:9s} {nbytes:>11,d} B  {seconds * 1e6:12.1f} us  {nbytes / seconds / 1e9:8.3f} GB/s")
-        dist.barrier()
+            report(f"{label}{name:9s} {nbytes:>11,d} B  {seconds * 1e6:12.1f} us  {nbytes / seconds / 1e9:8.3f} GB/s")
+        dist.barrier(group=group)
     return points
 
 
-def _time_collective(name: str, nbytes: int, world: int, device: torch.device, reps: int, warmup: int) -> float:
-    """Median seconds of one collective over ``reps``, the slowest rank's."""
+def _time_collective(name: str, nbytes: int, world: int, device: torch.device, reps: int, warmup: int,
+                     group: dist.ProcessGroup | None = None) -> float:
+    """Median seconds of one collective over ``reps`` on ``group``, its slowest rank's."""
     numel = max(1, nbytes // 4)
     buf = torch.ones(numel, dtype=_ELEMENT, device=device)
     out = torch.empty(numel * world, dtype=_ELEMENT, device=device) if name == "allgather" else None
@@ -121,23 +138,75 @@ def _time_collective(name: str, nbytes: int, world: int, device: torch.device, r
 
     def once() -> None:
         if name == "allreduce":
-            dist.all_reduce(buf)
+            dist.all_reduce(buf, group=group)
         else:
-            gather(out, buf)
+            gather(out, buf, group=group)
 
     for _ in range(warmup):
         once()
     times = []
     for _ in range(reps):
-        dist.barrier()
+        dist.barrier(group=group)
         _sync(device)
         t0 = time.perf_counter()
         once()
         _sync(device)
         times.append(time.perf_counter() - t0)
     slowest = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
     return float(slowest.item())
+
+
+def node_layout(world: int, ranks_per_node: int | None = None) -> tuple[int, int]:
+    """``(nodes, ranks_per_node)`` of ``world`` ranks, node ``i`` holding ranks ``[i * M, (i + 1) * M)``
+    (as torchrun numbers them).  ``M``: ``ranks_per_node`` if given, else ``LOCAL_WORLD_SIZE``
+    (torchrun sets it), else 1 (every rank its own node): the runtime's rule
+    (:func:`gradsched.torch.runtime.nodes.ranks_per_node`)."""
+    from gradsched.torch.runtime.nodes import ranks_per_node as resolve
+
+    per_node = resolve(ranks_per_node)
+    if world % per_node:
+        source = "ranks per node" if ranks_per_node is not None else "LOCAL_WORLD_SIZE"
+        raise GradschedError(f"{source} {per_node} does not divide the {world} ranks into equal nodes; give "
+                             f"the number of ranks on each node (--ranks-per-node)")
+    return world // per_node, per_node
+
+
+def measure_topology(nodes: int, ranks_per_node: int, sizes: Sequence[int], *, reps: int, warmup: int,
+                     report: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+    """Time the all-reduce at both levels of ``nodes`` x ``ranks_per_node``; rank 0 returns the
+    cluster's ``topology`` field (docs/formats.md), the others None.  Every rank calls this.
+
+    Inside a node: a group of each node's ranks; all nodes measure at once (as a two-level
+    all-reduce's first step runs on all of them) and a size's time is the slowest node's.
+    Across nodes: a group of each node's first rank (local rank 0), timed while the other
+    ranks wait.  The groups are made on every rank in that order (``new_group`` is a
+    collective of the whole job).  Each level is fitted as the top-level one is: a line
+    and the table, through the measurements' lower monotone envelope."""
+    rank = dist.get_rank()
+    node_groups = [dist.new_group(list(range(i * ranks_per_node, (i + 1) * ranks_per_node))) for i in range(nodes)]
+    leaders = dist.new_group([i * ranks_per_node for i in range(nodes)])
+    intra = measure_points("allreduce", sizes, reps=reps, warmup=warmup, report=report,
+                           group=node_groups[rank // ranks_per_node], label="in node ")
+    seconds = torch.tensor([t for _, t in intra], dtype=torch.float64, device=_device())
+    dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the slowest node's
+    intra = [(b, float(t)) for (b, _), t in zip(intra, seconds.tolist())]
+    inter = None
+    if rank % ranks_per_node == 0:
+        inter = measure_points("allreduce", sizes, reps=reps, warmup=warmup, report=report, group=leaders,
+                               label="across nodes ")
+    dist.barrier()
+    if rank != 0:
+        return None
+    return {"nodes": nodes, "ranks_per_node": ranks_per_node,
+            "algorithm": "ring",  # what gloo's and NCCL's plain all-reduce does by default: one flat ring
+            "intra": _level(intra), "inter": _level(inter)}
+
+
+def _level(points: Sequence[tuple[float, float]]) -> dict[str, Any]:
+    """One level's ``collectives`` and ``points``, fitted as the top-level all-reduce's."""
+    cost = CollectiveCost.fit(points, envelope=True)
+    return {"collectives": {"allreduce": cost.to_dict()}, "points": {"allreduce": [list(p) for p in cost.points]}}
 
 
 def _device() -> torch.device:
@@ -157,6 +226,13 @@ def summary(cluster: Cluster) -> str:
     for name, c in cluster.collectives.items():
         bw = f"{1 / c.beta_s_per_byte / 1e9:.3f} GB/s" if c.beta_s_per_byte > 0 else "unbounded"
         lines.append(f"  {name:9s} alpha {c.alpha_s * 1e6:9.1f} us, beta {c.beta_s_per_byte * 1e9:.4f} ns/B ({bw})")
+    topology = cluster.to_dict().get("topology")
+    if topology:
+        n, m = topology["nodes"], topology["ranks_per_node"]
+        for level, where in (("intra", f"in a node ({m} ranks)"), ("inter", f"across nodes ({n} ranks)")):
+            c = topology[level]["collectives"]["allreduce"]
+            lines.append(f"  allreduce {where}: alpha {c['alpha_s'] * 1e6:.1f} us, "
+                         f"beta {c['beta_s_per_byte'] * 1e9:.4f} ns/B")
     return "\n".join(lines)
 
 
@@ -176,7 +252,7 @@ def run_under_launcher(args: argparse.Namespace) -> int:
         report = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
         cluster = benchmark(min_bytes=args.min_bytes, max_bytes=args.max_bytes, reps=args.reps, warmup=args.warmup,
                             collectives=[c.strip() for c in args.collectives.split(",") if c.strip()],
-                            report=report)
+                            ranks_per_node=args.ranks_per_node, report=report)
         if cluster is not None:
             cluster.save(args.output)
             if not args.quiet:

@@ -58,6 +58,7 @@ strategy), and the ``auto`` planner's own ``channels`` and ``exclude``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import statistics
@@ -78,6 +79,7 @@ from gradsched.profile import Profile
 from gradsched.timeline import Event
 from gradsched.torch.runtime.groups import backend_of
 from gradsched.torch.runtime.startup import broadcast_object, gather_object, wait
+from gradsched.torch.runtime.torch_ddp import TORCH_DDP, candidate_plan, is_torch_ddp
 
 if TYPE_CHECKING:
     from gradsched.planners.auto import Ranked
@@ -104,7 +106,8 @@ class AutoTuneConfig:
     trials: int = 3  # best predicted plans (one per strategy) measured before settling; 1: trust the simulator
     trial_iterations: int = 12  # iterations each trial plan runs in all (the median of them is its measurement) ...
     trial_rounds: int = 3  # ... in this many windows, the candidates taking turns (see trial_window)
-    min_gain: float = 0.03  # a trial plan replaces DDP's buckets only if it measured at least this much faster
+    min_gain: float = 0.03  # a trial plan replaces DDP (the baseline) only if it measured at least this much faster
+    torch_ddp: bool = True  # PyTorch's own DDP takes turns too (user's bucket_cap_mb and the advised one)
     replan_threshold: float = 0.15  # relative |measured - expected| / expected that triggers a re-plan
     patience: int = 10  # iterations per check (the median of this many is compared)
     max_replans: int = 3  # re-plans after the first plan; then no more checks
@@ -173,8 +176,8 @@ class AutoTuneConfig:
     def tuning_iterations(self) -> int:
         """Iterations until every scheduled decision (switch, trials, checks up to the re-plan cap) is made."""
         # the first plan and its strategy's default options, the runners-up, at most one plan of a given
-        # profile and cluster, DDP's default buckets, the initial plan
-        candidates = self.trials + OFFLINE_TRIALS + 3 if self.trials > 1 else 0
+        # profile and cluster, PyTorch's DDP at two bucket sizes (else DDP's buckets on the executor), the initial plan
+        candidates = self.trials + OFFLINE_TRIALS + 2 + (2 if self.torch_ddp else 1) if self.trials > 1 else 0
         return self.switch_iteration + 1 + (candidates * self.trial_rounds + 1) * (self.trial_window + 1) \
             + self.max_replans * 2 * (self.patience + 1)  # a check, then (re-plan) a measuring window
 
@@ -226,6 +229,8 @@ class TunedModel:
     synchronize: Callable[[], None]  # finish outstanding communication and updates
     has_optimizer: Callable[[], bool]  # a DistributedOptimizer is attached (plans may overlap the update)
     timeout_s: float  # the wrapper's: every collective of the tuner's (probes, gathers, broadcasts) is bounded by it
+    ddp_bucket_cap_mb: float = 25.0  # what the user set for DDP (its default otherwise): a torch-ddp candidate's size
+    release_spares: Callable[[], None] = lambda: None  # drop the PyTorch DDPs kept for trials but not running
 
 
 class AutoTuner:
@@ -362,7 +367,7 @@ class AutoTuner:
         self._next_trial = None
         best = None
         if self._is_root:
-            baseline = next((h for h, (name, *_) in self._tried.items() if name == "ddp"), None)
+            baseline = self._baseline()
             taken = {h: self._measured_by_plan[h] for h in self._trial_candidates if h in self._measured_by_plan}
             best = fastest(taken, baseline, self.config.min_gain)
         best = self._broadcast(best)
@@ -371,10 +376,19 @@ class AutoTuner:
         self.rejected.extend(sorted({s for s, *_ in self._tried.values() if s != strategy} - set(self.rejected)))
         if best != self._model.plan().hash:
             self._switch(step, strategy, plan, order, predicted, measured_before, "fastest")
+        self._model.release_spares()  # the PyTorch DDPs kept for the trials' windows, but the one running
         if self._is_root:  # checks look for drift from what the winner measured, not from the simulator
             self._expected_s = self._measured_by_plan[best]
         logger.info("auto: iteration %d: of the plans tried, %s measured fastest; it stays", step, strategy)
         self._schedule_check(step)
+
+    def _baseline(self) -> str | None:
+        """What a trial plan must beat by ``min_gain``: what the user would run otherwise, PyTorch's DDP at their
+        bucket size (:attr:`TunedModel.ddp_bucket_cap_mb`), or DDP's buckets on the executor without it."""
+        cap = self._model.ddp_bucket_cap_mb
+        own = [h for h, (_, plan, *_) in self._tried.items()
+               if is_torch_ddp(plan) and plan.options["bucket_cap_mb"] == cap]
+        return next(iter(own), None) or next((h for h, (name, *_) in self._tried.items() if name == "ddp"), None)
 
     def _record(self, plan_hash: str, window: list[StepRecord]) -> None:
         """Rank 0: add ``window``'s iterations to what ``plan_hash`` measured (the latest
@@ -418,7 +432,9 @@ class AutoTuner:
             self._schedule_check(step)
 
     def _schedule_check(self, step: int) -> None:
-        more = self.replans < self.config.max_replans
+        # on PyTorch's DDP nothing is traced, so there is nothing to re-plan from: the checks (and their
+        # broadcasts) stop, and what runs costs DDP's time alone
+        more = self.replans < self.config.max_replans and not is_torch_ddp(self._model.plan())
         self._next_check = step + self.config.patience + 1 if more else None
 
     @property
@@ -443,7 +459,8 @@ class AutoTuner:
         events = self._events()
         profile = measured_profile(model.profile, events, window)
         cluster = self._fit(events, window, peers)
-        exclude = tuple(self.config.planner_options.get("exclude", ())) + tuple(self.rejected)
+        exclude = tuple(self.config.planner_options.get("exclude", ())) + tuple(r for r in self.rejected
+                                                                             if r != TORCH_DDP)
         opts = dict(self.config.planner_options, exclude=exclude)
         def runnable(candidates: list[Ranked]) -> list[Ranked]:
             if model.has_optimizer():
@@ -467,7 +484,9 @@ class AutoTuner:
         trials: list[Ranked] = []
         if reason == "profiled" and self.config.trials > 1:
             trials = self._trials(results, with_defaults, lambda p, c: runnable(ranked(p, c, **opts)))
-        trial_plans = [(r.strategy, as_auto(r, len(results)), r.predicted_s) for r in trials]
+            trials += self._torch_ddp_trials(profile, cluster)
+        trial_plans = [(r.strategy, r.plan if r.strategy == TORCH_DDP else as_auto(r, len(results)), r.predicted_s)
+                       for r in trials]
         # the initial plan takes turns too (trials come only at the first plan, which leaves the initial one)
         initial_s = measured_plan_s if trials else None
         logger.info("auto: planned %s (%s) from %d measured iterations in %.0f ms: predicted %.2f ms per "
@@ -490,13 +509,23 @@ class AutoTuner:
             for nbytes, s in self._probes:
                 points.setdefault(nbytes, [s])
         if len(points) >= 2:
-            return fit_cluster(points, model.world, backend_of(model.group, model.device))  # not "undefined"
+            return self._with_topology(fit_cluster(points, model.world, backend_of(model.group, model.device)))
         # every operation finished behind another: nothing to fit; keep what we had
         from gradsched.torch.runtime.planning import default_cluster
 
         logger.warning("auto: too few measured operation sizes to fit collective costs; planning with %s",
                        "the previous fit" if self.cluster else "a loopback-like default")
         return self.cluster or default_cluster(model.world)
+
+    def _with_topology(self, fitted: Cluster) -> Cluster:
+        """The in-situ fit times the plain all-reduce over all ranks only; the two levels inside and
+        between nodes (a ``topology``) come from the user's measured cluster, when it has one for
+        this world size, so that plans with ``hier-allreduce`` operations stay costed."""
+        offline = self._offline[1] if self._offline is not None else None
+        topology = offline.topology if offline is not None else None
+        if topology is None or topology.world_size != fitted.world_size:
+            return fitted
+        return dataclasses.replace(fitted, topology=topology)
 
     def _trials(self, results: list[Ranked], with_defaults: Callable[[str], Ranked],
                 rank_offline: Callable[[Profile, Cluster], list[Ranked]]) -> list[Ranked]:
@@ -515,9 +544,24 @@ class AutoTuner:
                 trials.append(r)
         if self._offline is not None:  # the user's own measurements may know what in situ cannot
             trials.extend(rank_offline(*self._offline)[:OFFLINE_TRIALS])
-        if "ddp" not in picked:  # what the user would run otherwise is always measured
+        if "ddp" not in picked and not self.config.torch_ddp:  # what the user would run otherwise is measured
             trials.append(with_defaults("ddp"))
         return trials
+
+    def _torch_ddp_trials(self, profile: Profile, cluster: Cluster) -> list[Ranked]:
+        """Rank 0, at the first plan: PyTorch's own DDP (:mod:`gradsched.torch.runtime.torch_ddp`) at the
+        user's bucket size and at the one the advisor predicts fastest (one candidate if they are the same)."""
+        if not self.config.torch_ddp:
+            return []
+        from gradsched.advise import best_ddp_bucket_mb
+        from gradsched.planners.auto import Ranked
+        from gradsched.sim import simulate
+
+        out = []
+        for cap in dict.fromkeys([self._model.ddp_bucket_cap_mb, best_ddp_bucket_mb(profile, cluster)]):
+            plan = candidate_plan(profile, cluster, cap)
+            out.append(Ranked(simulate(plan, profile, cluster, timeline=False).iteration_s, TORCH_DDP, plan))
+        return out
 
     def _apply(self, step: int, payload: dict[str, Any], reason: str) -> None:
         plan: Plan = payload["plan"]
@@ -588,6 +632,11 @@ class AutoTuner:
         return out
 
     # ------------------------------------------------------------------ reporting
+    @property
+    def trials_done(self) -> bool:
+        """The first plan is made and its trials (if any) are decided (the same on every rank)."""
+        return self.iteration > self.config.switch_iteration and self._next_trial is None
+
     @property
     def measured_iteration_s(self) -> float | None:
         """Median measured iteration time on this rank since the last switch (None before any)."""

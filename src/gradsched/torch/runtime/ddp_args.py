@@ -5,12 +5,17 @@
 import.  :func:`resolve` turns the arguments into :class:`DDPArgs`; what gradsched
 cannot honour raises a :class:`~gradsched.errors.GradschedError` that says so.
 
-When no plan is named the wrapper runs :data:`DEFAULT_STRATEGY`: DDP's own bucket
-rule (1 MiB first, then ``bucket_cap_mb``, default 25) on gradsched's executor, which
-moves the same buckets as DDP and, unlike DDP itself, is traced, checked and
-switchable to any other plan.  Its speed beside DDP's (0.88x-0.99x of DDP's
-iteration time on a machine not saturated, 1.08-1.12x at load average 16-20 on 2 cores) is in docs/runtime.md, from
-``benchmarks/results/runtime_vs_ddp*.json`` and ``dropin_default_cnn.json``.
+When no plan is named the wrapper runs :data:`DEFAULT_STRATEGY`: run-time ``auto``
+(docs/autotune.md) with PyTorch's own DDP among its candidates, at the user's
+``bucket_cap_mb`` (25 by default) and at the advised size, and DDP kept unless a plan
+measured at least ``min_gain`` (3%) faster in interleaved trials, and no re-plans after
+them (``max_replans=0``: the winner stays, measured).  It starts on DDP's
+bucket rule run by gradsched's executor (:data:`DEFAULT_OPTIONS`: traced, to profile the
+model in place).  After the trials it runs DDP or something measured faster; what the
+trials cost (their slower candidates' windows, 50-80 iterations on cnn) comes
+once.  The earlier default, DDP's buckets on the executor alone, ran 0.93x PyTorch DDP's
+time on a quiet machine but 1.08-1.12x under load (``benchmarks/results/dropin_default_cnn.json``,
+docs/runtime.md); the default's own figures are in docs/autotune.md.
 """
 
 from __future__ import annotations
@@ -24,7 +29,10 @@ from torch import nn
 
 from gradsched.errors import GradschedError
 
-DEFAULT_STRATEGY = "ddp"  # DDP's bucket rule, run by gradsched's executor (module docstring)
+DEFAULT_STRATEGY = "auto"  # run-time auto, PyTorch's DDP among its candidates (module docstring)
+# Profile under DDP's bucket rule on the executor; keep the trials' winner (no re-plans after them: a re-plan
+# runs a plan nobody measured, and on cnn at load 5 two of them ended 1.25x DDP's time, dropin_default.py)
+DEFAULT_OPTIONS: dict[str, Any] = {"initial": "ddp", "max_replans": 0}
 
 # DDP arguments that gradsched has no counterpart for: accepted only at their defaults.
 _UNSUPPORTED = {"delay_all_reduce_named_params": None, "param_to_hook_all_reduce": None, "mixed_precision": None,
@@ -148,12 +156,16 @@ def plan_choice(plan: Any, plan_options: dict[str, Any] | None, use_torch_ddp: b
                 bucket_cap_mb: float | None) -> tuple[Any, dict[str, Any] | None, bool]:
     """``(plan, plan_options, use_torch_ddp)`` with the default and ``bucket_cap_mb`` applied."""
     if plan is None:
-        return DEFAULT_STRATEGY, _with_cap(plan_options, bucket_cap_mb), False
+        initial = {"initial_options": {"bucket_cap_mb": bucket_cap_mb}} if bucket_cap_mb is not None else {}
+        return DEFAULT_STRATEGY, {**DEFAULT_OPTIONS, **initial, **(plan_options or {})}, False
     if bucket_cap_mb is not None:
+        if isinstance(plan, str) and plan == "auto":
+            return plan, plan_options, use_torch_ddp  # the size of auto's PyTorch-DDP candidate (the wrapper's)
         if not (isinstance(plan, str) and plan == "ddp"):
             name = plan if isinstance(plan, str) else getattr(plan, "strategy", "?")
-            raise GradschedError(f"bucket_cap_mb sets DDP's bucket size: it applies to the default plan and to "
-                                 f"plan='ddp', not to {name!r}; remove it, or give that strategy's own plan_options")
+            raise GradschedError(f"bucket_cap_mb sets DDP's bucket size: it applies to the default plan, to 'auto' "
+                                 f"(its PyTorch-DDP candidate) and to plan='ddp', not to {name!r}; remove it, or give "
+                                 "that strategy's own plan_options")
         if not use_torch_ddp:
             plan_options = _with_cap(plan_options, bucket_cap_mb)
     return plan, plan_options, use_torch_ddp

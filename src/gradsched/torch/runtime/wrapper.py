@@ -43,6 +43,7 @@ from gradsched.torch.runtime.nodes import ranks_per_node as resolve_ranks_per_no
 from gradsched.torch.runtime.planning import (default_cluster, in_profile_order, issue_order, profile_from_module,
                                       resolve_plan, trainable_parameters)
 from gradsched.torch.runtime.startup import broadcast_tensors, check_consistency, plan_key, startup_settings
+from gradsched.torch.runtime.torch_ddp import TorchDDPPool, is_torch_ddp
 from gradsched.torch.runtime.trace import FORWARD, Tracer, merge_timelines
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -130,19 +131,23 @@ class DistributedDataParallel(nn.Module):
         self._gating: list[Any] = []
         self._sparse_options = sparse_options
         self.autotuner: AutoTuner | None = None
+        self._ddp_pool: TorchDDPPool | None = None  # run-time auto's PyTorch-DDP candidates (torch_ddp)
+        self._ddp_cap_mb = args.bucket_cap_mb or 25.0  # DDP's bucket size as the user set it (DDP's default)
         settings = startup_settings(module, self._group, args, plan_options)
         tune: AutoTuneConfig | None = None
         if isinstance(plan, str) and plan == "auto":
             # Run-time auto (gradsched.torch.runtime.autotune): start on the safe default, switch later.
             tune = AutoTuneConfig.from_options(plan_options)
-            if tune.adaptive:
-                plan, plan_options = tune.initial, tune.initial_options or None
+            if tune.adaptive:  # the initial plan runs on the executor, traced (initial="ddp": DDP's buckets there)
+                plan, plan_options, use_torch_ddp = tune.initial, tune.initial_options or None, False
             else:
                 plan_options = {**tune.planner_options} or None
                 tune = None
         self._user_trace = trace
         self._tracer = Tracer(self._rank) if trace or tune is not None else None
 
+        self._user_ddp_kwargs = dict(ddp_kwargs or {})
+        self._find_unused_arg = find_unused_parameters
         given, kw = self._make_plan(plan, plan_options, profile, cluster, use_torch_ddp,
                                     {**args.torch_ddp_kwargs, **(ddp_kwargs or {})}, settings)
         bad_nodes = self._resolve_ranks_per_node(ranks_per_node, tune is not None, settings)
@@ -228,6 +233,9 @@ class DistributedDataParallel(nn.Module):
         if tune is not None and not is_whole_world(self._group):
             private_group(self._group, timeout_s, self)  # now, while the start-up check vouches for the group count
         self._find_unused = args.find_unused
+        if tune is not None and tune.torch_ddp:
+            self._ddp_pool = TorchDDPPool(module, self._group, {**args.torch_ddp_kwargs, **self._user_ddp_kwargs},
+                                          self._find_unused_arg, self._broadcast_buffers)
         self._start_executor()
         if tune is not None:
             assert self._tracer is not None
@@ -240,7 +248,8 @@ class DistributedDataParallel(nn.Module):
         return TunedModel(group=self._group, world=self._world, rank=self._rank, device=self._params[0].device,
                           profile=self._own_profile, plan=lambda: self.plan, order=lambda: self._order,
                           switch_plan=self._switch_plan, synchronize=self.synchronize,
-                          has_optimizer=lambda: self._optimizer is not None, timeout_s=self._timeout_s)
+                          has_optimizer=lambda: self._optimizer is not None, timeout_s=self._timeout_s,
+                          ddp_bucket_cap_mb=self._ddp_cap_mb, release_spares=self._release_spare_ddps)
 
     def _start_executor(self) -> None:
         """Build the executor (and forward gating) for ``self.plan`` and ``self._order``."""
@@ -261,16 +270,35 @@ class DistributedDataParallel(nn.Module):
         """Run ``plan`` from the next backward on.  Call on every rank at the same iteration
         boundary; outstanding communication and updates are finished first, so the
         numbers computed do not change (``gradsched.torch.runtime.autotune`` uses it)."""
-        assert self._executor is not None
         self.synchronize()
-        enabled = self._executor.enabled
-        self._executor.close()
+        enabled = self._sync_enabled
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
         for h in self._gating:
             h.remove()
         self._gating = []
         self.plan, self._order = plan, list(order)
+        if is_torch_ddp(plan):  # PyTorch's own DDP (run-time auto's candidate): kept across windows
+            assert self._ddp_pool is not None
+            object.__setattr__(self, "_ddp", self._ddp_pool.get(plan.options["bucket_cap_mb"]))
+            self._ddp.require_backward_grad_sync = enabled
+            return
+        object.__setattr__(self, "_ddp", None)
         self._start_executor()
         self._executor.enabled = enabled
+
+    def _release_spare_ddps(self) -> None:
+        """Drop the PyTorch DDPs run-time auto kept for its trials, but the one running."""
+        if self._ddp_pool is not None:
+            self._ddp_pool.release(self.plan.options["bucket_cap_mb"] if is_torch_ddp(self.plan) else None)
+
+    @property
+    def _sync_enabled(self) -> bool:
+        """Gradients are averaged in backward (False inside ``no_sync()``)."""
+        if self._executor is not None:
+            return self._executor.enabled
+        return self._ddp is not None and self._ddp.require_backward_grad_sync
 
     # ------------------------------------------------------------------ start-up
     def _install_gating(self) -> None:
@@ -310,17 +338,22 @@ class DistributedDataParallel(nn.Module):
 
     # ------------------------------------------------------------------ training
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if self._ddp is not None:
+        if self._ddp is not None and self.autotuner is None:
             return self._ddp(*args, **kwargs)
-        if self._input_device is not None:  # device_ids=[d]: inputs go to d, as DDP moves them
-            args, kwargs = to_device(args, self._input_device), to_device(kwargs, self._input_device)
         tracer = self._tracer
         if tracer is not None:
             tracer.next_iteration()
-        syncing = torch.is_grad_enabled() and self._executor is not None and self._executor.enabled
-        if self.autotuner is not None and syncing:
+        if self.autotuner is not None and torch.is_grad_enabled() and self._sync_enabled:
             self.autotuner.on_iteration_start()  # an iteration boundary: the plan may switch here
         t0 = tracer.now() if tracer is not None else 0.0
+        if self._ddp is not None:  # run-time auto runs PyTorch's DDP (a candidate, or what it settled on)
+            out = self._ddp(*args, **kwargs)
+            if tracer is not None:
+                tracer.span("forward", FORWARD, t0)
+            return out
+        if self._input_device is not None:  # device_ids=[d]: inputs go to d, as DDP moves them
+            args, kwargs = to_device(args, self._input_device), to_device(kwargs, self._input_device)
+        syncing = torch.is_grad_enabled() and self._executor is not None and self._executor.enabled
         self._finish_unstepped()
         if self._broadcast_buffers and self._ctrl is not None and syncing:
             self._sync_buffers()

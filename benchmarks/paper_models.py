@@ -1,0 +1,102 @@
+"""Small definitions of the CNNs US-Byte's authors train (ResNet-50, VGG-16; ImageNet shapes), for meta profiles.
+
+Written here from the architectures' published descriptions (He et al. 2016: bottleneck
+blocks 3-4-6-3, widths 64-128-256-512 x4; Simonyan and Zisserman 2015: configuration D),
+not taken from torchvision, so that the profiles need no download and no torchvision.
+Each ``factory(seed)`` follows ``gradsched --model MODULE:FUNCTION`` (docs/profiling.md);
+:func:`meta_profile` profiles one on the meta device at a given GPU throughput, which
+is what ``gradsched profile --model paper_models:resnet50 --device meta --device-tflops T``
+does from this directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+IMAGE = (3, 224, 224)
+CLASSES = 1000
+
+
+class Bottleneck(nn.Module):
+    """1x1 reduce, 3x3, 1x1 expand (x4), each with batch norm; a projected shortcut where the shape changes."""
+
+    def __init__(self, c_in: int, width: int, stride: int) -> None:
+        super().__init__()
+        out = 4 * width
+        self.body = nn.Sequential(
+            nn.Conv2d(c_in, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
+            nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
+            nn.Conv2d(width, out, 1, bias=False), nn.BatchNorm2d(out))
+        self.short = (nn.Sequential(nn.Conv2d(c_in, out, 1, stride, bias=False), nn.BatchNorm2d(out))
+                      if stride != 1 or c_in != out else nn.Identity())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + self.short(x))
+
+
+def resnet50_module() -> nn.Module:
+    layers: list[nn.Module] = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+                               nn.MaxPool2d(3, 2, 1)]
+    c_in = 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for b in range(blocks):
+            layers.append(Bottleneck(c_in, width, stride if b == 0 else 1))
+            c_in = 4 * width
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, CLASSES)]
+    return nn.Sequential(*layers)
+
+
+def vgg16_module() -> nn.Module:
+    layers: list[nn.Module] = []
+    c_in = 3
+    for c in (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"):
+        if c == "M":
+            layers.append(nn.MaxPool2d(2))
+        else:
+            layers += [nn.Conv2d(c_in, int(c), 3, padding=1), nn.ReLU(inplace=True)]
+            c_in = int(c)
+    layers += [nn.Flatten(), nn.Linear(512 * 7 * 7, 4096), nn.ReLU(inplace=True), nn.Linear(4096, 4096),
+               nn.ReLU(inplace=True), nn.Linear(4096, CLASSES)]
+    return nn.Sequential(*layers)
+
+
+def _batch(batch_size: int, generator: torch.Generator | None = None,
+           device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    if device == "meta":
+        return torch.empty(batch_size, *IMAGE, device="meta"), torch.zeros(batch_size, dtype=torch.long, device="meta")
+    return (torch.randn(batch_size, *IMAGE, generator=generator),
+            torch.randint(0, CLASSES, (batch_size,), generator=generator))
+
+
+def resnet50(seed: int = 0) -> tuple[nn.Module, Callable[..., Any]]:
+    torch.manual_seed(seed)
+    return resnet50_module(), _batch
+
+
+def vgg16(seed: int = 0) -> tuple[nn.Module, Callable[..., Any]]:
+    torch.manual_seed(seed)
+    return vgg16_module(), _batch
+
+
+BUILDERS = {"resnet50": resnet50_module, "vgg16": vgg16_module}
+
+
+def meta_profile(name: str, batch_size: int, tflops: float, path: Path) -> Path:
+    """Profile model ``name`` on the meta device at ``tflops`` (sustained), once; later calls read ``path``."""
+    if path.exists():
+        return path
+    from gradsched.torch.measure.profiler import profile_module
+
+    with torch.device("meta"):
+        module = BUILDERS[name]()
+    prof = profile_module(module, _batch(batch_size, device="meta"), loss_fn=nn.functional.cross_entropy,
+                          iterations=1, warmup=0, device="meta", device_tflops=tflops, model_name=name)
+    prof.extra.update(batch_size=batch_size, device_tflops=tflops,
+                      source=f"benchmarks/paper_models.py:{name}, meta device at {tflops:g} TFLOP/s, batch {batch_size}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prof.save(path)
+    return path

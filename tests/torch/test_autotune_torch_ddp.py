@@ -1,0 +1,156 @@
+"""Run-time auto with PyTorch's own DDP among its candidates (issue 16, item 5).
+
+Which plan wins is made deterministic with an injected clock: at the start of every
+iteration run under a plan the test calls slow, the tracer's clock (which times the
+iterations and stamps every event) jumps ahead by :data:`PENALTY_S`, far more than
+any real iteration of these small models takes, even on a loaded machine.  The order
+of the trials is checked from the switches the tuner records (iterations known in
+advance), not from timings.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.distributed as dist  # noqa: E402
+from torch import nn  # noqa: E402
+
+from gradsched.torch import DistributedDataParallel  # noqa: E402
+from gradsched.torch.runtime.autotune import AutoTuneConfig  # noqa: E402
+from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
+from gradsched.advise import best_ddp_bucket_mb  # noqa: E402
+from gradsched.torch.runtime.torch_ddp import TORCH_DDP, candidate_plan, is_torch_ddp  # noqa: E402
+
+PENALTY_S = 10.0  # what a slow plan's iteration takes on the injected clock, beyond its real time
+OPTIONS = {"switch_iteration": 3, "trials": 2, "trial_iterations": 2, "trial_rounds": 2, "min_gain": 0,
+           "patience": 3, "max_replans": 1}
+TOLERANCE = 1e-5
+
+
+def slow_down(model: Any, slow: Callable[[Any], bool]) -> None:
+    """Inject the clock: every iteration run under a plan for which ``slow(plan)`` holds takes PENALTY_S more."""
+    tuner, tracer = model.autotuner, model._tracer
+    start = tuner.on_iteration_start
+
+    def on_iteration_start() -> None:
+        if slow(model.plan):  # the plan that ran the iteration ending now
+            tracer.epoch -= PENALTY_S  # Tracer.now() = perf_counter() - epoch: the clock jumps ahead
+        start()
+
+    tuner.on_iteration_start = on_iteration_start
+
+
+def _net() -> nn.Module:
+    """2.1 MB of gradients: more than DDP's first bucket (1 MiB), so bucket sizes make different plans."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 512), nn.BatchNorm1d(512), nn.ReLU(), nn.Linear(512, 512), nn.Linear(512, 512),
+                         nn.Linear(512, 2))
+
+
+def _train(model: nn.Module, rank: int, world: int, steps: int) -> None:
+    """A plain torch optimizer on the wrapped model's parameters, as a DDP script has it."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=7, gamma=0.5)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        x = torch.randn(8 * world, 8, generator=gen)  # every rank draws the global batch, keeps its shard
+        opt.zero_grad()
+        model(x[rank::world]).square().mean().backward()
+        opt.step()
+        sched.step()
+
+
+def _state(module: nn.Module) -> list[torch.Tensor]:
+    return [t.detach().clone() for t in [*module.parameters(), *module.buffers()] if t.is_floating_point()]
+
+
+# --------------------------------------------------------------------------- one rank, in this process
+@pytest.fixture(scope="module")
+def world_of_one(tmp_path_factory):
+    store = tmp_path_factory.mktemp("store") / "file"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _tuned(slow: Callable[[Any], bool]) -> tuple[Any, list[torch.Tensor]]:
+    """Auto (PyTorch's DDP at 0.01 MiB, the user's size, and at the advised one) long enough that a check
+    would come after the trials; and the same training without any wrapper (one rank: the same numbers)."""
+    module = _net()
+    model = DistributedDataParallel(module, "auto", plan_options=OPTIONS, bucket_cap_mb=0.01)
+    slow_down(model, slow)
+    _train(model, 0, 1, model.autotuner.config.tuning_iterations)
+    plain = _net()
+    _train(plain, 0, 1, model.autotuner.config.tuning_iterations)
+    assert rel_diff(_state(module), _state(plain)) <= TOLERANCE
+    return model, _state(module)
+
+
+def _turns(tuner: Any) -> tuple[list[str], list[Any]]:
+    """The candidates' order in the first round, and every switch of the trials."""
+    trials = [s for s in tuner.switches if s.reason in ("profiled", "trial")]
+    n = (len(trials) + 1) // 2
+    return [s.plan_hash for s in trials[:n]], trials
+
+
+def test_trials_take_turns_with_pytorch_ddp_and_settle_on_it_when_it_is_fastest(world_of_one):
+    model, _ = _tuned(lambda plan: not is_torch_ddp(plan))
+    tuner = model.autotuner
+    turn, trials = _turns(tuner)
+    # each candidate runs one window (1 iteration + 1 for the switch) per round, 2 rounds, in the same order
+    assert [s.iteration for s in trials] == [3 + 2 * k for k in range(len(trials))]
+    assert len(trials) == 2 * len(turn) and [s.plan_hash for s in trials[len(turn):]] == turn
+    ddps = {h: tuner._tried[h][1].options["bucket_cap_mb"] for h in turn if tuner._tried[h][0] == TORCH_DDP}
+    # at the user's size and at the advised one (one candidate where both make the same buckets)
+    sizes = (0.01, best_ddp_bucket_mb(tuner.profile, tuner.cluster))
+    assert set(ddps) == {candidate_plan(tuner.profile, tuner.cluster, mb).hash for mb in sizes}
+    assert tuner.switches[0].plan_hash in turn  # the initial plan competes too
+    # DDP won: it runs now, through PyTorch's wrapper, and nothing else is kept
+    assert is_torch_ddp(model.plan) and model.plan.hash in ddps and model._executor is None and model._ddp is not None
+    assert tuner.switches[-1].reason in ("fastest", "trial")
+    assert model._ddp_pool.constructions == len(ddps)  # built once each, reused in the second round
+    assert model._ddp_pool.kept_mb == [ddps[model.plan.hash]]
+    # no checks on DDP: nothing to re-plan from, no broadcasts left (a check would have come patience + 1 after)
+    assert tuner.checks == [] and tuner._next_check is None
+    assert tuner.iteration > trials[-1].iteration + 2 * (OPTIONS["patience"] + 1)
+
+
+def test_a_faster_plan_replaces_pytorch_ddp_and_its_wrappers_are_dropped(world_of_one):
+    model, _ = _tuned(is_torch_ddp)
+    tuner = model.autotuner
+    turn, _ = _turns(tuner)
+    assert any(tuner._tried[h][0] == TORCH_DDP for h in turn)
+    assert not is_torch_ddp(model.plan) and model._ddp is None and model._executor is not None
+    assert model._ddp_pool.kept_mb == [] and TORCH_DDP in tuner.rejected
+
+
+# --------------------------------------------------------------------------- two ranks
+def _job(rank: int, world: int) -> dict:
+    steps = AutoTuneConfig.from_options(OPTIONS).tuning_iterations
+    reference = _net()
+    _train(torch.nn.parallel.DistributedDataParallel(reference), rank, world, steps)
+    module = _net()
+    # the plans take turns (PyTorch's DDP into and out of), then DDP wins: ranks switch on rank 0's word
+    model = DistributedDataParallel(module, plan_options=OPTIONS)  # the drop-in's default: auto
+    slow_down(model, lambda plan: not is_torch_ddp(plan))
+    _train(model, rank, world, steps)
+    return {"reference": _state(reference), "state": _state(module), "torch_ddp": is_torch_ddp(model.plan),
+            "params": [p.detach().clone() for p in module.parameters()],
+            "switches": [(s.iteration, s.plan_hash, s.strategy) for s in model.autotuner.switches]}
+
+
+@pytest.mark.slow
+def test_switching_into_and_out_of_pytorch_ddp_keeps_ddps_numbers_on_every_rank():
+    a, b = spawn_local(_job, 2, timeout_s=60)
+    assert a["switches"] == b["switches"] and a["torch_ddp"] and b["torch_ddp"]
+    ran = [s[2] for s in a["switches"]]
+    assert ran[0] == "ddp"  # the default profiles under DDP's buckets on the executor
+    first = ran.index(TORCH_DDP)
+    assert any(r != TORCH_DDP for r in ran[first + 1:])  # out of PyTorch's DDP, and back in at the end
+    for r in (a, b):  # parameters and BatchNorm statistics (rank 0's before every forward, either way) as DDP's
+        assert rel_diff(r["state"], r["reference"]) <= TOLERANCE
+    assert all(torch.equal(x, y) for x, y in zip(a["params"], b["params"]))  # buffers: each rank's last batch
