@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradsched import Cluster, Profile, TensorProfile
-from gradsched.advise import DDP_DEFAULT_MB, advise, deepspeed_plan
+from gradsched.advise import (DDP_DEFAULT_FIRST_MB, DDP_DEFAULT_MB, Point, advise, ddp_plan, deepspeed_plan,
+                              least_regret, regrets)
+from gradsched.cluster import Contention
 from gradsched.cli import main as cli
 from gradsched.planners import make_plan
 from gradsched.sim import simulate
@@ -25,8 +28,8 @@ SETTINGS = settings(max_examples=30, deadline=None)
 @SETTINGS
 @given(profiles(max_layers=10, mixed_dtypes=True), clusters())
 def test_advised_sizes_are_the_fastest_of_the_sweep(profile, cluster):
-    sizes = (1, 5, 25, 100)  # auto's own DDP sizes: then auto is never predicted slower
-    a = advise(profile, cluster, sizes)
+    sizes = (1, 5, 25, 100)  # auto's own DDP sizes (1 MiB first): then auto is never predicted slower
+    a = advise(profile, cluster, sizes, ddp_first_bucket_mb=DDP_DEFAULT_FIRST_MB)
     ddp = {mb: simulate(make_plan("ddp", profile, cluster, bucket_cap_mb=mb), profile, cluster,
                         timeline=False).iteration_s for mb in sizes}
     assert a.ddp_predicted_s == min(ddp.values())
@@ -55,6 +58,52 @@ def test_deepspeed_buckets_cover_every_tensor_once_within_the_element_cap(profil
     for op in plan.operations:
         numel = sum(profile.tensors[i].numel for i in op.tensors())
         assert numel <= elements or len(op.slices) == 1
+
+
+def test_a_set_bucket_cap_caps_the_first_bucket_too_the_default_does_not():
+    # Ready order: six 0.6 MB tensors then a 4 MB one.  Left unset, DDP closes its first bucket
+    # past 1 MiB (two tensors), then fills 25 MiB; set to 2 MiB, the first bucket holds 2 MiB too.
+    sizes = [600_000] * 6 + [4_000_000]
+    t = tuple(TensorProfile(f"t{i}", b // 4, b, MS, MS) for i, b in enumerate(sizes))
+    profile = Profile("seven", t, ready_order=tuple(range(7)))
+    cluster = Cluster.alpha_beta(1 * MS, 1e-9, 2)
+    assert [op.tensors() for op in ddp_plan(profile, cluster, 2).operations] == [(0, 1, 2, 3), (4, 5, 6)]
+    assert [op.tensors() for op in ddp_plan(profile, cluster, 2, 1).operations] == [(0, 1), (2, 3, 4, 5), (6,)]
+    assert [op.tensors() for op in ddp_plan(profile, cluster, DDP_DEFAULT_MB, DDP_DEFAULT_FIRST_MB).operations] == \
+        [(0, 1), (2, 3, 4, 5, 6)]
+    a = advise(profile, cluster, (2, DDP_DEFAULT_MB))
+    by_mb = {p.bucket_mb: p for p in a.ddp_sweep}
+    assert by_mb[2].operations == 2 and by_mb[DDP_DEFAULT_MB].operations == 1  # a set 25 MiB: one bucket
+    default = simulate(ddp_plan(profile, cluster, DDP_DEFAULT_MB, DDP_DEFAULT_FIRST_MB), profile, cluster,
+                       timeline=False).iteration_s
+    assert a.ddp_default_s == default  # the default row is DDP left unset: 1 MiB first
+    old = advise(profile, cluster, (2, DDP_DEFAULT_MB), ddp_first_bucket_mb=1)
+    assert {p.bucket_mb: p.operations for p in old.ddp_sweep} == {2.0: 3, DDP_DEFAULT_MB: 2}
+
+
+def test_with_contention_figures_the_advice_is_the_least_worst_case_regret():
+    # With the figures 100 MiB is fastest, without them 1 MiB; 5 MiB is near both.
+    sweep = [Point(1, 1.05, 5, 1.00), Point(5, 1.012, 3, 1.007), Point(100, 1.00, 1, 1.20)]
+    assert regrets(sweep) == pytest.approx({1: 1.05, 5: 1.012, 100: 1.20})
+    assert least_regret(sweep).bucket_mb == 5
+    no_figures = [Point(p.bucket_mb, p.predicted_s, p.operations) for p in sweep]
+    assert least_regret(no_figures).bucket_mb == 100  # without figures: the fastest
+
+
+def test_advise_on_a_cluster_with_contention_reads_both_predictions():
+    layers = tuple(TensorProfile(f"l{i}", 2_500_000, 10_000_000, 5 * MS, 10 * MS) for i in range(8))
+    profile = Profile("overlap", layers)
+    idle = Cluster.alpha_beta(10e-6, 1e-9, 8)
+    busy = replace(idle, contention=Contention(compute_slowdown=0.7, comm_slowdown=1.5))
+    a = advise(profile, busy, (5, 25, 100))
+    for p in a.ddp_sweep:
+        assert p.predicted_s == simulate(ddp_plan(profile, busy, p.bucket_mb), profile, busy,
+                                         timeline=False).iteration_s
+        assert p.predicted_idle_s == simulate(ddp_plan(profile, idle, p.bucket_mb), profile, idle,
+                                              timeline=False).iteration_s
+    assert a.ddp_bucket_cap_mb == least_regret(a.ddp_sweep).bucket_mb
+    assert a.ddp_predicted_s == {p.bucket_mb: p.predicted_s for p in a.ddp_sweep}[a.ddp_bucket_cap_mb]
+    assert all(p.predicted_idle_s is None for p in advise(profile, idle, (5, 25, 100)).ddp_sweep)
 
 
 def test_deepspeed_bucket_size_counts_elements_not_bytes():
@@ -90,7 +139,8 @@ def test_command_prints_the_settings_and_writes_json(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out) == d
 
 
-@pytest.mark.parametrize("argv", [["--buckets", "x"], ["--buckets", "0,5"], ["--channels", "0"]])
+@pytest.mark.parametrize("argv", [["--buckets", "x"], ["--buckets", "0,5"], ["--channels", "0"],
+                                  ["--ddp-first-bucket-mb", "0"]])
 def test_command_errors_are_one_line_and_exit_2(argv):
     out = subprocess.run([sys.executable, "-m", "gradsched.cli", "advise", *argv], capture_output=True, text=True,
                          timeout=120)

@@ -5,9 +5,12 @@ and only choose a bucket size.  :func:`advise` simulates each tool's bucketing r
 sweep of bucket sizes on a measured profile and network, picks the fastest predicted,
 and sets it beside the tool's default and gradsched's best plan (``auto``).
 
-- PyTorch DDP ``bucket_cap_mb`` (MiB; 25 by default, the first bucket 1 MiB): the
-  ``ddp`` strategy (DDP's own rule: tensors never split, a bucket closes once it
-  reaches the cap).
+- PyTorch DDP ``bucket_cap_mb`` (MiB): the ``ddp`` strategy (DDP's own rule: buckets
+  in the order gradients become ready, tensors never split, a bucket closes once it
+  reaches its cap).  Left at its default, DDP caps the first bucket at 1 MiB and the
+  others at 25 MiB; set, the cap applies to the first bucket too (PyTorch's
+  ``_BucketCapacityConfig``; releases before that distinction capped the first bucket at
+  1 MiB whatever the setting: ``ddp_first_bucket_mb=1``).
 - Hugging Face ``TrainingArguments(ddp_bucket_cap_mb=...)``: passed to DDP as is, the
   same number.
 - DeepSpeed ZeRO ``reduce_bucket_size`` (a number of *elements*, 5e8 by default: its
@@ -21,7 +24,7 @@ Torch-free: it runs on a saved profile and cluster (``gradsched advise``) or on 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gradsched.cluster import Cluster
@@ -34,6 +37,7 @@ from gradsched.sim import simulate
 
 BUCKETS_MB = (1, 2, 5, 10, 15, 25, 35, 50, 75, 100, 150, 250, 500)  # DDP bucket_cap_mb values tried
 DDP_DEFAULT_MB = 25.0
+DDP_DEFAULT_FIRST_MB = 1.0  # DDP's first bucket when bucket_cap_mb is left at its default
 DEEPSPEED_DEFAULT_ELEMENTS = 500_000_000
 # Predictions this close to the best are a tie: the simulator's median absolute error against
 # measured runs was 3.4% (docs/simulator.md, "Fidelity"), and differences between bucket
@@ -43,11 +47,13 @@ NEAR = 0.02
 
 @dataclass(frozen=True)
 class Point:
-    """One bucket size of one tool and its simulated iteration."""
+    """One bucket size of one tool and its simulated iteration (``predicted_idle_s``: the same
+    without the cluster's contention figures; None when it has none)."""
 
     bucket_mb: float
     predicted_s: float
     operations: int
+    predicted_idle_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -70,9 +76,12 @@ class Advice:
 
     @property
     def ddp_near_best_mb(self) -> list[float]:
-        """DDP bucket sizes predicted within ``NEAR`` of the advised one: the prediction cannot
-        tell them apart, so measuring them is the way to choose among them."""
-        return [p.bucket_mb for p in self.ddp_sweep if p.predicted_s <= self.ddp_predicted_s * (1 + NEAR)]
+        """DDP bucket sizes whose worst-case regret (:func:`regrets`) is within ``NEAR`` of the
+        advised one's: the prediction cannot tell them apart, so measuring them is the way to
+        choose among them.  Without contention figures: predicted within ``NEAR`` of the advised."""
+        r = regrets(self.ddp_sweep)
+        advised = r[self.ddp_bucket_cap_mb]
+        return [p.bucket_mb for p in self.ddp_sweep if r[p.bucket_mb] <= advised * (1 + NEAR)]
 
     def settings(self) -> dict[str, dict[str, Any]]:
         """What to set, per tool."""
@@ -91,44 +100,81 @@ class Advice:
 
 
 def advise(profile: Profile, cluster: Cluster, buckets_mb: tuple[float, ...] = BUCKETS_MB,
-           channels: int = 1) -> Advice:
+           channels: int = 1, ddp_first_bucket_mb: float | None = None) -> Advice:
     """Simulate each tool's bucketing at ``buckets_mb`` (and its default) and return the advice.
 
-    Ties go to the smaller bucket (less memory, earlier overlap)."""
+    ``ddp_first_bucket_mb``: None for PyTorch's rule (a set ``bucket_cap_mb`` caps the
+    first bucket too); a number for a DDP whose first bucket always has that size.
+    Each tool's advice is its fastest size, or, where the cluster has contention figures,
+    the size of least worst-case regret with and without them (:func:`least_regret`)."""
     if not buckets_mb or any(not mb > 0 for mb in buckets_mb):
         raise GradschedError(f"advise: bucket sizes must be positive megabytes, got {list(buckets_mb)}")
+    if ddp_first_bucket_mb is not None and not ddp_first_bucket_mb > 0:
+        raise GradschedError(f"advise: the first DDP bucket must be positive megabytes, got {ddp_first_bucket_mb}")
     sizes = sorted(set(float(mb) for mb in buckets_mb))
     eb = _gradient_element_bytes(profile)
 
-    def ddp(mb: float) -> Point:
-        return _point(make_plan("ddp", profile, cluster, bucket_cap_mb=mb), mb, profile, cluster, channels)
+    def ddp(mb: float, first_mb: float | None = ddp_first_bucket_mb) -> Point:
+        plan = ddp_plan(profile, cluster, mb, first_mb)
+        return _point(plan, mb, profile, cluster, channels)
 
     def deepspeed(mb: float) -> Point:
         return _point(deepspeed_plan(profile, int(mb * MiB) // eb), mb, profile, cluster, channels)
 
     ddp_sweep = [ddp(mb) for mb in sizes]
     ds_sweep = [deepspeed(mb) for mb in sizes]
-    best_ddp = _best(ddp_sweep)
-    best_ds = _best(ds_sweep)
+    best_ddp, best_ds = least_regret(ddp_sweep), least_regret(ds_sweep)
     ds_default = _point(deepspeed_plan(profile, DEEPSPEED_DEFAULT_ELEMENTS), DEEPSPEED_DEFAULT_ELEMENTS * eb / MiB,
                         profile, cluster, channels)
     auto = make_plan("auto", profile, cluster, channels=channels)
     auto_s = simulate(auto, profile, cluster, channels=channels, timeline=False).iteration_s
     return Advice(profile.model, cluster.world_size, best_ddp.bucket_mb, best_ddp.predicted_s,
-                  ddp(DDP_DEFAULT_MB).predicted_s, int(best_ds.bucket_mb * MiB) // eb, best_ds.predicted_s,
+                  ddp(DDP_DEFAULT_MB, DDP_DEFAULT_FIRST_MB).predicted_s, int(best_ds.bucket_mb * MiB) // eb, best_ds.predicted_s,
                   ds_default.predicted_s, auto.options.get("chose", "auto"), auto_s, eb, ddp_sweep, ds_sweep)
+
+
+def regrets(sweep: list[Point]) -> dict[float, float]:
+    """Each size's worst-case regret: its predicted time over the sweep's best, with the
+    cluster's contention figures and without them (an idle network), whichever is worse.
+
+    Why both: the figures decide whether overlapping communication with backward (small
+    buckets) or one bucket after it wins, yet they move from job to job far more than the
+    machine does (vgg at 1 Gbit/s measured a compute slowdown of 0.68 in one job, 0.10 in
+    the next at 250 Mbit/s, on the same machine; docs/advise.md), and taken alone they
+    advised the one size that measured 14% slower than the best."""
+    best = min(p.predicted_s for p in sweep)
+    idle = [p.predicted_idle_s for p in sweep if p.predicted_idle_s is not None]
+    out = {}
+    for p in sweep:
+        r = p.predicted_s / best
+        if p.predicted_idle_s is not None and len(idle) == len(sweep):
+            r = max(r, p.predicted_idle_s / min(idle))
+        out[p.bucket_mb] = r
+    return out
+
+
+def least_regret(sweep: list[Point]) -> Point:
+    """The size of least worst-case regret (:func:`regrets`; without contention figures: the
+    fastest predicted); ties go to the smaller bucket (less memory, earlier overlap)."""
+    r = regrets(sweep)
+    return min(sweep, key=lambda p: (r[p.bucket_mb], p.bucket_mb))
+
+
+def ddp_plan(profile: Profile, cluster: Cluster, bucket_cap_mb: float, first_bucket_mb: float | None = None) -> Plan:
+    """PyTorch DDP's buckets for ``DistributedDataParallel(model, bucket_cap_mb=...)``: the
+    first bucket capped at ``first_bucket_mb``, or, None, at ``bucket_cap_mb`` as PyTorch
+    does once the cap is set (left unset, DDP's default: 1 MiB first, then 25 MiB)."""
+    first = bucket_cap_mb if first_bucket_mb is None else first_bucket_mb
+    return make_plan("ddp", profile, cluster, bucket_cap_mb=bucket_cap_mb, first_bucket_mb=first)
 
 
 def best_ddp_bucket_mb(profile: Profile, cluster: Cluster, buckets_mb: tuple[float, ...] = BUCKETS_MB,
                        channels: int = 1) -> float:
-    """The DDP ``bucket_cap_mb`` of ``buckets_mb`` predicted fastest (ties: the smaller): :func:`advise`'s
-    DDP setting alone (run-time ``auto`` measures PyTorch's DDP at it)."""
-    return _best([_point(make_plan("ddp", profile, cluster, bucket_cap_mb=float(mb)), float(mb), profile, cluster,
-                         channels) for mb in sorted(set(buckets_mb))]).bucket_mb
-
-
-def _best(sweep: list[Point]) -> Point:
-    return min(sweep, key=lambda p: (p.predicted_s, p.bucket_mb))
+    """The DDP ``bucket_cap_mb`` of ``buckets_mb`` :func:`advise` would set (a set cap caps the
+    first bucket too; least worst-case regret, ties: the smaller): its DDP setting alone
+    (run-time ``auto`` measures PyTorch's DDP at it)."""
+    return least_regret([_point(ddp_plan(profile, cluster, float(mb)), float(mb), profile, cluster, channels)
+                         for mb in sorted(set(buckets_mb))]).bucket_mb
 
 
 def deepspeed_plan(profile: Profile, bucket_elements: int) -> Plan:
@@ -154,7 +200,10 @@ def deepspeed_plan(profile: Profile, bucket_elements: int) -> Plan:
 
 def _point(plan: Plan, mb: float, profile: Profile, cluster: Cluster, channels: int) -> Point:
     result = simulate(plan, profile, cluster, channels=channels, timeline=False)
-    return Point(mb, result.iteration_s, len(plan.operations))
+    idle = None
+    if cluster.contention is not None:
+        idle = simulate(plan, profile, replace(cluster, contention=None), channels=channels, timeline=False).iteration_s
+    return Point(mb, result.iteration_s, len(plan.operations), idle)
 
 
 def _gradient_element_bytes(profile: Profile) -> int:
@@ -195,6 +244,9 @@ def format_advice(advice: Advice) -> str:
               "",
               f"DDP bucket sizes predicted within {NEAR:.0%} of the advised one (a tie for the simulator): "
               f"{', '.join(f'{_mb_setting(mb)}' for mb in a.ddp_near_best_mb)} MiB.",
+              *([] if a.ddp_sweep[0].predicted_idle_s is None else
+                ["With contention figures the advice is the size nearest the best both with them and without "
+                 "them (an idle network): they move from job to job (docs/advise.md)."]),
               f"Switching to gradsched (`gradsched.torch.DistributedDataParallel(model, plan=\"auto\")`) is predicted "
               f"{a.ddp_predicted_s / a.gradsched_predicted_s:.2f}x the advised DDP setting."]
     return "\n".join(lines)

@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from gradsched.advise import Point, least_regret  # noqa: E402
 from gradsched.torch.jobs.launch import free_port  # noqa: E402
 
 WORKER = r"""
@@ -53,5 +54,18 @@ def test_live_advice_is_the_same_on_every_rank(contention):
     assert all(r["untouched"] for r in results)
     assert a["world_size"] == 2 and a["model"]
     assert a["ddp_bucket_cap_mb"] in (1, 5, 25)
-    assert a["ddp_predicted_s"] == min(p["predicted_s"] for p in a["ddp_sweep"])
+    sweep = [Point(**p) for p in a["ddp_sweep"]]
+    assert a["ddp_bucket_cap_mb"] == least_regret(sweep).bucket_mb  # the fastest, unless contention figures
+    assert all((p.predicted_idle_s is not None) == contention for p in sweep)
     assert a["ddp_predicted_s"] > 0 and a["gradsched_predicted_s"] > 0
+
+
+def test_the_network_is_measured_up_to_the_whole_gradient():
+    from gradsched.torch.measure.advisor import MIN_NET_BYTES, net_top_bytes
+    from gradsched.torch.measure.netbench import sizes_bytes
+
+    for total in (1, 5000, 1 << 20, (1 << 20) + 1, 55_011_624):
+        top = net_top_bytes(total)
+        assert max(sizes_bytes(MIN_NET_BYTES, top)) >= total  # the table covers the largest bucket
+        assert top <= 2 * max(total, MIN_NET_BYTES)  # and not much more
+    assert net_top_bytes(55_011_624) == 64 << 20 and net_top_bytes(1 << 40) == 256 << 20

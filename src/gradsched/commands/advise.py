@@ -25,6 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--buckets", default=None, metavar="MB,MB,...",
                    help="bucket sizes to try, in MiB (default 1,2,5,10,15,25,35,50,75,100,150,250,500)")
     p.add_argument("--channels", type=int, default=1, help="parallel communication channels (default 1)")
+    p.add_argument("--ddp-first-bucket-mb", type=float, default=None, metavar="MB",
+                   help="DDP's first bucket whatever bucket_cap_mb is set to, for PyTorch releases that capped it "
+                        "at 1 MiB always (give 1); default: PyTorch's current rule, a set bucket_cap_mb caps the "
+                        "first bucket too")
     add_json_arg(p, "the advice")
     p.set_defaults(func=run)
 
@@ -36,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     cluster = load_cluster(args)
     if args.channels < 1:
         raise GradschedError(f"--channels must be at least 1, got {args.channels}")
-    advice = advise(profile, cluster, _buckets(args.buckets) if args.buckets else BUCKETS_MB, args.channels)
+    advice = advise(profile, cluster, _buckets(args.buckets) if args.buckets else BUCKETS_MB, args.channels,
+                    args.ddp_first_bucket_mb)
     if not to_stdout(args):
         print(format_advice(advice))
     emit_json(args, advice.to_dict())

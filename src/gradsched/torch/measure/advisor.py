@@ -23,7 +23,9 @@ from torch import nn
 
 from gradsched.advise import BUCKETS_MB, Advice
 from gradsched.advise import advise as advise_offline
+from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
+from gradsched.profile import Profile
 
 MIN_NET_BYTES = 4 * 1024
 
@@ -41,24 +43,12 @@ def advise(model: nn.Module, batch: Any | Callable[[], Any], *, loss_fn: Callabl
     threads share CPU cores with compute (docs/simulator.md, "Contention"); not needed on
     GPUs.  ``print_advice``: rank 0 prints the table ``gradsched advise`` prints."""
     from gradsched.advise import format_advice
-    from gradsched.torch.measure.netbench import benchmark
-    from gradsched.torch.measure.profiler import profile_module
 
-    if not dist.is_available() or not dist.is_initialized():
-        raise GradschedError("advise needs a process group: call torch.distributed.init_process_group first "
-                             "(e.g. under torchrun)")
-    profile = profile_module(model, batch, loss_fn=loss_fn, iterations=iterations)
-    top = max(MIN_NET_BYTES * 2, min(profile.total_bytes, 256 << 20))
-    cluster = benchmark(min_bytes=MIN_NET_BYTES, max_bytes=top, reps=net_reps, collectives=("allreduce",))
-    probe = _contention_probe(model, batch, loss_fn, profile.total_bytes) if contention else None
+    profile, cluster = measure(model, batch, loss_fn=loss_fn, iterations=iterations, net_reps=net_reps,
+                               contention=contention)
     box: list[Advice | None] = [None]
-    if dist.get_rank() == 0:
-        if cluster is None:  # pragma: no cover - benchmark returns the fitted cluster on rank 0
-            raise GradschedError("advise: the network benchmark returned nothing on rank 0")
-        if probe is not None:
-            fitted = probe.figures(cluster.cost("allreduce"))["fitted"]
-            cluster = dataclasses.replace(cluster, extra={**cluster.extra, "contention": fitted})
-        box[0] = advise_offline(profile, cluster, buckets_mb)
+    if cluster is not None:  # rank 0
+        box[0] = advise_offline(profile, cluster, buckets_mb, ddp_first_bucket_mb=ddp_first_bucket_mb())
         if print_advice:
             print(format_advice(box[0]), flush=True)
     dist.broadcast_object_list(box, src=0)
@@ -66,6 +56,55 @@ def advise(model: nn.Module, batch: Any | Callable[[], Any], *, loss_fn: Callabl
     if advice is None:  # pragma: no cover - broadcast_object_list always fills it
         raise GradschedError("advise: rank 0's advice did not arrive")
     return advice
+
+
+def measure(model: nn.Module, batch: Any | Callable[[], Any], *, loss_fn: Callable[..., torch.Tensor] | None = None,
+            iterations: int = 5, net_reps: int = 3, contention: bool = False) -> tuple[Profile, Cluster | None]:
+    """What :func:`advise` simulates: the model's profile (every rank) and the measured cluster,
+    with the contention probe's figures when asked (rank 0; None elsewhere).  A collective call."""
+    from gradsched.torch.measure.netbench import benchmark
+    from gradsched.torch.measure.profiler import profile_module
+
+    if not dist.is_available() or not dist.is_initialized():
+        raise GradschedError("advise needs a process group: call torch.distributed.init_process_group first "
+                             "(e.g. under torchrun)")
+    profile = profile_module(model, batch, loss_fn=loss_fn, iterations=iterations)
+    top = net_top_bytes(profile.total_bytes)
+    cluster = benchmark(min_bytes=MIN_NET_BYTES, max_bytes=top, reps=net_reps, collectives=("allreduce",))
+    probe = _contention_probe(model, batch, loss_fn, profile.total_bytes) if contention else None
+    if dist.get_rank() != 0:
+        return profile, None
+    if cluster is None:  # pragma: no cover - benchmark returns the fitted cluster on rank 0
+        raise GradschedError("advise: the network benchmark returned nothing on rank 0")
+    if probe is not None:
+        fitted = probe.figures(cluster.cost("allreduce"))["fitted"]
+        cluster = dataclasses.replace(cluster, extra={**cluster.extra, "contention": fitted})
+    return profile, cluster
+
+
+def net_top_bytes(total_bytes: int) -> int:
+    """The largest all-reduce to measure: the power of two at or above the gradients' bytes
+    (at most 256 MiB), so that the measured table covers every bucket, the whole gradient
+    included.  Beyond the table the simulator reads the fitted line, which at 250 Mbit/s
+    priced 50 MB 30% under what the table's 32 MiB point gave per byte (docs/advise.md)."""
+    return min(max(MIN_NET_BYTES * 2, 1 << max(0, total_bytes - 1).bit_length()), 256 << 20)
+
+
+def ddp_first_bucket_mb() -> float | None:
+    """The installed DDP's first-bucket rule, as :func:`gradsched.advise.advise` takes it: None
+    where a set ``bucket_cap_mb`` caps the first bucket too (PyTorch's ``_BucketCapacityConfig``,
+    or the ``bucket_bytes_cap_default`` flag before it), else 1 MiB whatever the setting."""
+    import inspect
+
+    from torch.nn.parallel import distributed as ddp_module
+
+    if hasattr(ddp_module, "_BucketCapacityConfig"):
+        return None
+    try:
+        source = inspect.getsource(ddp_module.DistributedDataParallel.__init__)
+    except (OSError, TypeError):  # pragma: no cover - no source shipped: assume the current rule
+        return None
+    return None if "bucket_bytes_cap_default" in source else 1.0
 
 
 class _Probed:
