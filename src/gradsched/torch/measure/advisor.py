@@ -26,8 +26,10 @@ from gradsched.advise import advise as advise_offline
 from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
 from gradsched.profile import Profile
+from gradsched.torch.runtime.startup import broadcast_object
 
 MIN_NET_BYTES = 4 * 1024
+ADVICE_TIMEOUT_S = 1800.0  # other ranks wait while rank 0 simulates every bucket size
 
 
 def advise(model: nn.Module, batch: Any | Callable[[], Any], *, loss_fn: Callable[..., torch.Tensor] | None = None,
@@ -51,9 +53,8 @@ def advise(model: nn.Module, batch: Any | Callable[[], Any], *, loss_fn: Callabl
         box[0] = advise_offline(profile, cluster, buckets_mb, ddp_first_bucket_mb=ddp_first_bucket_mb())
         if print_advice:
             print(format_advice(box[0]), flush=True)
-    dist.broadcast_object_list(box, src=0)
-    advice = box[0]
-    if advice is None:  # pragma: no cover - broadcast_object_list always fills it
+    advice = broadcast_object(box[0], 0, dist.group.WORLD, ADVICE_TIMEOUT_S, "the advice's broadcast from rank 0")
+    if advice is None:  # pragma: no cover - rank 0 always has advice to send
         raise GradschedError("advise: rank 0's advice did not arrive")
     return advice
 

@@ -28,6 +28,18 @@ from gradsched.torch.runtime.ops import CollectiveError
 
 FIELD_BYTES = 24  # per setting in the check's record: the value itself if short, else a digest
 
+# gloo's worker thread drops its reference to a finished collective a moment after wait()
+# returns.  Where that is the last reference and the process is already finalising (a script
+# that exits right after gradsched's last collective), the collective's tensors are freed on
+# that thread, which cannot take the GIL then and aborts the process ("terminate called
+# without an active exception"; 6 exits in 20 after ``gradsched.torch.advise``).  The latest
+# object collectives' Work handles stay referenced here, so they are freed on the main thread.
+_HELD: dict[str, list[Any]] = {}
+
+
+def _hold(key: str, *works: Any) -> None:
+    _HELD[key] = list(works)
+
 # setting -> (what it is called in the error, what to do about a mismatch)
 FIELDS: dict[str, tuple[str, str]] = {  # causes first: a dtype difference also changes the plan's hash
     "param_dtypes": ("the parameters' names, shapes and dtypes",
@@ -133,10 +145,13 @@ def broadcast_object(obj: Any, src: int, group: dist.ProcessGroup, timeout_s: fl
     device, rank = comm_device(group), dist.get_rank(group)
     data = pickle.dumps(obj) if dist.get_rank() == src else b""
     size = torch.tensor([len(data)], dtype=torch.int64, device=device)
-    wait(dist.broadcast(size, src=src, group=group, async_op=True), timeout_s, what, rank)
+    sent = dist.broadcast(size, src=src, group=group, async_op=True)
+    wait(sent, timeout_s, what, rank)
     buf = (torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device) if data
            else torch.empty(int(size.item()), dtype=torch.uint8, device=device))
-    wait(dist.broadcast(buf, src=src, group=group, async_op=True), timeout_s, what, rank)
+    work = dist.broadcast(buf, src=src, group=group, async_op=True)
+    wait(work, timeout_s, what, rank)
+    _hold("broadcast_object", sent, work)
     return obj if dist.get_rank() == src else pickle.loads(buf.cpu().numpy().tobytes())
 
 
@@ -147,12 +162,15 @@ def gather_object(obj: Any, dst: int, group: dist.ProcessGroup, timeout_s: float
     data = pickle.dumps(obj)
     size = torch.tensor([len(data)], dtype=torch.int64, device=device)
     sizes = [torch.empty_like(size) for _ in range(world)]
-    wait(dist.all_gather(sizes, size, group=group, async_op=True), timeout_s, what, rank)
+    gathered = dist.all_gather(sizes, size, group=group, async_op=True)
+    wait(gathered, timeout_s, what, rank)
     n = max(int(s.item()) for s in sizes)
     mine = torch.zeros(n, dtype=torch.uint8, device=device)
     mine[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     bufs = [torch.empty_like(mine) for _ in range(world)]
-    wait(dist.all_gather(bufs, mine, group=group, async_op=True), timeout_s, what, rank)
+    work = dist.all_gather(bufs, mine, group=group, async_op=True)
+    wait(work, timeout_s, what, rank)
+    _hold("gather_object", gathered, work)
     if dist.get_rank() != dst:
         return None
     return [pickle.loads(b[:int(s.item())].cpu().numpy().tobytes()) for b, s in zip(bufs, sizes)]
