@@ -8,24 +8,28 @@ As root: a testbed (prefix ``gsw``) of ``--hosts`` hosts, ``--ranks-per-host`` r
 
 1. the two-level cluster is measured as ``gradsched netbench`` does
    (:func:`gradsched.torch.measure.netbench.benchmark`: the flat all-reduce over all
-   ranks, one inside each host, one across hosts);
+   ranks; inside each host the all-reduce, the reduce and the broadcast; across hosts
+   the all-reduce);
 2. for every size (64 KiB .. 64 MiB by powers of 4) two one-parameter modules of that
    size are wrapped in gradsched's ``DistributedDataParallel``, one with a hand-made plan
    of one dense ``allreduce`` operation (gloo's flat ring), one with one
    ``hier-allreduce`` operation (the runtime's operation, as training runs it);
    backward + ``synchronize()`` is timed after a barrier, the two interleaved, the
    slowest rank's time per rep, the median over ``--reps``;
-3. beside them, as a check of the model's "a reduce plus a broadcast is one intra-node
-   all-reduce" rule, gloo's plain reduce + broadcast and all-reduce inside each host.
+3. beside them, gloo's plain reduce + broadcast and all-reduce inside each host (how far
+   the "a reduce plus a broadcast is one intra-node all-reduce" rule, which the model uses
+   where a cluster has no measured reduce and broadcast, is from gloo).
 
 Prints, per size, the model's flat and hierarchical predictions (``Cluster.cost``) from
 the cluster measured in step 1, the predicted and the measured winner, and whether they
-agree; writes JSON with the machine's load.
+agree, and the hierarchical prediction by the half rule beside it
+(``predicted_hier_half_rule_s``); writes JSON with the machine's load.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -175,6 +179,11 @@ def rows(raw: dict) -> list[dict]:
 
     cluster = Cluster.from_dict(raw["cluster"], "measured cluster")
     flat_cost, hier_cost = cluster.cost("allreduce"), cluster.cost(HIER_OP)
+    topology = cluster.topology
+    half_rule = None  # the model without netbench's measured reduce and broadcast: each half an all-reduce
+    if topology is not None and topology.intra is not None:
+        intra = {k: c for k, c in topology.intra.items() if k == "allreduce"}
+        half_rule = dataclasses.replace(topology, intra=intra).hier_allreduce()
     out = []
     for nbytes in raw["sizes"]:
         measured = {arm: statistics.median(ts) for arm, ts in raw["runtime_s"][str(nbytes)].items()}
@@ -185,6 +194,8 @@ def rows(raw: dict) -> list[dict]:
                "predicted_winner": winner(pred[FLAT], pred[HIER]),
                "measured_winner": winner(measured[FLAT], measured[HIER])}
         row["agree"] = row["predicted_winner"] == row["measured_winner"]
+        if half_rule is not None:
+            row["predicted_hier_half_rule_s"] = half_rule.time_s(nbytes)
         row["predicted_speedup"] = pred[FLAT] / pred[HIER]  # flat over hier: > 1 where hier wins
         row["measured_speedup"] = measured[FLAT] / measured[HIER]
         if intra:
@@ -219,7 +230,7 @@ def format_table(table: list[dict]) -> str:
     lines.append(f"agreement {s['agree']}/{s['sizes']}; hier predicted to win at {s['predicted_hier_wins']} "
                  f"size(s); target (those win when measured): {'holds' if s['target_holds'] else 'FAILS'}")
     lines.append("f/h: flat time over hier time (> 1: hier faster); "
-                 "rb/ar: inside a host, gloo's reduce + broadcast over its all-reduce (the model takes 1.0)")
+                 "rb/ar: inside a host, gloo's reduce + broadcast over its all-reduce (the model takes netbench's measured reduce and broadcast)")
     return "\n".join(lines)
 
 

@@ -66,6 +66,21 @@ def test_hand_hierarchical_is_intra_reduce_plus_inter_allreduce_plus_intra_broad
     assert hier.time_s(1e6) == pytest.approx(1.28e-3)
 
 
+def test_measured_reduce_and_broadcast_replace_the_half_rule():
+    data = hand_cluster().to_dict()
+    data["topology"]["intra"]["collectives"].update(reduce={"alpha_s": 2e-5, "beta_s_per_byte": 1e-10},
+                                                    broadcast={"alpha_s": 4e-5, "beta_s_per_byte": 2e-10})
+    cluster = Cluster.from_dict(data)
+    # measured reduce (20 us + 0.1 ns/B) + inter (100 us + 1 ns/B) + measured broadcast (40 us + 0.2 ns/B)
+    assert line(cluster.cost(HIER)) == pytest.approx((1.6e-4, 1.3e-9))
+    # at 8 ranks per node each step moves as the intra all-reduce does: alpha x 7/3, beta x (7/8)/(3/4)
+    at8 = cluster.topology.at(2, 8)
+    assert line(at8.node_step("reduce")[1]) == pytest.approx((2e-5 * 7 / 3, 1e-10 * (7 / 8) / (3 / 4)))
+    assert line(cluster.topology.node_step("broadcast", 8)[1]) == line(at8.node_step("broadcast")[1])
+    again = Cluster.from_dict(json.loads(json.dumps(cluster.to_dict())))
+    assert again.topology == cluster.topology
+
+
 def test_hand_tree_uses_log2_nodes_between_nodes():
     topo = hand_cluster("tree").topology
     assert line(topo.tree()) == pytest.approx((1.3e-4, 1.15e-9))  # at the measured 2 nodes: intra + inter
@@ -136,6 +151,10 @@ def test_a_one_rank_level_may_be_left_out():
     (lambda t: t["inter"].update(collectives={"allgather": {"alpha_s": 0, "beta_s_per_byte": 0}}),
      "topology.inter.collectives.allreduce"),
     (lambda t: t["intra"].update(point={}), "topology.intra.point"),
+    (lambda t: t["inter"]["collectives"].update(reduce={"alpha_s": 0, "beta_s_per_byte": 0}),
+     "topology.inter.collectives.reduce"),  # measured inside a node only
+    (lambda t: t["intra"]["collectives"].update(scatter={"alpha_s": 0, "beta_s_per_byte": 0}),
+     "topology.intra.collectives.scatter"),
 ])
 def test_bad_topology_is_a_format_error_naming_the_field(edit, field):
     data = hand_cluster().to_dict()

@@ -25,6 +25,7 @@ from gradsched import _validate as v
 from gradsched.errors import FormatError, GradschedError
 
 COLLECTIVES = ("allreduce", "allgather")
+NODE_STEPS = ("reduce", "broadcast")  # measured inside a node only: the hierarchical all-reduce's first and last steps
 
 
 @dataclass(frozen=True)
@@ -240,9 +241,11 @@ def _crossing_grid(a: CollectiveCost, b: CollectiveCost) -> np.ndarray:
     return np.unique(np.concatenate([grid, cross]))
 
 
-def collectives_from_dict(data: Any, source: str, where: str = "") -> dict[str, CollectiveCost]:
+def collectives_from_dict(data: Any, source: str, where: str = "",
+                          known: tuple[str, ...] = COLLECTIVES) -> dict[str, CollectiveCost]:
     """The ``collectives`` (lines) and optional ``points`` (tables) of ``data``, checked field by
-    field; ``where`` is the dotted path of ``data`` in the file ("" for the top level)."""
+    field; ``where`` is the dotted path of ``data`` in the file ("" for the top level);
+    ``known``: the collective names allowed there."""
     raw = v.require(data, "collectives", source, where)
     if not isinstance(raw, dict) or not raw:
         raise FormatError(source, _at(where, "collectives"), "must be a non-empty JSON object")
@@ -253,8 +256,8 @@ def collectives_from_dict(data: Any, source: str, where: str = "") -> dict[str, 
     collectives = {}
     for name, c in raw.items():
         at = _at(where, f"collectives.{name}")
-        if name not in COLLECTIVES:
-            raise FormatError(source, at, f"unknown collective; known: {', '.join(COLLECTIVES)}")
+        if name not in known:
+            raise FormatError(source, at, f"unknown collective; known: {', '.join(known)}")
         if isinstance(c, dict):
             v.check_fields(c, ("alpha_s", "beta_s_per_byte"), source, at)
         alpha = v.number(v.require(c, "alpha_s", source, at), source, f"{at}.alpha_s", maximum=v.MAX_SECONDS)

@@ -11,10 +11,12 @@ From them (docs/cost-model.md, "Two-level clusters"):
 - ``ring``: one flat ring over all ``P = N M`` ranks, ``2(P-1)`` steps of ``s/P`` bytes,
   each as slow as the slowest link on the ring (the inter-node one once N > 1);
 - ``hierarchical`` (the ``hier-allreduce`` operation): reduce inside each node, all-reduce
-  of all ``s`` bytes among the node leaders, broadcast inside each node; a reduce and a
-  broadcast are each half an intra-node all-reduce (a ring all-reduce is a reduce-scatter
-  plus an all-gather; a reduce is a reduce-scatter plus a gather, a broadcast a scatter
-  plus an all-gather, each phase of the same steps and bytes);
+  of all ``s`` bytes among the node leaders, broadcast inside each node; the reduce and
+  the broadcast as measured inside a node (``intra``'s ``reduce`` and ``broadcast``,
+  which ``gradsched netbench`` writes), else each half an intra-node all-reduce (a ring
+  all-reduce is a reduce-scatter plus an all-gather; a reduce is a reduce-scatter plus a
+  gather, a broadcast a scatter plus an all-gather, each phase of the same steps and
+  bytes);
 - ``tree``: the intra-node all-reduce plus the inter-node one, whose start-up grows as
   ``log2 N`` (the flat model's tree rule applied to the inter level).
 
@@ -27,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gradsched import _validate as v
-from gradsched.costs import (CollectiveCost, collectives_from_dict, collectives_to_dict, combine, extrapolate,
-                             ring_link, with_line)
+from gradsched.costs import (COLLECTIVES, NODE_STEPS, CollectiveCost, collectives_from_dict, collectives_to_dict,
+                             combine, extrapolate, ring_link, with_line)
 from gradsched.errors import FormatError, GradschedError
 
 ALGORITHMS = ("ring", "hierarchical", "tree")
@@ -80,11 +82,20 @@ class Topology:
         return _level_cost(self.inter, "inter", self.nodes, n, "tree" if self.algorithm == "tree" else "ring")
 
     # ------------------------------------------------------------------ two-level formulas
+    def node_step(self, step: str, ranks_per_node: int | None = None) -> tuple[float, CollectiveCost]:
+        """``(weight, cost)`` of the hierarchical all-reduce's ``reduce`` or ``broadcast`` inside a
+        node: as measured (``intra[step]``, moved to ``ranks_per_node`` by the ring rule), else
+        half the intra-node all-reduce."""
+        m = self.ranks_per_node if ranks_per_node is None else ranks_per_node
+        if self.intra is not None and step in self.intra:
+            return 1.0, _level_cost(self.intra, "intra", self.ranks_per_node, m, "ring", step)
+        return 0.5, self.intra_allreduce(ranks_per_node)
+
     def hier_allreduce(self, nodes: int | None = None, ranks_per_node: int | None = None) -> CollectiveCost:
-        """The hierarchical all-reduce: intra reduce (half an intra all-reduce) + inter all-reduce
-        of all the bytes among the leaders + intra broadcast (the other half)."""
-        intra = self.intra_allreduce(ranks_per_node)
-        return combine([(0.5, intra), (1.0, self.inter_allreduce(nodes)), (0.5, intra)])
+        """The hierarchical all-reduce: intra reduce + inter all-reduce of all the bytes among the
+        leaders + intra broadcast (:meth:`node_step`)."""
+        return combine([self.node_step("reduce", ranks_per_node), (1.0, self.inter_allreduce(nodes)),
+                        self.node_step("broadcast", ranks_per_node)])
 
     def flat_ring(self, nodes: int | None = None, ranks_per_node: int | None = None) -> CollectiveCost:
         """One ring over all ``N M`` ranks: ``2(P-1)`` steps of ``s/P`` bytes, each step as slow as
@@ -160,12 +171,12 @@ class Topology:
             raise FormatError(source, f"{where}.algorithm", f"must be one of {', '.join(ALGORITHMS)}, "
                                                             f"got {algorithm!r}")
         levels = {}
-        for name, size in (("intra", m), ("inter", nodes)):
-            levels[name] = _level_from_dict(data.get(name), source, f"{where}.{name}", size)
+        for name, size, known in (("intra", m, COLLECTIVES + NODE_STEPS), ("inter", nodes, COLLECTIVES)):
+            levels[name] = _level_from_dict(data.get(name), source, f"{where}.{name}", size, known)
         return cls(nodes, m, algorithm, levels["intra"], levels["inter"])
 
 
-def _level_from_dict(raw: Any, source: str, where: str, size: int) -> Level | None:
+def _level_from_dict(raw: Any, source: str, where: str, size: int, known: tuple[str, ...]) -> Level | None:
     if raw is None:
         if size > 1:
             raise FormatError(source, where, f"missing field (this level has {size} ranks: give its measured "
@@ -174,16 +185,18 @@ def _level_from_dict(raw: Any, source: str, where: str, size: int) -> Level | No
     if not isinstance(raw, dict):
         raise FormatError(source, where, "must be a JSON object with collectives (and optionally points)")
     v.check_fields(raw, LEVEL_FIELDS, source, where)
-    level = collectives_from_dict(raw, source, where)
+    level = collectives_from_dict(raw, source, where, known)
     if "allreduce" not in level:
         raise FormatError(source, f"{where}.collectives.allreduce", "missing field (a level needs its all-reduce)")
     return level
 
 
-def _level_cost(level: Level | None, name: str, p0: int, p: int, algorithm: str) -> CollectiveCost:
+def _level_cost(level: Level | None, name: str, p0: int, p: int, algorithm: str,
+                collective: str = "allreduce") -> CollectiveCost:
     if p == 1:
         return CollectiveCost(0.0, 0.0)
     if level is None:
         raise GradschedError(f"topology: the {name} level was measured on 1 rank and cannot be extrapolated "
                              f"to {p} ranks")
-    return extrapolate(level["allreduce"], "allreduce", algorithm, p0, p)
+    # a reduce or a broadcast is half a ring all-reduce's steps: it moves with ranks as the all-reduce does
+    return extrapolate(level[collective], "allreduce", algorithm, p0, p)

@@ -96,13 +96,15 @@ def test_topology_field_has_both_levels_fitted_as_the_top_level(monkeypatch):
         dist.destroy_process_group()
     assert set(topo) == {"nodes", "ranks_per_node", "algorithm", "intra", "inter"}
     assert (topo["nodes"], topo["ranks_per_node"], topo["algorithm"]) == (1, 1, "ring")
-    for level in ("intra", "inter"):
+    # inside a node also the hierarchical all-reduce's steps: reduce to, broadcast from the leader
+    for level, names in (("intra", {"allreduce", "reduce", "broadcast"}), ("inter", {"allreduce"})):
         assert set(topo[level]) == {"collectives", "points"}
-        table = topo[level]["points"]["allreduce"]
-        assert [p[0] for p in table] == [4096, 8192, 16384] and all(t > 0 for _, t in table)
-        assert [t for _, t in table] == sorted(t for _, t in table)  # the lower monotone envelope
-        fitted = CollectiveCost.fit(table).to_dict()
-        assert topo[level]["collectives"] == {"allreduce": pytest.approx(fitted)}
+        assert set(topo[level]["collectives"]) == set(topo[level]["points"]) == names
+        for name in names:
+            table = topo[level]["points"][name]
+            assert [p[0] for p in table] == [4096, 8192, 16384] and all(t > 0 for _, t in table)
+            assert [t for _, t in table] == sorted(t for _, t in table)  # the lower monotone envelope
+            assert topo[level]["collectives"][name] == pytest.approx(CollectiveCost.fit(table).to_dict())
     assert Topology.from_dict(topo, "netbench", world_size=1).ranks_per_node == 1  # the format's own checks
 
 

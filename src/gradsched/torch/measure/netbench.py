@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 
 from gradsched.cluster import COLLECTIVES, Cluster, CollectiveCost, Topology
+from gradsched.costs import NODE_STEPS
 from gradsched.errors import GradschedError
 from gradsched.netbench_args import MAX_BYTES, MIN_BYTES, add_arguments
 _ELEMENT = torch.float32  # 4 bytes per element
@@ -111,14 +112,15 @@ def benchmark(*, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, reps: i
 
 def measure_points(name: str, sizes: Sequence[int], *, reps: int, warmup: int,
                    report: Callable[[str], None] | None = None, group: dist.ProcessGroup | None = None,
-                   label: str = "") -> list[tuple[float, float]]:
+                   label: str = "", root: int = 0) -> list[tuple[float, float]]:
     """``(bytes, seconds)`` of collective ``name`` at each size on ``group`` (default: all ranks):
     the slowest rank's median over ``reps_for(size, reps)`` repetitions, the same on every rank
-    of the group (a collective call on it)."""
+    of the group (a collective call on it).  ``root``: the global rank a ``reduce`` sums to and a
+    ``broadcast`` sends from."""
     world, device = dist.get_world_size(group), _device()
     points = []
     for nbytes in sizes:
-        seconds = _time_collective(name, nbytes, world, device, reps_for(nbytes, reps), warmup, group)
+        seconds = _time_collective(name, nbytes, world, device, reps_for(nbytes, reps), warmup, group, root)
         points.append((float(nbytes), seconds))
         if report is not None and dist.get_rank() == 0:
             report(f"{label}{name:9s} {nbytes:>11,d} B  {seconds * 1e6:12.1f} us  {nbytes / seconds / 1e9:8.3f} GB/s")
@@ -127,10 +129,10 @@ def measure_points(name: str, sizes: Sequence[int], *, reps: int, warmup: int,
 
 
 def _time_collective(name: str, nbytes: int, world: int, device: torch.device, reps: int, warmup: int,
-                     group: dist.ProcessGroup | None = None) -> float:
+                     group: dist.ProcessGroup | None = None, root: int = 0) -> float:
     """Median seconds of one collective over ``reps`` on ``group``, its slowest rank's."""
     numel = max(1, nbytes // 4)
-    buf = torch.ones(numel, dtype=_ELEMENT, device=device)
+    buf = torch.zeros(numel, dtype=_ELEMENT, device=device)  # zeros: repeated sums stay finite
     out = torch.empty(numel * world, dtype=_ELEMENT, device=device) if name == "allgather" else None
 
     # all_gather_single is the newer name of all_gather_into_tensor (deprecated since 2.13).
@@ -139,6 +141,10 @@ def _time_collective(name: str, nbytes: int, world: int, device: torch.device, r
     def once() -> None:
         if name == "allreduce":
             dist.all_reduce(buf, group=group)
+        elif name == "reduce":
+            dist.reduce(buf, dst=root, group=group)
+        elif name == "broadcast":
+            dist.broadcast(buf, src=root, group=group)
         else:
             gather(out, buf, group=group)
 
@@ -178,7 +184,9 @@ def measure_topology(nodes: int, ranks_per_node: int, sizes: Sequence[int], *, r
     cluster's ``topology`` field (docs/formats.md), the others None.  Every rank calls this.
 
     Inside a node: a group of each node's ranks; all nodes measure at once (as a two-level
-    all-reduce's first step runs on all of them) and a size's time is the slowest node's.
+    all-reduce's first step runs on all of them) and a size's time is the slowest node's:
+    the all-reduce, then the reduce to and the broadcast from the node's first rank (the
+    hierarchical all-reduce's first and last steps, ``intra``'s ``reduce`` and ``broadcast``).
     Across nodes: a group of each node's first rank (local rank 0), timed while the other
     ranks wait.  The groups are made on every rank in that order (``new_group`` is a
     collective of the whole job).  Each level is fitted as the top-level one is: a line
@@ -186,11 +194,14 @@ def measure_topology(nodes: int, ranks_per_node: int, sizes: Sequence[int], *, r
     rank = dist.get_rank()
     node_groups = [dist.new_group(list(range(i * ranks_per_node, (i + 1) * ranks_per_node))) for i in range(nodes)]
     leaders = dist.new_group([i * ranks_per_node for i in range(nodes)])
-    intra = measure_points("allreduce", sizes, reps=reps, warmup=warmup, report=report,
-                           group=node_groups[rank // ranks_per_node], label="in node ")
-    seconds = torch.tensor([t for _, t in intra], dtype=torch.float64, device=_device())
-    dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the slowest node's
-    intra = [(b, float(t)) for (b, _), t in zip(intra, seconds.tolist())]
+    node, leader = rank // ranks_per_node, rank - rank % ranks_per_node
+    intra = {}  # the all-reduce, and the hierarchical all-reduce's reduce to and broadcast from the leader
+    for name in ("allreduce",) + NODE_STEPS:
+        points = measure_points(name, sizes, reps=reps, warmup=warmup, report=report, group=node_groups[node],
+                                label="in node ", root=leader)
+        seconds = torch.tensor([t for _, t in points], dtype=torch.float64, device=_device())
+        dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the slowest node's
+        intra[name] = [(b, float(t)) for (b, _), t in zip(points, seconds.tolist())]
     inter = None
     if rank % ranks_per_node == 0:
         inter = measure_points("allreduce", sizes, reps=reps, warmup=warmup, report=report, group=leaders,
@@ -200,13 +211,14 @@ def measure_topology(nodes: int, ranks_per_node: int, sizes: Sequence[int], *, r
         return None
     return {"nodes": nodes, "ranks_per_node": ranks_per_node,
             "algorithm": "ring",  # what gloo's and NCCL's plain all-reduce does by default: one flat ring
-            "intra": _level(intra), "inter": _level(inter)}
+            "intra": _level(intra), "inter": _level({"allreduce": inter})}
 
 
-def _level(points: Sequence[tuple[float, float]]) -> dict[str, Any]:
-    """One level's ``collectives`` and ``points``, fitted as the top-level all-reduce's."""
-    cost = CollectiveCost.fit(points, envelope=True)
-    return {"collectives": {"allreduce": cost.to_dict()}, "points": {"allreduce": [list(p) for p in cost.points]}}
+def _level(measured: dict[str, Sequence[tuple[float, float]]]) -> dict[str, Any]:
+    """One level's ``collectives`` and ``points``, each fitted as the top-level all-reduce is."""
+    costs = {name: CollectiveCost.fit(points, envelope=True) for name, points in measured.items()}
+    return {"collectives": {k: c.to_dict() for k, c in costs.items()},
+            "points": {k: [list(p) for p in c.points] for k, c in costs.items()}}
 
 
 def _device() -> torch.device:
