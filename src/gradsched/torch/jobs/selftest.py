@@ -193,7 +193,7 @@ def run(world: int, *, backend: str = "gloo", strategies: list[str] | None = Non
 
     ``dtype``: the parameters'.  Sums over three or more ranks round differently in each
     bucket layout, and Adam, which divides by the gradient's own scale, turns the last-bit
-    differences of nearly cancelling gradients into 1e-5 of the weights within 20 steps;
+    differences of nearly cancelling gradients into 2.5e-5 of the weights within 20 steps;
     in float64 the layouts' rounding stays far below any tolerance."""
     import torch.multiprocessing as mp
 
