@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from gradsched.cluster import Cluster
+from gradsched.cluster import Cluster, CollectiveCost
+from gradsched.costs import cheaper
+from gradsched.plan import HIER
 from gradsched.profile import Profile
 
 
@@ -17,12 +19,14 @@ def lower_bound_s(profile: Profile, cluster: Cluster) -> dict[str, float]:
     less what only a plan that overlaps the next forward could hide behind it (the
     optimizer step and the other per-step work).  Network: the network cannot move all
     gradients faster than one all-reduce of all of them, which cannot start before the
-    first gradient is ready.  ``contention_bound_s`` is the same bound when overlap is
+    first gradient is ready.  An all-reduce costs the cheapest the cluster offers: on a
+    two-level cluster, the plain or the hierarchical one, whichever is cheaper at each
+    size (a plan may run either).  ``contention_bound_s`` is the same bound when overlap is
     not free: with the cluster's contention figures, compute and communication slow
     each other wherever they overlap (:func:`contention_bound_s`)."""
     from gradsched.sim.engine import contention
 
-    cost = cluster.cost("allreduce")
+    cost = cheapest_allreduce(cluster)
     ready = profile.ready_s
     layers: dict[int, list[float]] = {}  # forward order: layer -> [bytes, ready, forward, update]
     for t, lid, r in zip(profile.tensors, profile.layer_of, ready):
@@ -50,6 +54,12 @@ def lower_bound_s(profile: Profile, cluster: Cluster) -> dict[str, float]:
             "allreduce_all_s": comm_all, "compute_bound_s": compute_bound, "network_bound_s": network_bound,
             "contention_bound_s": max(bound, contention_bound_s(profile.compute_s, comm_all, first_ready,
                                                                  alone_after, kc, kn))}
+
+
+def cheapest_allreduce(cluster: Cluster) -> CollectiveCost:
+    """The plain all-reduce, or on a two-level cluster the cheaper of it and the hierarchical one at each size."""
+    plain = cluster.cost("allreduce")
+    return plain if cluster.topology is None else cheaper(plain, cluster.cost(HIER))
 
 
 def contention_bound_s(compute_s: float, comm_s: float, compute_alone_s: float, comm_alone_s: float,
