@@ -32,9 +32,9 @@ FIELD_BYTES = 24  # per setting in the check's record: the value itself if short
 # returns.  Where that is the last reference and the process is already finalising (a script
 # that exits right after gradsched's last collective), the collective's tensors are freed on
 # that thread, which cannot take the GIL then and aborts the process ("terminate called
-# without an active exception": 9 runs in 40 of a script ending with ``gradsched.torch.advise``, 0 in
-# 80 with this hold).  The latest
-# object collectives' Work handles stay referenced here, so they are freed on the main thread.
+# without an active exception": 9 runs in 40 of a script ending with ``gradsched.torch.advise``,
+# 0 in 80 with this hold).  The latest object collectives' Work handles stay referenced here,
+# so they are freed on the main thread.
 _HELD: dict[str, list[Any]] = {}
 
 
