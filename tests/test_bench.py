@@ -66,6 +66,18 @@ def test_lower_bound_is_the_larger_of_compute_and_network_bounds():
     assert lower_bound_s(prof, slow)["lower_bound_s"] == pytest.approx(0.1 + 0.01 + 4.44)
 
 
+def test_bytes_cost_no_less_than_their_cheapest_split():
+    from gradsched.calibration.bounds import least_time_s
+    from gradsched.cluster import CollectiveCost
+
+    line = CollectiveCost(0.01, 1e-6)
+    assert least_time_s(line, 4440) == pytest.approx(line.time_s(4440))  # one operation is the cheapest split
+    # a table whose 2 MB costs 3 s but whose 1 MB costs 1 s: two 1 MB operations move 2 MB in 2 s
+    table = CollectiveCost(0.0, 1.5e-6, ((1e6, 1.0), (2e6, 3.0)))
+    assert least_time_s(table, 2e6) == pytest.approx(2.0)
+    assert least_time_s(table, 1e6) == pytest.approx(1.0) and least_time_s(table, 0) == 0.0
+
+
 def test_rate_without_root_says_what_to_do(monkeypatch, capsys):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert main(["bench", "--rate", "1gbit", "--model", "mlp"]) == 2

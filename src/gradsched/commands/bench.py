@@ -248,7 +248,7 @@ def undilate(result: dict[str, Any], dilate: float) -> dict[str, Any]:
     unit (``lower_bound_s``, ``iteration_s_median``, ``step_s`` lists) divided by ``dilate``,
     except the job's own durations.  The measured profile and cluster stay in the run's
     own seconds (``dilate`` says by how much they are stretched)."""
-    keep = {"job_s", "resample_s", "measured", "cluster"}
+    keep = {"job_s", "resample_s", "measured", "cluster", "peak_rss_bytes"}
     seconds = re.compile(r"(?:^|_)s(?:_|$)")
 
     def scale(value: Any, key: str) -> Any:
@@ -356,7 +356,8 @@ def rows_for_json(result: dict[str, Any], meta: dict[str, Any]) -> list[dict[str
     """The JSON output: one object per strategy / DDP bucket size, each carrying the run's facts."""
     shared = {**meta, "world_size": result["world_size"], "backend": result["backend"], "machine": result["machine"],
               "profile": result["profile"], "cluster": result["cluster"], "lower_bound": result["lower_bound"], "contention": result["contention"],
-              "compute_only": result.get("compute_only"), "best_ddp": result["best_ddp"], "job_s": result["job_s"]}
+              "compute_only": result.get("compute_only"), "best_ddp": result["best_ddp"], "job_s": result["job_s"],
+              "peak_rss_bytes": result.get("peak_rss_bytes")}
     return [{**row, **shared} for row in result["rows"]]
 
 

@@ -421,7 +421,8 @@ def run_bench(raw: dict[str, Any]) -> dict[str, Any] | None:
                              samplers.after_round if samplers is not None else None)
     if bar is not None:
         bar.close()
-    dist.barrier()
+    peak_rss = torch.tensor([_peak_rss_bytes()], dtype=torch.float64)
+    dist.all_reduce(peak_rss, op=dist.ReduceOp.MAX)  # the largest rank's: what check_memory must allow for
     if rank != 0:
         return None
     if samplers is not None:  # predictions from the medians over every sample, start-up and between rounds
@@ -482,7 +483,14 @@ def run_bench(raw: dict[str, Any]) -> dict[str, Any] | None:
             "cluster": cluster.to_dict(), "lower_bound": bound, "contention": probe,
             "best_ddp": best_ddp["strategy"] if best_ddp else None, "world_size": world,
             "backend": dist.get_backend(), "machine": f"{this_machine()}, torch {torch.__version__}",
-            "job_s": time.time() - t_start}
+            "peak_rss_bytes": int(peak_rss.item()), "job_s": time.time() - t_start}
+
+
+def _peak_rss_bytes() -> int:
+    """This process's peak resident memory (Linux reports kilobytes)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def main(argv: list[str] | None = None) -> int:
