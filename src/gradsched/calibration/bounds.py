@@ -62,8 +62,8 @@ def lower_bound_s(profile: Profile, cluster: Cluster) -> dict[str, float]:
 def least_time_s(cost: CollectiveCost, nbytes: float) -> float:
     """The least time any split of ``nbytes`` into operations costs: ``nbytes`` times the least
     cost per byte of one operation of at most ``nbytes``.  For a line that is the cost of one
-    operation; a measured table need not be subadditive (on 2 hosts x 2 ranks, 4 MiB blocks
-    moved 26 MB in 0.98x the time one operation of it is priced at)."""
+    operation; a measured table need not be subadditive (on 2 hosts x 2 ranks a usbyte plan of
+    4 MiB blocks ran in 0.98x the bound that priced all gradients as one operation)."""
     if nbytes <= 0:
         return 0.0
     sizes = {float(nbytes)}
