@@ -78,6 +78,24 @@ def test_bytes_cost_no_less_than_their_cheapest_split():
     assert least_time_s(table, 1e6) == pytest.approx(1.0) and least_time_s(table, 0) == 0.0
 
 
+@pytest.mark.parametrize("model_mb,rows,ranks,free_gb,fits", [
+    (53.5, 9, 4, 21.5, True),    # GoogLeNet, 2 hosts x 2 ranks: ran, 3.26 GB per rank
+    (53.5, 9, 8, 21.5, False),   # ... 4 hosts x 2 ranks: killed for memory before this check caught it
+    (102, 4, 4, 21.5, True),     # ResNet-50 on 4 hosts: ran
+    (102, 4, 8, 21.5, False),    # ... on 8: refused
+])
+def test_memory_check_allows_what_ran_and_refuses_what_did_not_fit(monkeypatch, model_mb, rows, ranks, free_gb, fits):
+    from gradsched.commands.bench import check_memory
+
+    pages = {"SC_PAGE_SIZE": 4096, "SC_AVPHYS_PAGES": int(free_gb * 1e9 / 4096)}
+    monkeypatch.setattr(os, "sysconf", lambda name: pages[name])
+    if fits:
+        check_memory(int(model_mb * 1e6), rows, ranks)
+    else:
+        with pytest.raises(GradschedError, match=f"in {rows} rows on {ranks} ranks needs about"):
+            check_memory(int(model_mb * 1e6), rows, ranks)
+
+
 def test_rate_without_root_says_what_to_do(monkeypatch, capsys):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert main(["bench", "--rate", "1gbit", "--model", "mlp"]) == 2

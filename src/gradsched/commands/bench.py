@@ -229,18 +229,24 @@ def replay_model(source: str, dilate: float, out_dir: str) -> tuple[str, "Profil
     return f"{REPLAY_PREFIX}{path}", profile
 
 
-def check_memory(model_bytes: int, entries: int, hosts: int) -> None:
+RANK_BASE_BYTES = 450e6  # one rank's torch, gloo and gradsched before any model
+COPY_BYTES_PER_BYTE = 4  # parameters, gradients, momentum and the runtime's buckets, per byte of parameters
+
+
+def check_memory(model_bytes: int, entries: int, ranks: int) -> None:
     """Refuse a replay whose model copies would not fit in this machine's memory.
 
-    Each rank holds one copy per entry, the compute-only one and the probes' four
-    (parameters, gradients and momentum: about 3x the bytes each)."""
-    need = 3 * model_bytes * (entries + 5) * hosts
+    Each rank holds one copy per entry, the compute-only one and the probes' four, each
+    about 4x the parameters' bytes, beside its own 0.45 GB.  Fitted to two runs' peak RSS:
+    GoogLeNet (53.5 MB, 9 rows) took 3.26 GB per rank, and at 8 ranks it was killed for
+    memory (docs/testbed.md); ResNet-50 (102 MB, 4 rows) ran on 4 ranks."""
+    need = (RANK_BASE_BYTES + COPY_BYTES_PER_BYTE * model_bytes * (entries + 5)) * ranks
     have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
     if need > 0.8 * have:
-        raise GradschedError(f"replaying {model_bytes / 1e6:.0f} MB of parameters in {entries} rows on {hosts} hosts "
+        raise GradschedError(f"replaying {model_bytes / 1e6:.0f} MB of parameters in {entries} rows on {ranks} ranks "
                              f"needs about {need / 1e9:.1f} GB, more than this machine has free "
-                             f"({have / 1e9:.1f} GB): use fewer --strategies/--ddp-buckets or hosts, or a smaller "
-                             f"profile")
+                             f"({have / 1e9:.1f} GB): use fewer --strategies/--ddp-buckets, hosts or ranks per "
+                             f"host, or a smaller profile")
 
 
 def undilate(result: dict[str, Any], dilate: float) -> dict[str, Any]:
