@@ -178,3 +178,15 @@ def test_envelope_is_monotone_and_never_above_a_measurement(times):
         assert cost.time_s(s) <= t
     if all(b >= a for a, b in zip(times, times[1:])):  # already monotone: read as measured
         assert [cost.time_s(s) for s, _ in pts] == pytest.approx(times)
+
+
+def test_below_the_table_a_size_never_costs_more_than_the_tables_first():
+    """A fitted line can lie above the table's first point (hypothesis found one: 3.9 ms at 1 B
+    against 2.7 ms at 1 KiB); below the table the cost is the line, capped there."""
+    cost = CollectiveCost(0.0039, 4.9e-9, ((1024.0, 0.0027), (2048.0, 0.0030)))
+    assert cost.time_s(1) == pytest.approx(0.0027) and cost.time_s(1024) == pytest.approx(0.0027)
+    below = CollectiveCost(0.0001, 4.9e-9, cost.points)  # a line under the table stays the line
+    assert below.time_s(1) == pytest.approx(0.0001 + 4.9e-9)
+    sizes = [1, 100, 1023, 1024, 1500, 2048, 4096]
+    assert list(cost.times_s(sizes)) == pytest.approx([cost.time_s(s) for s in sizes])
+    assert all(a <= b for a, b in zip(cost.times_s(sizes), cost.times_s(sizes)[1:]))

@@ -45,12 +45,17 @@ class CollectiveCost:
             object.__setattr__(self, "_ys", np.array([p[1] for p in self.points], dtype=float))
 
     def time_s(self, nbytes: float) -> float:
-        """Seconds to run the collective on ``nbytes`` (0 bytes cost nothing)."""
+        """Seconds to run the collective on ``nbytes`` (0 bytes cost nothing): the table within its
+        sizes, the line beyond them; below the table's smallest size the line, but never more than
+        that size costs (a fitted line can lie above the table's first point)."""
         if nbytes <= 0:
             return 0.0
-        if self.points is not None and self._xs[0] <= nbytes <= self._xs[-1]:
+        line = self.alpha_s + self.beta_s_per_byte * nbytes
+        if self.points is None or nbytes > self._xs[-1]:
+            return line
+        if nbytes >= self._xs[0]:
             return float(np.interp(nbytes, self._xs, self._ys) * self._table_scale(nbytes))
-        return self.alpha_s + self.beta_s_per_byte * nbytes
+        return min(line, float(self._ys[0] * self._table_scale(self._xs[0])))
 
     def times_s(self, nbytes: np.ndarray) -> np.ndarray:
         """Vectorised :meth:`time_s`."""
@@ -59,6 +64,8 @@ class CollectiveCost:
         if self.points is not None:
             inside = (s >= self._xs[0]) & (s <= self._xs[-1])
             out = np.where(inside, np.interp(s, self._xs, self._ys) * self._table_scale(s), out)
+            first = self._ys[0] * self._table_scale(self._xs[0])
+            out = np.where(s < self._xs[0], np.minimum(out, first), out)
         return np.where(s <= 0, 0.0, out)
 
     def _table_scale(self, nbytes):

@@ -361,6 +361,8 @@ class _Timer:
         self.cost = cost
         self.alpha_s, self.beta_s = cost.alpha_s, cost.beta_s_per_byte
         self.table = ([float(x) for x, _ in cost.points], [float(y) for _, y in cost.points]) if cost.points else None
+        # below the table: the line, never above the table's first size (CollectiveCost.time_s)
+        self.first = float(self.table[1][0] * cost._table_scale(self.table[0][0])) if self.table else math.inf
 
     def __call__(self, nbytes: int) -> float:
         if nbytes <= 0:
@@ -369,6 +371,8 @@ class _Timer:
             xs, ys = self.table
             if xs[0] <= nbytes <= xs[-1]:
                 return float(_interp(nbytes, xs, ys) * self.cost._table_scale(nbytes))
+            if nbytes < xs[0]:
+                return min(self.alpha_s + self.beta_s * nbytes, self.first)
         return self.alpha_s + self.beta_s * nbytes
 
 

@@ -256,6 +256,8 @@ class AutoTuner:
         self._measured_by_plan: dict[str, float] = {}  # median of every iteration measured under the plan
         self._samples_by_plan: dict[str, list[float]] = {}
         self.rejected: list[str] = []
+        # rank 0, once the trials end: what they measured per plan hash, the baseline and the plan kept
+        self.trial_decision: dict[str, Any] | None = None
         self.profile: Profile | None = None  # what the current plan was planned with
         self.cluster: Cluster | None = None
         self._model = model
@@ -370,6 +372,7 @@ class AutoTuner:
             baseline = self._baseline()
             taken = {h: self._measured_by_plan[h] for h in self._trial_candidates if h in self._measured_by_plan}
             best = fastest(taken, baseline, self.config.min_gain)
+            self.trial_decision = {"measured": dict(taken), "baseline": baseline, "kept": best}
         best = self._broadcast(best)
         strategy, plan, order, predicted = self._tried[best]  # every candidate has a prediction
         # measured slower than the winner: the simulator's ranking does not hold here, keep them out
