@@ -43,6 +43,8 @@ class CollectiveCost:
         if self.points is not None:
             object.__setattr__(self, "_xs", np.array([p[0] for p in self.points], dtype=float))
             object.__setattr__(self, "_ys", np.array([p[1] for p in self.points], dtype=float))
+            # what the table's smallest size costs: below it the line never costs more
+            object.__setattr__(self, "_first", float(self._ys[0] * self._table_scale(self._xs[0])))
 
     def time_s(self, nbytes: float) -> float:
         """Seconds to run the collective on ``nbytes`` (0 bytes cost nothing): the table within its
@@ -55,7 +57,7 @@ class CollectiveCost:
             return line
         if nbytes >= self._xs[0]:
             return float(np.interp(nbytes, self._xs, self._ys) * self._table_scale(nbytes))
-        return min(line, float(self._ys[0] * self._table_scale(self._xs[0])))
+        return min(line, self._first)
 
     def times_s(self, nbytes: np.ndarray) -> np.ndarray:
         """Vectorised :meth:`time_s`."""
@@ -64,8 +66,7 @@ class CollectiveCost:
         if self.points is not None:
             inside = (s >= self._xs[0]) & (s <= self._xs[-1])
             out = np.where(inside, np.interp(s, self._xs, self._ys) * self._table_scale(s), out)
-            first = self._ys[0] * self._table_scale(self._xs[0])
-            out = np.where(s < self._xs[0], np.minimum(out, first), out)
+            out = np.where(s < self._xs[0], np.minimum(out, self._first), out)
         return np.where(s <= 0, 0.0, out)
 
     def _table_scale(self, nbytes):

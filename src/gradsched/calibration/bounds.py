@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gradsched.cluster import Cluster, CollectiveCost
-from gradsched.costs import cheaper
-from gradsched.plan import HIER
+from gradsched.planners._collective import planning_cost
 from gradsched.profile import Profile
 
 
@@ -29,7 +28,7 @@ def lower_bound_s(profile: Profile, cluster: Cluster) -> dict[str, float]:
     each other wherever they overlap (:func:`contention_bound_s`)."""
     from gradsched.sim.engine import contention
 
-    cost = cheapest_allreduce(cluster)
+    cost = planning_cost(cluster)  # what a planner may pay: the cheaper of plain and hierarchical
     ready = profile.ready_s
     layers: dict[int, list[float]] = {}  # forward order: layer -> [bytes, ready, forward, update]
     for t, lid, r in zip(profile.tensors, profile.layer_of, ready):
@@ -72,12 +71,6 @@ def least_time_s(cost: CollectiveCost, nbytes: float) -> float:
             sizes.update(x for x, _ in c.points if x <= nbytes)
     grid = np.array(sorted(sizes | set(np.geomspace(min(4096.0, nbytes), nbytes, 64).tolist())))
     return float(nbytes * np.min(cost.times_s(grid) / grid))
-
-
-def cheapest_allreduce(cluster: Cluster) -> CollectiveCost:
-    """The plain all-reduce, or on a two-level cluster the cheaper of it and the hierarchical one at each size."""
-    plain = cluster.cost("allreduce")
-    return plain if cluster.topology is None else cheaper(plain, cluster.cost(HIER))
 
 
 def contention_bound_s(compute_s: float, comm_s: float, compute_alone_s: float, comm_alone_s: float,

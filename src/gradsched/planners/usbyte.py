@@ -361,8 +361,7 @@ class _Timer:
         self.cost = cost
         self.alpha_s, self.beta_s = cost.alpha_s, cost.beta_s_per_byte
         self.table = ([float(x) for x, _ in cost.points], [float(y) for _, y in cost.points]) if cost.points else None
-        # below the table: the line, never above the table's first size (CollectiveCost.time_s)
-        self.first = float(self.table[1][0] * cost._table_scale(self.table[0][0])) if self.table else math.inf
+        self.first = cost._first if self.table else math.inf  # below the table: the line, capped (CollectiveCost.time_s)
 
     def __call__(self, nbytes: int) -> float:
         if nbytes <= 0:
