@@ -78,6 +78,19 @@ def test_bytes_cost_no_less_than_their_cheapest_split():
     assert least_time_s(table, 1e6) == pytest.approx(1.0) and least_time_s(table, 0) == 0.0
 
 
+def test_bytes_cost_no_less_than_the_cheapest_larger_operation_that_carries_them():
+    """Beyond a table its line may start below the table's last point: 1 KB then rides more
+    cheaply in an operation of 2001 bytes than alone (hypothesis found an mgwfbp plan that did)."""
+    from gradsched.calibration.bounds import least_time_s
+    from gradsched.cluster import CollectiveCost
+
+    table = CollectiveCost(0.5, 1e-4, ((1.0, 0.5), (1e3, 1.0), (2e3, 3.0)))
+    assert table.time_s(2001) == pytest.approx(0.7001)
+    assert least_time_s(table, 1e3) == pytest.approx(1.0)  # operations of at most 1 KB: one of 1 KB
+    assert least_time_s(table, 1e3, largest=4e3) == pytest.approx(0.7001)
+    assert least_time_s(table, 1e3, largest=1.5e3) == pytest.approx(1.0)
+
+
 @pytest.mark.parametrize("model_mb,rows,ranks,free_gb,fits", [
     (53.5, 9, 4, 21.5, True),    # GoogLeNet, 2 hosts x 2 ranks: ran, 3.26 GB per rank
     (53.5, 9, 8, 21.5, False),   # ... 4 hosts x 2 ranks: killed for memory before this check caught it

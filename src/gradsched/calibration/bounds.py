@@ -42,7 +42,7 @@ def lower_bound_s(profile: Profile, cluster: Cluster) -> dict[str, float]:
     before = 0.0  # forward and update of the layers before this one
     rest = profile.forward_s + profile.update_s  # ... of this one and those after it
     for nbytes, r, fwd, upd in layers.values():
-        reduce_s = least_time_s(cost, nbytes)
+        reduce_s = least_time_s(cost, nbytes, profile.total_bytes)
         compute_bound = max(compute_bound, r + reduce_s + rest)
         if r >= last:  # compute can hide only this much of its all-reduce; overlapped, compute runs slower
             alone_after = max(alone_after, reduce_s - (profile.other_s + before) * (1 + kc) / (1 + kn))
@@ -58,19 +58,34 @@ def lower_bound_s(profile: Profile, cluster: Cluster) -> dict[str, float]:
                                                                  alone_after, kc, kn))}
 
 
-def least_time_s(cost: CollectiveCost, nbytes: float) -> float:
-    """The least time any split of ``nbytes`` into operations costs: ``nbytes`` times the least
-    cost per byte of one operation of at most ``nbytes``.  For a line that is the cost of one
-    operation; a measured table need not be subadditive (on 2 hosts x 2 ranks a usbyte plan of
-    4 MiB blocks ran in 0.98x the bound that priced all gradients as one operation)."""
+def least_time_s(cost: CollectiveCost, nbytes: float, largest: float | None = None) -> float:
+    """The least time any set of operations that carries ``nbytes`` costs, each operation at
+    most ``largest`` bytes (default ``nbytes``).
+
+    An operation that carries ``b`` of the bytes costs no less than the cheapest operation of
+    ``b`` to ``largest`` bytes: a measured table need not rise with size (the line beyond a
+    table can start below its last point; the bundled OSU tables dip), so bytes may ride more
+    cheaply in a larger operation.  And a table need not be subadditive (on 2 hosts x 2 ranks
+    a usbyte plan of 4 MiB blocks ran in 0.98x the bound that priced all gradients as one
+    operation), so the bytes cost ``nbytes`` times the least of that cost per byte."""
     if nbytes <= 0:
         return 0.0
-    sizes = {float(nbytes)}
-    for c in (cost, getattr(cost, "first", None), getattr(cost, "second", None)):
-        if c is not None and c.points is not None:
-            sizes.update(x for x, _ in c.points if x <= nbytes)
-    grid = np.array(sorted(sizes | set(np.geomspace(min(4096.0, nbytes), nbytes, 64).tolist())))
-    return float(nbytes * np.min(cost.times_s(grid) / grid))
+    largest = max(float(nbytes), float(largest or 0.0))
+    breaks = {x for c in _costs(cost) if c.points is not None for x, _ in c.points}
+    # integer byte counts: just past a table's end is one byte past it
+    breaks = {y for x in breaks for y in (float(x), float(x) + 1.0) if y <= largest}
+    sizes = np.array(sorted(breaks | {float(nbytes), largest}
+                            | set(np.geomspace(min(4096.0, nbytes), nbytes, 64).tolist())
+                            | set(np.geomspace(1.0, largest, 256).tolist())))
+    cheapest_from = np.minimum.accumulate(cost.times_s(sizes)[::-1])[::-1]  # least cost of >= each size
+    carried = sizes <= nbytes
+    return float(nbytes * np.min(cheapest_from[carried] / sizes[carried]))
+
+
+def _costs(cost: CollectiveCost) -> list[CollectiveCost]:
+    """``cost`` and the costs it takes the cheaper of (:class:`gradsched.costs.CheaperOf`)."""
+    parts = [getattr(cost, "first", None), getattr(cost, "second", None)]
+    return [cost] + [c for p in parts if p is not None for c in _costs(p)]
 
 
 def contention_bound_s(compute_s: float, comm_s: float, compute_alone_s: float, comm_alone_s: float,
