@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
 . .venv/bin/activate
-python -m pytest -q "$@"
+# property tests on fixed seeds (tests/conftest.py); GRADSCHED_HYPOTHESIS=explore draws new examples
+GRADSCHED_HYPOTHESIS="${GRADSCHED_HYPOTHESIS:-ci}" python -m pytest -q "$@"
