@@ -49,22 +49,21 @@ def test_bad_options_say_what_is_wrong(options, words):
 
 
 # --------------------------------------------------------------------------- 2 gloo ranks
-def test_in_situ_fit_keeps_the_measured_clusters_two_levels():
-    """The in-situ fit times only the plain all-reduce; a plan with hier-allreduce operations (planned from the
-    user's two-level cluster, as `gradsched bench --ranks-per-host` does) must stay costed after it."""
+def test_auto_plans_with_the_measured_cluster_when_given_for_its_world_size():
+    """The user's measured cluster (netbench's table, every size timed in a stream; its two levels too)
+    wins over the in-situ line; one measured for another world size does not apply."""
     from types import SimpleNamespace
 
     from gradsched.cluster import Cluster, CollectiveCost
     from gradsched.torch.runtime.autotune import AutoTuner
 
     measured = Cluster.two_level(CollectiveCost(3e-5, 1e-10), CollectiveCost(1e-4, 1e-9), 2, 2)
-    fitted = Cluster.alpha_beta(2e-4, 2e-9, world_size=4)
-    kept = AutoTuner._with_topology(SimpleNamespace(_offline=(None, measured)), fitted)
-    assert kept.topology == measured.topology and kept.cost("allreduce") == fitted.cost("allreduce")
-    assert kept.cost("hier-allreduce").time_s(1e6) == measured.cost("hier-allreduce").time_s(1e6)
-    other_world = Cluster.alpha_beta(2e-4, 2e-9, world_size=8)
-    assert AutoTuner._with_topology(SimpleNamespace(_offline=(None, measured)), other_world).topology is None
-    assert AutoTuner._with_topology(SimpleNamespace(_offline=None), fitted).topology is None
+    tuner = SimpleNamespace(_offline=(None, measured), _model=SimpleNamespace(world=4))
+    assert AutoTuner._fit(tuner, [], [], None) is measured
+    earlier = Cluster.alpha_beta(2e-4, 2e-9, world_size=8)  # no events, no probes: the previous fit stays
+    other = SimpleNamespace(_offline=(None, measured), _model=SimpleNamespace(world=8), _points={}, _probes=[],
+                            cluster=earlier)
+    assert AutoTuner._fit(other, [], [], None) is earlier
 
 
 def _offline(module):

@@ -8,7 +8,7 @@ pytest.importorskip("torch")
 
 from gradsched.cluster import Cluster, CollectiveCost  # noqa: E402
 from gradsched.torch.jobs import bench_worker  # noqa: E402
-from gradsched.torch.measure.netbench import reps_for  # noqa: E402
+from gradsched.torch.measure.netbench import operations_for  # noqa: E402
 from gradsched.calibration import across_jobs, contention_from_probe  # noqa: E402
 from gradsched.torch.measure.probe import (  # noqa: E402
     RESAMPLE_MAX_BYTES, SMALL_NUMEL, SMALL_OPS, ContentionProbe, NetworkResampler)
@@ -99,7 +99,7 @@ def test_resampling_keeps_within_its_share_of_the_rounds(monkeypatch, share, exp
 
 def test_network_sample_estimate_counts_the_repetitions():
     net = NetworkResampler(_cluster([1e-3 * (1 + k) for k in range(len(SIZES))]))
-    assert net.estimate_s() == pytest.approx(sum(reps_for(b, 1) * 1e-3 * (1 + k)
+    assert net.estimate_s() == pytest.approx(sum(operations_for(b, 1) * 1e-3 * (1 + k)
                                                  for k, b in enumerate(SIZES) if b <= RESAMPLE_MAX_BYTES))
 
 

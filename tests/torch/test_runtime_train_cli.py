@@ -43,3 +43,32 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert main(["train"] + argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_train_a_replayed_profile_waits_its_compute_and_matches_torch_ddp(tmp_path, capsys):
+    """``--model replay:PROFILE``: the profile's tensors as real parameters, its compute waited out
+    (an iteration takes at least the profile's compute), and gradsched's plan reaches DDP's parameters."""
+    from gradsched.synthetic import synthetic_profile
+
+    prof = synthetic_profile(12, seed=3, flops_per_s=2e9)  # 141 ms of compute, 2.3 MB
+    path = tmp_path / "p.profile.json"
+    prof.save(path)
+    common = ["train", "--nproc", "2", "--model", f"replay:{path}", "--steps", "3", "--warmup", "1", "--json"]
+    assert main(common + ["--strategy", "mgwfbp", "--save-params", str(tmp_path / "g.pt")]) == 0
+    ours = json.loads(capsys.readouterr().out)
+    assert main(common + ["--strategy", "ddp", "--save-params", str(tmp_path / "d.pt")]) == 0
+    ref = json.loads(capsys.readouterr().out)
+    compute_s = sum(t.forward_s + t.backward_s for t in prof.tensors)
+    for r in (ours, ref):
+        assert r["iteration_s_median"] >= compute_s * 0.98
+    a, b = torch.load(tmp_path / "g.pt"), torch.load(tmp_path / "d.pt")
+    assert len(a) == len(prof.tensors) and a.keys() == b.keys()
+    assert [v.numel() for v in a.values()] == [t.numel for t in prof.tensors]
+    assert all(torch.allclose(a[k], b[k], rtol=1e-5, atol=1e-7) for k in a)
+
+
+def test_train_a_replayed_profile_that_is_missing_is_one_line_and_exit_2(tmp_path, capsys):
+    assert main(["train", "--model", f"replay:{tmp_path / 'none.json'}", "--nproc", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "none.json" in err and len(err.strip().splitlines()) == 1

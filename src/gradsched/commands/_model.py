@@ -1,4 +1,5 @@
-"""``--model`` of ``profile``, ``train`` and ``bench``: a built-in name or the user's ``MODULE:FUNCTION``.
+"""``--model`` of ``profile``, ``train`` and ``bench``: a built-in name, the user's ``MODULE:FUNCTION``,
+or ``replay:PROFILE`` (a profile replayed with emulated compute).
 
 Checked here, in the command's own process, so that a factory that cannot be imported
 or returns the wrong thing is one line before any worker starts, not a traceback
@@ -6,16 +7,23 @@ from every rank (the factory's contract: :mod:`gradsched.torch.jobs.factory`).""
 
 from __future__ import annotations
 
-from gradsched.constants import MODEL_NAMES
+from gradsched.constants import MODEL_NAMES, REPLAY_PREFIX
 from gradsched.errors import GradschedError
 
 BUILT_IN = MODEL_NAMES
-HELP = (f"built-in model ({', '.join(BUILT_IN)}) or your own, MODULE:FUNCTION: a factory returning (module, "
-        "batch_fn[, loss_fn]) (docs/profiling.md, 'Your own model')")
+HELP = (f"built-in model ({', '.join(BUILT_IN)}), your own, MODULE:FUNCTION: a factory returning (module, "
+        "batch_fn[, loss_fn]) (docs/profiling.md, 'Your own model'), or replay:PROFILE: a profile file or "
+        "bundled name replayed with emulated compute (docs/bench.md)")
 
 
 def check_model(name: str, *, seed: int = 0, batch_size: int = 2) -> None:
-    """Raise a one-line GradschedError unless ``name`` is a built-in model or a working factory."""
+    """Raise a one-line GradschedError unless ``name`` is a built-in model, a working factory or a
+    replayable profile."""
+    if name.startswith(REPLAY_PREFIX):
+        from gradsched.torch.jobs.replay import check_replayable, load_profile
+
+        check_replayable(load_profile(name.removeprefix(REPLAY_PREFIX)))
+        return
     if ":" not in name:
         if name not in BUILT_IN:
             raise GradschedError(f"unknown model {name!r}; known: {', '.join(BUILT_IN)}, or MODULE:FUNCTION for "

@@ -44,10 +44,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from gradsched.constants import REPLAY_PREFIX  # noqa: F401  (build_model("replay:PROFILE"), re-exported)
 from gradsched.errors import GradschedError
 from gradsched.profile import Profile
 
-REPLAY_PREFIX = "replay:"  # build_model("replay:PROFILE") builds a ReplayModel (a file or a bundled name)
 WIDTH = 8  # features of the tiny activation that chains the layers
 _DTYPES = {2: torch.float16, 4: torch.float32, 8: torch.float64}  # element bytes -> dtype
 

@@ -10,7 +10,9 @@ user's own network: run under ``torchrun`` on the machines that will train::
 For every size from 4 KiB to 256 MiB by powers of two (``--max-bytes`` cuts it short)
 each collective is run ``warmup`` times, then timed ``reps`` times (up to 20 for sizes
 below 4 MiB, where a repetition costs little and scheduling noise is largest), each rep started
-together behind a barrier and ended with the device synchronised.  A size's time is
+together behind a barrier, one untimed operation, then a run of back-to-back operations
+(at least 8 MiB in all, at most 64) ended with the device synchronised: a rep's time is
+the run's mean, what an operation costs in a stream of them (:func:`_time_collective`).  A size's time is
 the median over reps, then the maximum over ranks (a collective is done when its
 slowest rank is).  Rank 0 fits ``CollectiveCost.fit`` to each collective's points read
 through their lower monotone envelope (a size measured slower than a larger one was
@@ -68,6 +70,20 @@ MAX_REPS = 20
 def reps_for(nbytes: int, reps: int) -> int:
     """Repetitions for one size: ``reps``, or more for small sizes (the same on every rank)."""
     return max(reps, min(MAX_REPS, reps * SMALL_REPS_BYTES // max(nbytes, 1)))
+
+
+RUN_BYTES = 8 << 20  # a repetition times back-to-back operations of at least this many bytes in all ...
+MAX_RUN = 64  # ... and at most this many
+
+
+def run_for(nbytes: int) -> int:
+    """Operations timed back to back in one repetition of ``nbytes`` (after one untimed lead)."""
+    return max(1, min(MAX_RUN, -(-RUN_BYTES // max(nbytes, 1))))
+
+
+def operations_for(nbytes: int, reps: int) -> int:
+    """Operations one size's measurement issues: each repetition's lead and timed run."""
+    return reps_for(nbytes, reps) * (1 + run_for(nbytes))
 
 
 def benchmark(*, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, reps: int = 5, warmup: int = 2,
@@ -130,7 +146,15 @@ def measure_points(name: str, sizes: Sequence[int], *, reps: int, warmup: int,
 
 def _time_collective(name: str, nbytes: int, world: int, device: torch.device, reps: int, warmup: int,
                      group: dist.ProcessGroup | None = None, root: int = 0) -> float:
-    """Median seconds of one collective over ``reps`` on ``group``, its slowest rank's."""
+    """Median seconds of one collective over ``reps`` on ``group``, its slowest rank's.
+
+    A repetition starts behind a barrier with one untimed operation, then times
+    :func:`run_for` operations back to back (at least 8 MiB in all) and takes their mean:
+    what an operation costs in a stream of them, as a training step issues them.  An
+    operation timed alone after an idle pause is cheaper than that on a shaped link
+    (the testbed's token bucket lets a burst through: at 1 Gbit/s a lone 1 MiB all-reduce
+    on 2 hosts took 2.9 ms, one in a stream 8.8 ms, docs/cost-model.md), and a lone
+    small one carries the barrier's skew."""
     numel = max(1, nbytes // 4)
     buf = torch.zeros(numel, dtype=_ELEMENT, device=device)  # zeros: repeated sums stay finite
     out = torch.empty(numel * world, dtype=_ELEMENT, device=device) if name == "allgather" else None
@@ -150,14 +174,17 @@ def _time_collective(name: str, nbytes: int, world: int, device: torch.device, r
 
     for _ in range(warmup):
         once()
+    run = run_for(nbytes)
     times = []
     for _ in range(reps):
         dist.barrier(group=group)
+        once()  # the lead: the timed operations follow another, as in training
         _sync(device)
         t0 = time.perf_counter()
-        once()
+        for _ in range(run):
+            once()
         _sync(device)
-        times.append(time.perf_counter() - t0)
+        times.append((time.perf_counter() - t0) / run)
     slowest = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
     return float(slowest.item())

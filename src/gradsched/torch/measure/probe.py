@@ -36,7 +36,7 @@ import torch.distributed as dist
 
 from gradsched.calibration import contention_from_probe
 from gradsched.cluster import Cluster, CollectiveCost
-from gradsched.torch.measure.netbench import measure_points, reps_for
+from gradsched.torch.measure.netbench import measure_points, operations_for
 from gradsched.torch.runtime.wrapper import broadcast_buffers
 
 
@@ -238,7 +238,7 @@ class NetworkResampler:
 
     def estimate_s(self) -> float:
         """About how long one :meth:`measure` takes, from the times so far."""
-        return sum(reps_for(b, 1) * statistics.median(self.samples[b]) for b in self.sizes)
+        return sum(operations_for(b, 1) * statistics.median(self.samples[b]) for b in self.sizes)
 
     def pooled(self) -> Cluster:
         """The start-up cluster with every size at its median over all samples, refitted as the netbench fits."""

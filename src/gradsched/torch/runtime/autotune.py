@@ -502,9 +502,21 @@ class AutoTuner:
                 "trials": [(name, tp, issue_order(tp, profile, cluster), pred) for name, tp, pred in trial_plans]}
 
     def _fit(self, events: list[Event], window: list[StepRecord], peers: list[IssueTimes] | None) -> Cluster:
-        """Rank 0: the service times measured so far (and the start-up probes, if too few sizes)
-        -> a fitted cluster; the previous fit, or a default, when there is nothing to fit."""
+        """Rank 0: the collectives' costs to plan with.
+
+        The cluster the user measured (``cluster=`` with ``profile=``, as ``gradsched bench``
+        passes what it measured), when it is for this world size: netbench times every size
+        in a stream of operations, and a table of those beats a line through the few
+        operation sizes the running plan has.  On 2 testbed hosts at 1 Gbit/s (replayed
+        GoogLeNet) the in-situ line was optimistic enough that auto's usbyte plan ran 610 ms
+        against a prediction of 501; planned from the measured cluster, 498 ms against 488
+        (docs/autotune.md).  Otherwise the service times measured so far (and the start-up
+        probes, if too few sizes) fitted to a line; the previous fit, or a default, when
+        there is nothing to fit."""
         model = self._model
+        offline = self._offline[1] if self._offline is not None else None
+        if offline is not None and offline.world_size == model.world:
+            return offline
         for nbytes, s in service_points(events, window, peers):
             self._points.setdefault(nbytes, deque(maxlen=KEEP_POINTS)).append(s)
         points = {b: list(ts) for b, ts in self._points.items()}
@@ -512,23 +524,13 @@ class AutoTuner:
             for nbytes, s in self._probes:
                 points.setdefault(nbytes, [s])
         if len(points) >= 2:
-            return self._with_topology(fit_cluster(points, model.world, backend_of(model.group, model.device)))
+            return fit_cluster(points, model.world, backend_of(model.group, model.device))
         # every operation finished behind another: nothing to fit; keep what we had
         from gradsched.torch.runtime.planning import default_cluster
 
         logger.warning("auto: too few measured operation sizes to fit collective costs; planning with %s",
                        "the previous fit" if self.cluster else "a loopback-like default")
         return self.cluster or default_cluster(model.world)
-
-    def _with_topology(self, fitted: Cluster) -> Cluster:
-        """The in-situ fit times the plain all-reduce over all ranks only; the two levels inside and
-        between nodes (a ``topology``) come from the user's measured cluster, when it has one for
-        this world size, so that plans with ``hier-allreduce`` operations stay costed."""
-        offline = self._offline[1] if self._offline is not None else None
-        topology = offline.topology if offline is not None else None
-        if topology is None or topology.world_size != fitted.world_size:
-            return fitted
-        return dataclasses.replace(fitted, topology=topology)
 
     def _trials(self, results: list[Ranked], with_defaults: Callable[[str], Ranked],
                 rank_offline: Callable[[Profile, Cluster], list[Ranked]]) -> list[Ranked]:
