@@ -63,15 +63,6 @@ def sizes_bytes(min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES) -> list[
     return out
 
 
-SMALL_REPS_BYTES = 4 << 20  # below this, more repetitions (they are cheap): latency-bound times are the noisiest
-MAX_REPS = 20
-
-
-def reps_for(nbytes: int, reps: int) -> int:
-    """Repetitions for one size: ``reps``, or more for small sizes (the same on every rank)."""
-    return max(reps, min(MAX_REPS, reps * SMALL_REPS_BYTES // max(nbytes, 1)))
-
-
 RUN_BYTES = 8 << 20  # a repetition times back-to-back operations of at least this many bytes in all ...
 MAX_RUN = 64  # ... and at most this many
 
@@ -82,8 +73,9 @@ def run_for(nbytes: int) -> int:
 
 
 def operations_for(nbytes: int, reps: int) -> int:
-    """Operations one size's measurement issues: each repetition's lead and timed run."""
-    return reps_for(nbytes, reps) * (1 + run_for(nbytes))
+    """Operations one size's measurement issues: each repetition's lead and timed run.  A run
+    already averages up to :data:`MAX_RUN` operations, so small sizes need no extra repetitions."""
+    return reps * (1 + run_for(nbytes))
 
 
 def benchmark(*, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, reps: int = 5, warmup: int = 2,
@@ -130,13 +122,13 @@ def measure_points(name: str, sizes: Sequence[int], *, reps: int, warmup: int,
                    report: Callable[[str], None] | None = None, group: dist.ProcessGroup | None = None,
                    label: str = "", root: int = 0) -> list[tuple[float, float]]:
     """``(bytes, seconds)`` of collective ``name`` at each size on ``group`` (default: all ranks):
-    the slowest rank's median over ``reps_for(size, reps)`` repetitions, the same on every rank
+    the slowest rank's median over ``reps`` repetitions, the same on every rank
     of the group (a collective call on it).  ``root``: the global rank a ``reduce`` sums to and a
     ``broadcast`` sends from."""
     world, device = dist.get_world_size(group), _device()
     points = []
     for nbytes in sizes:
-        seconds = _time_collective(name, nbytes, world, device, reps_for(nbytes, reps), warmup, group, root)
+        seconds = _time_collective(name, nbytes, world, device, reps, warmup, group, root)
         points.append((float(nbytes), seconds))
         if report is not None and dist.get_rank() == 0:
             report(f"{label}{name:9s} {nbytes:>11,d} B  {seconds * 1e6:12.1f} us  {nbytes / seconds / 1e9:8.3f} GB/s")
