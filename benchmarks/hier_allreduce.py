@@ -1,6 +1,6 @@
 """Where the model predicts the hierarchical all-reduce wins, does it win when measured?  (issue 21)
 
-    python benchmarks/hier_allreduce.py [--hosts 2] [--ranks-per-host 2] [--rate 1gbit] [--reps 5] \
+    python benchmarks/hier_allreduce.py [--hosts 2] [--ranks-per-host 2] [--rate 1gbit] [--reps 5] [--timing stream] \
         [--json benchmarks/results/hier_allreduce_2x2.json]
 
 As root: a testbed (prefix ``gsw``) of ``--hosts`` hosts, ``--ranks-per-host`` ranks each
@@ -14,8 +14,10 @@ As root: a testbed (prefix ``gsw``) of ``--hosts`` hosts, ``--ranks-per-host`` r
    size are wrapped in gradsched's ``DistributedDataParallel``, one with a hand-made plan
    of one dense ``allreduce`` operation (gloo's flat ring), one with one
    ``hier-allreduce`` operation (the runtime's operation, as training runs it);
-   backward + ``synchronize()`` is timed after a barrier, the two interleaved, the
-   slowest rank's time per rep, the median over ``--reps``;
+   backward + ``synchronize()`` is timed as netbench times a size (``--timing stream``:
+   after a barrier, one untimed step, then the mean of a run of steps back to back) or
+   alone after a barrier (``--timing alone``, how this script timed until 2026-12-05), the
+   two interleaved, the slowest rank's time per rep, the median over ``--reps``;
 3. beside them, gloo's plain reduce + broadcast and all-reduce inside each host (how far
    the "a reduce plus a broadcast is one intra-node all-reduce" rule, which the model uses
    where a cluster has no measured reduce and broadcast, is from gloo).
@@ -66,13 +68,21 @@ def _wrapped(numel: int, collective: str, ranks_per_node: int):
     return DistributedDataParallel(module, plan, use_torch_ddp=False, ranks_per_node=ranks_per_node, timeout_s=120)
 
 
-def _timed(fn) -> float:
+def _timed(fn, run: int = 0) -> float:
+    """Seconds of one ``fn()`` after a barrier (``run`` 0: alone), or, as netbench times a size,
+    the mean of ``run`` calls back to back after one untimed lead (in a stream)."""
     import torch.distributed as dist
 
     dist.barrier()
-    t0 = time.perf_counter()
+    if run == 0:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
     fn()
-    return time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in range(run):
+        fn()
+    return (time.perf_counter() - t0) / run
 
 
 def _step(model) -> None:
@@ -91,18 +101,21 @@ def _slowest(times: list[float]) -> list[float]:
     return t.tolist()
 
 
-def _runtime_times(nbytes: int, m: int, reps: int) -> dict[str, list[float]]:
-    """Per rep, the slowest rank's backward + synchronize with the dense and with the hier operation."""
+def _runtime_times(nbytes: int, m: int, reps: int, stream: bool) -> dict[str, list[float]]:
+    """Per rep, the slowest rank's backward + synchronize with the dense and with the hier operation
+    (``stream``: in a stream of netbench's run length for the size, else alone)."""
     from gradsched.plan import DENSE, HIER as HIER_OP
+    from gradsched.torch.measure.netbench import run_for
 
     models = {FLAT: _wrapped(nbytes // 4, DENSE, m), HIER: _wrapped(nbytes // 4, HIER_OP, m)}
     times: dict[str, list[float]] = {FLAT: [], HIER: []}
     for model in models.values():
         _step(model)  # warm-up
+    run = run_for(nbytes) if stream else 0
     for r in range(reps):
         order = [FLAT, HIER] if r % 2 == 0 else [HIER, FLAT]  # interleaved, neither always first
         for arm in order:
-            times[arm].append(_timed(lambda: _step(models[arm])))
+            times[arm].append(_timed(lambda: _step(models[arm]), run))
     return {arm: _slowest(ts) for arm, ts in times.items()}
 
 
@@ -140,7 +153,7 @@ def worker(args: argparse.Namespace) -> None:
     sizes = [s for s in SIZES if s <= args.max_bytes]
     runtime, intra = {}, {}
     for nbytes in sizes:
-        runtime[nbytes] = _runtime_times(nbytes, m, args.reps)
+        runtime[nbytes] = _runtime_times(nbytes, m, args.reps, args.timing == "stream")
         intra[nbytes] = _intra_times(nbytes, nodes[rank // m], (rank // m) * m, args.reps)
         if rank == 0:
             print(f"{nbytes:>10,d} B  flat {statistics.median(runtime[nbytes][FLAT]) * 1e3:8.1f} ms  "
@@ -161,7 +174,7 @@ def drive(args: argparse.Namespace) -> dict:
         Path(tmp).chmod(0o777)
         out = Path(tmp, "worker.json")
         argv = [str(Path(__file__).resolve()), "--worker", str(out), "--ranks-per-host", str(args.ranks_per_host),
-                "--reps", str(args.reps), "--netbench-reps", str(args.netbench_reps), "--max-bytes",
+                "--reps", str(args.reps), "--timing", args.timing, "--netbench-reps", str(args.netbench_reps), "--max-bytes",
                 str(args.max_bytes)]
         with Testbed(hosts=args.hosts, rate=args.rate, prefix=args.prefix) as tb:  # always torn down
             tb.launch(argv, ranks_per_host=args.ranks_per_host).wait(timeout_s=args.timeout_s)
@@ -244,6 +257,8 @@ def main() -> None:
     ap.add_argument("--ranks-per-host", type=int, default=2)
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--reps", type=int, default=5, help="timed reps per size and operation (default 5)")
+    ap.add_argument("--timing", choices=["stream", "alone"], default="stream",
+                    help="time each operation in a stream, as netbench times a size (default), or alone after a barrier")
     ap.add_argument("--netbench-reps", type=int, default=3, help="netbench reps per size (default 3)")
     ap.add_argument("--max-bytes", type=int, default=SIZES[-1])
     ap.add_argument("--prefix", default="gsw", help="testbed name prefix (default gsw)")
@@ -263,12 +278,13 @@ def main() -> None:
     load_before, t0 = load_average(), time.time()
     raw = drive(args)
     table = rows(raw)
-    print(f"{args.hosts} hosts x {args.ranks_per_host} ranks at {args.rate}, gloo (CPU); median of {args.reps} reps; "
+    print(f"{args.hosts} hosts x {args.ranks_per_host} ranks at {args.rate}, gloo (CPU); operations timed "
+          f"{'in a stream' if args.timing == 'stream' else 'alone'}, median of {args.reps} reps; "
           f"load before {load_before}, after {load_average()}")
     print(format_table(table))
     path = Path(args.json or f"benchmarks/results/hier_allreduce_{args.hosts}x{args.ranks_per_host}.json")
     path.write_text(json.dumps({"hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "rate": args.rate,
-                                "reps": args.reps, "netbench_reps": args.netbench_reps, "rows": table,
+                                "reps": args.reps, "timing": args.timing, "netbench_reps": args.netbench_reps, "rows": table,
                                 "summary": summary(table), "load_before": load_before, "load_after": load_average(),
                                 "wall_s": time.time() - t0, "raw": raw,
                                 "command": "python benchmarks/hier_allreduce.py " + " ".join(sys.argv[1:]),
