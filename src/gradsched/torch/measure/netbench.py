@@ -8,8 +8,7 @@ user's own network: run under ``torchrun`` on the machines that will train::
     gradsched netbench --nproc 2 -o cluster.json     # one machine: local ranks on loopback
 
 For every size from 4 KiB to 256 MiB by powers of two (``--max-bytes`` cuts it short)
-each collective is run ``warmup`` times, then timed ``reps`` times (up to 20 for sizes
-below 4 MiB, where a repetition costs little and scheduling noise is largest), each rep started
+each collective is run ``warmup`` times, then timed ``reps`` times, each rep started
 together behind a barrier, one untimed operation, then a run of back-to-back operations
 (at least 8 MiB in all, at most 64) ended with the device synchronised: a rep's time is
 the run's mean, what an operation costs in a stream of them (:func:`_time_collective`).  A size's time is
@@ -145,7 +144,7 @@ def _time_collective(name: str, nbytes: int, world: int, device: torch.device, r
     what an operation costs in a stream of them, as a training step issues them.  An
     operation timed alone after an idle pause is cheaper than that on a shaped link
     (the testbed's token bucket lets a burst through: at 1 Gbit/s a lone 1 MiB all-reduce
-    on 2 hosts took 2.9 ms, one in a stream 8.8 ms, docs/cost-model.md), and a lone
+    on 2 hosts took 4.1 ms, one in a stream 8.8 ms, docs/cost-model.md), and a lone
     small one carries the barrier's skew."""
     numel = max(1, nbytes // 4)
     buf = torch.zeros(numel, dtype=_ELEMENT, device=device)  # zeros: repeated sums stay finite
