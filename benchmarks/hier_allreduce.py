@@ -73,16 +73,14 @@ def _timed(fn, run: int = 0) -> float:
     the mean of ``run`` calls back to back after one untimed lead (in a stream)."""
     import torch.distributed as dist
 
+    from gradsched.torch.measure.netbench import stream_time_s
+
     dist.barrier()
-    if run == 0:
-        t0 = time.perf_counter()
-        fn()
-        return time.perf_counter() - t0
-    fn()
+    if run:
+        return stream_time_s(fn, run)
     t0 = time.perf_counter()
-    for _ in range(run):
-        fn()
-    return (time.perf_counter() - t0) / run
+    fn()
+    return time.perf_counter() - t0
 
 
 def _step(model) -> None:
@@ -174,8 +172,8 @@ def drive(args: argparse.Namespace) -> dict:
         Path(tmp).chmod(0o777)
         out = Path(tmp, "worker.json")
         argv = [str(Path(__file__).resolve()), "--worker", str(out), "--ranks-per-host", str(args.ranks_per_host),
-                "--reps", str(args.reps), "--timing", args.timing, "--netbench-reps", str(args.netbench_reps), "--max-bytes",
-                str(args.max_bytes)]
+                "--reps", str(args.reps), "--timing", args.timing, "--netbench-reps", str(args.netbench_reps),
+                "--max-bytes", str(args.max_bytes)]
         with Testbed(hosts=args.hosts, rate=args.rate, prefix=args.prefix) as tb:  # always torn down
             tb.launch(argv, ranks_per_host=args.ranks_per_host).wait(timeout_s=args.timeout_s)
         return json.loads(out.read_text())
@@ -284,7 +282,8 @@ def main() -> None:
     print(format_table(table))
     path = Path(args.json or f"benchmarks/results/hier_allreduce_{args.hosts}x{args.ranks_per_host}.json")
     path.write_text(json.dumps({"hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "rate": args.rate,
-                                "reps": args.reps, "timing": args.timing, "netbench_reps": args.netbench_reps, "rows": table,
+                                "reps": args.reps, "timing": args.timing, "netbench_reps": args.netbench_reps,
+                                "rows": table,
                                 "summary": summary(table), "load_before": load_before, "load_after": load_average(),
                                 "wall_s": time.time() - t0, "raw": raw,
                                 "command": "python benchmarks/hier_allreduce.py " + " ".join(sys.argv[1:]),

@@ -71,6 +71,18 @@ def run_for(nbytes: int) -> int:
     return max(1, min(MAX_RUN, -(-RUN_BYTES // max(nbytes, 1))))
 
 
+def stream_time_s(once: Callable[[], None], run: int, sync: Callable[[], None] = lambda: None) -> float:
+    """Mean seconds of ``run`` calls of ``once`` back to back, after one untimed lead call (so the
+    timed ones follow another, as in training); ``sync`` waits for the device before each clock read."""
+    once()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(run):
+        once()
+    sync()
+    return (time.perf_counter() - t0) / run
+
+
 def operations_for(nbytes: int, reps: int) -> int:
     """Operations one size's measurement issues: each repetition's lead and timed run.  A run
     already averages up to :data:`MAX_RUN` operations, so small sizes need no extra repetitions."""
@@ -169,13 +181,7 @@ def _time_collective(name: str, nbytes: int, world: int, device: torch.device, r
     times = []
     for _ in range(reps):
         dist.barrier(group=group)
-        once()  # the lead: the timed operations follow another, as in training
-        _sync(device)
-        t0 = time.perf_counter()
-        for _ in range(run):
-            once()
-        _sync(device)
-        times.append((time.perf_counter() - t0) / run)
+        times.append(stream_time_s(once, run, lambda: _sync(device)))
     slowest = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
     return float(slowest.item())
