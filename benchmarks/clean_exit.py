@@ -36,9 +36,10 @@ def start(strategy: str, destroy: bool) -> subprocess.Popen:
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def run_jobs(runs: int, lanes: int) -> list[dict]:
-    """``runs`` jobs, ``lanes`` at a time; one record per job (case, exit status, abort seen)."""
-    cases = list(itertools.islice(itertools.cycle(CASES), runs))
+def run_jobs(runs: int, lanes: int, cases: tuple[tuple[str, bool], ...] = CASES) -> list[dict]:
+    """``runs`` jobs cycling through ``cases``, ``lanes`` at a time; one record per job (case, exit
+    status, abort seen)."""
+    cases = list(itertools.islice(itertools.cycle(cases), runs))
     records = []
     for batch in (cases[i:i + lanes] for i in range(0, runs, lanes)):
         procs = [(case, start(*case)) for case in batch]

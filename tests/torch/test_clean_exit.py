@@ -4,8 +4,9 @@ Issue: such a script once aborted at exit ("terminate called without an active
 exception", SIGABRT) in 3 of 20 runs on a loaded machine; gradsched's own workers
 leave with ``os._exit`` and never saw it.  What gradsched runs or holds is now
 released at exit (:mod:`gradsched.torch.runtime.shutdown`); these tests check that it is, and
-run the script under torchrun once for each strategy and ending (10 jobs).  The long count,
-30 jobs and more, is ``python benchmarks/clean_exit.py --runs 30``.
+run the script under torchrun for every strategy and both endings (6 jobs, the plans that
+overlap the next forward with both endings).  Every (strategy, ending) pair, 30 jobs and
+more, is ``python benchmarks/clean_exit.py --runs 30``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import clean_exit  # noqa: E402  (the benchmark's launcher: one definition of a job)
 
 LANES = 2  # torchrun jobs at a time
+# each strategy at least once, each ending three times; the overlapping plans (progress threads) with both
+CASES = (("wfbp", True), ("mgwfbp", False), ("bytescheduler", True), ("bytescheduler", False),
+         ("usbyte", False), ("ddp", True))
 
 
 def _progress_threads() -> list[threading.Thread]:
@@ -60,9 +64,10 @@ def test_close_all_stops_threads_and_forgets_groups_and_hooks():
 
 @pytest.mark.slow
 def test_user_script_exits_zero_under_torchrun_for_every_strategy_and_ending():
-    """Each (strategy, with/without destroy_process_group) once as a whole torchrun job, two at a time."""
-    records = clean_exit.run_jobs(len(clean_exit.CASES), LANES)
-    assert {(r["strategy"], r["destroy"]) for r in records} == set(clean_exit.CASES)
+    """Every strategy and both endings (with/without destroy_process_group) as whole torchrun jobs, two at a time."""
+    assert {s for s, _ in CASES} == set(clean_exit.STRATEGIES) and set(CASES) <= set(clean_exit.CASES)
+    records = clean_exit.run_jobs(len(CASES), LANES, CASES)
+    assert {(r["strategy"], r["destroy"]) for r in records} == set(CASES)
     failures = [f"{r['strategy']} destroy={r['destroy']}: exit {r['exit']}: {r['stderr_tail']}"
                 for r in records if r["exit"] != 0 or r["aborted"]]
     assert not failures, f"{len(failures)} of {len(records)} runs failed:\n" + "\n".join(failures)
