@@ -12,9 +12,10 @@ the slowest rank's median over ``--reps`` of one all-reduce timed three ways:
 - ``stream``: the mean of 8 back-to-back all-reduces (as a training step issues them
   while communication is the bottleneck; how netbench times now, after one untimed lead).
 
-On the testbed the links' token bucket (tbf, 10 ms of burst) lets the first bytes after
-an idle pause through at the veth's speed, so ``alone`` is optimistic for the sizes a
-scheduler splits gradients into (docs/cost-model.md, "Measured in a stream").
+On the testbed the links' token bucket (tbf, about 1 ms of burst) lets the first bytes
+after an idle pause through at the veth's speed, so ``alone`` is optimistic for sizes of
+about that burst (docs/cost-model.md, "Measured in a stream"; with the 10 ms burst used
+until 2026-12-05 it halved the cost of 1-2 MiB).
 """
 
 from __future__ import annotations

@@ -70,10 +70,10 @@ def test_format_rate_round_trips():
 
 
 @pytest.mark.parametrize("rate_bps", [10**5, 10**8, 10**9, 10**10])
-def test_tbf_burst_covers_a_timer_tick_and_a_gso_packet(rate_bps):
+def test_tbf_burst_is_a_millisecond_and_holds_two_gso_packets(rate_bps):
     burst_bytes, latency_us = tbf_params(rate_bps)
-    assert burst_bytes >= rate_bps / 8 / 100  # one tick at HZ=100 (and so at 250, 1000)
-    assert burst_bytes >= 64 * 1024 + 1514  # one GSO super-packet on veth
+    assert burst_bytes >= 2 * (64 * 1024 + 1514)  # two GSO super-packets on veth: the rate is delivered
+    assert burst_bytes == 2 * (64 * 1024 + 1514) or burst_bytes <= rate_bps / 8 / 1000 + 1  # else 1 ms, no more
     assert latency_us >= 5_000  # a queue far longer than a bridge round trip
 
 

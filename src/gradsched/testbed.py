@@ -99,18 +99,20 @@ def format_rate(rate_bps: float) -> str:
 def tbf_params(rate_bps: int) -> tuple[int, int]:
     """``(burst_bytes, latency_us)`` for a tbf that delivers ``rate_bps`` to TCP.
 
-    Burst: the bucket must hold what arrives between two timer ticks (rate/HZ; 4 ms
-    at HZ=250, the project's kernels), or tbf under-delivers; we take 10 ms worth so
-    that HZ=100 kernels are covered too.  It must also hold one full GSO super-packet
-    (64 KiB on veth), or tbf has to split every one.  A 10 ms burst at 1 Gbit/s
-    (1.25 MB) lets a link run ahead of its cap only for that 10 ms, which is under
-    1% over a one-second transfer.
+    Burst: what the link lets through at the veth's speed after an idle pause.  A real
+    NIC has none, so it is as small as still delivers the rate: 1 ms worth, and at least
+    two GSO super-packets (veth hands tbf up to 64 KiB at once; with a bucket of one,
+    tbf waits for it to refill whole and 1 Gbit/s links delivered 85% of their cap).
+    At 1 Gbit/s that is 135 kB: an all-reduce of 1 MiB after a pause then took what it
+    takes in a stream of them (9.6 and 9.3 ms), where the 10 ms burst used until
+    2026-12-05 let it through in half that (4.1 against 8.8 ms;
+    ``python benchmarks/allreduce_stream.py``, docs/testbed.md).
 
     Latency (the queue, in time at the rate): 20 ms of backlog, well over the
     sub-millisecond round trip on a bridge, so TCP keeps the link full without the
     tail drops that make a shaped link look slower than its cap.
     """
-    burst_bytes = max(rate_bps // 8 // 100, 64 * 1024 + 1514)
+    burst_bytes = max(rate_bps // 8 // 1000, 2 * (64 * 1024 + 1514))
     return burst_bytes, 20_000
 
 
