@@ -265,6 +265,8 @@ def main() -> None:
     ap.add_argument("--table", default=None, metavar="JSON", help="reprint the table of a result file (its raw data)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if sum(s <= args.max_bytes for s in SIZES) < 2:  # netbench fits each level's line through 2 sizes or more
+        ap.error(f"--max-bytes {args.max_bytes} leaves fewer than two sizes to time (at least {SIZES[1]})")
     if args.worker:
         worker(args)
         return

@@ -60,3 +60,13 @@ def test_target_fails_only_where_hier_was_predicted_and_lost(bench):
     assert bench.summary(table)["target_holds"] is False
     text = bench.format_table(table)
     assert "FAILS" in text and text.splitlines()[2].split()[-2] == "NO"
+
+
+def test_a_single_size_is_refused_before_any_rank_starts(bench, monkeypatch, capsys):
+    """netbench fits each level through two sizes or more: one size used to fail on every rank."""
+    monkeypatch.setattr("sys.argv", ["hier_allreduce.py", "--max-bytes", str(64 * KiB)])
+    monkeypatch.setattr(bench, "drive", lambda args: pytest.fail("ranks started"))
+    with pytest.raises(SystemExit) as stop:
+        bench.main()
+    assert stop.value.code == 2
+    assert "fewer than two sizes" in capsys.readouterr().err.strip().splitlines()[-1]

@@ -244,8 +244,8 @@ def check_memory(model_bytes: int, entries: int, ranks: int) -> None:
     have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
     if need > 0.8 * have:
         raise GradschedError(f"replaying {model_bytes / 1e6:.0f} MB of parameters in {entries} rows on {ranks} ranks "
-                             f"needs about {need / 1e9:.1f} GB, more than this machine has free "
-                             f"({have / 1e9:.1f} GB): use fewer --strategies/--ddp-buckets, hosts or ranks per "
+                             f"needs about {need / 1e9:.1f} GB, more than 80% of what this machine has "
+                             f"free ({have / 1e9:.1f} GB, so {0.8 * have / 1e9:.1f} GB): use fewer --strategies/--ddp-buckets, hosts or ranks per "
                              f"host, or a smaller profile")
 
 
