@@ -23,6 +23,7 @@ from pathlib import Path
 from fidelity import DEFAULT_SCHEDULE, MODELS, SCHEDULE  # (steps per burst, rounds) by model
 
 from gradsched.cli import main as gradsched
+from gradsched.commands.bench import auto_strategy
 
 RESULTS = Path(__file__).parent / "results"
 TARGET = 0.98
@@ -43,7 +44,7 @@ def bench(model: str, where: list[str], schedule: tuple[int, int]) -> dict:
     best = min(ddp, key=ddp.__getitem__)
     auto = by_name["auto"]
     return {"model": model, "where": " ".join(where), "auto_s": auto["iteration_s_median"],
-            "auto_plan": (auto.get("plan_options") or {}).get("chose"),
+            "auto_plan": auto_strategy(auto),
             "ddp_s": ddp["ddp"], "best_ddp": best, "best_ddp_s": ddp[best], "ddp_rows_s": ddp,
             "auto_vs_best_ddp": ddp[best] / auto["iteration_s_median"],
             "auto_vs_ddp": ddp["ddp"] / auto["iteration_s_median"], "job_s": rows[0].get("job_s")}

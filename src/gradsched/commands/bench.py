@@ -395,6 +395,16 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def auto_strategy(row: dict[str, Any]) -> str | None:
+    """The strategy an ``auto`` row of ``gradsched bench --json`` ran: offline ``auto``'s
+    choice, or the plan run-time ``auto`` settled on (its first plan, a trial's, ``torch-ddp``)."""
+    opts = row.get("plan_options") or {}
+    if "chose" in opts:
+        return opts["chose"]
+    switches = (row.get("autotune") or {}).get("switches")
+    return switches[-1]["strategy"] if switches else None
+
+
 def _auto_lines(rows: list[dict[str, Any]]) -> list[str]:
     """What run-time or offline ``auto`` chose, if it ran."""
     auto = next((r for r in rows if r["strategy"] == "auto"), None)
@@ -403,10 +413,8 @@ def _auto_lines(rows: list[dict[str, Any]]) -> list[str]:
     lines: list[str] = []
     opts = auto.get("plan_options") or {}
     tune = auto.get("autotune")
-    if "chose" in opts:
-        chose = f"{opts['chose']} {opts.get('chosen_options')}"
-    else:  # run-time auto settled on a plan it measured (its first plan, a trial's, DDP's buckets)
-        chose = f"{tune['switches'][-1]['strategy']} {opts}" if tune and tune.get("switches") else str(opts)
+    name, detail = auto_strategy(auto), opts.get("chosen_options") if "chose" in opts else opts
+    chose = f"{name} {detail}" if name else str(detail)
     lines.append(f"auto chose {chose} ({auto['operations']} operations)")
     if tune and tune.get("predicted_iteration_s"):
         lines.append(f"  (planned at run time from its own in-training measurements, which predicted "
