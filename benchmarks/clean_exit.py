@@ -7,8 +7,8 @@ The script is ``tests/torch/scripts/user_loop.py``: it wraps a small model in
 ``gradsched.torch.DistributedDataParallel`` with a strategy, trains a few steps and returns,
 with or without ``destroy_process_group()``.  Runs cycle through five strategies x both
 endings, ``--lanes`` jobs at a time (one job's launcher imports torch while another's
-workers run, as on a busy machine).  The test suite runs each case once
-(tests/torch/test_clean_exit.py); this is the long count.  Pass: every run exits 0.
+workers run, as on a busy machine).  The test suite runs six of the
+cases, every strategy (tests/torch/test_clean_exit.py); this is the long count.  Pass: every run exits 0.
 Writes benchmarks/results/clean_exit.json.
 """
 

@@ -4,8 +4,8 @@ Issue: such a script once aborted at exit ("terminate called without an active
 exception", SIGABRT) in 3 of 20 runs on a loaded machine; gradsched's own workers
 leave with ``os._exit`` and never saw it.  What gradsched runs or holds is now
 released at exit (:mod:`gradsched.torch.runtime.shutdown`); these tests check that it is, and
-run the script under torchrun for every strategy and both endings (6 jobs, the plans that
-overlap the next forward with both endings).  Every (strategy, ending) pair, 30 jobs and
+run the script under torchrun for every strategy and both endings (6 jobs; bytescheduler,
+whose progress thread must stop at exit, with both).  Every (strategy, ending) pair, 30 jobs and
 more, is ``python benchmarks/clean_exit.py --runs 30``.
 """
 
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import clean_exit  # noqa: E402  (the benchmark's launcher: one definition of a job)
 
 LANES = 2  # torchrun jobs at a time
-# each strategy at least once, each ending three times; the overlapping plans (progress threads) with both
+# each strategy at least once, each ending three times; bytescheduler (a progress thread) with both
 CASES = (("wfbp", True), ("mgwfbp", False), ("bytescheduler", True), ("bytescheduler", False),
          ("usbyte", False), ("ddp", True))
 

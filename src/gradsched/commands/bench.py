@@ -245,8 +245,8 @@ def check_memory(model_bytes: int, entries: int, ranks: int) -> None:
     if need > 0.8 * have:
         raise GradschedError(f"replaying {model_bytes / 1e6:.0f} MB of parameters in {entries} rows on {ranks} ranks "
                              f"needs about {need / 1e9:.1f} GB, more than 80% of what this machine has "
-                             f"free ({have / 1e9:.1f} GB, so {0.8 * have / 1e9:.1f} GB): use fewer --strategies/--ddp-buckets, hosts or ranks per "
-                             f"host, or a smaller profile")
+                             f"free ({have / 1e9:.1f} GB, so {0.8 * have / 1e9:.1f} GB): use fewer "
+                             f"--strategies/--ddp-buckets, hosts or ranks per host, or a smaller profile")
 
 
 def undilate(result: dict[str, Any], dilate: float) -> dict[str, Any]:
