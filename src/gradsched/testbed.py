@@ -103,10 +103,9 @@ def tbf_params(rate_bps: int) -> tuple[int, int]:
     NIC has none, so it is as small as still delivers the rate: 1 ms worth, and at least
     two GSO super-packets (veth hands tbf up to 64 KiB at once; with a bucket of one,
     tbf waits for it to refill whole and 1 Gbit/s links delivered 85% of their cap).
-    At 1 Gbit/s that is 135 kB: on 2 hosts an all-reduce of 1 MiB after a pause took
-    8.4 ms, 10.8 in a stream of them, and 2-8 MiB agreed within 4%, where the 10 ms
-    burst used until 2026-12-05 let 1 MiB through in half its stream time (4.1 against
-    8.8 ms; ``python benchmarks/allreduce_stream.py``, docs/cost-model.md).
+    At 1 Gbit/s that is 135 kB: on 2 hosts 2-8 MiB all-reduces cost the same after a
+    pause as in a stream of them, within 4% (``python benchmarks/allreduce_stream.py``;
+    a larger burst and its history: docs/testbed.md, docs/cost-model.md).
 
     Latency (the queue, in time at the rate): 20 ms of backlog, well over the
     sub-millisecond round trip on a bridge, so TCP keeps the link full without the

@@ -231,6 +231,7 @@ def replay_model(source: str, dilate: float, out_dir: str) -> tuple[str, "Profil
 
 RANK_BASE_BYTES = 450e6  # one rank's torch, gloo and gradsched before any model
 COPY_BYTES_PER_BYTE = 4  # parameters, gradients, momentum and the runtime's buckets, per byte of parameters
+MEMORY_SHARE = 0.8  # of the free memory, what a replay may plan to use (the rest: the estimate's error, the OS)
 
 
 def check_memory(model_bytes: int, entries: int, ranks: int) -> None:
@@ -242,10 +243,10 @@ def check_memory(model_bytes: int, entries: int, ranks: int) -> None:
     memory (docs/testbed.md); ResNet-50 (102 MB, 4 rows) ran on 4 ranks."""
     need = (RANK_BASE_BYTES + COPY_BYTES_PER_BYTE * model_bytes * (entries + 5)) * ranks
     have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    if need > 0.8 * have:
+    if need > MEMORY_SHARE * have:
         raise GradschedError(f"replaying {model_bytes / 1e6:.0f} MB of parameters in {entries} rows on {ranks} ranks "
-                             f"needs about {need / 1e9:.1f} GB, more than 80% of what this machine has "
-                             f"free ({have / 1e9:.1f} GB, so {0.8 * have / 1e9:.1f} GB): use fewer "
+                             f"needs about {need / 1e9:.1f} GB, more than {MEMORY_SHARE:.0%} of what this "
+                             f"machine has free ({have / 1e9:.1f} GB, so {MEMORY_SHARE * have / 1e9:.1f} GB): use fewer "
                              f"--strategies/--ddp-buckets, hosts or ranks per host, or a smaller profile")
 
 

@@ -171,7 +171,7 @@ def _entry(rank: int, fn: Any, world: int, port: int, backend: str, args: tuple,
         dist.destroy_process_group()
     from gradsched.torch.runtime.shutdown import leave
 
-    leave(0)  # only after success: an exception above propagates to mp.spawn as usual
+    leave(0)  # only after success: an exception above propagates to start_ranks as usual
 
 
 # What every rank imports before it runs: loaded once by the fork server, not once per rank.

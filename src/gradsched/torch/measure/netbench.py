@@ -154,9 +154,9 @@ def _time_collective(name: str, nbytes: int, world: int, device: torch.device, r
     A repetition starts behind a barrier with one untimed operation, then times
     :func:`run_for` operations back to back (at least 8 MiB in all) and takes their mean:
     what an operation costs in a stream of them, as a training step issues them.  An
-    operation timed alone after an idle pause is cheaper than that on a shaped link
+    operation timed alone after an idle pause can be cheaper than that on a shaped link
     (the testbed's token bucket lets a burst through: at 1 Gbit/s a lone 1 MiB all-reduce
-    on 2 hosts took 4.1 ms, one in a stream 8.8 ms, docs/cost-model.md), and a lone
+    on 2 hosts took 8.4 ms, one in a stream 10.8 ms, docs/cost-model.md), and a lone
     small one carries the barrier's skew."""
     numel = max(1, nbytes // 4)
     buf = torch.zeros(numel, dtype=_ELEMENT, device=device)  # zeros: repeated sums stay finite
