@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gradsched.calibration import (MIN_SERVICE_S, OP_LATENCY_SHARE, StepRecord, across_jobs, contention_bound_s,
-                                   contention_from_probe, decide, fastest, fit_cluster, issue_times, lower_bound_s,
-                                   measured_profile, service_points)
+from gradsched.calibration import (BUSY_NOISE_SE, MIN_SERVICE_S, OP_LATENCY_SHARE, StepRecord, across_jobs,
+                                   contention_bound_s, contention_from_probe, decide, fastest, fit_cluster,
+                                   issue_times, lower_bound_s, measured_profile, median_se, service_points)
 from gradsched.cluster import CONTENTION_FIELDS, Cluster, Contention
 from gradsched.errors import GradschedError
 from gradsched.profile import OpHost, Profile, TensorProfile
@@ -184,6 +185,29 @@ def test_contention_from_probe_recovers_the_figures_it_was_made_from(compute, co
     assert got == pytest.approx({"compute_slowdown": kc, "comm_slowdown": kn, "busy_latency_s": lat,
                                  "op_latency_s": op_lat}, rel=1e-6, abs=1e-9)
     Contention(**got)  # always valid figures: finite, non-negative
+
+
+@SETTINGS
+@given(small=st.floats(1e-4, 1e-2), lat=st.floats(1e-5, 1e-3), se=st.floats(0.0, 5e-3), ops=st.integers(1, 16))
+def test_busy_latency_is_what_noise_cannot_explain(small, lat, se, ops):
+    excess = ops * lat  # the small operations' busy time beyond the table
+    got = contention_from_probe(1.0, 0.5, 1.0, 0.5, small, small + excess, ops, small, se)
+    assert got["busy_latency_s"] == pytest.approx(max(0.0, excess - BUSY_NOISE_SE * se) / ops, abs=1e-12)
+    assert got["busy_latency_s"] <= lat * (1 + 1e-9)
+
+
+def test_median_se_of_the_probes_small_operations():
+    # The 2-host replay job's 6 samples of 8 small all-reduces during compute, slowest rank
+    # (benchmarks/results/bench_replay_googlenet_k80_2h.json): their 20 ms median is
+    # 5.5 ms over the table's 14.3 ms, under two standard errors (3.1 ms): no busy latency.
+    busy = [0.02727, 0.01648, 0.02059, 0.00580, 0.02465, 0.01935]
+    assert median_se(busy) == pytest.approx(3.1e-3, abs=0.1e-3)
+    got = contention_from_probe(0.441, 0.4485, 0.4575, 0.4535, 0.01427, statistics.median(busy), 8, 0.01074,
+                                median_se(busy))
+    assert got["busy_latency_s"] == 0.0
+    assert contention_from_probe(0.441, 0.4485, 0.4575, 0.4535, 0.01427, statistics.median(busy), 8,
+                                 0.01074)["busy_latency_s"] == pytest.approx(0.69e-3, abs=0.01e-3)
+    assert median_se([0.01]) == 0.0
 
 
 @SETTINGS

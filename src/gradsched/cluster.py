@@ -34,13 +34,13 @@ from typing import Any
 
 from gradsched import _validate as v
 from gradsched.costs import (COLLECTIVES, CollectiveCost, collectives_from_dict, collectives_to_dict, extrapolate,
-                             fit_line, monotone_envelope, with_line)
+                             fit_line, monotone_envelope, split_envelope, with_line)
 from gradsched.errors import FormatError, GradschedError
 from gradsched.plan import HIER
 from gradsched.topology import Topology
 
 __all__ = ["COLLECTIVES", "CONTENTION_FIELDS", "Cluster", "CollectiveCost", "Contention", "Topology", "fit_line",
-           "monotone_envelope"]
+           "monotone_envelope", "split_envelope"]
 
 FORMAT = "gradsched.cluster/1"
 CONTENTION_FIELDS = ("compute_slowdown", "comm_slowdown", "busy_latency_s", "op_latency_s")  # docs/simulator.md, "Contention"

@@ -25,6 +25,15 @@ whole layer from its start (``"layer"``, the paper's); ``extend`` -- a layer's
 back-to-back phase-1 blocks go as one message (the paper's block extension, with
 every element still sent exactly once).
 
+One rule is gradsched's own, also chosen by simulation when left out: ``merge_bytes`` --
+before any of this, consecutive layers (in the order their gradients become ready) are
+merged into groups of at least that many bytes, each scheduled as one layer, as MG-WFBP
+merges gradients to save start-ups (0: the paper's layers).  Where every operation pays
+a large start-up, small layers sent one by one cost more than their bytes: GoogLeNet's
+64 layers (K80 times) on 8 emulated hosts at 1 Gbit/s, usbyte's 65 operations are
+predicted at 921 ms and its 20 blocks of 1 MiB groups at 799 ms, against a lower bound
+of 788 ms (``python benchmarks/resimulate.py``'s run, planned again; docs/strategies.md).
+
 The model below is the simulator's: the plan lists every block as one operation
 whose priority is its layer's rank, blocks of a layer in order, so priority
 scheduling replays phase 1 exactly (when the channel frees, the top-priority ready
@@ -59,6 +68,26 @@ from gradsched.sim.engine import EPS_S  # the simulator's simultaneity: the plan
 
 DEFAULT_UNIT_BYTES = 4 << 20
 DEFAULT_MAX_EVALUATIONS = 24
+MERGE_CANDIDATES = (0, 256 << 10, 1 << 20, 4 << 20)  # merge_bytes tried when left out; 0 first (the paper's)
+
+
+def merged_layers(profile: Profile, merge_bytes: int) -> tuple[int, ...]:
+    """Each tensor's group: consecutive layers, in the order their gradients become ready,
+    merged into groups of at least ``merge_bytes`` (the last may be smaller); 0: the
+    profile's own layers.  A group is ready when its last layer is."""
+    if merge_bytes <= 0:
+        return profile.layer_of
+    layer_of, tensors = profile.layer_of, profile.tensors
+    group_of: dict[int, int] = {}
+    group, size = 0, 0
+    for i in profile.order:
+        lid = layer_of[i]
+        if lid not in group_of:
+            if size >= merge_bytes:
+                group, size = group + 1, 0
+            group_of[lid] = group
+        size += tensors[i].bytes
+    return tuple(group_of[lid] for lid in layer_of)
 
 
 @dataclass(frozen=True)
@@ -87,15 +116,17 @@ class _Model:
     """US-Byte's phase 1 + phase 2 for a given priority order, and the iteration it gives."""
 
     def __init__(self, profile: Profile, cost: CollectiveCost, unit_bytes: int,
-                 exact: tuple[CollectiveCost, ...] | None = None) -> None:
+                 exact: tuple[CollectiveCost, ...] | None = None, layer_of: tuple[int, ...] | None = None) -> None:
         """``cost``: the line the block sizes are chosen by; ``exact``: the costs whose minimum a
         block takes (default: ``cost``; with hierarchical operations the plain and the
-        hierarchical all-reduce, each block run as the cheaper, as the simulator costs it)."""
+        hierarchical all-reduce, each block run as the cheaper, as the simulator costs it);
+        ``layer_of``: each tensor's layer as scheduled (default: the profile's;
+        :func:`merged_layers`)."""
         self.profile = profile
         self.cost = cost
         self.time_s = _cheapest([_Timer(c) for c in (exact or (cost,))])  # bytes -> seconds, as simulated
         ready = profile.ready_s
-        tensors, layer_of = profile.tensors, profile.layer_of
+        tensors, layer_of = profile.tensors, layer_of or profile.layer_of
         key_of: dict[tuple[int, int], list[int]] = {}
         for i in profile.order:
             key_of.setdefault((layer_of[i], tensors[i].element_bytes), []).append(i)
@@ -474,7 +505,7 @@ def build_plan(model: _Model, rank: list[int], schedule: Schedule, options: dict
                cluster: Cluster | None = None, hierarchical: str = "never") -> Plan:
     """The plan of ``schedule``: one operation per block, its layer's rank as priority (each made
     hierarchical where ``hierarchical`` says so, on a two-level ``cluster``)."""
-    profile, blocks, elem = model.profile, schedule.blocks, model.elem
+    profile, blocks, elem = model.profile, schedule.blocks, model.elem  # tensors as the original's
     kinds = (coll.collectives_for([(hi - lo) * elem[u] for u, lo, hi, _, _ in blocks], cluster, hierarchical)
              if cluster is not None else [DENSE] * len(blocks))  # each block's bytes, known: no second pass
     ops = []
@@ -499,23 +530,39 @@ RULES = (("block", False), ("block", True), ("layer", False), ("layer", True))  
 
 def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_BYTES,
             max_evaluations: int = DEFAULT_MAX_EVALUATIONS, extend: bool | None = None,
-            window: str | None = None, hierarchical: str = "auto") -> tuple[Plan, Schedule, int]:
+            window: str | None = None, hierarchical: str = "auto",
+            merge_bytes: int = 0) -> tuple[Plan, Schedule, int]:
     """The US-Byte plan, the schedule its model predicts, and how many schedules it modelled
     (all rules together).  ``extend``/``window`` left as None are chosen: each rule is
     planned and the plan with the shortest simulated iteration kept (ties: fewer
-    operations, then the order of ``RULES``)."""
+    operations, then the order of ``RULES``).  ``merge_bytes``: the layers' groups
+    (:func:`merged_layers`); the model then starts a group's next forward after all of the
+    group's blocks, while the simulator and the runtime start each layer's after its own
+    (never later than the model says)."""
     unit_bytes, max_evaluations = _check_options(unit_bytes, max_evaluations, extend, window)
+    model = _model_for(profile, cluster, unit_bytes, hierarchical, merge_bytes)
+    return _best_rule(model, profile, cluster, max_evaluations, extend, window, hierarchical,
+                      {"unit_bytes": unit_bytes, "max_evaluations": max_evaluations, "merge_bytes": merge_bytes})
+
+
+def _model_for(profile: Profile, cluster: Cluster, unit_bytes: int, hierarchical: str, merge_bytes: int) -> _Model:
     coll.check_mode("usbyte", hierarchical, cluster)
     cost = coll.planning_cost(cluster, hierarchical)
     both = hierarchical == "auto" and cost is not cluster.cost("allreduce")  # each block the cheaper collective
-    model = _Model(profile, cost, unit_bytes, (cluster.cost("allreduce"), cluster.cost(HIER)) if both else None)
+    return _Model(profile, cost, unit_bytes, (cluster.cost("allreduce"), cluster.cost(HIER)) if both else None,
+                  merged_layers(profile, merge_bytes))
+
+
+def _best_rule(model: _Model, profile: Profile, cluster: Cluster, max_evaluations: int, extend: bool | None,
+               window: str | None, hierarchical: str, fixed: dict) -> tuple[Plan, Schedule, int]:
+    """:func:`predict` on a built model; ``fixed``: the options every rule shares (recorded in the plan)."""
     rules = [(w, e) for w, e in RULES if window in (None, w) and extend in (None, e)]
     exact = _model_is_exact(profile, cluster)
     best, total = None, 0
     for k, (w, e) in enumerate(rules):
         rank, schedule, evaluations = search_priorities(model, max_evaluations, e, w)
         total += evaluations
-        options = {"unit_bytes": unit_bytes, "max_evaluations": max_evaluations, "extend": e, "window": w}
+        options = {**fixed, "extend": e, "window": w}
         plan_ = (build_plan(model, rank, schedule, options, cluster, hierarchical)
                  if not exact or len(rules) == 1 else None)
         if len(rules) == 1:
@@ -540,6 +587,13 @@ def _simulated_s(plan_: Plan, profile: Profile, cluster: Cluster) -> float:
     from gradsched.sim import simulate  # the simulator imports planners' types only
 
     return simulate(plan_, profile, cluster, timeline=False).iteration_s
+
+
+def _check_merge(merge_bytes: object) -> None:
+    if merge_bytes is not None and not (isinstance(merge_bytes, numbers.Integral) and not isinstance(merge_bytes, bool)
+                                        and merge_bytes >= 0):
+        raise GradschedError(f"usbyte: merge_bytes must be a whole number of bytes, 0 or more (0: the paper's "
+                             f"layers; left out: chosen by simulation), got {merge_bytes!r}")
 
 
 def _check_options(unit_bytes: object, max_evaluations: object, extend: object,
@@ -567,6 +621,9 @@ OPTIONS = (
                "left out: chosen by simulation"),
     Option("window", str, None, optional=True,
            doc="promotion window: 'block' (gradsched's) or 'layer' (the paper's); left out: chosen by simulation"),
+    Option("merge_bytes", int, None, optional=True, low=0, high=1 << 50,
+           doc="merge consecutive layers into groups of at least this many bytes first (0: the paper's "
+               "layers); left out: chosen by simulation among 0, 256 KiB, 1 MiB and 4 MiB"),
     coll.OPTION,
 )
 
@@ -574,5 +631,30 @@ OPTIONS = (
 @register("usbyte", options=OPTIONS)
 def plan(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_BYTES,
          max_evaluations: int = DEFAULT_MAX_EVALUATIONS, extend: bool | None = None,
-         window: str | None = None, hierarchical: str = "auto") -> Plan:
-    return predict(profile, cluster, unit_bytes, max_evaluations, extend, window, hierarchical)[0]
+         window: str | None = None, hierarchical: str = "auto", merge_bytes: int | None = None) -> Plan:
+    """:func:`predict`'s plan; ``merge_bytes`` left out: :func:`choose_merge`'s."""
+    _check_merge(merge_bytes)
+    unit_bytes, max_evaluations = _check_options(unit_bytes, max_evaluations, extend, window)
+    if merge_bytes is None:
+        merge_bytes, model = choose_merge(profile, cluster, unit_bytes, max_evaluations, extend, window, hierarchical)
+    else:
+        model = _model_for(profile, cluster, unit_bytes, hierarchical, merge_bytes)
+    fixed = {"unit_bytes": unit_bytes, "max_evaluations": max_evaluations, "merge_bytes": merge_bytes}
+    return _best_rule(model, profile, cluster, max_evaluations, extend, window, hierarchical, fixed)[0]
+
+
+def choose_merge(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_BYTES,
+                 max_evaluations: int = DEFAULT_MAX_EVALUATIONS, extend: bool | None = None,
+                 window: str | None = None, hierarchical: str = "auto") -> tuple[int, _Model]:
+    """The one of :data:`MERGE_CANDIDATES` whose searched schedule the model predicts shortest
+    (ties: the smaller merge), and its model (its searches kept).  Each is searched with one
+    rule (the given one, else gradsched's first): every rule at every merge would cost four
+    times as much, and the rules move an iteration far less than merging does."""
+    rule_window, rule_extend = (window or RULES[0][0], RULES[0][1] if extend is None else extend)
+    best = None
+    for merge in MERGE_CANDIDATES:
+        model = _model_for(profile, cluster, unit_bytes, hierarchical, merge)
+        _, schedule, _ = search_priorities(model, max_evaluations, rule_extend, rule_window)
+        if best is None or schedule.iteration_s < best[0] * (1 - 1e-12):
+            best = (schedule.iteration_s, merge, model)
+    return best[1], best[2]

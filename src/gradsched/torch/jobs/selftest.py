@@ -29,7 +29,7 @@ SMALL_MODEL_OPTIONS: dict[str, dict[str, Any]] = {
     "threshold": {"mb": 0.02},
     "ddp": {"bucket_cap_mb": 0.05, "first_bucket_mb": 0.01},
     "bytescheduler": {"partition_bytes": 8192, "credit_bytes": 32768},
-    "usbyte": {"unit_bytes": 4096},
+    "usbyte": {"unit_bytes": 4096, "merge_bytes": 16384},  # blocks of merged layers
 }
 
 

@@ -34,7 +34,7 @@ from typing import Any, Callable, Protocol
 import torch
 import torch.distributed as dist
 
-from gradsched.calibration import contention_from_probe
+from gradsched.calibration import contention_from_probe, median_se
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.torch.measure.netbench import measure_points, operations_for
 from gradsched.torch.runtime.wrapper import broadcast_buffers
@@ -179,7 +179,8 @@ class ContentionProbe:
                 "small_ops_model_s": sa_model, "samples": {k: list(v) for k, v in self.samples.items()},
                 "fitted": contention_from_probe(m["compute_alone_s"], n_model, m["compute_overlapped_s"],
                                                 m["allreduce_overlapped_s"], sa_model, m["small_ops_busy_s"],
-                                                SMALL_OPS, m["small_ops_alone_s"])}
+                                                SMALL_OPS, m["small_ops_alone_s"],
+                                                median_se(self.samples["small_ops_busy_s"]))}
 
     def bucket_pass_s(self, reps: int) -> tuple[float, float]:
         """Seconds to copy all gradients' worth of bytes into a bucket, and to scale the bucket by 1/world.

@@ -1,0 +1,127 @@
+"""Kept bench runs predicted again: the current simulator, the current reading of the same measurements.
+
+    python benchmarks/resimulate.py [RUN.json ...] [--json benchmarks/results/resimulate.json]
+
+Default runs: the emulated regime's (``benchmarks/results/bench_replay_*_{2,4,8}h.json``,
+made by ``benchmarks/bench_replay.py``).  For each ``gradsched bench --json`` file, the
+all-reduce table is read again from the medians the job measured (``measured_points``,
+through :meth:`CollectiveCost.fit`'s envelopes, as ``gradsched netbench`` reads them) and
+the contention figures fitted again from the probe's medians and samples
+(:func:`contention_from_probe`); every row's plan is made again from the job's own
+final table and simulated with them.  DDP rows' buckets are exactly what ran; ``auto``'s
+plan is its chosen strategy and options, while the run planned from its start-up
+measurements and re-planned from its own steps, so a few of its blocks may differ
+(the operation counts are printed).  Prints per row the measured median, the
+prediction the job made and the one made now, and writes the rows and the median
+absolute errors as JSON.  No network: seconds.
+
+Runs whose contention was pooled with earlier jobs' (``--contention-from``) keep their
+pooled figures (the earlier jobs' samples are not in the file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from gradsched.calibration import calibrate, contention_from_probe, median_se, with_runtime_costs
+from gradsched.cluster import Cluster, CollectiveCost, Contention
+from gradsched.planners import make_plan
+from gradsched.profile import Profile
+from gradsched.sim import simulate
+
+RESULTS = Path(__file__).parent / "results"
+DEFAULT_RUNS = [RESULTS / f"bench_replay_{name}.json" for name in
+                ("googlenet_k80_2h", "gpt_6x512_2h", "googlenet_k80_4h", "googlenet_k80_8h")]
+
+
+def reread_cluster(job: Cluster) -> Cluster:
+    """The job's cluster with its all-reduce table fitted again from the medians as measured."""
+    measured = (job.extra or {}).get("measured_points", {}).get("allreduce")
+    if not measured:
+        return job
+    cost = CollectiveCost.fit([(float(b), float(t)) for b, t in measured], envelope=True)
+    return dataclasses.replace(job, collectives={**job.collectives, "allreduce": cost})
+
+
+def refit_contention(cluster: Cluster, probe: dict[str, Any], pooled: bool) -> Cluster:
+    """``cluster`` with the contention figures the probe's measurements give now (pooled runs: as kept)."""
+    if pooled or "samples" not in probe:
+        return cluster
+    from gradsched.torch.measure.probe import SMALL_NUMEL
+
+    cost = cluster.cost("allreduce")
+    fitted = contention_from_probe(probe["compute_alone_s"], cost.time_s(probe["allreduce_bytes"]),
+                                   probe["compute_overlapped_s"], probe["allreduce_overlapped_s"],
+                                   probe["small_ops"] * cost.time_s(SMALL_NUMEL * 4), probe["small_ops_busy_s"],
+                                   probe["small_ops"], probe["small_ops_alone_s"],
+                                   median_se(probe["samples"]["small_ops_busy_s"]))
+    return dataclasses.replace(cluster, contention=Contention(**fitted))
+
+
+def plan_as_run(row: dict[str, Any], profile: Profile, probe: dict[str, Any], job: Cluster):
+    """The plan the row ran, made as the job made it: DDP rows as DDP buckets, the rest from the job's table."""
+    if row["runs"] == "torch DDP":
+        return make_plan("ddp", profile, job, bucket_cap_mb=float(row.get("bucket_cap_mb", 25.0)))
+    planned = with_runtime_costs(profile, probe, False)
+    if row["strategy"] == "auto":
+        opts = row["plan_options"]
+        return make_plan(opts["chose"], planned, job, **opts["chosen_options"])
+    return make_plan(row["strategy"], planned, job, **(row.get("options") or {}))
+
+
+def resimulate(path: Path) -> list[dict[str, Any]]:
+    """One row per strategy of one bench JSON: measured, predicted then, predicted now."""
+    rows = json.loads(path.read_text())
+    first = rows[0]
+    dilate = first.get("dilate", 1.0)
+    profile = Profile.from_dict(first["profile"]["measured"])
+    probe = first["contention"]
+    job = Cluster.from_dict(first["cluster"])
+    now = refit_contention(reread_cluster(job), probe, bool(first.get("contention_from")))
+    compute_s = first["compute_only"]["iteration_s_median"] * dilate
+    out = []
+    for row in rows:
+        plan = plan_as_run(row, profile, probe, job)
+        scaled = with_runtime_costs(calibrate(profile, compute_s), probe, row["runs"] == "torch DDP")
+        predicted = simulate(plan, scaled, now, timeline=False).iteration_s / dilate
+        measured = row["iteration_s_median"]
+        out.append({"run": path.stem, "strategy": row["strategy"], "operations": len(plan.operations),
+                    "operations_run": row.get("operations"), "measured_s": measured,
+                    "predicted_then_s": row["predicted_iteration_s"], "predicted_now_s": predicted,
+                    "error_then": row["prediction_error"], "error_now": (predicted - measured) / measured})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="*", type=Path, default=DEFAULT_RUNS)
+    ap.add_argument("--json", type=Path, default=None, help="write the rows and medians here")
+    args = ap.parse_args(argv)
+    rows = [r for path in args.runs for r in resimulate(path)]
+    print(f"{'run':32s} {'strategy':12s} {'ops':>4s} {'measured':>9s} {'then':>9s} {'now':>9s} {'err then':>9s} "
+          f"{'err now':>8s}")
+    for r in rows:
+        mark = "" if r["operations_run"] in (None, r["operations"]) else f"  (ran {r['operations_run']} operations)"
+        print(f"{r['run']:32s} {r['strategy']:12s} {r['operations']:4d} {r['measured_s'] * 1e3:9.1f} "
+              f"{r['predicted_then_s'] * 1e3:9.1f} {r['predicted_now_s'] * 1e3:9.1f} {r['error_then'] * 100:+8.1f}% "
+              f"{r['error_now'] * 100:+7.1f}%{mark}")
+    then = statistics.median(abs(r["error_then"]) for r in rows)
+    now = statistics.median(abs(r["error_now"]) for r in rows)
+    worst = max(abs(r["error_now"]) for r in rows)
+    print(f"median |error|: {then * 100:.2f}% then, {now * 100:.2f}% now (worst row now {worst * 100:.1f}%), "
+          f"{len(rows)} rows")
+    if args.json:
+        args.json.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "runs": [str(p) for p in args.runs],
+                                         "median_abs_error_then": then, "median_abs_error_now": now,
+                                         "max_abs_error_now": worst, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
