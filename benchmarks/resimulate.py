@@ -1,6 +1,7 @@
 """Kept bench runs predicted again: the current simulator, the current reading of the same measurements.
 
     python benchmarks/resimulate.py [RUN.json ...] [--json benchmarks/results/resimulate.json]
+    python benchmarks/resimulate.py --rev cc5d228   # the default runs as committed at a revision
 
 Default runs: the emulated regime's (``benchmarks/results/bench_replay_*_{2,4,8}h.json``,
 made by ``benchmarks/bench_replay.py``).  For each ``gradsched bench --json`` file, the
@@ -25,6 +26,7 @@ import argparse
 import dataclasses
 import json
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,8 @@ from gradsched.planners import make_plan
 from gradsched.profile import Profile
 from gradsched.sim import simulate
 
-RESULTS = Path(__file__).parent / "results"
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT_RUNS = [RESULTS / f"bench_replay_{name}.json" for name in
                 ("googlenet_k80_2h", "gpt_6x512_2h", "googlenet_k80_4h", "googlenet_k80_8h")]
 
@@ -69,15 +72,25 @@ def plan_as_run(row: dict[str, Any], profile: Profile, probe: dict[str, Any], jo
     if row["runs"] == "torch DDP":
         return make_plan("ddp", profile, job, bucket_cap_mb=float(row.get("bucket_cap_mb", 25.0)))
     planned = with_runtime_costs(profile, probe, False)
-    if row["strategy"] == "auto":
-        opts = row["plan_options"]
-        return make_plan(opts["chose"], planned, job, **opts["chosen_options"])
-    return make_plan(row["strategy"], planned, job, **(row.get("options") or {}))
+    name, opts = ((row["plan_options"]["chose"], row["plan_options"]["chosen_options"]) if row["strategy"] == "auto"
+                  else (row["strategy"], row.get("options") or {}))
+    if name == "usbyte":
+        opts = {"merge_bytes": 0, **opts}  # runs from before the option: the paper's layers
+    return make_plan(name, planned, job, **opts)
 
 
-def resimulate(path: Path) -> list[dict[str, Any]]:
+def read_run(path: Path, rev: str | None) -> list[dict[str, Any]]:
+    """A bench JSON's rows, from the working tree or as committed at ``rev``."""
+    if rev is None:
+        return json.loads(path.read_text())
+    rel = path.resolve().relative_to(ROOT)
+    return json.loads(subprocess.run(["git", "show", f"{rev}:{rel}"], cwd=ROOT, check=True, capture_output=True,
+                                     text=True).stdout)
+
+
+def resimulate(path: Path, rev: str | None = None) -> list[dict[str, Any]]:
     """One row per strategy of one bench JSON: measured, predicted then, predicted now."""
-    rows = json.loads(path.read_text())
+    rows = read_run(path, rev)
     first = rows[0]
     dilate = first.get("dilate", 1.0)
     profile = Profile.from_dict(first["profile"]["measured"])
@@ -101,9 +114,10 @@ def resimulate(path: Path) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="*", type=Path, default=DEFAULT_RUNS)
+    ap.add_argument("--rev", default=None, help="read the runs as committed at this git revision")
     ap.add_argument("--json", type=Path, default=None, help="write the rows and medians here")
     args = ap.parse_args(argv)
-    rows = [r for path in args.runs for r in resimulate(path)]
+    rows = [r for path in args.runs for r in resimulate(path, args.rev)]
     print(f"{'run':32s} {'strategy':12s} {'ops':>4s} {'measured':>9s} {'then':>9s} {'now':>9s} {'err then':>9s} "
           f"{'err now':>8s}")
     for r in rows:
@@ -117,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"median |error|: {then * 100:.2f}% then, {now * 100:.2f}% now (worst row now {worst * 100:.1f}%), "
           f"{len(rows)} rows")
     if args.json:
-        args.json.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "runs": [str(p) for p in args.runs],
+        args.json.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "runs": [str(p.resolve().relative_to(ROOT)) for p in args.runs], "rev": args.rev,
                                          "median_abs_error_then": then, "median_abs_error_now": now,
                                          "max_abs_error_now": worst, "rows": rows}, indent=1))
     return 0

@@ -33,10 +33,10 @@ def rows(workers: int) -> list[dict]:
             cluster = Cluster.alpha_beta(alpha, beta, workers)
             row = {"profile": pname, "network": nname, "workers": workers}
             for window, extend in RULES:
-                plan = make_plan("usbyte", profile, cluster, extend=extend, window=window, merge_bytes=0)
+                plan = make_plan("usbyte", profile, cluster, extend=extend, window=window)
                 row[f"{window}{'+extend' if extend else ''}_s"] = simulate(plan, profile, cluster,
                                                                            timeline=False).iteration_s
-            chosen = make_plan("usbyte", profile, cluster, merge_bytes=0)
+            chosen = make_plan("usbyte", profile, cluster)
             row["chosen"] = f"{chosen.options['window']}{'+extend' if chosen.options['extend'] else ''}"
             row["chosen_s"] = simulate(chosen, profile, cluster, timeline=False).iteration_s
             row["gain_vs_gradsched_rule"] = row["block_s"] / row["chosen_s"]

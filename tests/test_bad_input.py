@@ -131,6 +131,7 @@ CASES = [
     ("plan-output-unwritable", ["plan", "--strategy", "wfbp", "--alpha", "0", "--beta", "1e-9", "-o",
                                 "/proc/nonexistent/plan.json"], None, None, None, ["/proc/nonexistent", "written"]),
     ("bench-lr-nan", ["bench", "--loopback", "--lr", "nan"], None, None, None, ["--lr", "nan"]),
+    ("bench-probe-s-zero", ["bench", "--loopback", "--probe-s", "0"], None, None, None, ["--probe-s", "0"]),
     ("netbench-reps-zero", ["netbench", "--workers", "2", "--reps", "0"], None, None, None, ["--reps", "0"]),
     ("profile-threads-zero", ["profile", "--model", "mlp", "--threads", "0"], None, None, None, ["--threads"]),
     ("compare-event-without-ts", ["compare", "{trace}", "{trace}"], None, None,

@@ -268,7 +268,7 @@ def test_probe_measures_contention_and_runtime_costs(tmp_path):
     code = main(["bench", "--model", "cnn", "--hosts", "2", "--loopback", "--strategies", "sync",
                  "--ddp-buckets", "none", "--steps", "2", "--rounds", "2", "--warmup-rounds", "0",
                  "--profile-iterations", "2", "--net-reps", "1", "-q", "--timeout-s", "120", "--json", str(out),
-                 *history])
+                 "--probe-s", "4", *history])
     assert code == 0
     rows = json.loads(out.read_text())
     probe = rows[0]["contention"]

@@ -24,9 +24,9 @@ def fp32(name: str, mbytes: float, backward_ms: float, forward_ms: float) -> Ten
 
 
 @SETTINGS
-@given(profiles(max_layers=10, mixed_dtypes=True), clusters())
-def test_every_element_sent_once_and_blocks_never_mix_dtypes(profile, cluster):
-    plan = make_plan("usbyte", profile, cluster, unit_bytes=64 << 10)
+@given(profiles(max_layers=10, mixed_dtypes=True), clusters(), st.sampled_from([0, 4096, 1 << 20]))
+def test_every_element_sent_once_and_blocks_never_mix_dtypes(profile, cluster, merge_bytes):
+    plan = make_plan("usbyte", profile, cluster, unit_bytes=64 << 10, merge_bytes=merge_bytes)
     plan.check(profile)
     assert plan.scheduling == "priority" and plan.overlap_forward and plan.credit_bytes is None
     groups = merged_layers(profile, plan.options["merge_bytes"])
@@ -55,16 +55,19 @@ def test_merged_layers_are_consecutive_in_ready_order_and_big_enough(profile, me
 
 def test_merging_googlenets_small_layers_saves_start_ups():
     # GoogLeNet's 64 layers (K80 times, bundled) on an 8-rank ring whose every operation
-    # starts up in 4 ms: the paper's layers (merge 0) send 65 operations, most of them small.
+    # starts up in 4 ms: the paper's layers (the default) send 65 operations, most of them small.
     profile = bundled_profile("googlenet-k80")
     cluster = Cluster.alpha_beta(4e-3, 2 * 7 / 8 / (1e9 / 8), 8)  # 1 Gbit/s links
-    paper = make_plan("usbyte", profile, cluster, merge_bytes=0)
-    chosen = make_plan("usbyte", profile, cluster)
-    assert chosen.options["merge_bytes"] > 0 and len(chosen.operations) < len(paper.operations) / 2
+    paper = make_plan("usbyte", profile, cluster)
+    merged = make_plan("usbyte", profile, cluster, merge_bytes=1 << 20)
+    assert paper.options["merge_bytes"] == 0 and merged.options["merge_bytes"] == 1 << 20
+    assert len(merged.operations) < len(paper.operations) / 2
     t_paper = simulate(paper, profile, cluster, timeline=False).iteration_s
-    t_chosen = simulate(chosen, profile, cluster, timeline=False).iteration_s
-    assert t_chosen < 0.95 * t_paper
-    chosen.check(profile)
+    t_merged = simulate(merged, profile, cluster, timeline=False).iteration_s
+    assert t_merged < 0.95 * t_paper
+    merged.check(profile)
+    chosen = make_plan("auto", profile, cluster)  # auto searches the merges beside the paper's layers
+    assert simulate(chosen, profile, cluster, timeline=False).iteration_s <= t_merged * (1 + 1e-9)
 
 
 @SETTINGS
@@ -82,9 +85,9 @@ def test_simulator_replays_the_modelled_schedule_exactly(profile, cluster):
 @SETTINGS
 @given(profiles(max_layers=10), clusters())
 def test_priority_search_never_makes_the_simulated_iteration_longer(profile, cluster):
-    front_first = simulate(make_plan("usbyte", profile, cluster, max_evaluations=1, merge_bytes=0), profile, cluster,
+    front_first = simulate(make_plan("usbyte", profile, cluster, max_evaluations=1), profile, cluster,
                            timeline=False).iteration_s
-    searched = simulate(make_plan("usbyte", profile, cluster, max_evaluations=50, merge_bytes=0), profile, cluster,
+    searched = simulate(make_plan("usbyte", profile, cluster, max_evaluations=50), profile, cluster,
                         timeline=False).iteration_s
     assert searched <= front_first * (1 + 1e-12)
 
@@ -111,7 +114,7 @@ def test_gap_filling_blocks_and_front_first_phase_two_by_hand():
     # Next forward from 6: L0 waits to 11, runs 11-12; L1 waits to 13, 13-14; L2 15-16.
     profile = Profile("hand", (fp32("L0", 4, 2, 1), fp32("L1", 2, 3, 1), fp32("L2", 3, 1, 1)))
     cluster = Cluster.alpha_beta(1 * MS, 1e-9, 2)
-    plan = make_plan("usbyte", profile, cluster, unit_bytes=MB, max_evaluations=1, merge_bytes=0)
+    plan = make_plan("usbyte", profile, cluster, unit_bytes=MB, max_evaluations=1)
     quarter = MB // 4  # fp32 elements in 1 MB
     assert [(s.tensor, s.start, s.end) for op in plan.operations for s in op.slices] == [
         (2, 0, 2 * quarter), (1, 0, quarter), (0, 0, 4 * quarter), (1, quarter, 2 * quarter),
@@ -122,7 +125,7 @@ def test_gap_filling_blocks_and_front_first_phase_two_by_hand():
     assert r.op_end_s == pytest.approx([4 * MS, 6 * MS, 11 * MS, 13 * MS, 15 * MS])
     assert r.iteration_s == pytest.approx(16 * MS)
     # the search tries promoting L2 over L1 and L1 over L0; neither shortens the iteration
-    assert simulate(make_plan("usbyte", profile, cluster, unit_bytes=MB, merge_bytes=0), profile, cluster).iteration_s == \
+    assert simulate(make_plan("usbyte", profile, cluster, unit_bytes=MB), profile, cluster).iteration_s == \
         pytest.approx(16 * MS)
 
 
@@ -138,7 +141,7 @@ def test_priority_search_promotes_an_output_layer_by_hand():
     #   forward: l0 10-11, l1 14-14, l2 (done at 7) 14-16: 16 ms.  Kept.
     profile = Profile("promote", (fp32("l0", 1, 2, 1), fp32("l1", 2, 2, 0), fp32("l2", 2, 1, 2)))
     cluster = Cluster.alpha_beta(2 * MS, 1e-9, 2)
-    front = simulate(make_plan("usbyte", profile, cluster, unit_bytes=MB, max_evaluations=1, merge_bytes=0), profile, cluster)
+    front = simulate(make_plan("usbyte", profile, cluster, unit_bytes=MB, max_evaluations=1), profile, cluster)
     assert front.op_start_s == pytest.approx([1 * MS, 4 * MS, 7 * MS, 10 * MS, 13 * MS])
     assert front.iteration_s == pytest.approx(18 * MS)
     plan, _, evaluations = predict(profile, cluster, unit_bytes=MB, extend=False, window="block")

@@ -36,7 +36,7 @@ def test_fast_planner_returns_the_reference_plan(profile, cluster):
 @given(profiles(max_layers=12, mixed_dtypes=True), clusters())
 def test_every_rule_covers_each_element_exactly_once(profile, cluster):
     for window, extend in RULES:
-        plan = make_plan("usbyte", profile, cluster, unit_bytes=64 << 10, extend=extend, window=window, merge_bytes=0)
+        plan = make_plan("usbyte", profile, cluster, unit_bytes=64 << 10, extend=extend, window=window)
         plan.check(profile)  # every element of every tensor in exactly one slice
         covered = [0] * profile.num_tensors
         for op in plan.operations:
@@ -61,7 +61,7 @@ def test_every_rule_replays_exactly_in_the_simulator(profile, cluster):
 @given(profiles(max_layers=12), clusters())
 def test_chosen_rule_never_simulates_slower_than_either_rule_alone(profile, cluster):
     def simulated(**opts):
-        plan = make_plan("usbyte", profile, cluster, unit_bytes=128 << 10, merge_bytes=0, **opts)
+        plan = make_plan("usbyte", profile, cluster, unit_bytes=128 << 10, **opts)
         return simulate(plan, profile, cluster, timeline=False).iteration_s, plan
 
     chosen, plan = simulated()

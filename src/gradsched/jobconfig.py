@@ -65,6 +65,7 @@ class BenchConfig:
     profile_iterations: int  # profiler iterations at start-up
     net_reps: int  # timed repetitions per size in the network benchmark
     probe: bool  # run the contention probe (and the runtimes' overhead probe)
+    probe_s: float  # about how long the start-up probes take, both together
     resample_share: float  # between rounds, the probes sample again within this share of the rounds' time
     contention_history: list[dict[str, Any]]  # earlier jobs' contention figures (--contention-from)
     timeout_s: float  # a collective that takes longer fails the job

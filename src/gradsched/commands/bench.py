@@ -93,6 +93,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--profile-iterations", type=int, default=5, help="profiler iterations (default 5)")
     p.add_argument("--net-reps", type=int, default=3, help="timed repetitions per size in the network benchmark")
     p.add_argument("--no-probe", action="store_true", help="skip the compute/communication contention probe")
+    p.add_argument("--probe-s", type=float, default=22.0, metavar="SECONDS",
+                   help="about how long the start-up probes take, contention then the runtimes' overheads, each "
+                        "within its fewest and most repetitions (default 22)")
     p.add_argument("--contention-from", action="append", default=[], metavar="EARLIER.json",
                    help="an earlier `gradsched bench --json` of the same model, hosts, network and batch on this "
                         "machine: plan and predict with each contention figure at its median over it and this job "
@@ -289,6 +292,8 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
         raise GradschedError(f"--timeout-s must be a number of seconds above 0 and at most a week, got {args.timeout_s}")
     if not 0 <= args.resample_share < 1:
         raise GradschedError(f"--resample-share must be at least 0 and below 1, got {args.resample_share}")
+    if not args.probe_s > 0:
+        raise GradschedError(f"--probe-s must be a positive number of seconds, got {args.probe_s}")
     if history and args.no_probe:
         raise GradschedError("--contention-from pools earlier figures with this job's probe: drop --no-probe")
     if args.replay is None:  # a replayed profile was checked when it was read (replay_model)
@@ -296,7 +301,7 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
     return BenchConfig(model=model, seed=args.seed, batch_size=args.batch_size, lr=args.lr,
                        entries=_checked_entries(args), steps=args.steps,
                        rounds=args.rounds, warmup_rounds=args.warmup_rounds,
-                       profile_iterations=args.profile_iterations, net_reps=args.net_reps, probe=not args.no_probe,
+                       profile_iterations=args.profile_iterations, net_reps=args.net_reps, probe=not args.no_probe, probe_s=args.probe_s,
                        resample_share=args.resample_share, contention_history=history, timeout_s=args.timeout_s,
                        progress=not args.quiet, out_dir=out_dir,
                        backend="gloo", threads=1)  # CPU tensors over gloo; one compute thread per worker

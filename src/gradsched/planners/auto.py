@@ -23,6 +23,7 @@ from gradsched.planners import _collective as coll
 from gradsched.planners.registry import get_planner, is_sparse, planner_option_specs, register, strategy_names
 from gradsched.profile import Profile
 
+USBYTE_MERGE_BYTES = (0, MiB // 4, MiB, 4 * MiB)
 # Options tried per strategy; strategies not listed are tried with their defaults.
 GRID: dict[str, list[dict[str, Any]]] = {
     "ddp": [{"bucket_cap_mb": mb} for mb in (1, 5, 25, 100)],
@@ -34,6 +35,8 @@ GRID: dict[str, list[dict[str, Any]]] = {
     # machine), so it is not offered until it measures as predicted.
     "bytescheduler": [{"partition_bytes": p * MiB, "credit_bytes": c * p * MiB}
                       for p in (1, 4, 16) for c in (2, 4)],
+    # the paper's layers, and small layers merged first (at run time the default is measured beside the choice)
+    "usbyte": [{"merge_bytes": b} for b in USBYTE_MERGE_BYTES],
 }
 
 

@@ -25,14 +25,12 @@ whole layer from its start (``"layer"``, the paper's); ``extend`` -- a layer's
 back-to-back phase-1 blocks go as one message (the paper's block extension, with
 every element still sent exactly once).
 
-One rule is gradsched's own, also chosen by simulation when left out: ``merge_bytes`` --
-before any of this, consecutive layers (in the order their gradients become ready) are
-merged into groups of at least that many bytes, each scheduled as one layer, as MG-WFBP
-merges gradients to save start-ups (0: the paper's layers).  Where every operation pays
-a large start-up, small layers sent one by one cost more than their bytes: GoogLeNet's
-64 layers (K80 times) on 8 emulated hosts at 1 Gbit/s, usbyte's 65 operations are
-predicted at 921 ms and its 20 blocks of 1 MiB groups at 799 ms, against a lower bound
-of 788 ms (``python benchmarks/resimulate.py``'s run, planned again; docs/strategies.md).
+One step is gradsched's own: ``merge_bytes`` -- before any of this, consecutive layers
+(in the order their gradients become ready) are merged into groups of at least that many
+bytes, each scheduled as one layer, as MG-WFBP merges gradients to save start-ups.  0,
+the default, keeps the paper's layers; ``auto`` searches 256 KiB, 1 MiB and 4 MiB beside
+it, and at run time measures its choice against the default (docs/strategies.md has the
+figures).
 
 The model below is the simulator's: the plan lists every block as one operation
 whose priority is its layer's rank, blocks of a layer in order, so priority
@@ -68,7 +66,6 @@ from gradsched.sim.engine import EPS_S  # the simulator's simultaneity: the plan
 
 DEFAULT_UNIT_BYTES = 4 << 20
 DEFAULT_MAX_EVALUATIONS = 24
-MERGE_CANDIDATES = (0, 256 << 10, 1 << 20, 4 << 20)  # merge_bytes tried when left out; 0 first (the paper's)
 
 
 def merged_layers(profile: Profile, merge_bytes: int) -> tuple[int, ...]:
@@ -144,15 +141,17 @@ class _Model:
         self.elem = [u.element_bytes for u in units]
         self.layer_id = [u.layer for u in units]
         self.backward_end_s = max(ready)
-        # next-forward gating: layers in forward order with their forward and update time
+        # next-forward gating: the profile's layers in forward order with their forward and update
+        # time; each waits for every block of the units that hold its tensors (of merged layers:
+        # the group's, where the simulator waits for the blocks holding the layer's own elements)
         fwd: dict[int, list[float]] = {}
-        for t, lid in zip(tensors, layer_of):
+        for t, lid in zip(tensors, profile.layer_of):
             acc = fwd.setdefault(lid, [0.0, 0.0])
             acc[0] += t.forward_s
             acc[1] += t.update_s
         self.forward_layers = [(lid, f, upd) for lid, (f, upd) in fwd.items()]
         position = {lid: k for k, (lid, _, _) in enumerate(self.forward_layers)}
-        self.unit_layer = [position[u.layer] for u in units]  # each unit's forward layer, by position
+        self.unit_layers = [tuple(sorted({position[profile.layer_of[i]] for i in u.tensors})) for u in units]
         self.forward_work = [(upd, f) for _, f, upd in self.forward_layers]
         self.alpha_s = cost.alpha_s
         self.beta_s = cost.beta_s_per_byte
@@ -281,11 +280,12 @@ class _Model:
                        blocks: list[tuple[int, int, int, float, float]]) -> float:
         """The iteration :meth:`_phase_two` then :meth:`iteration_s` would give, without the blocks."""
         done = self._layer_done(blocks)
-        time_s, elem, numel, full, unit_layer = self.time_s, self.elem, self.numel, self.full_time_s, self.unit_layer
+        time_s, elem, numel, full, unit_layers = self.time_s, self.elem, self.numel, self.full_time_s, self.unit_layers
         for u in queue:
             rest = left[u]
             start += full[u] if rest == numel[u] else time_s(rest * elem[u])
-            done[unit_layer[u]] = start  # later than every earlier block's end
+            for k in unit_layers[u]:
+                done[k] = start  # later than every earlier block's end
         return self._forward(done)
 
     def trial_s(self, rank: list[int], extend: bool, resume: Schedule | None = None, at: int = 0) -> float:
@@ -321,11 +321,11 @@ class _Model:
     def _layer_done(self, blocks: list[tuple[int, int, int, float, float]]) -> list[float]:
         """When each forward layer's last block ends (0 if none yet)."""
         done = [0.0] * len(self.forward_work)
-        unit_layer = self.unit_layer
+        unit_layers = self.unit_layers
         for u, _, _, _, end in blocks:
-            k = unit_layer[u]
-            if end > done[k]:
-                done[k] = end
+            for k in unit_layers[u]:
+                if end > done[k]:
+                    done[k] = end
         return done
 
     def _forward(self, done: list[float]) -> float:
@@ -536,10 +536,11 @@ def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_B
     (all rules together).  ``extend``/``window`` left as None are chosen: each rule is
     planned and the plan with the shortest simulated iteration kept (ties: fewer
     operations, then the order of ``RULES``).  ``merge_bytes``: the layers' groups
-    (:func:`merged_layers`); the model then starts a group's next forward after all of the
-    group's blocks, while the simulator and the runtime start each layer's after its own
-    (never later than the model says)."""
+    (:func:`merged_layers`), scheduled as the model's layers; the plan's blocks then go
+    when their own elements are ready (a block of a group's earliest layers may start
+    before the whole group is), so each rule's plan is simulated."""
     unit_bytes, max_evaluations = _check_options(unit_bytes, max_evaluations, extend, window)
+    _check_merge(merge_bytes)
     model = _model_for(profile, cluster, unit_bytes, hierarchical, merge_bytes)
     return _best_rule(model, profile, cluster, max_evaluations, extend, window, hierarchical,
                       {"unit_bytes": unit_bytes, "max_evaluations": max_evaluations, "merge_bytes": merge_bytes})
@@ -557,7 +558,7 @@ def _best_rule(model: _Model, profile: Profile, cluster: Cluster, max_evaluation
                window: str | None, hierarchical: str, fixed: dict) -> tuple[Plan, Schedule, int]:
     """:func:`predict` on a built model; ``fixed``: the options every rule shares (recorded in the plan)."""
     rules = [(w, e) for w, e in RULES if window in (None, w) and extend in (None, e)]
-    exact = _model_is_exact(profile, cluster)
+    exact = _model_is_exact(profile, cluster) and not any(len(g) > 1 for g in model.unit_layers)
     best, total = None, 0
     for k, (w, e) in enumerate(rules):
         rank, schedule, evaluations = search_priorities(model, max_evaluations, e, w)
@@ -590,10 +591,9 @@ def _simulated_s(plan_: Plan, profile: Profile, cluster: Cluster) -> float:
 
 
 def _check_merge(merge_bytes: object) -> None:
-    if merge_bytes is not None and not (isinstance(merge_bytes, numbers.Integral) and not isinstance(merge_bytes, bool)
-                                        and merge_bytes >= 0):
+    if isinstance(merge_bytes, bool) or not (isinstance(merge_bytes, numbers.Integral) and merge_bytes >= 0):
         raise GradschedError(f"usbyte: merge_bytes must be a whole number of bytes, 0 or more (0: the paper's "
-                             f"layers; left out: chosen by simulation), got {merge_bytes!r}")
+                             f"layers), got {merge_bytes!r}")
 
 
 def _check_options(unit_bytes: object, max_evaluations: object, extend: object,
@@ -621,9 +621,8 @@ OPTIONS = (
                "left out: chosen by simulation"),
     Option("window", str, None, optional=True,
            doc="promotion window: 'block' (gradsched's) or 'layer' (the paper's); left out: chosen by simulation"),
-    Option("merge_bytes", int, None, optional=True, low=0, high=1 << 50,
-           doc="merge consecutive layers into groups of at least this many bytes first (0: the paper's "
-               "layers); left out: chosen by simulation among 0, 256 KiB, 1 MiB and 4 MiB"),
+    Option("merge_bytes", int, 0, low=0, high=1 << 50,
+           doc="merge consecutive layers into groups of at least this many bytes first (0: the paper's layers)"),
     coll.OPTION,
 )
 
@@ -631,30 +630,5 @@ OPTIONS = (
 @register("usbyte", options=OPTIONS)
 def plan(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_BYTES,
          max_evaluations: int = DEFAULT_MAX_EVALUATIONS, extend: bool | None = None,
-         window: str | None = None, hierarchical: str = "auto", merge_bytes: int | None = None) -> Plan:
-    """:func:`predict`'s plan; ``merge_bytes`` left out: :func:`choose_merge`'s."""
-    _check_merge(merge_bytes)
-    unit_bytes, max_evaluations = _check_options(unit_bytes, max_evaluations, extend, window)
-    if merge_bytes is None:
-        merge_bytes, model = choose_merge(profile, cluster, unit_bytes, max_evaluations, extend, window, hierarchical)
-    else:
-        model = _model_for(profile, cluster, unit_bytes, hierarchical, merge_bytes)
-    fixed = {"unit_bytes": unit_bytes, "max_evaluations": max_evaluations, "merge_bytes": merge_bytes}
-    return _best_rule(model, profile, cluster, max_evaluations, extend, window, hierarchical, fixed)[0]
-
-
-def choose_merge(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_BYTES,
-                 max_evaluations: int = DEFAULT_MAX_EVALUATIONS, extend: bool | None = None,
-                 window: str | None = None, hierarchical: str = "auto") -> tuple[int, _Model]:
-    """The one of :data:`MERGE_CANDIDATES` whose searched schedule the model predicts shortest
-    (ties: the smaller merge), and its model (its searches kept).  Each is searched with one
-    rule (the given one, else gradsched's first): every rule at every merge would cost four
-    times as much, and the rules move an iteration far less than merging does."""
-    rule_window, rule_extend = (window or RULES[0][0], RULES[0][1] if extend is None else extend)
-    best = None
-    for merge in MERGE_CANDIDATES:
-        model = _model_for(profile, cluster, unit_bytes, hierarchical, merge)
-        _, schedule, _ = search_priorities(model, max_evaluations, rule_extend, rule_window)
-        if best is None or schedule.iteration_s < best[0] * (1 - 1e-12):
-            best = (schedule.iteration_s, merge, model)
-    return best[1], best[2]
+         window: str | None = None, hierarchical: str = "auto", merge_bytes: int = 0) -> Plan:
+    return predict(profile, cluster, unit_bytes, max_evaluations, extend, window, hierarchical, merge_bytes)[0]

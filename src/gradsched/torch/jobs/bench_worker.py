@@ -66,11 +66,12 @@ from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.torch.jobs.models import build_model
 from gradsched.torch.runtime.optim import DistributedOptimizer
-from gradsched.torch.measure.probe import ContentionProbe, NetworkResampler, slowest, slowest_median
+from gradsched.torch.measure.probe import (PROBE_BUDGET_S, ContentionProbe, NetworkResampler, slowest,
+                                           slowest_median)
 from gradsched.torch.jobs.worker import run_worker
 from gradsched.torch.runtime.wrapper import DistributedDataParallel
 
-OVERHEAD_BUDGET_S = 12.0  # the runtimes' overhead probe takes about this long ...
+OVERHEAD_BUDGET_S = 12.0  # the runtimes' overhead probe takes about this long (by default) ...
 OVERHEAD_REPS = (3, 20)  # ... in this many rotations of short bursts
 
 
@@ -195,7 +196,8 @@ class _RuntimeOverheads:
         per_rep = sum(statistics.median(_burst(model, opt, self._loss_fn, self._batches, self.STEPS, 0))
                       for model, opt in self.runs) * (self.STEPS + 2)
         lo, hi = OVERHEAD_REPS
-        self.start_reps = max(lo, min(hi, int(OVERHEAD_BUDGET_S / max(slowest_median([per_rep]), 1e-6))))
+        budget_s = cfg.probe_s * OVERHEAD_BUDGET_S / (PROBE_BUDGET_S + OVERHEAD_BUDGET_S)
+        self.start_reps = max(lo, min(hi, int(budget_s / max(slowest_median([per_rep]), 1e-6))))
         for t in self._timers:
             t.reset()  # the warm-up is not counted
 
@@ -366,7 +368,8 @@ def run_bench(raw: dict[str, Any]) -> dict[str, Any] | None:
     history = cfg.contention_history  # earlier jobs' figures (gradsched bench --contention-from)
     if cfg.probe:
         spec = build_model(cfg.model, seed=cfg.seed)
-        contention = ContentionProbe(spec, profile.total_bytes, lr=cfg.lr, seed=cfg.seed, batch_size=cfg.batch_size)
+        contention = ContentionProbe(spec, profile.total_bytes, lr=cfg.lr, seed=cfg.seed, batch_size=cfg.batch_size,
+                                     budget_s=cfg.probe_s * PROBE_BUDGET_S / (PROBE_BUDGET_S + OVERHEAD_BUDGET_S))
         network = NetworkResampler(cluster)
         t0 = time.perf_counter()
         probe = _startup_probe(contention, cluster, cfg)

@@ -67,14 +67,14 @@ def slowest_median(per_rep: list[float]) -> float:
     return statistics.median(slowest(per_rep))
 
 
-def probe_reps(step_s: float, allreduce_s: float) -> int:
-    """Repetitions of the start-up probe: as many as fit :data:`PROBE_BUDGET_S`, within
+def probe_reps(step_s: float, allreduce_s: float, budget_s: float = PROBE_BUDGET_S) -> int:
+    """Repetitions of the start-up probe: as many as fit ``budget_s`` (:data:`PROBE_BUDGET_S`), within
     :data:`PROBE_REPS`.  A repetition runs about three steps and two all-reduces of all
     gradients.  Millisecond-scale models get the most: their figures are the noisiest (on
     cnn, 5 repetitions gave a compute slowdown of 0.52 in one job and 0.03 in the next)."""
     per_rep = 3 * step_s + 2 * allreduce_s
     lo, hi = PROBE_REPS
-    return max(lo, min(hi, int(PROBE_BUDGET_S / max(per_rep, 1e-6))))
+    return max(lo, min(hi, int(budget_s / max(per_rep, 1e-6))))
 
 
 class ContentionProbe:
@@ -95,7 +95,8 @@ class ContentionProbe:
     TIMES = ("compute_alone_s", "allreduce_alone_s", "compute_overlapped_s", "allreduce_overlapped_s",
              "small_ops_alone_s", "small_ops_busy_s")
 
-    def __init__(self, spec: "TrainableModel", total_bytes: int, *, lr: float, seed: int, batch_size: int) -> None:
+    def __init__(self, spec: "TrainableModel", total_bytes: int, *, lr: float, seed: int, batch_size: int,
+                 budget_s: float = PROBE_BUDGET_S) -> None:
         self.module, self._loss_fn = spec.module, spec.loss_fn
         self._opt = torch.optim.SGD(self.module.parameters(), lr=lr, momentum=0.9)
         gen = torch.Generator().manual_seed(seed * 1000 + 998)
@@ -108,7 +109,7 @@ class ContentionProbe:
         self._comm_while(self._smalls, False)
         step_s = slowest_median([self._timed(self._compute)])
         allreduce_s = slowest_median([self._timed(lambda: self._comm_while([self._big], False))])
-        self.start_reps = probe_reps(step_s, allreduce_s)
+        self.start_reps = probe_reps(step_s, allreduce_s, budget_s)
         # a queue longer than a step, so that compute is slowed all along
         self._queue = [self._big] * (math.ceil(step_s / max(allreduce_s, 1e-9)) + 1)
 
