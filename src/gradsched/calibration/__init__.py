@@ -21,7 +21,7 @@ from gradsched.calibration.insitu import (MIN_SERVICE_S, IssueTimes, StepRecord,
                                           measured_profile, service_points)
 from gradsched.calibration.runtime_costs import calibrate, runtime_name, with_runtime_costs
 
-__all__ = ["BUSY_NOISE_SE", "MIN_SERVICE_S", "OP_LATENCY_SHARE", "IssueTimes", "StepRecord", "across_jobs", "calibrate",
-           "contention_bound_s", "contention_from_probe", "contention_history", "decide", "fastest", "fit_cluster",
-           "issue_times", "lower_bound_s", "measured_profile", "median_se", "runtime_name", "service_points", "this_machine",
-           "with_runtime_costs"]
+__all__ = ["BUSY_NOISE_SE", "MIN_SERVICE_S", "OP_LATENCY_SHARE", "IssueTimes", "StepRecord", "across_jobs",
+           "calibrate", "contention_bound_s", "contention_from_probe", "contention_history", "decide", "fastest",
+           "fit_cluster", "issue_times", "lower_bound_s", "measured_profile", "median_se", "runtime_name",
+           "service_points", "this_machine", "with_runtime_costs"]

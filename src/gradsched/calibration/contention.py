@@ -54,9 +54,9 @@ def contention_from_probe(compute_s: float, comm_s: float, compute_busy_s: float
     Why net of noise: the simulator charges that latency to every operation that starts
     during compute, so a plan of 65 operations multiplies its error 65 times.  On replayed
     compute (no core is taken) 2 testbed hosts measured 20 ms for 8 small operations busy,
-    1 s.e. 3.1 ms, against 14.3 ms from the table: 0.69 ms per operation, which put
-    usbyte's 65 operations 11.7% over their measured 523 ms; net of noise, 0 and +0.4%
-    (``benchmarks/resimulate.py``)."""
+    one standard error 3.1 ms, against 14.3 ms from the table: 0.69 ms per operation, which
+    put usbyte's 65 operations 11.7% over their measured 523 ms; net of noise, 0 and +0.5%
+    (``python benchmarks/resimulate.py --rev cc5d228``)."""
     kc = max(0.0, compute_busy_s / compute_s - 1.0)
     kn = max(0.0, comm_busy_s / comm_s - 1.0)
     op_lat = OP_LATENCY_SHARE * max(0.0, (small_alone_s - small_model_s) / small_ops)

@@ -505,7 +505,7 @@ def build_plan(model: _Model, rank: list[int], schedule: Schedule, options: dict
                cluster: Cluster | None = None, hierarchical: str = "never") -> Plan:
     """The plan of ``schedule``: one operation per block, its layer's rank as priority (each made
     hierarchical where ``hierarchical`` says so, on a two-level ``cluster``)."""
-    profile, blocks, elem = model.profile, schedule.blocks, model.elem  # tensors as the original's
+    profile, blocks, elem = model.profile, schedule.blocks, model.elem
     kinds = (coll.collectives_for([(hi - lo) * elem[u] for u, lo, hi, _, _ in blocks], cluster, hierarchical)
              if cluster is not None else [DENSE] * len(blocks))  # each block's bytes, known: no second pass
     ops = []
@@ -541,29 +541,19 @@ def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_B
     before the whole group is), so each rule's plan is simulated."""
     unit_bytes, max_evaluations = _check_options(unit_bytes, max_evaluations, extend, window)
     _check_merge(merge_bytes)
-    model = _model_for(profile, cluster, unit_bytes, hierarchical, merge_bytes)
-    return _best_rule(model, profile, cluster, max_evaluations, extend, window, hierarchical,
-                      {"unit_bytes": unit_bytes, "max_evaluations": max_evaluations, "merge_bytes": merge_bytes})
-
-
-def _model_for(profile: Profile, cluster: Cluster, unit_bytes: int, hierarchical: str, merge_bytes: int) -> _Model:
     coll.check_mode("usbyte", hierarchical, cluster)
     cost = coll.planning_cost(cluster, hierarchical)
     both = hierarchical == "auto" and cost is not cluster.cost("allreduce")  # each block the cheaper collective
-    return _Model(profile, cost, unit_bytes, (cluster.cost("allreduce"), cluster.cost(HIER)) if both else None,
-                  merged_layers(profile, merge_bytes))
-
-
-def _best_rule(model: _Model, profile: Profile, cluster: Cluster, max_evaluations: int, extend: bool | None,
-               window: str | None, hierarchical: str, fixed: dict) -> tuple[Plan, Schedule, int]:
-    """:func:`predict` on a built model; ``fixed``: the options every rule shares (recorded in the plan)."""
+    model = _Model(profile, cost, unit_bytes, (cluster.cost("allreduce"), cluster.cost(HIER)) if both else None,
+                   merged_layers(profile, merge_bytes))
     rules = [(w, e) for w, e in RULES if window in (None, w) and extend in (None, e)]
-    exact = _model_is_exact(profile, cluster) and not any(len(g) > 1 for g in model.unit_layers)
+    exact = merge_bytes == 0 and _model_is_exact(profile, cluster)
     best, total = None, 0
     for k, (w, e) in enumerate(rules):
         rank, schedule, evaluations = search_priorities(model, max_evaluations, e, w)
         total += evaluations
-        options = {**fixed, "extend": e, "window": w}
+        options = {"unit_bytes": unit_bytes, "max_evaluations": max_evaluations, "merge_bytes": merge_bytes,
+                   "extend": e, "window": w}
         plan_ = (build_plan(model, rank, schedule, options, cluster, hierarchical)
                  if not exact or len(rules) == 1 else None)
         if len(rules) == 1:
