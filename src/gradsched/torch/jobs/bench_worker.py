@@ -75,6 +75,11 @@ OVERHEAD_BUDGET_S = 12.0  # the runtimes' overhead probe takes about this long (
 OVERHEAD_REPS = (3, 20)  # ... in this many rotations of short bursts
 
 
+def _share(cfg: BenchConfig, default_s: float) -> float:
+    """One start-up probe's part of ``--probe-s``, in the proportion of the default budgets."""
+    return cfg.probe_s * default_s / (PROBE_BUDGET_S + OVERHEAD_BUDGET_S)
+
+
 def _broadcast(obj: Any) -> Any:
     """Rank 0's ``obj`` on every rank."""
     box = [obj if dist.get_rank() == 0 else None]
@@ -196,8 +201,7 @@ class _RuntimeOverheads:
         per_rep = sum(statistics.median(_burst(model, opt, self._loss_fn, self._batches, self.STEPS, 0))
                       for model, opt in self.runs) * (self.STEPS + 2)
         lo, hi = OVERHEAD_REPS
-        budget_s = cfg.probe_s * OVERHEAD_BUDGET_S / (PROBE_BUDGET_S + OVERHEAD_BUDGET_S)
-        self.start_reps = max(lo, min(hi, int(budget_s / max(slowest_median([per_rep]), 1e-6))))
+        self.start_reps = max(lo, min(hi, int(_share(cfg, OVERHEAD_BUDGET_S) / max(slowest_median([per_rep]), 1e-6))))
         for t in self._timers:
             t.reset()  # the warm-up is not counted
 
@@ -369,7 +373,7 @@ def run_bench(raw: dict[str, Any]) -> dict[str, Any] | None:
     if cfg.probe:
         spec = build_model(cfg.model, seed=cfg.seed)
         contention = ContentionProbe(spec, profile.total_bytes, lr=cfg.lr, seed=cfg.seed, batch_size=cfg.batch_size,
-                                     budget_s=cfg.probe_s * PROBE_BUDGET_S / (PROBE_BUDGET_S + OVERHEAD_BUDGET_S))
+                                     budget_s=_share(cfg, PROBE_BUDGET_S))
         network = NetworkResampler(cluster)
         t0 = time.perf_counter()
         probe = _startup_probe(contention, cluster, cfg)
