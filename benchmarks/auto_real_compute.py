@@ -20,6 +20,8 @@ import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from fidelity import DEFAULT_SCHEDULE, MODELS, SCHEDULE  # (steps per burst, rounds) by model
 
 from gradsched.cli import main as gradsched
@@ -27,6 +29,7 @@ from gradsched.commands.bench import auto_strategy
 
 RESULTS = Path(__file__).parent / "results"
 TARGET = 0.98
+BOOTSTRAP_REPS = 1000
 
 
 def bench(model: str, where: list[str], schedule: tuple[int, int]) -> dict:
@@ -40,6 +43,7 @@ def bench(model: str, where: list[str], schedule: tuple[int, int]) -> dict:
             raise SystemExit(f"gradsched bench --model {model} {' '.join(where)} exited {code}")
         rows = json.loads(out.read_text())
     by_name = {r["strategy"]: r for r in rows}
+    held_out, low, high = best_ddp_ratio_interval(by_name)
     ddp = {name: r["iteration_s_median"] for name, r in by_name.items() if name.startswith("ddp")}
     best = min(ddp, key=ddp.__getitem__)
     auto = by_name["auto"]
@@ -47,7 +51,39 @@ def bench(model: str, where: list[str], schedule: tuple[int, int]) -> dict:
             "auto_plan": auto_strategy(auto),
             "ddp_s": ddp["ddp"], "best_ddp": best, "best_ddp_s": ddp[best], "ddp_rows_s": ddp,
             "auto_vs_best_ddp": ddp[best] / auto["iteration_s_median"],
-            "auto_vs_ddp": ddp["ddp"] / auto["iteration_s_median"], "job_s": rows[0].get("job_s")}
+            "auto_vs_ddp": ddp["ddp"] / auto["iteration_s_median"], "job_s": rows[0].get("job_s"),
+            "auto_vs_best_ddp_held_out": held_out, "auto_vs_best_ddp_held_out_ci95": [low, high]}
+
+
+def best_ddp_ratio_interval(by_name: dict[str, dict], reps: int = BOOTSTRAP_REPS,
+                            seed: int = 0) -> tuple[float, float, float]:
+    """(fastest DDP row) / auto without the fastest-of-five bias, and its 95% interval.
+
+    The fastest of five noisy medians sits below what any one bucket size runs at, so the
+    row is picked on half of the rounds (even ones) and timed on the other half, and the
+    other way round (the two ratios averaged).  The interval resamples the rounds with
+    replacement, the same rounds for every row (they ran side by side), each row's median
+    taken over the drawn rounds' steps as the bench takes it."""
+    names = [n for n in by_name if n == "auto" or n.startswith("ddp")]
+    warm = by_name["auto"].get("warmup_rounds", 0)
+    steps = np.array([[np.asarray(burst) for burst in by_name[n]["step_s"][warm:]] for n in names])  # row, round, step
+    auto = names.index("auto")
+
+    def held_out(sample: np.ndarray) -> float:
+        halves = sample[:, 0::2, :], sample[:, 1::2, :]
+        ratios = []
+        for pick, timed in (halves, halves[::-1]):
+            picked = np.median(pick.reshape(len(names), -1), axis=1)
+            medians = np.median(timed.reshape(len(names), -1), axis=1)
+            best = min((i for i in range(len(names)) if i != auto), key=lambda i: picked[i])
+            ratios.append(medians[best] / medians[auto])
+        return float(np.mean(ratios))
+
+    rng = np.random.default_rng(seed)
+    rounds = steps.shape[1]
+    draws = [held_out(steps[:, rng.integers(0, rounds, rounds), :]) for _ in range(reps)]
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return held_out(steps), float(low), float(high)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,8 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         records.append(bench("vgg", ["--rate", args.rate, "--prefix", args.prefix], (3, 6)) | {"job": job + 1})
         _print(records[-1])
     worst = min(r["auto_vs_best_ddp"] for r in records)
-    print(f"worst auto / best DDP bucket: {worst:.3f}x (target >= {TARGET}x): {'met' if worst >= TARGET else 'MISSED'}")
-    Path(args.json).write_text(json.dumps({"rows": records, "worst_auto_vs_best_ddp": worst, "target": TARGET},
+    below = [r["model"] for r in records if r["auto_vs_best_ddp_held_out_ci95"][1] < TARGET]  # short beyond noise
+    print(f"worst auto / best DDP bucket: {worst:.3f}x (target >= {TARGET}x): {'met' if worst >= TARGET else 'MISSED'}"
+          f"; below it beyond the rounds' noise (95% interval under {TARGET}): {', '.join(below) or 'none'}")
+    Path(args.json).write_text(json.dumps({"rows": records, "worst_auto_vs_best_ddp": worst, "target": TARGET,
+                                           "below_beyond_noise": below},
                                           indent=1))
     print(f"wrote {args.json}")
     return 0
@@ -78,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
 def _print(r: dict) -> None:
     print(f"{r['model']:<5} {r['where']:<28} auto {1e3 * r['auto_s']:8.1f} ms ({r['auto_plan']})  "
           f"DDP {1e3 * r['ddp_s']:8.1f}  best {r['best_ddp']} {1e3 * r['best_ddp_s']:8.1f}  "
-          f"auto/best {r['auto_vs_best_ddp']:.3f}x  auto/DDP {r['auto_vs_ddp']:.3f}x", flush=True)
+          f"auto/best {r['auto_vs_best_ddp']:.3f}x (held out {r['auto_vs_best_ddp_held_out']:.3f}x, 95% "
+          f"{r['auto_vs_best_ddp_held_out_ci95'][0]:.3f}-{r['auto_vs_best_ddp_held_out_ci95'][1]:.3f})  "
+          f"auto/DDP {r['auto_vs_ddp']:.3f}x", flush=True)
 
 
 if __name__ == "__main__":

@@ -643,6 +643,13 @@ class AutoTuner:
         return self.iteration > self.config.switch_iteration and self._next_trial is None
 
     @property
+    def done(self) -> bool:
+        """Nothing is left to decide: the trials are over and no check or re-plan is scheduled (the same on
+        every rank).  On PyTorch's DDP the wrapper then stops calling :meth:`on_iteration_start`, so that
+        what runs costs DDP's time alone."""
+        return self.trials_done and self._next_check is None and self._next_replan is None
+
+    @property
     def measured_iteration_s(self) -> float | None:
         """Median measured iteration time on this rank since the last switch (None before any)."""
         return statistics.median(self._recent_s) if self._recent_s else None

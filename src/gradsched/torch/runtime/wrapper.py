@@ -338,7 +338,7 @@ class DistributedDataParallel(nn.Module):
 
     # ------------------------------------------------------------------ training
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if self._ddp is not None and self.autotuner is None:
+        if self._ddp is not None and (self.autotuner is None or self._settled_on_torch_ddp()):
             return self._ddp(*args, **kwargs)
         tracer = self._tracer
         if tracer is not None:
@@ -367,6 +367,10 @@ class DistributedDataParallel(nn.Module):
         if tracer is not None:
             tracer.span("forward", FORWARD, t0)
         return out
+
+    def _settled_on_torch_ddp(self) -> bool:
+        """Run-time auto settled on PyTorch's DDP for good (and no trace was asked for): its forward alone runs."""
+        return self.autotuner is not None and self.autotuner.done and not self._user_trace
 
     def _finish_unstepped(self) -> None:
         """A backward left in flight that no ``step()`` followed (a GAN's generator step through the
