@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gradsched.errors import GradschedError  # noqa: E402
-from gradsched.torch.runtime.autotune import AutoTuneConfig  # noqa: E402
+from gradsched.torch.runtime.autotune import MAX_TRIAL_WINDOW, AutoTuneConfig  # noqa: E402
 from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
 
 TOLERANCE = 1e-5
@@ -33,6 +33,16 @@ def test_trial_windows_split_each_plans_iterations_over_the_rounds():
     assert one.trial_window == 10
 
 
+def test_trial_windows_last_trial_window_s_where_iterations_are_short():
+    cfg = AutoTuneConfig.from_options({"trial_iterations": 12, "trial_rounds": 3, "trial_window_s": 0.3})
+    assert cfg.window_for(1.0) == cfg.window_for(0.075) == 4  # long iterations: trial_iterations decide
+    assert cfg.window_for(0.03) == 10 and cfg.window_for(1e-4) == MAX_TRIAL_WINDOW  # short ones: the time
+    assert cfg.window_for(0.0) == 4  # nothing measured: the iterations asked for
+    off = AutoTuneConfig.from_options({"trial_window_s": 0})
+    assert off.window_for(1e-4) == off.trial_window
+    assert cfg.tuning_iterations_for(10) > cfg.tuning_iterations == cfg.tuning_iterations_for(4)
+
+
 @pytest.mark.parametrize("options, words", [
     ({"switch_iterations": 3}, "unknown option"),
     ({"density": 0.01, "adaptive": True}, "drop adaptive=true"),
@@ -42,6 +52,8 @@ def test_trial_windows_split_each_plans_iterations_over_the_rounds():
     ({"replan_threshold": 0}, "replan_threshold"),
     ({"patience": 0}, "patience"),
     ({"trial_rounds": 0}, "trial_rounds"),
+    ({"trial_window_s": -1}, "trial_window_s"),
+    ({"trial_window_s": float("inf")}, "trial_window_s"),
 ])
 def test_bad_options_say_what_is_wrong(options, words):
     with pytest.raises(GradschedError, match=words):
@@ -127,12 +139,12 @@ CASES = {
     # (at 25 MB and the advised size) and the initial one take turns twice, 1 iteration each (+1 for the switch), then the fastest measured stays; on this small model many strategies plan the same single bucket
     # (one plan is measured once), so the search is left with three strategies whose plans always differ
     "trials/sgd": ("sgd", {"switch_iteration": 3, "trials": 3, "trial_iterations": 2, "trial_rounds": 2,
-                           "min_gain": 0, "max_replans": 0,
+                           "trial_window_s": 0, "min_gain": 0, "max_replans": 0,
                            "exclude": ["sync", "ddp", "threshold", "horovod", "mgwfbp", "optimal"]}, True),
     # given a profile and cluster (slow network: another best plan), their best plan is measured too
     # one round of windows, so that the trials end within STEPS (three rounds of 4-5 candidates did not)
     "trials-offline/sgd": ("sgd", {"switch_iteration": 3, "trials": 2, "trial_iterations": 2, "trial_rounds": 1,
-                                   "max_replans": 0}, True),
+                                   "trial_window_s": 0, "max_replans": 0}, True),
     # every check is off by more than 1e-9: checks at 3+4+1 = 8 and 18, each followed by a measuring
     # window and a re-plan at 13 and 23 (or a revert at the check itself), then stop (cap)
     "replan/sgd": ("sgd", {"switch_iteration": 3, "patience": 4, "replan_threshold": 1e-9, "max_replans": 2,

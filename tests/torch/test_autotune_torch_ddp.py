@@ -26,8 +26,8 @@ from gradsched.advise import best_ddp_bucket_mb  # noqa: E402
 from gradsched.torch.runtime.torch_ddp import TORCH_DDP, candidate_plan, is_torch_ddp  # noqa: E402
 
 PENALTY_S = 10.0  # what a slow plan's iteration takes on the injected clock, beyond its real time
-OPTIONS = {"switch_iteration": 3, "trials": 2, "trial_iterations": 2, "trial_rounds": 2, "min_gain": 0,
-           "patience": 3, "max_replans": 1}
+OPTIONS = {"switch_iteration": 3, "trials": 2, "trial_iterations": 2, "trial_rounds": 2, "trial_window_s": 0,
+           "min_gain": 0, "patience": 3, "max_replans": 1}
 TOLERANCE = 1e-5
 
 
@@ -120,6 +120,22 @@ def test_trials_take_turns_with_pytorch_ddp_and_settle_on_it_when_it_is_fastest(
     settled = tuner.iteration
     _train(model, 0, 1, 3)
     assert tuner.iteration == settled and model._settled_on_torch_ddp()
+
+
+def test_short_iterations_get_longer_trial_windows_on_rank_0s_word(world_of_one):
+    """trial_window_s: the first plan sets the windows' length from the iteration time it measured."""
+    module = _net()
+    model = DistributedDataParallel(module, "auto", plan_options={**OPTIONS, "trial_window_s": 0.05})
+    tuner = model.autotuner
+    _train(model, 0, 1, OPTIONS["switch_iteration"] + 1)
+    profiled = tuner.switches[1]
+    assert profiled.reason == "profiled"
+    window = tuner.config.window_for(profiled.measured_before_s)
+    assert tuner.trial_window == window > tuner.config.trial_window  # milliseconds a step: 0.05 s takes more
+    _train(model, 0, 1, tuner.tuning_iterations - OPTIONS["switch_iteration"] - 1)
+    trials = [s.iteration for s in tuner.switches if s.reason == "trial"]
+    assert trials and all(b - a == window + 1 for a, b in zip([profiled.iteration, *trials], trials))
+    assert tuner.trials_done
 
 
 def test_a_faster_plan_replaces_pytorch_ddp_and_its_wrappers_are_dropped(world_of_one):

@@ -14,7 +14,7 @@ from gradsched.commands.bench import shaped_rate, undilate  # noqa: E402
 from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.profile import Profile  # noqa: E402
 from gradsched.torch.jobs.models import build_model  # noqa: E402
-from gradsched.torch.jobs.replay import ReplayModel  # noqa: E402
+from gradsched.torch.jobs.replay import ReplayModel, _Clock  # noqa: E402
 from gradsched.torch.jobs.selftest import rel_diff, run, spawn_local  # noqa: E402
 
 LAYER_S = 0.02  # each layer's backward; forward half of it
@@ -80,6 +80,26 @@ def test_gradients_ready_in_order_never_early_and_without_computing():
     assert cpu < 0.25 * expected  # waiting, not computing: real compute would take about `expected` of CPU
     for p in model.parameters():
         assert p.grad is not None and p.grad.shape == p.shape and p.grad.dtype == p.dtype
+
+
+def test_the_clock_hides_host_gaps_within_the_slack_and_counts_longer_absences():
+    clock = _Clock(slack_s=0.02)
+    first = clock.start()
+    clock.wait_until(first, 0.01)
+    time.sleep(0.002)  # host work between two layers (autograd, hooks): the device goes on
+    second = clock.start()
+    assert second == first + 0.01
+    clock.wait_until(second, 0.01)
+    time.sleep(0.08)  # waiting for communication: all of it beyond the slack counts
+    third = clock.start()
+    assert second + 0.01 + 0.08 - 0.02 <= third <= time.perf_counter()
+    clock.wait_until(third, 0.01)
+    clock.credit(0.2)  # the replay's own bookkeeping, hidden on top of the slack
+    time.sleep(0.1)
+    assert clock.start() == third + 0.01
+    clock.reset()  # a new iteration starts now, whatever came before
+    before = time.perf_counter()
+    assert before <= clock.start() <= time.perf_counter()
 
 
 def test_dilation_stretches_compute():

@@ -405,8 +405,11 @@ def run_bench(raw: dict[str, Any]) -> dict[str, Any] | None:
     for model, opt in models[:-1]:
         tuner = getattr(model, "autotuner", None)
         if tuner is not None:
-            # profiling, the switch, the trials and every re-plan check, all off the clock
-            _burst(model, opt, loss_fn, batches, tuner.config.tuning_iterations, 0)
+            # profiling, the switch, the trials and every re-plan check, all off the clock; the first plan
+            # sets the trials' window length (the same on every rank), hence two bursts
+            first = tuner.config.switch_iteration + 1
+            _burst(model, opt, loss_fn, batches, first, 0)
+            _burst(model, opt, loss_fn, batches, tuner.tuning_iterations - first, 0)
 
     steps, rounds, warm = cfg.steps, cfg.rounds, cfg.warmup_rounds
     bar = None

@@ -22,17 +22,17 @@ How one iteration runs:
   different per rank; not the gradient of any real loss) and waits out the rest of
   the layer's backward time.  Autograd accumulates them at once, so the gradients
   become ready at the profile's times.
-- Waiting: ``time.sleep`` to a deadline on the model's own clock (:class:`_Clock`).
-  A sleep that wakes late (tens of microseconds on an idle machine, milliseconds on
-  a loaded one) lets the next piece start that much earlier, so the lateness does not
-  add up over hundreds of layers; host work between pieces (hooks, autograd) counts
-  in full.
+- Waiting: ``time.sleep`` to a deadline on the model's own clock (:class:`_Clock`),
+  which runs the pieces back to back as a device does: a sleep that wakes late
+  (tens of microseconds on an idle machine, milliseconds on a loaded one) and host
+  work between pieces (autograd, hooks) up to :data:`HOST_SLACK_S` a gap, which a
+  GPU's host hides by running ahead, do not delay the next piece; a longer absence
+  (a wait for communication) counts beyond the slack.
 
 What it does not model: the optimizer step runs for real on the CPU (the profile's
-``update_s`` is not waited for); a gradient-ready hook's CPU work between layers runs
-on the host between layers and delays the next one (on a GPU machine the
-host runs ahead of the device and hides most of it); memory bandwidth shared between compute and communication on a GPU host
-is not emulated.  docs/bench.md, "Emulated compute", has the figures.
+``update_s`` is not waited for); a gradient-ready hook's CPU work beyond the slack
+delays the next layer; memory bandwidth shared between compute and communication on
+a GPU host is not emulated.  docs/bench.md, "Emulated compute", has the figures.
 """
 
 from __future__ import annotations
@@ -52,23 +52,39 @@ WIDTH = 8  # features of the tiny activation that chains the layers
 _DTYPES = {2: torch.float16, 4: torch.float32, 8: torch.float64}  # element bytes -> dtype
 
 
+HOST_SLACK_S = 3e-4  # host time between two pieces of compute that the emulated device hides (see _Clock)
+
+
 class _Clock:
-    """The emulated device's timeline: waits to deadlines, not counting the emulator's own lateness.
+    """The emulated device's timeline: pieces of compute back to back, as a GPU runs them.
 
-    A sleep wakes late (tens of microseconds on an idle machine, milliseconds on a busy
-    one), and making a layer's gradients may take longer than the layer's time; the
-    next piece of compute starts that much earlier, as if the device had kept its
-    pace.  Host work between two pieces (hooks, autograd) still counts in full, and
-    the device never runs ahead of the profile.  :meth:`reset` drops what is left at
-    an iteration's start, so it never hides a wait for communication."""
+    On a GPU the host runs ahead of the device: the autograd engine, hooks and the
+    launch of the next layer happen while the device still computes, so the device
+    goes from one layer to the next without a gap.  Here the host waits each piece
+    out, so what it does between two pieces (a sleep that wakes late, autograd, the
+    runtimes' hooks: a median 78 us a gap on replayed GoogLeNet, 18 ms a step) would
+    delay every later piece.  The next piece therefore starts when the last one was
+    due if the host came back from it within :data:`HOST_SLACK_S` (plus any time
+    :meth:`credit`-ed: the replay's own bookkeeping); a longer absence (waiting for
+    communication: a gated forward) counts beyond the slack.  The device never runs
+    ahead of the profile, and :meth:`reset` forgets the last piece at an iteration's
+    start, so the wait at the end of backward is never hidden."""
 
-    def __init__(self) -> None:
-        self.late = 0.0  # how late the last sleep woke, not yet credited
+    def __init__(self, slack_s: float = HOST_SLACK_S) -> None:
+        self.slack_s = slack_s
+        self._due: float | None = None  # when the last piece was due (None: none yet this iteration)
+        self._back = 0.0  # when the host came back from it
+        self._credit = 0.0  # host time to hide beyond the slack at the next start
         self.waited_s = 0.0  # total asked for (what the profile says), for tests and reports
 
     def start(self) -> float:
-        """When the next piece of emulated compute starts."""
-        start, self.late = time.perf_counter() - self.late, 0.0
+        """When the next piece of emulated compute starts (never later than now)."""
+        now = time.perf_counter()
+        if self._due is None:
+            return now
+        # a sleep that woke late is not counted; the host's absence since, beyond the slack, is
+        start = self._due + max(0.0, now - self._back - self.slack_s - self._credit)
+        self._due, self._credit = None, 0.0
         return start
 
     def wait_until(self, start: float, seconds: float) -> None:
@@ -77,10 +93,14 @@ class _Clock:
         delay = due - time.perf_counter()
         if delay > 0:
             time.sleep(delay)
-        self.late = max(0.0, time.perf_counter() - due)
+        self._due, self._back = due, max(due, time.perf_counter())
+
+    def credit(self, seconds: float) -> None:
+        """Hide ``seconds`` more of the host's next absence (the replay's own work, not the model's)."""
+        self._credit += seconds
 
     def reset(self) -> None:
-        self.late = 0.0
+        self._due, self._credit = None, 0.0
 
     def wait(self, seconds: float) -> None:
         self.wait_until(self.start(), seconds)
@@ -158,9 +178,11 @@ class ReplayModel(nn.Module):
         self.clock.wait(self.other_s)
         for layer in self.layers:
             x = layer(x)
+        built = time.perf_counter()
         for k in self.chain:
             layer = self.layers[k]
             x = _Backward.apply(x, layer, *(layer.params[j] for j in layer.ready))
+        self.clock.credit(time.perf_counter() - built)  # the replay's graph, not the model's compute
         return x
 
 

@@ -19,8 +19,9 @@
    next ``trials - 1`` strategies by prediction, the best plan for a ``profile=`` and
    ``cluster=`` given to the wrapper (if any), DDP's default buckets and the initial
    plan take turns, ``trial_rounds`` times over, in windows of
-   :attr:`AutoTuneConfig.trial_window` iterations (``trial_iterations`` each in all), at
-   iterations known in advance; then rank 0 broadcasts the plan whose windows measured
+   :attr:`AutoTuneConfig.trial_window` iterations (``trial_iterations`` each in all;
+   more where iterations are short, so that a window lasts ``trial_window_s``: rank 0
+   sets the length at the first plan), at iterations known in advance; then rank 0 broadcasts the plan whose windows measured
    fastest and the strategies that lost are excluded.  Taking turns spreads each plan's
    iterations over the machine's slow and fast phases; one window per plan let a lucky
    window pick the winner.
@@ -50,7 +51,7 @@ sizes for a line, a few probe all-reduces of known sizes at start-up supply the 
 
 Options (``plan_options`` of ``"auto"``; ``gradsched train --opt KEY=VALUE``):
 ``switch_iteration`` (5), ``initial`` ("wfbp"), ``initial_options`` ({}), ``trials``
-(3), ``trial_iterations`` (12), ``trial_rounds`` (3), ``min_gain`` (0.03),
+(3), ``trial_iterations`` (12), ``trial_rounds`` (3), ``trial_window_s`` (0.3), ``min_gain`` (0.03),
 ``replan_threshold`` (0.15), ``patience`` (10), ``max_replans`` (3), ``adaptive`` (true;
 false plans ``auto`` once at start-up from ``profile=``/``cluster=``, as any other
 strategy), and the ``auto`` planner's own ``channels`` and ``exclude``.
@@ -93,6 +94,7 @@ MIN_SIZES = 3  # distinct operation sizes wanted for a line fit
 KEEP_POINTS = 9  # service times kept per operation size (most recent)
 OFFLINE_TRIALS = 1  # best plans of a given profile and cluster added to the trials
 SAMPLES_KEPT = 200  # iteration times kept per plan tried (most recent): its measurement is their median
+MAX_TRIAL_WINDOW = 64  # measured iterations of one trial window at most (AutoTuneConfig.window_for)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,6 +108,7 @@ class AutoTuneConfig:
     trials: int = 3  # best predicted plans (one per strategy) measured before settling; 1: trust the simulator
     trial_iterations: int = 12  # iterations each trial plan runs in all (the median of them is its measurement) ...
     trial_rounds: int = 3  # ... in this many windows, the candidates taking turns (see trial_window)
+    trial_window_s: float = 0.3  # ... each window at least this long (more iterations where steps are short)
     min_gain: float = 0.03  # a trial plan replaces DDP (the baseline) only if it measured at least this much faster
     torch_ddp: bool = True  # PyTorch's own DDP takes turns too (user's bucket_cap_mb and the advised one)
     replan_threshold: float = 0.15  # relative |measured - expected| / expected that triggers a re-plan
@@ -151,6 +154,9 @@ class AutoTuneConfig:
             raise GradschedError(f"auto: trial_iterations must be a positive integer, got {self.trial_iterations!r}")
         if not isinstance(self.trial_rounds, int) or self.trial_rounds < 1:
             raise GradschedError(f"auto: trial_rounds must be a positive integer, got {self.trial_rounds!r}")
+        if not isinstance(self.trial_window_s, (int, float)) or not 0 <= self.trial_window_s < math.inf:
+            raise GradschedError(f"auto: trial_window_s must be a non-negative number of seconds, "
+                                 f"got {self.trial_window_s!r}")
         if not isinstance(self.patience, int) or self.patience < 1:
             raise GradschedError(f"auto: patience must be a positive integer, got {self.patience!r}")
         if not isinstance(self.max_replans, int) or self.max_replans < 0:
@@ -169,16 +175,29 @@ class AutoTuneConfig:
 
     @property
     def trial_window(self) -> int:
-        """Measured iterations of one trial window (one more runs first, for the switch)."""
+        """Measured iterations of one trial window at least (one more runs first, for the switch);
+        :meth:`window_for` lengthens it where iterations are short."""
         return math.ceil(self.trial_iterations / self.trial_rounds)
+
+    def window_for(self, iteration_s: float) -> int:
+        """Measured iterations of one trial window when an iteration takes ``iteration_s``: at least
+        :attr:`trial_window`, and enough for ``trial_window_s`` (at most :data:`MAX_TRIAL_WINDOW`)."""
+        if self.trial_window_s <= 0 or not iteration_s > 0:
+            return self.trial_window
+        return max(self.trial_window, min(MAX_TRIAL_WINDOW, math.ceil(self.trial_window_s / iteration_s)))
 
     @property
     def tuning_iterations(self) -> int:
-        """Iterations until every scheduled decision (switch, trials, checks up to the re-plan cap) is made."""
+        """Iterations until every scheduled decision is made, with windows of :attr:`trial_window`."""
+        return self.tuning_iterations_for(self.trial_window)
+
+    def tuning_iterations_for(self, window: int) -> int:
+        """Iterations until every scheduled decision (switch, trials in windows of ``window``, checks up
+        to the re-plan cap) is made."""
         # the first plan and its strategy's default options, the runners-up, at most one plan of a given
         # profile and cluster, PyTorch's DDP at two bucket sizes (else DDP's buckets on the executor), the initial plan
         candidates = self.trials + OFFLINE_TRIALS + 2 + (2 if self.torch_ddp else 1) if self.trials > 1 else 0
-        return self.switch_iteration + 1 + (candidates * self.trial_rounds + 1) * (self.trial_window + 1) \
+        return self.switch_iteration + 1 + (candidates * self.trial_rounds + 1) * (window + 1) \
             + self.max_replans * 2 * (self.patience + 1)  # a check, then (re-plan) a measuring window
 
 
@@ -278,6 +297,7 @@ class AutoTuner:
         self._expected_s: float | None = None
         self._trial_turns: list[str] = []  # plan hashes of the trial windows still to run, in order
         self._trial_candidates: list[str] = []  # the plans that take turns in the trials
+        self.trial_window = config.trial_window  # iterations a trial window measures (rank 0's, at the first plan)
         self._next_trial: int | None = None
         self._root = dist.get_global_rank(model.group, 0)
         sizes = set(model.plan().op_bytes(model.profile))
@@ -357,14 +377,14 @@ class AutoTuner:
         """Every rank: the current trial plan has run its iterations; switch to the next one, or,
         when all have run, to the one that measured fastest (rank 0's measurement, broadcast)."""
         self._model.synchronize()
-        window = self._window(self.config.trial_window)
+        window = self._window(self.trial_window)
         measured_before = statistics.median(s.duration_s for s in window) if window else None
         if self._is_root and measured_before is not None:
             self._record(self._model.plan().hash, window)
         if self._trial_turns:
             strategy, plan, order, predicted = self._tried[self._trial_turns.pop(0)]
             self._switch(step, strategy, plan, order, predicted, measured_before, "trial")
-            self._next_trial = step + self.config.trial_window + 1
+            self._next_trial = step + self.trial_window + 1
             return
         self._next_trial = None
         best = None
@@ -430,7 +450,7 @@ class AutoTuner:
         # next (trials, checks) needs only iteration times, so it stops until the next re-plan.
         self._tracer.completions = self._keep_events
         if self._trial_turns:
-            self._next_trial = step + self.config.trial_window + 1
+            self._next_trial = step + self.trial_window + 1
         else:
             self._schedule_check(step)
 
@@ -497,7 +517,7 @@ class AutoTuner:
                     len(window), (time.perf_counter() - t0) * 1e3, predicted * 1e3, measured_s * 1e3,
                     self.switches[-1].strategy)
         return {"plan": plan, "order": order, "predicted_s": predicted, "expected_s": expected,
-                "measured_s": measured_s,
+                "measured_s": measured_s, "trial_window": self.config.window_for(measured_s),
                 "profile": profile, "cluster": cluster, "initial_predicted_s": initial_s,
                 "trials": [(name, tp, issue_order(tp, profile, cluster), pred) for name, tp, pred in trial_plans]}
 
@@ -573,6 +593,7 @@ class AutoTuner:
         self.predicted_iteration_s = payload["predicted_s"]
         self._expected_s = payload.get("expected_s")
         self.profile, self.cluster = payload["profile"], payload["cluster"]
+        self.trial_window = payload.get("trial_window", self.trial_window)
         model = self._model
         if plan.hash != model.plan().hash or payload["order"] != model.order():
             plan.check(model.profile, "auto plan")
@@ -641,6 +662,12 @@ class AutoTuner:
     def trials_done(self) -> bool:
         """The first plan is made and its trials (if any) are decided (the same on every rank)."""
         return self.iteration > self.config.switch_iteration and self._next_trial is None
+
+    @property
+    def tuning_iterations(self) -> int:
+        """Iterations until every scheduled decision is made (:meth:`AutoTuneConfig.tuning_iterations_for`), with
+        the trial windows rank 0 set at the first plan (the same on every rank from then on)."""
+        return self.config.tuning_iterations_for(self.trial_window)
 
     @property
     def done(self) -> bool:
