@@ -10,6 +10,11 @@ every built-in model over loopback (2 local ranks, one ``gradsched bench --loopb
 each) and (2) for vgg on 2 testbed hosts at 1 Gbit/s over ``--jobs`` separate
 ``gradsched bench`` jobs.  Each job interleaves the rows in rotating rounds and reports
 medians.  Prints one row per job and writes ``benchmarks/results/auto_real_compute.json``.
+
+Beside the plain ratio (auto against the fastest of five DDP medians, which the medians'
+noise biases against auto) each row has the ratio with the fastest bucket size picked on
+half of the rounds and timed on the other half, and its 95% interval over the rounds
+(:func:`best_ddp_ratio_interval`): over 3-4 ms steps (mlp) one median moves by a few %.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ def test_close_all_stops_threads_and_forgets_groups_and_hooks():
 
 
 @pytest.mark.slow
-def test_user_script_exits_zero_under_torchrun_for_every_strategy_and_ending():
+def test_user_script_exits_zero_under_torchrun_on_every_runtime_path_and_ending():
     """Each runtime path and both endings (with/without destroy_process_group) as whole torchrun jobs, two at a time."""
     assert set(CASES) <= set(clean_exit.CASES) and {d for _, d in CASES} == {True, False}
     records = clean_exit.run_jobs(len(CASES), LANES, CASES)

@@ -28,15 +28,25 @@ def decide(current: str, measured_s: float, expected_s: float, measured_by_plan:
     return "keep", None
 
 
-def fastest(measured_by_plan: dict[str, float], baseline: str | None, min_gain: float) -> str:
-    """The plan the trials keep: the one that measured fastest, unless that is DDP's buckets'
-    (``baseline``) within ``min_gain``; then the baseline.
+def fastest(measured_by_plan: dict[str, float], baseline: str | None, min_gain: float,
+            rounds: dict[str, list[float]] | None = None) -> str:
+    """The plan the trials keep: the fastest of those that beat DDP's buckets (``baseline``) by
+    ``min_gain`` and, given ``rounds`` (each plan's window medians, round by round), in every
+    round; the baseline if none does.
 
     Picking the smallest of a few noisy medians favours whichever plan had a lucky window
     (on 4 ranks sharing 2 cores, a plan 1% faster than DDP's buckets in its trial ran 14%
     slower than PyTorch DDP in the rounds after); what users would run anyway keeps its
-    place unless something is clearly faster."""
-    best = min(measured_by_plan, key=measured_by_plan.__getitem__)
-    if baseline in measured_by_plan and measured_by_plan[best] > measured_by_plan[baseline] * (1 - min_gain):
-        return baseline
-    return best
+    place unless something is clearly faster, and a plan that lost to it in a round, where
+    both ran in the same phase of the machine, is not clearly faster."""
+    if baseline not in measured_by_plan:
+        return min(measured_by_plan, key=measured_by_plan.__getitem__)
+    base = measured_by_plan[baseline]
+    theirs = (rounds or {}).get(baseline, [])
+
+    def beats(plan: str) -> bool:
+        ours = (rounds or {}).get(plan, [])
+        return measured_by_plan[plan] <= base * (1 - min_gain) and all(a < b for a, b in zip(ours, theirs))
+
+    winners = [h for h in measured_by_plan if h != baseline and beats(h)]
+    return min(winners, key=measured_by_plan.__getitem__) if winners else baseline

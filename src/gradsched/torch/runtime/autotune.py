@@ -21,10 +21,12 @@
    plan take turns, ``trial_rounds`` times over, in windows of
    :attr:`AutoTuneConfig.trial_window` iterations (``trial_iterations`` each in all;
    more where iterations are short, so that a window lasts ``trial_window_s``: rank 0
-   sets the length at the first plan), at iterations known in advance; then rank 0 broadcasts the plan whose windows measured
-   fastest and the strategies that lost are excluded.  Taking turns spreads each plan's
-   iterations over the machine's slow and fast phases; one window per plan let a lucky
-   window pick the winner.
+   sets the length at the first plan), at iterations known in advance; then rank 0
+   broadcasts the plan whose windows measured fastest (PyTorch's DDP at the user's bucket
+   size stays unless beaten by ``min_gain`` overall and in every round) and the
+   strategies that lost are excluded.  Taking turns spreads each plan's iterations over
+   the machine's slow and fast phases; one window per plan let a lucky window pick the
+   winner.
 4. **Re-plan.**  Every ``patience`` iterations after the trials (again at iterations
    known in advance) rank 0 compares the median of the last ``patience`` measured
    iterations with what the plan is expected to take (what the trials' winner measured
@@ -51,8 +53,8 @@ sizes for a line, a few probe all-reduces of known sizes at start-up supply the 
 
 Options (``plan_options`` of ``"auto"``; ``gradsched train --opt KEY=VALUE``):
 ``switch_iteration`` (5), ``initial`` ("wfbp"), ``initial_options`` ({}), ``trials``
-(3), ``trial_iterations`` (12), ``trial_rounds`` (3), ``trial_window_s`` (0.3), ``min_gain`` (0.03),
-``replan_threshold`` (0.15), ``patience`` (10), ``max_replans`` (3), ``adaptive`` (true;
+(3), ``trial_iterations`` (12), ``trial_rounds`` (3), ``trial_window_s`` (0.3), ``min_gain``
+(0.03), ``replan_threshold`` (0.15), ``patience`` (10), ``max_replans`` (3), ``adaptive`` (true;
 false plans ``auto`` once at start-up from ``profile=``/``cluster=``, as any other
 strategy), and the ``auto`` planner's own ``channels`` and ``exclude``.
 """
@@ -274,6 +276,7 @@ class AutoTuner:
             model.plan().hash: (config.initial, model.plan(), list(model.order()), None)}
         self._measured_by_plan: dict[str, float] = {}  # median of every iteration measured under the plan
         self._samples_by_plan: dict[str, list[float]] = {}
+        self._rounds_by_plan: dict[str, list[float]] = {}  # rank 0: each trial window's median, round by round
         self.rejected: list[str] = []
         # rank 0, once the trials end: what they measured per plan hash, the baseline and the plan kept
         self.trial_decision: dict[str, Any] | None = None
@@ -381,6 +384,7 @@ class AutoTuner:
         measured_before = statistics.median(s.duration_s for s in window) if window else None
         if self._is_root and measured_before is not None:
             self._record(self._model.plan().hash, window)
+            self._rounds_by_plan.setdefault(self._model.plan().hash, []).append(measured_before)
         if self._trial_turns:
             strategy, plan, order, predicted = self._tried[self._trial_turns.pop(0)]
             self._switch(step, strategy, plan, order, predicted, measured_before, "trial")
@@ -391,8 +395,9 @@ class AutoTuner:
         if self._is_root:
             baseline = self._baseline()
             taken = {h: self._measured_by_plan[h] for h in self._trial_candidates if h in self._measured_by_plan}
-            best = fastest(taken, baseline, self.config.min_gain)
-            self.trial_decision = {"measured": dict(taken), "baseline": baseline, "kept": best}
+            rounds = {h: list(self._rounds_by_plan.get(h, [])) for h in taken}
+            best = fastest(taken, baseline, self.config.min_gain, rounds)
+            self.trial_decision = {"measured": dict(taken), "rounds": rounds, "baseline": baseline, "kept": best}
         best = self._broadcast(best)
         strategy, plan, order, predicted = self._tried[best]  # every candidate has a prediction
         # measured slower than the winner: the simulator's ranking does not hold here, keep them out
@@ -516,8 +521,10 @@ class AutoTuner:
                     "iteration, measured %.2f ms under %s", plan.options["chose"], plan.options["chosen_options"],
                     len(window), (time.perf_counter() - t0) * 1e3, predicted * 1e3, measured_s * 1e3,
                     self.switches[-1].strategy)
+        # the trials' window length: set once, from the iterations measured before the first plan
+        window = self.config.window_for(measured_s) if reason == "profiled" else self.trial_window
         return {"plan": plan, "order": order, "predicted_s": predicted, "expected_s": expected,
-                "measured_s": measured_s, "trial_window": self.config.window_for(measured_s),
+                "measured_s": measured_s, "trial_window": window,
                 "profile": profile, "cluster": cluster, "initial_predicted_s": initial_s,
                 "trials": [(name, tp, issue_order(tp, profile, cluster), pred) for name, tp, pred in trial_plans]}
 
@@ -619,6 +626,7 @@ class AutoTuner:
         for h in turn:  # only windows taken in turn count (the initial's profiling window was its own phase)
             self._samples_by_plan.pop(h, None)
             self._measured_by_plan.pop(h, None)
+            self._rounds_by_plan.pop(h, None)
         self._trial_candidates = turn
         # the candidates take turns, trial_rounds times over; the first window (this plan's) starts now
         self._trial_turns = (turn * self.config.trial_rounds)[1:]
@@ -685,6 +693,7 @@ class AutoTuner:
         """JSON-ready state: switches, prediction and this rank's measurements."""
         return {"predicted_iteration_s": self.predicted_iteration_s, "expected_iteration_s": self._expected_s,
                 "measured_iteration_s": self.measured_iteration_s, "replans": self.replans,
+                "trial_decision": self.trial_decision,
                 "switches": [s.to_dict() for s in self.switches],
                 "checks": [{"iteration": c.iteration, "measured_s": c.measured_s, "predicted_s": c.predicted_s,
                             "expected_s": c.expected_s, "replan": c.replan} for c in self.checks]}
