@@ -41,12 +41,11 @@ def fastest(measured_by_plan: dict[str, float], baseline: str | None, min_gain: 
     both ran in the same phase of the machine, is not clearly faster."""
     if baseline not in measured_by_plan:
         return min(measured_by_plan, key=measured_by_plan.__getitem__)
-    base = measured_by_plan[baseline]
-    theirs = (rounds or {}).get(baseline, [])
+    base, rounds = measured_by_plan[baseline], rounds or {}
 
     def beats(plan: str) -> bool:
-        ours = (rounds or {}).get(plan, [])
-        return measured_by_plan[plan] <= base * (1 - min_gain) and all(a < b for a, b in zip(ours, theirs))
+        return measured_by_plan[plan] <= base * (1 - min_gain) and all(
+            a < b for a, b in zip(rounds.get(plan, []), rounds.get(baseline, [])))
 
     winners = [h for h in measured_by_plan if h != baseline and beats(h)]
     return min(winners, key=measured_by_plan.__getitem__) if winners else baseline

@@ -302,7 +302,8 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
                        entries=_checked_entries(args), steps=args.steps,
                        rounds=args.rounds, warmup_rounds=args.warmup_rounds,
                        profile_iterations=args.profile_iterations, net_reps=args.net_reps, probe=not args.no_probe,
-                       probe_s=args.probe_s,                       resample_share=args.resample_share, contention_history=history, timeout_s=args.timeout_s,
+                       probe_s=args.probe_s, resample_share=args.resample_share, contention_history=history,
+                       timeout_s=args.timeout_s,
                        progress=not args.quiet, out_dir=out_dir,
                        backend="gloo", threads=1)  # CPU tensors over gloo; one compute thread per worker
 
