@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 def decide(current: str, measured_s: float, expected_s: float, measured_by_plan: dict[str, float],
-           threshold: float) -> tuple[str, str | None]:
+           threshold: float, must_gain: float | None = None) -> tuple[str, str | None]:
     """What rank 0 does at a check: ``("keep", None)``, ``("replan", None)`` or ``("revert", plan_hash)``.
 
     Revert when another plan already measured faster than the current one by more than
@@ -17,11 +17,16 @@ def decide(current: str, measured_s: float, expected_s: float, measured_by_plan:
     plan (``expected_s``: its prediction, corrected by what has been measured) by more
     than ``threshold``.  ``measured_by_plan`` holds each plan's median over every
     iteration measured under it (the current one's included): one slow window of a
-    noisy machine must not undo a choice that many iterations made."""
+    noisy machine must not undo a choice that many iterations made.
+
+    ``must_gain`` (a plan that no trial measured: a re-plan's): the current plan stays
+    only while it measures faster than every other measured plan by that fraction, the
+    rule a trial plan had to pass against PyTorch's DDP; otherwise revert to the best."""
     others = {h: t for h, t in measured_by_plan.items() if h != current}
     if others:
         best = min(others, key=others.__getitem__)
-        if others[best] * (1 + threshold) < measured_by_plan.get(current, measured_s):
+        mine = measured_by_plan.get(current, measured_s)
+        if others[best] * (1 + threshold) < mine or (must_gain is not None and mine > others[best] * (1 - must_gain)):
             return "revert", best
     if abs(measured_s - expected_s) / expected_s > threshold:
         return "replan", None

@@ -36,7 +36,10 @@
    in full, and those measurements (its own ready and collective times, under its own
    load) are turned into a new profile and cluster and ``auto`` is planned again.  At
    most ``max_replans`` times; after that no more checks (and no more broadcasts) are
-   made.
+   made, but for one check of the last re-plan's plan.  A re-plan's plan runs in no
+   trial, so at its checks it must measure faster than every plan measured so far by
+   ``min_gain`` (the trials' rule against PyTorch's DDP), or ``auto`` reverts to the
+   fastest of them.
 
 Only the profiling window and a re-plan's measuring window stamp every operation's
 completion (:attr:`~gradsched.torch.runtime.trace.Tracer.completions`): the stamp is a Python
@@ -199,8 +202,10 @@ class AutoTuneConfig:
         # the first plan and its strategy's default options, the runners-up, at most one plan of a given
         # profile and cluster, PyTorch's DDP at two bucket sizes (else DDP's buckets on the executor), the initial plan
         candidates = self.trials + OFFLINE_TRIALS + 2 + (2 if self.torch_ddp else 1) if self.trials > 1 else 0
+        # per re-plan a check, then a measuring window; the last re-plan's plan is checked once more
+        checks = 2 * self.max_replans + (1 if self.max_replans else 0)
         return self.switch_iteration + 1 + (candidates * self.trial_rounds + 1) * (window + 1) \
-            + self.max_replans * 2 * (self.patience + 1)  # a check, then (re-plan) a measuring window
+            + checks * (self.patience + 1)
 
 
 @dataclass(frozen=True)
@@ -346,7 +351,12 @@ class AutoTuner:
             expected = self._expected_s or predicted
             current = self._model.plan().hash
             self._record(current, window)
-            decision = decide(current, measured, expected, self._measured_by_plan, self.config.replan_threshold)
+            # a re-plan's plan ran in no trial: it stays only while it beats every plan measured, by min_gain
+            untried = self.config.min_gain if self.switches[-1].reason == "replan" else None
+            decision = decide(current, measured, expected, self._measured_by_plan, self.config.replan_threshold,
+                              untried)
+            if decision[0] == "replan" and self.replans >= self.config.max_replans:
+                decision = ("keep", None)  # the cap: this check (after the last re-plan) may only revert
             self.checks.append(Check(step, measured, predicted, decision[0] != "keep", expected))
             logger.debug("auto: iteration %d: measured %.2f ms, expected %.2f ms (predicted %.2f ms): %s", step,
                          measured * 1e3, expected * 1e3, predicted * 1e3, decision[0])
@@ -457,12 +467,13 @@ class AutoTuner:
         if self._trial_turns:
             self._next_trial = step + self.trial_window + 1
         else:
-            self._schedule_check(step)
+            self._schedule_check(step, after_replan=reason == "replan")
 
-    def _schedule_check(self, step: int) -> None:
+    def _schedule_check(self, step: int, after_replan: bool = False) -> None:
         # on PyTorch's DDP nothing is traced, so there is nothing to re-plan from: the checks (and their
-        # broadcasts) stop, and what runs costs DDP's time alone
-        more = self.replans < self.config.max_replans and not is_torch_ddp(self._model.plan())
+        # broadcasts) stop, and what runs costs DDP's time alone; a re-plan's plan, which ran in no
+        # trial, is checked at least once, the cap notwithstanding
+        more = (self.replans < self.config.max_replans or after_replan) and not is_torch_ddp(self._model.plan())
         self._next_check = step + self.config.patience + 1 if more else None
 
     @property
