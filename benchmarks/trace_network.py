@@ -50,7 +50,8 @@ def _events(path: Path, rank: int = 0) -> list[dict]:
 
 
 def iteration_breakdown(events: list[dict], iteration: int) -> dict:
-    """One measured iteration of a ``gradsched train --trace`` file (microsecond events), times in ms from backward's start."""
+    """One measured iteration of a ``gradsched train --trace`` file (microsecond events),
+    times in ms from backward's start."""
     it = [e for e in events if (e.get("args") or {}).get("iteration") == iteration]
     backward = [e for e in it if e["cat"] == "backward"]
     ops = sorted((e for e in it if e["cat"] == "comm"), key=lambda e: e["ts"] + e["dur"])
@@ -86,7 +87,8 @@ def summarize(trace: Path, warmup: int) -> dict:
     out: dict = {k: statistics.median(p[k] for p in parts) for k in keys}
     big = [r["mb_per_s"] for p in parts for r in p["ops"] if r["bytes"] >= 1 << 20 and r["mb_per_s"]]
     small = [r["on_wire_ms"] for p in parts for r in p["ops"] if r["bytes"] < 1 << 16]
-    out.update({"ops_per_iteration": len(parts[0]["ops"]), "median_mb_per_s_ops_of_1mib_or_more": statistics.median(big),
+    out.update({"ops_per_iteration": len(parts[0]["ops"]),
+                "median_mb_per_s_ops_of_1mib_or_more": statistics.median(big),
                 "median_on_wire_ms_ops_under_64kib": statistics.median(small) if small else None,
                 "iterations": kept, "ops_median_iteration": parts[len(parts) // 2]["ops"]})
     return out
@@ -140,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             run["iteration_ms"] = json.loads(summary.read_text())["iteration_s_median"] * 1e3
             result["runs"][name] = run
     print(f"{result['plan']['strategy']} {result['plan']['options']}: {result['plan']['operations']} operations; "
-          f"lower bound {result['lower_bound_ms']:.0f} ms (one all-reduce of everything {result['allreduce_all_ms']:.0f} ms)")
+          f"lower bound {result['lower_bound_ms']:.0f} ms "
+          f"(one all-reduce of everything {result['allreduce_all_ms']:.0f} ms)")
     print(f"{'run':<14} {'iter ms':>8} {'bwd end':>8} {'net end':>8} {'on wire':>8} {'1st wait':>8} "
           f"{'MB/s >=1MiB':>11} {'ms <64KiB':>9}")
     p = result["predicted"]
@@ -149,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in result["runs"].items():
         small = r["median_on_wire_ms_ops_under_64kib"]
         print(f"{name:<14} {r['iteration_ms']:8.0f} {r['backward_end_ms']:8.0f} {r['network_end_ms']:8.0f} "
-              f"{r['on_wire_ms']:8.0f} {r['first_forward_wait_ms']:8.0f} {r['median_mb_per_s_ops_of_1mib_or_more']:11.1f} "
+              f"{r['on_wire_ms']:8.0f} {r['first_forward_wait_ms']:8.0f} "
+              f"{r['median_mb_per_s_ops_of_1mib_or_more']:11.1f} "
               f"{small if small is None else round(small, 1)!s:>9}")
     Path(args.json).write_text(json.dumps(result, indent=1))
     print(f"wrote {args.json}")
