@@ -3,23 +3,17 @@ cluster, winners from medians, and the issue-21 target judged only where hier is
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from gradsched.cluster import Cluster, CollectiveCost, Topology
+from scripts import load_script
 
-ROOT = Path(__file__).resolve().parents[1]
 KiB, MiB = 1024, 1024 * 1024
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("hier_allreduce_bench", ROOT / "benchmarks" / "hier_allreduce.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/hier_allreduce.py", "hier_allreduce_bench")
 
 
 def _cluster() -> Cluster:

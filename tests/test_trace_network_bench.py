@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("trace_network_bench", ROOT / "benchmarks" / "trace_network.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/trace_network.py", "trace_network_bench")
 
 
 def _ev(cat: str, ts_ms: float, dur_ms: float, iteration: int, **args) -> dict:
