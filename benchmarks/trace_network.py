@@ -36,6 +36,7 @@ from gradsched.cli import main as gradsched
 from gradsched.cluster import Cluster
 from gradsched.plan import Plan
 from gradsched.profile import Profile
+from gradsched.timeline import BACKWARD, COMM, WAIT, Event, Timeline
 
 ROOT = Path(__file__).parent
 RESULTS = ROOT / "results"
@@ -43,43 +44,57 @@ PROFILE = ROOT / "profiles" / "gpt-6x512.profile.json"
 BENCH = RESULTS / "bench_replay_gpt_6x512_2h.json"
 
 
-def _events(path: Path, rank: int = 0) -> list[dict]:
-    data = json.loads(path.read_text())
-    events = data["traceEvents"] if isinstance(data, dict) else data
-    return [e for e in events if e.get("ph") == "X" and e.get("pid") == rank]
+def _events(path: Path, rank: int = 0) -> list[Event]:
+    """``rank``'s spans of a Chrome trace (gradsched's reader: seconds, categories as written)."""
+    return [e for e in Timeline.from_chrome_trace(json.loads(path.read_text())).events if e.rank == rank]
 
 
-def iteration_breakdown(events: list[dict], iteration: int) -> dict:
-    """One measured iteration of a ``gradsched train --trace`` file (microsecond events),
-    times in ms from backward's start."""
-    it = [e for e in events if (e.get("args") or {}).get("iteration") == iteration]
-    backward = [e for e in it if e["cat"] == "backward"]
-    ops = sorted((e for e in it if e["cat"] == "comm"), key=lambda e: e["ts"] + e["dur"])
-    t0 = min(e["ts"] for e in backward)
-    backward_end = max(e["ts"] + e["dur"] for e in backward)
-    previous = max((e["ts"] + e["dur"] for e in events if e["cat"] == "comm"
-                    and e["ts"] + e["dur"] <= ops[0]["ts"] + ops[0]["dur"] and e not in ops), default=0.0)
+def _iteration(e: Event) -> int | None:
+    return (e.args or {}).get("iteration")
+
+
+def iteration_breakdown(events: list[Event], iteration: int) -> dict:
+    """One measured iteration of a ``gradsched train --trace`` file, times in ms from backward's start.
+
+    An operation's time on the wire is the rule of :func:`gradsched.calibration.insitu.service_points`
+    (completion minus the later of its issue and the previous completion), kept per operation here."""
+    it = [e for e in events if _iteration(e) == iteration]
+    backward = [e for e in it if e.cat == BACKWARD]
+    ops = sorted((e for e in it if e.cat == COMM), key=lambda e: e.end_s)
+    t0 = min(e.start_s for e in backward)
+    backward_end = max(e.end_s for e in backward)
+    previous = max((e.end_s for e in events if e.cat == COMM and _iteration(e) != iteration
+                    and e.end_s <= ops[0].end_s), default=float("-inf"))
     rows = []
     for e in ops:
-        end = e["ts"] + e["dur"]
-        on_wire = end - max(e["ts"], previous)
-        rows.append({"op": e["args"]["op"], "bytes": e["args"]["bytes"], "issued_ms": (e["ts"] - t0) / 1e3,
-                     "completed_ms": (end - t0) / 1e3, "on_wire_ms": on_wire / 1e3,
-                     "mb_per_s": e["args"]["bytes"] / on_wire if on_wire > 0 else None})
-        previous = end
-    later = [e for e in events if e["cat"] == "wait" and e["ts"] >= backward_end]
-    next_backward = min((e["ts"] for e in events if e["cat"] == "backward" and e["ts"] > backward_end), default=None)
-    waits = [e for e in later if next_backward is None or e["ts"] < next_backward]
-    return {"backward_end_ms": (backward_end - t0) / 1e3, "first_issue_ms": rows[0]["issued_ms"] if rows else None,
+        on_wire = e.end_s - max(e.start_s, previous)
+        rows.append({"op": e.args["op"], "bytes": e.args["bytes"], "issued_ms": (e.start_s - t0) * 1e3,
+                     "completed_ms": (e.end_s - t0) * 1e3, "on_wire_ms": on_wire * 1e3,
+                     "mb_per_s": e.args["bytes"] / (on_wire * 1e6) if on_wire > 0 else None})
+        previous = e.end_s
+    next_backward = min((e.start_s for e in events if e.cat == BACKWARD and e.start_s > backward_end),
+                        default=float("inf"))
+    waits = [e for e in events if e.cat == WAIT and backward_end <= e.start_s < next_backward]
+    return {"backward_end_ms": (backward_end - t0) * 1e3, "first_issue_ms": rows[0]["issued_ms"] if rows else None,
             "network_end_ms": rows[-1]["completed_ms"], "on_wire_ms": sum(r["on_wire_ms"] for r in rows),
-            "first_forward_wait_ms": waits[0]["dur"] / 1e3 if waits else 0.0,
-            "forward_waits_ms": sum(e["dur"] for e in waits) / 1e3, "ops": rows}
+            "first_forward_wait_ms": waits[0].dur_s * 1e3 if waits else 0.0,
+            "forward_waits_ms": sum(e.dur_s * 1e3 for e in waits), "ops": rows}
+
+
+def predicted_breakdown(predicted: Timeline) -> dict:
+    """The simulator's iteration (``gradsched simulate --trace``, backward from t = 0), in ms."""
+    ops = predicted.by_cat(COMM)
+    backward_end = max(e.end_s for e in predicted.by_cat(BACKWARD))
+    waits = sorted((e for e in predicted.by_cat(WAIT) if e.start_s >= backward_end), key=lambda e: e.start_s)
+    return {"iteration_ms": predicted.meta["iteration_s"] * 1e3, "backward_end_ms": backward_end * 1e3,
+            "network_end_ms": max(e.end_s for e in ops) * 1e3, "on_wire_ms": sum(e.dur_s for e in ops) * 1e3,
+            "first_forward_wait_ms": waits[0].dur_s * 1e3 if waits else 0.0}
 
 
 def summarize(trace: Path, warmup: int) -> dict:
     """Medians over the iterations after ``warmup`` (the last one, cut short by the run's end, left out)."""
     events = _events(trace)
-    iterations = sorted({e["args"]["iteration"] for e in events if e["cat"] == "comm"})
+    iterations = sorted({_iteration(e) for e in events if e.cat == COMM})
     kept = iterations[warmup:-1]
     parts = [iteration_breakdown(events, k) for k in kept]
     keys = ("backward_end_ms", "first_issue_ms", "network_end_ms", "on_wire_ms", "first_forward_wait_ms",
@@ -115,22 +130,13 @@ def main(argv: list[str] | None = None) -> int:
                           "--workers", "2", "--plan", str(d / "plan.json"), "--trace", str(d / "predicted.json")]) == 0
         plan = Plan.load(d / "plan.json")
         replace(plan, credit_bytes=1).save(d / "one_in_flight.json")
-        predicted = json.loads((d / "predicted.json").read_text())
-        pred_events = [e for e in predicted["traceEvents"] if e.get("ph") == "X"]
-        pred_ops = [e for e in pred_events if e.get("cat") == "comm"]
-        pred_backward_end = max(e["ts"] + e["dur"] for e in pred_events if e.get("cat") == "backward")
-        pred_waits = sorted((e for e in pred_events if e.get("cat") == "wait" and e["ts"] >= pred_backward_end),
-                            key=lambda e: e["ts"])
+        predicted = Timeline.from_chrome_trace(json.loads((d / "predicted.json").read_text()))
         profile = Profile.load(d / "profile.json")
         bound = lower_bound_s(profile, Cluster.from_dict(auto_row["cluster"]))
         result = {"command": "python benchmarks/trace_network.py", "model": "gpt-6x512 (replayed)", "hosts": 2,
                   "rate": "1gbit", "plan": {"strategy": chosen["chose"], "options": chosen["chosen_options"],
                                             "operations": len(plan.operations)},
-                  "predicted": {"iteration_ms": predicted["otherData"]["iteration_s"] * 1e3,
-                                "backward_end_ms": pred_backward_end / 1e3,
-                                "network_end_ms": max(e["ts"] + e["dur"] for e in pred_ops) / 1e3,
-                                "on_wire_ms": sum(e["dur"] for e in pred_ops) / 1e3,
-                                "first_forward_wait_ms": pred_waits[0]["dur"] / 1e3 if pred_waits else 0.0},
+                  "predicted": predicted_breakdown(predicted),
                   "lower_bound_ms": bound["lower_bound_s"] * 1e3, "allreduce_all_ms": bound["allreduce_all_s"] * 1e3,
                   "runs": {}}
         for name, plan_file in (("as planned", "plan.json"), ("one in flight", "one_in_flight.json")):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+
+from gradsched.timeline import Event
 from scripts import load_script
 
 
@@ -11,9 +13,8 @@ def bench():
     return load_script("benchmarks/trace_network.py", "trace_network_bench")
 
 
-def _ev(cat: str, ts_ms: float, dur_ms: float, iteration: int, **args) -> dict:
-    return {"cat": cat, "ph": "X", "pid": 0, "ts": ts_ms * 1e3, "dur": dur_ms * 1e3,
-            "args": {"iteration": iteration, **args}}
+def _ev(cat: str, ts_ms: float, dur_ms: float, iteration: int, **args) -> Event:
+    return Event(cat, cat, "compute", ts_ms / 1e3, dur_ms / 1e3, 0, {"iteration": iteration, **args})
 
 
 def test_time_on_the_wire_excludes_queueing_behind_the_previous_operation(bench):

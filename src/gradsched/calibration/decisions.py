@@ -25,8 +25,8 @@ def decide(current: str, measured_s: float, expected_s: float, measured_by_plan:
     others = {h: t for h, t in measured_by_plan.items() if h != current}
     if others:
         best = min(others, key=others.__getitem__)
-        mine = measured_by_plan.get(current, measured_s)
-        if others[best] * (1 + threshold) < mine or (must_gain is not None and mine > others[best] * (1 - must_gain)):
+        allowed = 1 + threshold if must_gain is None else 1 - must_gain  # times the best other's time
+        if measured_by_plan.get(current, measured_s) > others[best] * allowed:
             return "revert", best
     if abs(measured_s - expected_s) / expected_s > threshold:
         return "replan", None
