@@ -23,20 +23,22 @@ How one iteration runs:
   the layer's backward time.  Autograd accumulates them at once, so the gradients
   become ready at the profile's times.
 - Waiting: ``time.sleep`` to a deadline on the model's own clock (:class:`_Clock`),
-  which runs the pieces back to back as a device does: a sleep that wakes late
-  (tens of microseconds on an idle machine, milliseconds on a loaded one) and host
-  work between pieces (autograd, hooks) up to :data:`HOST_SLACK_S` a gap, which a
-  GPU's host hides by running ahead, do not delay the next piece; a longer absence
-  (a wait for communication) counts beyond the slack.
+  which runs the pieces back to back as a device does: a sleep that wakes late and
+  the host's own work between pieces (autograd, hooks, copies into buckets, the
+  optimizer step: CPU time of the training thread), which a GPU's host runs beside
+  the device, do not delay the next piece; time the host spends blocked (waiting for
+  communication) counts beyond :data:`HOST_SLACK_S`.
 
-What it does not model: the optimizer step runs for real on the CPU (the profile's
-``update_s`` is not waited for); a gradient-ready hook's CPU work beyond the slack
-delays the next layer; memory bandwidth shared between compute and communication on
-a GPU host is not emulated.  docs/bench.md, "Emulated compute", has the figures.
+What it does not model: the profile's ``update_s`` is not waited for (the optimizer
+step runs for real on the CPU, beside the emulated device); the host's work takes
+real CPU from gloo, more than a GPU's host would; memory bandwidth shared between
+compute and communication on a GPU host is not emulated.  docs/bench.md, "Emulated
+compute", has the figures.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -58,33 +60,38 @@ HOST_SLACK_S = 3e-4  # host time between two pieces of compute that the emulated
 class _Clock:
     """The emulated device's timeline: pieces of compute back to back, as a GPU runs them.
 
-    On a GPU the host runs ahead of the device: the autograd engine, hooks and the
-    launch of the next layer happen while the device still computes, so the device
-    goes from one layer to the next without a gap.  Here the host waits each piece
-    out, so what it does between two pieces (a sleep that wakes late, autograd, the
-    runtimes' hooks: a median 78 us a gap on replayed GoogLeNet, 18 ms a step) would
-    delay every later piece.  The next piece therefore starts when the last one was
-    due if the host came back from it within :data:`HOST_SLACK_S` (plus any time
-    :meth:`credit`-ed: the replay's own bookkeeping); a longer absence (waiting for
-    communication: a gated forward) counts beyond the slack.  The device never runs
-    ahead of the profile, and :meth:`reset` forgets the last piece at an iteration's
-    start, so the wait at the end of backward is never hidden."""
+    On a GPU the host runs ahead of the device: the autograd engine, hooks, the
+    optimizer's launches and the launch of the next layer happen while the device still
+    computes, so the device goes from one layer to the next without a gap.  Here the
+    host waits each piece out, so what it does between two pieces would delay every
+    later piece.  The next piece therefore starts when the last one was due, later only
+    by the part of the host's absence that was not its own work: time the training
+    thread spent blocked (waiting for communication: a gated forward, the end of
+    backward) beyond :data:`HOST_SLACK_S` (a sleep's late wake-up, the GIL) counts; its
+    CPU time does not, since on a GPU that work (hooks, copies into buckets, the
+    optimizer step) runs beside the device's compute or on the device itself.  Host work
+    longer than the pieces that follow makes the device wait, as a host that falls
+    behind does.  At an iteration's start (:meth:`new_iteration`) at most ``carry_s`` of
+    host work is hidden, so that another model's work in the same thread (the bench's
+    rows take turns) is not credited to this one.  The device never runs ahead of the
+    host."""
 
-    def __init__(self, slack_s: float = HOST_SLACK_S) -> None:
-        self.slack_s = slack_s
-        self._due: float | None = None  # when the last piece was due (None: none yet this iteration)
-        self._back = 0.0  # when the host came back from it
-        self._credit = 0.0  # host time to hide beyond the slack at the next start
+    def __init__(self, slack_s: float = HOST_SLACK_S, carry_s: float = math.inf) -> None:
+        self.slack_s, self.carry_s = slack_s, carry_s
+        self._due: float | None = None  # when the last piece was due (None: no piece yet)
+        self._back = 0.0  # when the host came back from it (wall clock) ...
+        self._cpu_back = 0.0  # ... and the training thread's CPU time then
+        self._carry = math.inf  # most host work the next start hides
         self.waited_s = 0.0  # total asked for (what the profile says), for tests and reports
 
     def start(self) -> float:
         """When the next piece of emulated compute starts (never later than now)."""
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), time.thread_time()
         if self._due is None:
             return now
-        # a sleep that woke late is not counted; the host's absence since, beyond the slack, is
-        start = self._due + max(0.0, now - self._back - self.slack_s - self._credit)
-        self._due, self._credit = None, 0.0
+        worked = min(cpu - self._cpu_back, self._carry)  # the host's own work since: beside the device
+        start = self._due + max(0.0, now - self._back - self.slack_s - worked)
+        self._carry = math.inf
         return start
 
     def wait_until(self, start: float, seconds: float) -> None:
@@ -93,14 +100,11 @@ class _Clock:
         delay = due - time.perf_counter()
         if delay > 0:
             time.sleep(delay)
-        self._due, self._back = due, max(due, time.perf_counter())
+        self._due, self._back, self._cpu_back = due, max(due, time.perf_counter()), time.thread_time()
 
-    def credit(self, seconds: float) -> None:
-        """Hide ``seconds`` more of the host's next absence (the replay's own work, not the model's)."""
-        self._credit += seconds
-
-    def reset(self) -> None:
-        self._due, self._credit = None, 0.0
+    def new_iteration(self) -> None:
+        """The next piece starts an iteration: hide at most ``carry_s`` of the host's work before it."""
+        self._carry = self.carry_s
 
     def wait(self, seconds: float) -> None:
         self.wait_until(self.start(), seconds)
@@ -160,7 +164,7 @@ class ReplayModel(nn.Module):
         super().__init__()
         groups = check_replayable(profile)
         gen = torch.Generator().manual_seed(seed)
-        self.clock = _Clock()
+        self.clock = _Clock(carry_s=profile.compute_s / 2)
         self.profile, self.other_s = profile, profile.other_s
         self.layers = nn.ModuleList(
             ReplayLayer([(profile.tensors[i].numel, _dtype(profile, i)) for i in idx],
@@ -174,15 +178,13 @@ class ReplayModel(nn.Module):
             self.layers[k].ready = sorted(range(len(idx)), key=lambda j: profile.order.index(idx[j]))  # built in this order, autograd runs it backwards: the ready order
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.clock.reset()
+        self.clock.new_iteration()
         self.clock.wait(self.other_s)
         for layer in self.layers:
             x = layer(x)
-        built = time.perf_counter()
         for k in self.chain:
             layer = self.layers[k]
             x = _Backward.apply(x, layer, *(layer.params[j] for j in layer.ready))
-        self.clock.credit(time.perf_counter() - built)  # the replay's graph, not the model's compute
         return x
 
 
