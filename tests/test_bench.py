@@ -242,6 +242,21 @@ def test_runtime_costs_add_bucket_passes_and_the_buffer_broadcast():
     probe["op_host"] = {"issue_s": 8e-5, "retire_s": 5e-5}
     assert with_runtime_costs(prof, probe, False).op_host_s() == (8e-5, 5e-5)
     assert with_runtime_costs(prof, probe, True).op_host_s() == (0.0, 0.0)
+    # a replayed model's clock hides the host's work: only the buffer broadcast and the measured overhead stay
+    probe["host_work_hidden"] = True
+    for torch_ddp, overhead in ((False, 3e-3), (True, 1e-3)):
+        hidden = with_runtime_costs(prof, probe, torch_ddp)
+        assert (hidden.backward_s, hidden.update_s) == (prof.backward_s, prof.update_s)
+        assert hidden.op_host_s() == (0.0, 0.0)
+        assert hidden.other_s == pytest.approx(0.045 + overhead)
+
+
+def test_a_replayed_model_says_its_clock_hides_the_host_work():
+    pytest.importorskip("torch")
+    from gradsched.torch.jobs.models import build_model
+
+    assert build_model("replay:googlenet-k80").module.hides_host_work is True
+    assert getattr(build_model("mlp").module, "hides_host_work", False) is False
 
 
 def test_probe_repetitions_fit_the_budget():

@@ -39,14 +39,22 @@ def with_runtime_costs(profile: Profile, probe: dict[str, Any] | None, torch_ddp
       profile's ``op_host``: PyTorch DDP issues its few buckets from C++, and whatever
       that costs is in its overhead below.
     - The rest of the runtime's own cost per step, measured on its simplest plan
-      (the bench worker's ``_RuntimeOverheads``): into ``other_s`` too."""
+      (the bench worker's ``_RuntimeOverheads``): into ``other_s`` too.
+
+    A model whose compute is emulated on a clock that hides the host's own work
+    (``probe["host_work_hidden"]``: :mod:`gradsched.torch.jobs.replay`) takes neither the
+    bucket passes nor the host time per operation: that work runs beside the emulated
+    device, as it would beside a GPU, and only its contention with communication (in the
+    cluster's contention figures) and the measured overhead remain."""
     if probe is None or not probe.get("allreduce_bytes"):
         return profile
-    per_byte = 1.0 / probe["allreduce_bytes"]
-    out = profile.with_bucket_costs((probe["bucket_copy_s"] + probe["bucket_scale_s"]) * per_byte,
+    out = profile
+    if not probe.get("host_work_hidden"):
+        per_byte = 1.0 / probe["allreduce_bytes"]
+        out = out.with_bucket_costs((probe["bucket_copy_s"] + probe["bucket_scale_s"]) * per_byte,
                                     probe["bucket_copy_s"] * per_byte if torch_ddp else 0.0)
-    if not torch_ddp and probe.get("op_host"):
-        out = out.with_op_host(probe["op_host"]["issue_s"], probe["op_host"]["retire_s"])
+        if not torch_ddp and probe.get("op_host"):
+            out = out.with_op_host(probe["op_host"]["issue_s"], probe["op_host"]["retire_s"])
     overhead = (probe.get("runtime_overhead_s") or {}).get(runtime_name(torch_ddp), 0.0)
     return dataclasses.replace(out, other_s=out.other_s + probe.get("buffer_sync_s", 0.0) + overhead)
 

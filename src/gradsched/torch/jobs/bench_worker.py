@@ -377,6 +377,7 @@ def run_bench(raw: dict[str, Any]) -> dict[str, Any] | None:
         network = NetworkResampler(cluster)
         t0 = time.perf_counter()
         probe = _startup_probe(contention, cluster, cfg)
+        probe["host_work_hidden"] = bool(getattr(spec.module, "hides_host_work", False))  # a replayed model's clock
         probe_rep_s = (time.perf_counter() - t0) / probe["startup_reps"]
         cluster = _with_contention(cluster, across_jobs(probe["fitted"], history))
         profile = calibrate(profile, probe["compute_alone_s"])

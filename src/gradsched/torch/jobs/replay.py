@@ -160,6 +160,8 @@ class ReplayModel(nn.Module):
     its ``numel`` and element width (2, 4, 8 bytes: float16, float32, float64).  The
     input is a ``(batch, WIDTH)`` tensor (see :func:`make_batch`)."""
 
+    hides_host_work = True  # the host's CPU work runs beside the emulated device (_Clock): no runtime cost on it
+
     def __init__(self, profile: Profile, *, seed: int = 0) -> None:
         super().__init__()
         groups = check_replayable(profile)
