@@ -4,8 +4,8 @@ and with one operation in flight at a time.
     python benchmarks/trace_network.py          # gpt-6x512 on 2 hosts at 1 Gbit/s (root; ~3 min)
 
 The replayed GPT of ``benchmarks/profiles/gpt-6x512.profile.json`` on 2 testbed hosts
-is the emulated row that misses issue 16's bound (docs/bench.md): one all-reduce of all
-its gradients takes 1.27x its compute, so the network, not compute, sets the pace.
+is the emulated row furthest from its lower bound (docs/bench.md): one all-reduce of all
+its gradients takes 1.5x its compute, so the network, not compute, sets the pace.
 This script plans ``usbyte`` with the options run-time ``auto`` settled on there and
 with the network that run measured (``benchmarks/results/bench_replay_gpt_6x512_2h.json``),
 predicts it (``gradsched simulate --trace``) and trains it twice with ``--trace``: as

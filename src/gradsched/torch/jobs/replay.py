@@ -54,7 +54,8 @@ WIDTH = 8  # features of the tiny activation that chains the layers
 _DTYPES = {2: torch.float16, 4: torch.float32, 8: torch.float64}  # element bytes -> dtype
 
 
-HOST_SLACK_S = 3e-4  # host time between two pieces of compute that the emulated device hides (see _Clock)
+# time off the CPU between two pieces that the emulated device ignores: a sleep's late wake-up, the GIL (_Clock)
+HOST_SLACK_S = 3e-4
 
 
 class _Clock:
