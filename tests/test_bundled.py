@@ -12,6 +12,7 @@ import pytest
 from gradsched import Cluster, GradschedError, Profile
 from gradsched.bundled import (bundled_cluster, bundled_profile, cluster_names, cluster_world_sizes,
                                profile_names)
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 RAW = ROOT / "tests" / "data" / "bcaffe-googlenet"
@@ -187,9 +188,7 @@ def test_packaged_data_declared_for_the_wheel():
 
 def test_mgwfbp_benchmark_ranks_strategies():
     """benchmarks/mgwfbp_googlenet.py on the 8-node OSU cluster: merging never loses."""
-    spec = importlib.util.spec_from_file_location("mgwfbp_googlenet", ROOT / "benchmarks" / "mgwfbp_googlenet.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("benchmarks/mgwfbp_googlenet.py", "mgwfbp_googlenet")
     if bench.missing_parts():
         pytest.skip(f"needs {bench.missing_parts()}")
     for variant in bench.PROFILES:
