@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from gradsched.constants import MODEL_NAMES, REPLAY_PREFIX
 from gradsched.errors import GradschedError
+from gradsched.replayable import check_replayable, load_profile
 
 BUILT_IN = MODEL_NAMES
 HELP = (f"built-in model ({', '.join(BUILT_IN)}), your own, MODULE:FUNCTION: a factory returning (module, "
@@ -20,8 +21,6 @@ def check_model(name: str, *, seed: int = 0, batch_size: int = 2) -> None:
     """Raise a one-line GradschedError unless ``name`` is a built-in model, a working factory or a
     replayable profile."""
     if name.startswith(REPLAY_PREFIX):
-        from gradsched.torch.jobs.replay import check_replayable, load_profile
-
         check_replayable(load_profile(name.removeprefix(REPLAY_PREFIX)))
         return
     if ":" not in name:

@@ -32,8 +32,10 @@ from gradsched.calibration import contention_history
 from gradsched.commands._model import BUILT_IN, check_model
 from gradsched.commands._model import HELP as MODEL_HELP
 from gradsched.commands._output import add_json_arg, emit_json, to_stdout
+from gradsched.constants import REPLAY_PREFIX
 from gradsched.errors import GradschedError, WorkersFailed
 from gradsched.jobconfig import BenchConfig
+from gradsched.replayable import check_replayable, load_profile
 from gradsched.testbed import check_ranks_per_host
 
 if TYPE_CHECKING:
@@ -223,8 +225,6 @@ def shaped_rate(rate: str | None, hosts: int, dilate: float, replay: bool) -> in
 def replay_model(source: str, dilate: float, out_dir: str) -> tuple[str, "Profile"]:
     """The model name the workers build for ``--replay source`` (its profile, times x
     ``dilate``, written into ``out_dir``) and the profile as given."""
-    from gradsched.torch.jobs.replay import REPLAY_PREFIX, check_replayable, load_profile
-
     profile = load_profile(source)
     check_replayable(profile)
     path = Path(out_dir, "replay.profile.json")

@@ -40,15 +40,14 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from gradsched.constants import REPLAY_PREFIX  # noqa: F401  (build_model("replay:PROFILE"), re-exported)
-from gradsched.errors import GradschedError
 from gradsched.profile import Profile
+from gradsched.replayable import check_element_bytes, check_replayable, load_profile  # noqa: F401  (re-exported)
 
 WIDTH = 8  # features of the tiny activation that chains the layers
 _DTYPES = {2: torch.float16, 4: torch.float32, 8: torch.float64}  # element bytes -> dtype
@@ -192,43 +191,7 @@ class ReplayModel(nn.Module):
 
 
 def _dtype(profile: Profile, i: int) -> torch.dtype:
-    t = profile.tensors[i]
-    if t.element_bytes not in _DTYPES:
-        raise GradschedError(f"profile tensor {t.name!r} has {t.element_bytes}-byte elements; replay makes "
-                             f"parameters of 2, 4 or 8 bytes (float16, float32, float64) only")
-    return _DTYPES[t.element_bytes]
-
-
-def check_replayable(profile: Profile) -> list[list[int]]:
-    """Tensor indices per layer, in forward order; raises GradschedError if ``profile``
-    cannot be replayed (elements of another width, a layer's tensors not adjacent)."""
-    for i in range(profile.num_tensors):
-        _dtype(profile, i)
-    groups: list[list[int]] = []
-    seen: set[int] = set()
-    for i, lid in enumerate(profile.layer_of):
-        if groups and profile.layer_of[groups[-1][-1]] == lid:
-            groups[-1].append(i)
-            continue
-        if lid in seen:
-            raise GradschedError(f"profile {profile.model!r}: layer of tensor {profile.tensors[i].name!r} also owns "
-                                 f"earlier tensors that are not next to it; replay needs each layer's tensors "
-                                 f"adjacent in forward order")
-        seen.add(lid)
-        groups.append([i])
-    return groups
-
-
-def load_profile(source: str) -> Profile:
-    """A profile from a file path, or a bundled name (``googlenet-k80``, ``googlenet``)."""
-    from gradsched.bundled import bundled_profile, profile_names
-
-    if Path(source).is_file():
-        return Profile.load(source)
-    if source in profile_names():
-        return bundled_profile(source)
-    raise GradschedError(f"replay profile {source!r} is neither a file nor a bundled profile "
-                         f"({', '.join(profile_names())}); give a gradsched.profile/1 file")
+    return _DTYPES[check_element_bytes(profile, i)]
 
 
 def make_batch(batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
