@@ -4,11 +4,12 @@ Issue: such a script once aborted at exit ("terminate called without an active
 exception", SIGABRT) in 3 of 20 runs on a loaded machine; gradsched's own workers
 leave with ``os._exit`` and never saw it.  What gradsched runs or holds is now
 released at exit (:mod:`gradsched.torch.runtime.shutdown`); these tests check that it is, and
-run the script under torchrun on each of the runtime's paths and both endings (4 jobs: the
-executor's operations, bytescheduler's progress thread with both endings, usbyte's operations
-in flight into the next forward; mgwfbp runs the executor as wfbp does, ``"ddp"`` PyTorch's DDP,
-which holds nothing of gradsched's).  Every (strategy, ending) pair of the five strategies, 30
-jobs and more, is ``python benchmarks/clean_exit.py --runs 30``.
+run the script under torchrun on the runtime's two paths that hold threads or work at exit, one
+ending each (2 jobs at once: bytescheduler's progress thread, left without
+``destroy_process_group``; usbyte's executor operations in flight into the next forward, with
+it; wfbp and mgwfbp run the same executor with nothing in flight at exit, ``"ddp"`` PyTorch's
+DDP, which holds nothing of gradsched's).  Every (strategy, ending) pair of the five
+strategies, 30 jobs and more, is ``python benchmarks/clean_exit.py --runs 30``.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import clean_exit  # noqa: E402  (the benchmark's launcher: one definition of a job)
 
 LANES = 2  # torchrun jobs at a time
-# each runtime path at least once, each ending twice; bytescheduler (a progress thread) with both
-CASES = (("wfbp", True), ("bytescheduler", True), ("bytescheduler", False), ("usbyte", False))
+# the progress thread without destroy_process_group (nothing closes it but the exit), operations in flight with it
+CASES = (("bytescheduler", False), ("usbyte", True))
 
 
 def _progress_threads() -> list[threading.Thread]:
@@ -65,7 +66,8 @@ def test_close_all_stops_threads_and_forgets_groups_and_hooks():
 
 @pytest.mark.slow
 def test_user_script_exits_zero_under_torchrun_on_every_runtime_path_and_ending():
-    """Each runtime path and both endings (with/without destroy_process_group) as whole torchrun jobs, two at a time."""
+    """The runtime's paths that hold something at exit and both endings (with/without destroy_process_group),
+    as whole torchrun jobs, both at once."""
     assert set(CASES) <= set(clean_exit.CASES) and {d for _, d in CASES} == {True, False}
     records = clean_exit.run_jobs(len(CASES), LANES, CASES)
     assert {(r["strategy"], r["destroy"]) for r in records} == set(CASES)
