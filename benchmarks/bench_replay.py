@@ -58,7 +58,8 @@ def summary(rows: list[dict]) -> dict:
     auto, ddp = by["auto"], by["ddp"]
     best = by[rows[0]["best_ddp"]]
     lb = rows[0]["lower_bound"]
-    return {"model": rows[0]["model"], "hosts": rows[0]["hosts"], "rate": rows[0]["rate"],
+    model = rows[0]["model"].replace(f"{HERE.parent}/", "")  # a profile's path in the repository, wherever it ran
+    return {"model": model, "hosts": rows[0]["hosts"], "rate": rows[0]["rate"],
             "dilate": rows[0].get("dilate", 1.0), "allreduce_over_compute": lb["allreduce_all_s"] / lb["compute_s"],
             "auto_ms": auto["iteration_s_median"] * 1e3, "ddp_ms": ddp["iteration_s_median"] * 1e3,
             "best_ddp": best["strategy"], "best_ddp_ms": best["iteration_s_median"] * 1e3,

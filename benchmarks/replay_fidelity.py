@@ -5,8 +5,9 @@
 1. **Compute** (any user): the replay model of ``--profile``, profiled by gradsched's own
    profiler (hooks, ``--iterations``): per-layer forward and backward against the
    profile (median and worst |error| over layers of at least 1 ms, error of the sums),
-   and the CPU time of a replayed step (forward, backward, SGD step) against its wall
-   time.
+   and the CPU time of a replayed step against its wall time: the emulated compute
+   (forward and backward: waits, the gradients' bytes written, autograd) and with the
+   SGD step, real work on the CPU that a GPU would run on the device.
 2. **Network** (root): for each ``HOSTSxRATE`` in ``--configs``, a testbed (prefix
    ``gsr``) and gloo all-reduce timed from 1 MiB to 64 MiB (``gradsched.torch.netbench``,
    one process per host), each size against the rate's line: the ring's ``2(n-1)/n``
@@ -56,11 +57,12 @@ def compute_fidelity(source: str, iterations: int) -> dict:
     # each gradient's ready time after backward starts, against the profile's, over the whole backward
     order = [measured.ready_s[i] - ref.ready_s[i] for i in range(ref.num_tensors)]
     opt = torch.optim.SGD(spec.module.parameters(), lr=0.01)
-    walls, cpus = [], []
+    walls, cpus, emulated = [], [], []  # a step's wall and CPU time; the CPU time of forward and backward alone
     for _ in range(iterations):
         opt.zero_grad()
         w0, c0 = time.perf_counter(), time.process_time()
         spec.loss_fn(spec.module(batch[0]), batch[1]).backward()
+        emulated.append(time.process_time() - c0)
         opt.step()
         walls.append(time.perf_counter() - w0)
         cpus.append(time.process_time() - c0)
@@ -73,6 +75,8 @@ def compute_fidelity(source: str, iterations: int) -> dict:
             "same_ready_order": list(measured.order) == list(ref.order),
             "step_wall_s": statistics.median(walls), "step_cpu_s": statistics.median(cpus),
             "cpu_share": statistics.median(c / w for c, w in zip(cpus, walls)),
+            "forward_backward_cpu_s": statistics.median(emulated),
+            "forward_backward_cpu_share": statistics.median(c / w for c, w in zip(emulated, walls)),
             "profile_step_s": ref.compute_s, "load_average": os.getloadavg()[0]}
 
 
@@ -112,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{c['median_abs_error']:.1%}, worst {c['worst_abs_error']:.1%}; forward+backward {c['forward_backward_error']:+.1%}; "
           f"ready times off by a median {c['ready_median_abs_error_of_backward']:.1%} of backward (worst "
           f"{c['ready_worst_abs_error_of_backward']:.1%}), same order: {c['same_ready_order']}; "
-          f"a step {c['step_wall_s'] * 1e3:.0f} ms wall, {c['step_cpu_s'] * 1e3:.0f} ms CPU ({c['cpu_share']:.1%}); "
+          f"a step {c['step_wall_s'] * 1e3:.0f} ms wall, {c['step_cpu_s'] * 1e3:.0f} ms CPU ({c['cpu_share']:.1%}), "
+          f"forward and backward alone {c['forward_backward_cpu_s'] * 1e3:.0f} ms ({c['forward_backward_cpu_share']:.1%}); "
           f"load {c['load_average']:.1f}")
     out["network"] = []
     if os.geteuid() == 0:
