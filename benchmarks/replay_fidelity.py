@@ -15,7 +15,8 @@
    frames, docs/testbed.md).  A configuration is faithful when every size of 4 MiB
    and more is within 5% of its line.
 
-Prints a table and writes ``benchmarks/results/replay_fidelity.json``.  What it showed
+Prints a table and writes ``benchmarks/results/replay_fidelity.json`` (a run without
+network configurations keeps the network results already in it).  What it showed
 sets ``FAITHFUL_AGGREGATE_BPS`` in ``gradsched/commands/bench.py`` (docs/bench.md).
 """
 
@@ -131,8 +132,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{sizes}  {'faithful' if n['faithful'] else 'NOT faithful'} (load {n['load_average']:.1f})")
     else:
         print("network: skipped (the testbed needs root)")
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(out, indent=1))
+    path = Path(args.json)
+    if not out["network"] and path.exists():  # a compute-only run keeps the network results already written
+        out = {**json.loads(path.read_text()), **{k: v for k, v in out.items() if k != "network"}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1))
     print(f"wrote {args.json}")
     return 0
 
