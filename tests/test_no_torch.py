@@ -29,3 +29,27 @@ def test_core_imports_without_torch():
     out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+BLOCKED_CLI = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("torch is blocked in this test")
+sys.meta_path.insert(0, Block())
+from gradsched.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_bad_replay_profile_is_refused_before_torch_is_imported(tmp_path):
+    """`bench --replay` reads and checks the profile in the command's process, torch-free (gradsched.replayable)."""
+    bad = tmp_path / "bad.profile.json"
+    bad.write_text('{"format": "gradsched.profile/1", "model": "x", "tensors": [{"name": "a", "numel": 3, '
+                   '"bytes": 3, "forward_s": 0.1, "backward_s": 0.1}]}')
+    for source, words in ((str(bad), "1-byte elements"), ("no-such-profile", "bundled")):
+        out = subprocess.run([sys.executable, "-c", BLOCKED_CLI, "bench", "--replay", source, "--loopback"],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2, out.stderr
+        assert words in out.stderr and len(out.stderr.strip().splitlines()) == 1 and "torch" not in out.stderr
