@@ -1,15 +1,19 @@
-"""The planning core (formats, cost models, planners, simulator, simulate command) imports no torch."""
+"""The planning core (formats, cost models, planners, simulator, simulate command) imports no torch,
+and `bench --replay` refuses a bad profile before importing it."""
 
 import subprocess
 import sys
 
-CODE = """
+BLOCK_TORCH = """
 import sys
 class Block:
     def find_spec(self, name, path=None, target=None):
         if name == "torch" or name.startswith("torch."):
             raise ImportError("torch is blocked in this test")
 sys.meta_path.insert(0, Block())
+"""
+
+CODE = BLOCK_TORCH + """
 import gradsched, gradsched.planners, gradsched.sim, gradsched.cli, gradsched.timeline, gradsched.synthetic
 import gradsched.calibration
 from gradsched.planners import make_plan, strategy_names
@@ -31,13 +35,7 @@ def test_core_imports_without_torch():
     assert out.stdout.strip() == "ok"
 
 
-BLOCKED_CLI = """
-import sys
-class Block:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ImportError("torch is blocked in this test")
-sys.meta_path.insert(0, Block())
+BLOCKED_CLI = BLOCK_TORCH + """
 from gradsched.cli import main
 sys.exit(main(sys.argv[1:]))
 """
