@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
 
-from gradsched.torch import DistributedDataParallel  # noqa: E402
+from gradsched.torch import DistributedDataParallel, DistributedOptimizer  # noqa: E402
 from gradsched.torch.runtime.autotune import AutoTuneConfig  # noqa: E402
 from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
 from gradsched.advise import best_ddp_bucket_mb  # noqa: E402
@@ -120,6 +120,14 @@ def test_trials_take_turns_with_pytorch_ddp_and_settle_on_it_when_it_is_fastest(
     settled = tuner.iteration
     _train(model, 0, 1, 3)
     assert tuner.iteration == settled and model._settled_on_torch_ddp()
+    # nor does anything pile up: gradsched's optimizer records no update that nothing would trim
+    events = len(model._tracer.events)
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), model)
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.randn(8, 8)).square().mean().backward()
+        opt.step()
+    assert len(model._tracer.events) == events
 
 
 def test_short_iterations_get_longer_trial_windows_on_rank_0s_word(world_of_one):

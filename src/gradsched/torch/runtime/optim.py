@@ -104,7 +104,7 @@ class DistributedOptimizer:
             return loss
         clear_applied(self._params())  # LaySA's results already applied: None, as the optimizer expects
         if not self._model.overlaps_forward:
-            tracer = self._model._tracer
+            tracer = self._model.step_tracer
             t0 = tracer.now() if tracer is not None else 0.0
             self._clip()
             out = self.optimizer.step() if closure is None else self.optimizer.step(closure)

@@ -372,6 +372,12 @@ class DistributedDataParallel(nn.Module):
         """Run-time auto settled on PyTorch's DDP for good (and no trace was asked for): its forward alone runs."""
         return self.autotuner is not None and self.autotuner.done and not self._user_trace
 
+    @property
+    def step_tracer(self) -> Tracer | None:
+        """Where the optimizer records its updates: nowhere once run-time auto settled on PyTorch's DDP (nothing
+        reads them then, and nothing trims them: one event a step would pile up for the rest of training)."""
+        return None if self._settled_on_torch_ddp() else self._tracer
+
     def _finish_unstepped(self) -> None:
         """A backward left in flight that no ``step()`` followed (a GAN's generator step through the
         discriminator): finish it now, before autograd accumulates into its buckets."""
