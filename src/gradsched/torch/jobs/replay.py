@@ -47,10 +47,11 @@ from torch import nn
 
 from gradsched.constants import REPLAY_PREFIX  # noqa: F401  (build_model("replay:PROFILE"), re-exported)
 from gradsched.profile import Profile
-from gradsched.replayable import check_element_bytes, check_replayable, load_profile  # noqa: F401  (re-exported)
+# read and checked without torch (gradsched.replayable); load_profile re-exported for build_model
+from gradsched.replayable import ELEMENT_BYTES, check_element_bytes, check_replayable, load_profile  # noqa: F401
 
 WIDTH = 8  # features of the tiny activation that chains the layers
-_DTYPES = {2: torch.float16, 4: torch.float32, 8: torch.float64}  # element bytes -> dtype
+_DTYPES = dict(zip(ELEMENT_BYTES, (torch.float16, torch.float32, torch.float64)))  # element bytes -> dtype
 
 
 # time off the CPU between two pieces that the emulated device ignores: a sleep's late wake-up, the GIL (_Clock)
