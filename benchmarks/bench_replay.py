@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -58,7 +59,8 @@ def summary(rows: list[dict]) -> dict:
     auto, ddp = by["auto"], by["ddp"]
     best = by[rows[0]["best_ddp"]]
     lb = rows[0]["lower_bound"]
-    model = rows[0]["model"].replace(f"{HERE.parent}/", "")  # a profile's path in the repository, wherever it ran
+    # a profile's path in the repository, wherever the repository (or a copy of it) was when it ran
+    model = re.sub(r"^replay:/.*?/(benchmarks/profiles/)", r"replay:\1", rows[0]["model"])
     return {"model": model, "hosts": rows[0]["hosts"], "rate": rows[0]["rate"],
             "dilate": rows[0].get("dilate", 1.0), "allreduce_over_compute": lb["allreduce_all_s"] / lb["compute_s"],
             "auto_ms": auto["iteration_s_median"] * 1e3, "ddp_ms": ddp["iteration_s_median"] * 1e3,
