@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", default=DEFAULT_RUNS, help=f"PROFILE:HOSTS:RATE:DILATE, comma-separated "
                     f"(default {DEFAULT_RUNS})")
     ap.add_argument("--strategies", default="ddp,auto")
+    ap.add_argument("--ddp-buckets", help="DDP's bucket sizes beside its default (gradsched bench's default sweep "
+                    "if not given; fewer rows where the ranks' model copies would not fit in memory)")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--table-only", action="store_true", help="summarise the JSON files already written")
@@ -89,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.table_only:
             code = gradsched(["bench", "--replay", source, "--hosts", hosts, "--rate", rate, "--dilate", dilate,
                               "--prefix", "gsr", "--strategies", args.strategies, "--steps", str(args.steps),
-                              "--rounds", str(args.rounds), "-q", "--json", f"{stem}.json", "--plot", f"{stem}.png"])
+                              "--rounds", str(args.rounds), "-q", "--json", f"{stem}.json", "--plot", f"{stem}.png",
+                              *(["--ddp-buckets", args.ddp_buckets] if args.ddp_buckets else [])])
             if code != 0:
                 return code
         if Path(f"{stem}.json").exists():
