@@ -23,7 +23,9 @@ from gradsched.torch import DistributedDataParallel, DistributedOptimizer  # noq
 from gradsched.torch.runtime.autotune import AutoTuneConfig  # noqa: E402
 from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
 from gradsched.advise import best_ddp_bucket_mb  # noqa: E402
-from gradsched.torch.runtime.torch_ddp import TORCH_DDP, candidate_plan, is_torch_ddp  # noqa: E402
+from gradsched.bundled import bundled_cluster  # noqa: E402
+from gradsched.torch.runtime.planning import profile_from_module  # noqa: E402
+from gradsched.torch.runtime.torch_ddp import TORCH_DDP, TorchDDPPool, candidate_plan, is_torch_ddp, one_bucket_mb  # noqa: E402
 
 PENALTY_S = 10.0  # what a slow plan's iteration takes on the injected clock, beyond its real time
 OPTIONS = {"switch_iteration": 3, "trials": 2, "trial_iterations": 2, "trial_rounds": 2, "trial_window_s": 0,
@@ -105,9 +107,11 @@ def test_trials_take_turns_with_pytorch_ddp_and_settle_on_it_when_it_is_fastest(
     assert [s.iteration for s in trials] == [3 + 2 * k for k in range(len(trials))]
     assert len(trials) == 2 * len(turn) and [s.plan_hash for s in trials[len(turn):]] == turn
     ddps = {h: tuner._tried[h][1].options["bucket_cap_mb"] for h in turn if tuner._tried[h][0] == TORCH_DDP}
-    # at the user's size and at the advised one (one candidate where both make the same buckets)
-    sizes = (0.01, best_ddp_bucket_mb(tuner.profile, tuner.cluster))
+    # at the user's size, at the advised one and as one bucket (one candidate per set of buckets)
+    sizes = (0.01, best_ddp_bucket_mb(tuner.profile, tuner.cluster), one_bucket_mb(tuner.profile))
     assert set(ddps) == {candidate_plan(tuner.profile, tuner.cluster, mb).hash for mb in sizes}
+    assert len(ddps) >= 2 and max(ddps.values()) == one_bucket_mb(tuner.profile) == 3  # 2.1 MB in one bucket
+    assert len(candidate_plan(tuner.profile, tuner.cluster, one_bucket_mb(tuner.profile)).operations) == 1
     assert tuner.switches[0].plan_hash in turn  # the initial plan competes too
     # DDP won: it runs now, through PyTorch's wrapper, and nothing else is kept
     assert is_torch_ddp(model.plan) and model.plan.hash in ddps and model._executor is None and model._ddp is not None
@@ -128,6 +132,20 @@ def test_trials_take_turns_with_pytorch_ddp_and_settle_on_it_when_it_is_fastest(
         model(torch.randn(8, 8)).square().mean().backward()
         opt.step()
     assert len(model._tracer.events) == events
+
+
+def test_the_users_unset_bucket_size_runs_as_pytorchs_default_and_a_given_one_caps_the_first_bucket(world_of_one):
+    """The candidate for the user's size is the DDP the user's script builds: without ``bucket_cap_mb``
+    PyTorch's first bucket is 1 MiB; a size given (the advised one, one bucket) caps the first bucket too."""
+    module = _net()
+    pool = TorchDDPPool(module, dist.group.WORLD, {}, False, False)
+    default, given = pool.get(25.0, default=True), pool.get(5.0)
+    assert default.bucket_bytes_cap_default and default.bucket_bytes_cap == 25 * 2**20
+    assert not given.bucket_bytes_cap_default and given.bucket_bytes_cap == 5 * 2**20
+    profile, cluster = profile_from_module(module), bundled_cluster()
+    buckets = [4 * op.numel() for op in candidate_plan(profile, cluster, 25.0, default=True).operations]
+    assert len(buckets) == 2 and buckets[0] < 1.01 * 2**20 < sum(buckets)  # about 1 MiB first, then the rest
+    assert len(candidate_plan(profile, cluster, 25.0).operations) == 1  # given: the first bucket holds 25 MiB too
 
 
 def test_short_iterations_get_longer_trial_windows_on_rank_0s_word(world_of_one):

@@ -17,8 +17,9 @@
 3. **Trials.**  The simulator can be wrong on a given machine, so the first plan is
    not trusted blindly: it, its strategy with default options, the best plans of the
    next ``trials - 1`` strategies by prediction, the best plan for a ``profile=`` and
-   ``cluster=`` given to the wrapper (if any), DDP's default buckets and the initial
-   plan take turns, ``trial_rounds`` times over, in windows of
+   ``cluster=`` given to the wrapper (if any), PyTorch's DDP at up to three bucket sizes
+   (:mod:`gradsched.torch.runtime.torch_ddp`; DDP's buckets on the executor without it)
+   and the initial plan take turns, ``trial_rounds`` times over, in windows of
    :attr:`AutoTuneConfig.trial_window` iterations (``trial_iterations`` each in all;
    more where iterations are short, so that a window lasts ``trial_window_s``: rank 0
    sets the length at the first plan), at iterations known in advance; then rank 0
@@ -85,7 +86,7 @@ from gradsched.profile import Profile
 from gradsched.timeline import Event
 from gradsched.torch.runtime.groups import backend_of
 from gradsched.torch.runtime.startup import broadcast_object, gather_object, wait
-from gradsched.torch.runtime.torch_ddp import TORCH_DDP, candidate_plan, is_torch_ddp
+from gradsched.torch.runtime.torch_ddp import CANDIDATE_SIZES, TORCH_DDP, candidate_plan, is_torch_ddp, one_bucket_mb
 
 if TYPE_CHECKING:
     from gradsched.planners.auto import Ranked
@@ -115,7 +116,7 @@ class AutoTuneConfig:
     trial_rounds: int = 3  # ... in this many windows, the candidates taking turns (see trial_window)
     trial_window_s: float = 0.3  # ... each window at least this long (more iterations where steps are short)
     min_gain: float = 0.03  # a trial plan replaces DDP (the baseline) only if it measured at least this much faster
-    torch_ddp: bool = True  # PyTorch's own DDP takes turns too (user's bucket_cap_mb and the advised one)
+    torch_ddp: bool = True  # PyTorch's own DDP takes turns too (user's bucket_cap_mb, the advised one, one bucket)
     replan_threshold: float = 0.15  # relative |measured - expected| / expected that triggers a re-plan
     patience: int = 10  # iterations per check (the median of this many is compared)
     max_replans: int = 3  # re-plans after the first plan; then no more checks
@@ -200,8 +201,10 @@ class AutoTuneConfig:
         """Iterations until every scheduled decision (switch, trials in windows of ``window``, checks up
         to the re-plan cap) is made."""
         # the first plan and its strategy's default options, the runners-up, at most one plan of a given
-        # profile and cluster, PyTorch's DDP at two bucket sizes (else DDP's buckets on the executor), the initial plan
-        candidates = self.trials + OFFLINE_TRIALS + 2 + (2 if self.torch_ddp else 1) if self.trials > 1 else 0
+        # profile and cluster, PyTorch's DDP at up to three bucket sizes (else DDP's buckets on the executor), the
+        # initial plan
+        ddps = CANDIDATE_SIZES if self.torch_ddp else 1
+        candidates = self.trials + OFFLINE_TRIALS + 2 + ddps if self.trials > 1 else 0
         # per re-plan a check, then a measuring window; the last re-plan's plan is checked once more
         checks = 2 * self.max_replans + (1 if self.max_replans else 0)
         return self.switch_iteration + 1 + (candidates * self.trial_rounds + 1) * (window + 1) \
@@ -256,6 +259,7 @@ class TunedModel:
     has_optimizer: Callable[[], bool]  # a DistributedOptimizer is attached (plans may overlap the update)
     timeout_s: float  # the wrapper's: every collective of the tuner's (probes, gathers, broadcasts) is bounded by it
     ddp_bucket_cap_mb: float = 25.0  # what the user set for DDP (its default otherwise): a torch-ddp candidate's size
+    ddp_cap_given: bool = False  # whether the user set it (else that candidate is DDP built without bucket_cap_mb)
     release_spares: Callable[[], None] = lambda: None  # drop the PyTorch DDPs kept for trials but not running
 
 
@@ -593,18 +597,22 @@ class AutoTuner:
 
     def _torch_ddp_trials(self, profile: Profile, cluster: Cluster) -> list[Ranked]:
         """Rank 0, at the first plan: PyTorch's own DDP (:mod:`gradsched.torch.runtime.torch_ddp`) at the
-        user's bucket size and at the one the advisor predicts fastest (one candidate if they are the same)."""
+        user's bucket size (built as the user's DDP is), at the one the advisor predicts fastest and as one
+        bucket; a size that makes the same buckets as one before it is left out."""
         if not self.config.torch_ddp:
             return []
         from gradsched.advise import best_ddp_bucket_mb
         from gradsched.planners.auto import Ranked
         from gradsched.sim import simulate
 
-        out = []
-        for cap in dict.fromkeys([self._model.ddp_bucket_cap_mb, best_ddp_bucket_mb(profile, cluster)]):
-            plan = candidate_plan(profile, cluster, cap)
-            out.append(Ranked(simulate(plan, profile, cluster, timeline=False).iteration_s, TORCH_DDP, plan))
-        return out
+        user = self._model.ddp_bucket_cap_mb
+        plans = [candidate_plan(profile, cluster, user, default=not self._model.ddp_cap_given)]
+        for cap in dict.fromkeys([best_ddp_bucket_mb(profile, cluster), one_bucket_mb(profile)]):
+            if cap != user:  # (the pool keeps one PyTorch DDP per size)
+                plans.append(candidate_plan(profile, cluster, cap))
+        unique = {plan.hash: plan for plan in reversed(plans)}  # the same buckets: the first size named stays
+        return [Ranked(simulate(plan, profile, cluster, timeline=False).iteration_s, TORCH_DDP, plan)
+                for plan in plans if unique.get(plan.hash) is plan]
 
     def _apply(self, step: int, payload: dict[str, Any], reason: str) -> None:
         plan: Plan = payload["plan"]

@@ -7,8 +7,9 @@ cannot honour raises a :class:`~gradsched.errors.GradschedError` that says so.
 
 When no plan is named the wrapper runs :data:`DEFAULT_STRATEGY`: run-time ``auto``
 (docs/autotune.md) with PyTorch's own DDP among its candidates, at the user's
-``bucket_cap_mb`` (25 by default) and at the advised size, and DDP kept unless a plan
-measured at least ``min_gain`` (3%) faster in interleaved trials, and no re-plans after
+``bucket_cap_mb`` (PyTorch's default if not given), at the advised size and as one
+bucket, and DDP kept unless a plan measured at least ``min_gain`` (3%) faster in
+interleaved trials, and no re-plans after
 them (``max_replans=0``: the winner stays, measured).  It starts on DDP's
 bucket rule run by gradsched's executor (:data:`DEFAULT_OPTIONS`: traced, to profile the
 model in place).  After the trials it runs DDP or something measured faster; what the

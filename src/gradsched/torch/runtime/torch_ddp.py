@@ -3,8 +3,11 @@
 ``auto`` (:mod:`gradsched.torch.runtime.autotune`) measures plans by running them; to
 never lose to what a user could pick by hand, it also runs
 ``torch.nn.parallel.DistributedDataParallel`` itself, at the user's ``bucket_cap_mb``
-(25 by default) and at the size the advisor predicts fastest
-(:func:`gradsched.advise.best_ddp_bucket_mb`).
+(PyTorch's default when not given: 25 MiB after a 1 MiB first bucket), at the size the
+advisor predicts fastest (:func:`gradsched.advise.best_ddp_bucket_mb`) and as one
+bucket (:func:`one_bucket_mb`): the end of the range where per-operation costs the
+simulator does not see (each bucket's copies and launches) count most, as over loopback,
+where one bucket measured fastest for cnn, vgg and bert (docs/bench.md, "Real compute").
 
 A candidate is a :class:`~gradsched.plan.Plan` like any other, so the tuner's
 bookkeeping (plan hashes, predictions, broadcasts) is unchanged: the ``ddp`` planner's
@@ -39,14 +42,28 @@ from gradsched.plan import Plan
 from gradsched.profile import Profile
 
 TORCH_DDP = "torch-ddp"  # a candidate's strategy name: run by torch.nn.parallel.DistributedDataParallel
+DEFAULT_CAP_MB = 25.0  # PyTorch DDP's bucket_cap_mb when none is given ...
+DEFAULT_FIRST_MB = 1.0  # ... and its first bucket's then (a cap that is given caps the first bucket too)
+CANDIDATE_SIZES = 3  # the most PyTorch DDPs auto tries: the user's size, the advised one, one bucket
+MiB = 1 << 20
 
 
-def candidate_plan(profile: Profile, cluster: Cluster, bucket_cap_mb: float) -> Plan:
-    """PyTorch's DDP at ``bucket_cap_mb`` as a plan: the ``ddp`` planner's buckets, named :data:`TORCH_DDP`."""
+def candidate_plan(profile: Profile, cluster: Cluster, bucket_cap_mb: float, *, default: bool = False) -> Plan:
+    """PyTorch's DDP at ``bucket_cap_mb`` as a plan: the ``ddp`` planner's buckets, named :data:`TORCH_DDP`.
+
+    ``default``: DDP built without ``bucket_cap_mb`` (a first bucket of :data:`DEFAULT_FIRST_MB`);
+    otherwise the cap is given, and PyTorch caps the first bucket at it too."""
     from gradsched.planners import make_plan
 
-    plan = make_plan("ddp", profile, cluster, bucket_cap_mb=float(bucket_cap_mb))
-    return replace(plan, strategy=TORCH_DDP, options={"bucket_cap_mb": float(bucket_cap_mb)})
+    cap = float(bucket_cap_mb)
+    first = DEFAULT_FIRST_MB if default else cap
+    plan = make_plan("ddp", profile, cluster, bucket_cap_mb=cap, first_bucket_mb=first)
+    return replace(plan, strategy=TORCH_DDP, options={"bucket_cap_mb": cap, "default": default})
+
+
+def one_bucket_mb(profile: Profile) -> float:
+    """A ``bucket_cap_mb`` that puts every gradient of ``profile`` in one bucket (whole MiB)."""
+    return float(max(1, -(-profile.total_bytes // MiB)))
 
 
 def is_torch_ddp(plan: Plan | None) -> bool:
@@ -73,15 +90,18 @@ class TorchDDPPool:
         self._built: dict[float, nn.Module] = {}
         self.constructions = 0  # DDPs built so far (a test checks that windows reuse them)
 
-    def get(self, bucket_cap_mb: float) -> nn.Module:
-        """The DDP at ``bucket_cap_mb`` (built now, collectively, if it is not kept): call on every rank alike."""
+    def get(self, bucket_cap_mb: float, default: bool = False) -> nn.Module:
+        """The DDP at ``bucket_cap_mb`` (built now, collectively, if it is not kept): call on every rank alike.
+
+        ``default``: built as the user's own ``DistributedDataParallel(model)`` is, without a
+        ``bucket_cap_mb`` (:func:`candidate_plan`)."""
         cap = float(bucket_cap_mb)
         if cap not in self._built:
             from torch.nn.parallel import DistributedDataParallel as TorchDDP
 
             # the parameters are equal on every rank (a switch happens after a finished step): no start-up copy
-            self._built[cap] = TorchDDP(self._module, process_group=self._group, bucket_cap_mb=cap, init_sync=False,
-                                        find_unused_parameters=self._find_unused, **self._kwargs)
+            self._built[cap] = TorchDDP(self._module, process_group=self._group, bucket_cap_mb=None if default else cap,
+                                        init_sync=False, find_unused_parameters=self._find_unused, **self._kwargs)
             self.constructions += 1
         return self._built[cap]
 

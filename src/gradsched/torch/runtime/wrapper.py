@@ -43,7 +43,7 @@ from gradsched.torch.runtime.nodes import ranks_per_node as resolve_ranks_per_no
 from gradsched.torch.runtime.planning import (default_cluster, in_profile_order, issue_order, profile_from_module,
                                       resolve_plan, trainable_parameters)
 from gradsched.torch.runtime.startup import broadcast_tensors, check_consistency, plan_key, startup_settings
-from gradsched.torch.runtime.torch_ddp import TorchDDPPool, is_torch_ddp
+from gradsched.torch.runtime.torch_ddp import DEFAULT_CAP_MB, TorchDDPPool, is_torch_ddp
 from gradsched.torch.runtime.trace import FORWARD, Tracer, merge_timelines
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -132,7 +132,8 @@ class DistributedDataParallel(nn.Module):
         self._sparse_options = sparse_options
         self.autotuner: AutoTuner | None = None
         self._ddp_pool: TorchDDPPool | None = None  # run-time auto's PyTorch-DDP candidates (torch_ddp)
-        self._ddp_cap_mb = args.bucket_cap_mb or 25.0  # DDP's bucket size as the user set it (DDP's default)
+        self._ddp_cap_mb = args.bucket_cap_mb or DEFAULT_CAP_MB  # DDP's bucket size as the user set it (DDP's default)
+        self._ddp_cap_given = args.bucket_cap_mb is not None
         settings = startup_settings(module, self._group, args, plan_options)
         tune: AutoTuneConfig | None = None
         if isinstance(plan, str) and plan == "auto":
@@ -249,7 +250,8 @@ class DistributedDataParallel(nn.Module):
                           profile=self._own_profile, plan=lambda: self.plan, order=lambda: self._order,
                           switch_plan=self._switch_plan, synchronize=self.synchronize,
                           has_optimizer=lambda: self._optimizer is not None, timeout_s=self._timeout_s,
-                          ddp_bucket_cap_mb=self._ddp_cap_mb, release_spares=self._release_spare_ddps)
+                          ddp_bucket_cap_mb=self._ddp_cap_mb, ddp_cap_given=self._ddp_cap_given,
+                          release_spares=self._release_spare_ddps)
 
     def _start_executor(self) -> None:
         """Build the executor (and forward gating) for ``self.plan`` and ``self._order``."""
@@ -281,7 +283,8 @@ class DistributedDataParallel(nn.Module):
         self.plan, self._order = plan, list(order)
         if is_torch_ddp(plan):  # PyTorch's own DDP (run-time auto's candidate): kept across windows
             assert self._ddp_pool is not None
-            object.__setattr__(self, "_ddp", self._ddp_pool.get(plan.options["bucket_cap_mb"]))
+            object.__setattr__(self, "_ddp", self._ddp_pool.get(plan.options["bucket_cap_mb"],
+                                                                plan.options.get("default", False)))
             self._ddp.require_backward_grad_sync = enabled
             return
         object.__setattr__(self, "_ddp", None)
