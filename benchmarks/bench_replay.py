@@ -4,7 +4,8 @@
 
 Each run is ``PROFILE:HOSTS:RATE:DILATE``: one ``gradsched bench --replay PROFILE`` on the
 testbed (root; prefix ``gsr``) with ``auto``, PyTorch DDP and DDP's bucket sizes, writing
-``benchmarks/results/bench_replay_<profile>_<hosts>h.{json,png}``.  Then one table over
+``benchmarks/results/bench_replay_<profile>_<hosts>h.{json,png}`` (``..._<hosts>h_<rate>`` at a
+rate other than 1gbit).  Then one table over
 all runs: per row the ratio of one all-reduce of all gradients to compute (the regime),
 ``auto`` against DDP's default, against DDP's best bucket size and the lower bound, and
 the simulator's error on every row.  Compute is emulated (waiting, per the profile) and
@@ -30,6 +31,7 @@ HERE = Path(__file__).parent
 RESULTS = HERE / "results"
 PROFILES = HERE / "profiles"
 DEFAULT_RUNS = "googlenet-k80:2:1gbit:1,gpt-6x512:2:1gbit:1,googlenet-k80:4:1gbit:2"
+DEFAULT_RATE = "1gbit"  # a run at another rate has it in its files' names
 
 
 def transformer_profile() -> Path:
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     for run in args.runs.split(","):
         name, hosts, rate, dilate = run.split(":")
         source = str(transformer_profile()) if name == "gpt-6x512" else name
-        stem = RESULTS / f"bench_replay_{name.replace('-', '_')}_{hosts}h"
+        stem = RESULTS / f"bench_replay_{name.replace('-', '_')}_{hosts}h{'' if rate == DEFAULT_RATE else '_' + rate}"
         if not args.table_only:
             code = gradsched(["bench", "--replay", source, "--hosts", hosts, "--rate", rate, "--dilate", dilate,
                               "--prefix", "gsr", "--strategies", args.strategies, "--steps", str(args.steps),

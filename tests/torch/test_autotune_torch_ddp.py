@@ -25,7 +25,8 @@ from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
 from gradsched.advise import best_ddp_bucket_mb  # noqa: E402
 from gradsched.bundled import bundled_cluster  # noqa: E402
 from gradsched.torch.runtime.planning import profile_from_module  # noqa: E402
-from gradsched.torch.runtime.torch_ddp import TORCH_DDP, TorchDDPPool, candidate_plan, is_torch_ddp, one_bucket_mb  # noqa: E402
+from gradsched.torch.runtime.torch_ddp import (TORCH_DDP, TorchDDPPool, candidate_plan, is_torch_ddp,  # noqa: E402
+                                               one_bucket_mb)
 
 PENALTY_S = 10.0  # what a slow plan's iteration takes on the injected clock, beyond its real time
 OPTIONS = {"switch_iteration": 3, "trials": 2, "trial_iterations": 2, "trial_rounds": 2, "trial_window_s": 0,
