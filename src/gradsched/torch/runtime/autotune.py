@@ -607,12 +607,14 @@ class AutoTuner:
 
         user = self._model.ddp_bucket_cap_mb
         plans = [candidate_plan(profile, cluster, user, default=not self._model.ddp_cap_given)]
-        for cap in dict.fromkeys([best_ddp_bucket_mb(profile, cluster), one_bucket_mb(profile)]):
-            if cap != user:  # (the pool keeps one PyTorch DDP per size)
-                plans.append(candidate_plan(profile, cluster, cap))
-        unique = {plan.hash: plan for plan in reversed(plans)}  # the same buckets: the first size named stays
+        plans += [candidate_plan(profile, cluster, cap) for cap in (best_ddp_bucket_mb(profile, cluster),
+                                                                    one_bucket_mb(profile))
+                  if cap != user]  # (the pool keeps one PyTorch DDP per size)
+        unique: dict[str, Plan] = {}
+        for plan in plans:  # the same buckets: the first size named stays
+            unique.setdefault(plan.hash, plan)
         return [Ranked(simulate(plan, profile, cluster, timeline=False).iteration_s, TORCH_DDP, plan)
-                for plan in plans if unique.get(plan.hash) is plan]
+                for plan in unique.values()]
 
     def _apply(self, step: int, payload: dict[str, Any], reason: str) -> None:
         plan: Plan = payload["plan"]

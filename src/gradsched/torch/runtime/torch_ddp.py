@@ -37,27 +37,22 @@ from typing import Any
 
 from torch import nn
 
+from gradsched.advise import DDP_DEFAULT_FIRST_MB, ddp_plan
 from gradsched.cluster import Cluster
+from gradsched.constants import MiB
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 
 TORCH_DDP = "torch-ddp"  # a candidate's strategy name: run by torch.nn.parallel.DistributedDataParallel
-DEFAULT_CAP_MB = 25.0  # PyTorch DDP's bucket_cap_mb when none is given ...
-DEFAULT_FIRST_MB = 1.0  # ... and its first bucket's then (a cap that is given caps the first bucket too)
 CANDIDATE_SIZES = 3  # the most PyTorch DDPs auto tries: the user's size, the advised one, one bucket
-MiB = 1 << 20
 
 
 def candidate_plan(profile: Profile, cluster: Cluster, bucket_cap_mb: float, *, default: bool = False) -> Plan:
-    """PyTorch's DDP at ``bucket_cap_mb`` as a plan: the ``ddp`` planner's buckets, named :data:`TORCH_DDP`.
-
-    ``default``: DDP built without ``bucket_cap_mb`` (a first bucket of :data:`DEFAULT_FIRST_MB`);
-    otherwise the cap is given, and PyTorch caps the first bucket at it too."""
-    from gradsched.planners import make_plan
-
+    """PyTorch's DDP at ``bucket_cap_mb`` as a plan: :func:`gradsched.advise.ddp_plan`'s buckets, named
+    :data:`TORCH_DDP`.  ``default``: DDP built without ``bucket_cap_mb`` (its first bucket
+    :data:`~gradsched.advise.DDP_DEFAULT_FIRST_MB`); otherwise the cap is given, and caps the first bucket too."""
     cap = float(bucket_cap_mb)
-    first = DEFAULT_FIRST_MB if default else cap
-    plan = make_plan("ddp", profile, cluster, bucket_cap_mb=cap, first_bucket_mb=first)
+    plan = ddp_plan(profile, cluster, cap, DDP_DEFAULT_FIRST_MB if default else None)
     return replace(plan, strategy=TORCH_DDP, options={"bucket_cap_mb": cap, "default": default})
 
 

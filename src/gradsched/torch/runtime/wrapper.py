@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from gradsched.advise import DDP_DEFAULT_MB
 from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
@@ -43,7 +44,7 @@ from gradsched.torch.runtime.nodes import ranks_per_node as resolve_ranks_per_no
 from gradsched.torch.runtime.planning import (default_cluster, in_profile_order, issue_order, profile_from_module,
                                       resolve_plan, trainable_parameters)
 from gradsched.torch.runtime.startup import broadcast_tensors, check_consistency, plan_key, startup_settings
-from gradsched.torch.runtime.torch_ddp import DEFAULT_CAP_MB, TorchDDPPool, is_torch_ddp
+from gradsched.torch.runtime.torch_ddp import TorchDDPPool, is_torch_ddp
 from gradsched.torch.runtime.trace import FORWARD, Tracer, merge_timelines
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -132,7 +133,7 @@ class DistributedDataParallel(nn.Module):
         self._sparse_options = sparse_options
         self.autotuner: AutoTuner | None = None
         self._ddp_pool: TorchDDPPool | None = None  # run-time auto's PyTorch-DDP candidates (torch_ddp)
-        self._ddp_cap_mb = args.bucket_cap_mb or DEFAULT_CAP_MB  # DDP's bucket size as the user set it (DDP's default)
+        self._ddp_cap_mb = args.bucket_cap_mb or DDP_DEFAULT_MB  # DDP's bucket size as the user set it (DDP's default)
         self._ddp_cap_given = args.bucket_cap_mb is not None
         settings = startup_settings(module, self._group, args, plan_options)
         tune: AutoTuneConfig | None = None
