@@ -57,7 +57,19 @@ def bench(model: str, where: list[str], schedule: tuple[int, int]) -> dict:
             "ddp_s": ddp["ddp"], "best_ddp": best, "best_ddp_s": ddp[best], "ddp_rows_s": ddp,
             "auto_vs_best_ddp": ddp[best] / auto["iteration_s_median"],
             "auto_vs_ddp": ddp["ddp"] / auto["iteration_s_median"], "job_s": rows[0].get("job_s"),
-            "auto_vs_best_ddp_held_out": held_out, "auto_vs_best_ddp_held_out_ci95": [low, high]}
+            "auto_vs_best_ddp_held_out": held_out, "auto_vs_best_ddp_held_out_ci95": [low, high],
+            "auto_trials": trials(auto)}
+
+
+def trials(auto: dict) -> dict | None:
+    """What ``auto``'s trials measured (rank 0), by candidate: each window's median in ms, the median
+    over them, which one was the baseline and which one was kept."""
+    d = (auto.get("autotune") or {}).get("trial_decision")
+    if not d:
+        return None
+    label = d.get("plans", {})
+    return {label.get(h, h): {"median_ms": 1e3 * d["measured"][h], "rounds_ms": [1e3 * x for x in d["rounds"][h]],
+                              "baseline": h == d["baseline"], "kept": h == d["kept"]} for h in d["measured"]}
 
 
 def best_ddp_ratio_interval(by_name: dict[str, dict], reps: int = BOOTSTRAP_REPS,
@@ -97,13 +109,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=3, help="vgg jobs on 2 testbed hosts (root; 0: skip)")
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--prefix", default="gsa", help="testbed name prefix")
+    ap.add_argument("--rounds-x", type=int, default=1, metavar="N",
+                    help="N times each model's rounds over loopback (narrows the rounds' noise; N times as long)")
     ap.add_argument("--json", default=str(RESULTS / "auto_real_compute.json"))
     args = ap.parse_args(argv)
+    if args.rounds_x < 1:
+        raise SystemExit(f"--rounds-x must be a positive integer, got {args.rounds_x}")
     if args.jobs and os.geteuid() != 0:
         raise SystemExit("the testbed jobs need root (--jobs 0 runs the loopback part only)")
     records = []
     for model in [] if args.models == "none" else args.models.split(","):
-        records.append(bench(model, ["--loopback"], SCHEDULE.get(model, DEFAULT_SCHEDULE)))
+        steps, rounds = SCHEDULE.get(model, DEFAULT_SCHEDULE)
+        records.append(bench(model, ["--loopback"], (steps, rounds * args.rounds_x)) | {"rounds": rounds * args.rounds_x})
         _print(records[-1])
     for job in range(args.jobs):
         records.append(bench("vgg", ["--rate", args.rate, "--prefix", args.prefix], (3, 6)) | {"job": job + 1})

@@ -11,10 +11,11 @@ all runs: per row the ratio of one all-reduce of all gradients to compute (the r
 the simulator's error on every row.  Compute is emulated (waiting, per the profile) and
 communication real (docs/bench.md, "Emulated compute").
 
-Profiles: ``googlenet-k80`` is bundled (the MG-WFBP authors' K80 logs); ``gpt-6x512`` is a
-GPT-2-shaped transformer (6 layers, width 512, vocabulary 8192, 512 tokens, batch 16)
+Profiles: ``googlenet-k80`` is bundled (the MG-WFBP authors' K80 logs); ``gpt-6x512`` and
+``gpt-4x384`` are GPT-2-shaped transformers (6 layers of width 512, batch 16; 4 layers of
+width 384, batch 22, small enough for 8 ranks' memory here; vocabulary 8192, 512 tokens)
 estimated on the meta device at 2.5 TFLOP/s (about a K80's sustained fp32), written to
-``benchmarks/profiles/gpt-6x512.profile.json`` by :func:`transformer_profile` when missing.
+``benchmarks/profiles/<name>.profile.json`` by :func:`transformer_profile` when missing.
 """
 
 from __future__ import annotations
@@ -34,9 +35,12 @@ DEFAULT_RUNS = "googlenet-k80:2:1gbit:1,gpt-6x512:2:1gbit:1,googlenet-k80:4:1gbi
 DEFAULT_RATE = "1gbit"  # a run at another rate has it in its files' names
 
 
-def transformer_profile() -> Path:
-    """The GPT-2-shaped meta profile (made once, then read from its file)."""
-    path = PROFILES / "gpt-6x512.profile.json"
+TRANSFORMERS = {"gpt-6x512": (6, 512, 8, 16), "gpt-4x384": (4, 384, 6, 22)}  # layers, width, heads, batch
+
+
+def transformer_profile(name: str) -> Path:
+    """A GPT-2-shaped meta profile of :data:`TRANSFORMERS` (made once, then read from its file)."""
+    path = PROFILES / f"{name}.profile.json"
     if path.exists():
         return path
     import torch
@@ -44,12 +48,14 @@ def transformer_profile() -> Path:
     from gradsched.torch.measure.flops import TransformerConfig, build_transformer
     from gradsched.torch.measure.profiler import profile_module
 
-    cfg = TransformerConfig(n_layer=6, n_embd=512, n_head=8, vocab_size=8192, seq_len=512, ffn_hidden=2048)
+    layers, width, heads, batch_size = TRANSFORMERS[name]
+    cfg = TransformerConfig(n_layer=layers, n_embd=width, n_head=heads, vocab_size=8192, seq_len=512,
+                            ffn_hidden=4 * width)
     spec = build_transformer(cfg, device="meta")
-    batch = spec.make_batch(16, torch.Generator().manual_seed(0))
+    batch = spec.make_batch(batch_size, torch.Generator().manual_seed(0))
     prof = profile_module(spec.module, batch, loss_fn=spec.loss_fn, iterations=1, warmup=0, device="meta",
-                          device_tflops=2.5, model_name="gpt-6x512")
-    prof.extra["batch_size"] = 16
+                          device_tflops=2.5, model_name=name)
+    prof.extra["batch_size"] = batch_size
     PROFILES.mkdir(exist_ok=True)
     prof.save(path)
     return path
@@ -88,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = []
     for run in args.runs.split(","):
         name, hosts, rate, dilate = run.split(":")
-        source = str(transformer_profile()) if name == "gpt-6x512" else name
+        source = str(transformer_profile(name)) if name in TRANSFORMERS else name
         stem = RESULTS / f"bench_replay_{name.replace('-', '_')}_{hosts}h{'' if rate == DEFAULT_RATE else '_' + rate}"
         if not args.table_only:
             code = gradsched(["bench", "--replay", source, "--hosts", hosts, "--rate", rate, "--dilate", dilate,

@@ -122,6 +122,21 @@ def test_trials_keep_ddps_buckets_unless_clearly_beaten():
     assert fastest({"a": 0.085, "ddp": 0.100}, "ddp", 0.03, {"a": [0.08, 0.09]}) == "a"  # no rounds of DDP's
 
 
+def test_ddp_at_another_bucket_size_needs_only_the_smaller_gain_and_every_round():
+    measured = {"ddp-all": 0.0955, "ddp": 0.100, "usbyte": 0.0955}  # both 4.5% faster than the user's DDP
+    rounds = {"ddp-all": [0.095, 0.096, 0.097], "ddp": [0.100, 0.099, 0.101], "usbyte": [0.095, 0.096, 0.097]}
+    # another bucket size of the same DDP clears 1%; another engine must clear 3% (it does: both kept alike)
+    assert fastest(measured, "ddp", 0.03, rounds, {"ddp-all"}, 0.01) in ("ddp-all", "usbyte")
+    close = {"ddp-all": 0.098, "ddp": 0.100, "usbyte": 0.098}  # 2% faster, in every round
+    close_rounds = {k: [v - 1e-4, v, v + 1e-4] for k, v in close.items()}
+    assert fastest(close, "ddp", 0.03, close_rounds, {"ddp-all"}, 0.01) == "ddp-all"
+    assert fastest(close, "ddp", 0.03, close_rounds) == "ddp"  # no resized plans named: 3% for all
+    assert fastest({"usbyte": 0.098, "ddp": 0.100}, "ddp", 0.03, close_rounds, {"ddp-all"}, 0.01) == "ddp"
+    # slower than the user's DDP in one round: kept out whatever the gain
+    lost = {**close_rounds, "ddp-all": [0.097, 0.101, 0.096]}
+    assert fastest(close, "ddp", 0.03, lost, {"ddp-all"}, 0.01) == "ddp"
+
+
 # --------------------------------------------------------------------------- properties (hypothesis)
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SECONDS = st.floats(1e-5, 1.0, allow_nan=False)

@@ -36,12 +36,16 @@ TOLERANCE = 1e-5
 
 def slow_down(model: Any, slow: Callable[[Any], bool]) -> None:
     """Inject the clock: every iteration run under a plan for which ``slow(plan)`` holds takes PENALTY_S more."""
+    delay(model, lambda plan: PENALTY_S if slow(plan) else 0.0)
+
+
+def delay(model: Any, seconds: Callable[[Any], float]) -> None:
+    """Inject the clock: every iteration run under ``plan`` takes ``seconds(plan)`` more."""
     tuner, tracer = model.autotuner, model._tracer
     start = tuner.on_iteration_start
 
     def on_iteration_start() -> None:
-        if slow(model.plan):  # the plan that ran the iteration ending now
-            tracer.epoch -= PENALTY_S  # Tracer.now() = perf_counter() - epoch: the clock jumps ahead
+        tracer.epoch -= seconds(model.plan)  # the plan that ran the iteration ending now; the clock jumps ahead
         start()
 
     tuner.on_iteration_start = on_iteration_start
@@ -163,6 +167,29 @@ def test_short_iterations_get_longer_trial_windows_on_rank_0s_word(world_of_one)
     trials = [s.iteration for s in tuner.switches if s.reason == "trial"]
     assert trials and all(b - a == window + 1 for a, b in zip([profiled.iteration, *trials], trials))
     assert tuner.trials_done
+
+
+@pytest.mark.parametrize("resize_min_gain, kept", [(0.01, "one bucket"), (0.03, "user's")])
+def test_ddp_at_another_bucket_size_replaces_the_users_when_it_beats_it_by_the_smaller_gain(world_of_one,
+                                                                                            resize_min_gain, kept):
+    """One bucket 2% faster than the user's DDP in every round: kept under resize_min_gain 1% (nothing but the
+    buckets differs), not under 3%; gradsched's plans, much slower, are never kept."""
+    module = _net()
+    options = {**OPTIONS, "min_gain": 0.03, "resize_min_gain": resize_min_gain}
+    model = DistributedDataParallel(module, "auto", plan_options=options, bucket_cap_mb=0.01)
+    one = one_bucket_mb(profile_from_module(module))  # 3 MiB: 2.1 MB of gradients
+
+    def seconds(plan: Any) -> float:
+        if not is_torch_ddp(plan):
+            return 2 * PENALTY_S
+        return {0.01: PENALTY_S, one: 0.98 * PENALTY_S}.get(plan.options["bucket_cap_mb"], 1.5 * PENALTY_S)
+
+    delay(model, seconds)
+    _train(model, 0, 1, model.autotuner.config.tuning_iterations)
+    assert is_torch_ddp(model.plan) and model.autotuner.trials_done
+    assert model.plan.options["bucket_cap_mb"] == (one if kept == "one bucket" else 0.01)
+    decision = model.autotuner.trial_decision
+    assert decision["plans"][decision["kept"]] == f"{TORCH_DDP} {model.plan.options['bucket_cap_mb']:g} MB"
 
 
 def test_a_faster_plan_replaces_pytorch_ddp_and_its_wrappers_are_dropped(world_of_one):

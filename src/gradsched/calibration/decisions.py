@@ -6,6 +6,8 @@ measured and broadcasts the outcome; they are plain functions of medians.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 
 def decide(current: str, measured_s: float, expected_s: float, measured_by_plan: dict[str, float],
            threshold: float, must_gain: float | None = None) -> tuple[str, str | None]:
@@ -34,7 +36,8 @@ def decide(current: str, measured_s: float, expected_s: float, measured_by_plan:
 
 
 def fastest(measured_by_plan: dict[str, float], baseline: str | None, min_gain: float,
-            rounds: dict[str, list[float]] | None = None) -> str:
+            rounds: dict[str, list[float]] | None = None, resized: Collection[str] = (),
+            resized_min_gain: float | None = None) -> str:
     """The plan the trials keep: the fastest of those that beat DDP's buckets (``baseline``) by
     ``min_gain`` and, given ``rounds`` (each plan's window medians, round by round), in every
     round; the baseline if none does.
@@ -43,13 +46,21 @@ def fastest(measured_by_plan: dict[str, float], baseline: str | None, min_gain: 
     (on 4 ranks sharing 2 cores, a plan 1% faster than DDP's buckets in its trial ran 14%
     slower than PyTorch DDP in the rounds after); what users would run anyway keeps its
     place unless something is clearly faster, and a plan that lost to it in a round, where
-    both ran in the same phase of the machine, is not clearly faster."""
+    both ran in the same phase of the machine, is not clearly faster.
+
+    ``resized``: plans that are the baseline with other bucket sizes (PyTorch's DDP at
+    another ``bucket_cap_mb``): they need beat it by ``resized_min_gain`` only (default
+    ``min_gain``), in every round as well.  Nothing else changes between them, so a noisy
+    pick costs nothing on average, while a real gain of a few % (one bucket over DDP's
+    default for a small CNN over loopback: 4-5%) would rarely clear 3% in every round."""
     if baseline not in measured_by_plan:
         return min(measured_by_plan, key=measured_by_plan.__getitem__)
     base, rounds = measured_by_plan[baseline], rounds or {}
+    small = min_gain if resized_min_gain is None else resized_min_gain
 
     def beats(plan: str) -> bool:
-        return measured_by_plan[plan] <= base * (1 - min_gain) and all(
+        gain = small if plan in resized else min_gain
+        return measured_by_plan[plan] <= base * (1 - gain) and all(
             a < b for a, b in zip(rounds.get(plan, []), rounds.get(baseline, [])))
 
     winners = [h for h in measured_by_plan if h != baseline and beats(h)]

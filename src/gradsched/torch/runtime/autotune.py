@@ -24,7 +24,8 @@
    more where iterations are short, so that a window lasts ``trial_window_s``: rank 0
    sets the length at the first plan), at iterations known in advance; then rank 0
    broadcasts the plan whose windows measured fastest (PyTorch's DDP at the user's bucket
-   size stays unless beaten by ``min_gain`` overall and in every round) and the
+   size stays unless beaten by ``min_gain`` overall and in every round, or PyTorch's DDP
+   at another bucket size beats it by ``resize_min_gain`` so) and the
    strategies that lost are excluded.  Taking turns spreads each plan's iterations over
    the machine's slow and fast phases; one window per plan let a lucky window pick the
    winner.
@@ -58,7 +59,7 @@ sizes for a line, a few probe all-reduces of known sizes at start-up supply the 
 Options (``plan_options`` of ``"auto"``; ``gradsched train --opt KEY=VALUE``):
 ``switch_iteration`` (5), ``initial`` ("wfbp"), ``initial_options`` ({}), ``trials``
 (3), ``trial_iterations`` (12), ``trial_rounds`` (3), ``trial_window_s`` (0.3), ``min_gain``
-(0.03), ``replan_threshold`` (0.15), ``patience`` (10), ``max_replans`` (3), ``adaptive`` (true;
+(0.03), ``resize_min_gain`` (0.01), ``replan_threshold`` (0.15), ``patience`` (10), ``max_replans`` (3), ``adaptive`` (true;
 false plans ``auto`` once at start-up from ``profile=``/``cluster=``, as any other
 strategy), and the ``auto`` planner's own ``channels`` and ``exclude``.
 """
@@ -116,6 +117,7 @@ class AutoTuneConfig:
     trial_rounds: int = 3  # ... in this many windows, the candidates taking turns (see trial_window)
     trial_window_s: float = 0.3  # ... each window at least this long (more iterations where steps are short)
     min_gain: float = 0.03  # a trial plan replaces DDP (the baseline) only if it measured at least this much faster
+    resize_min_gain: float = 0.01  # ... PyTorch's DDP at another bucket size: at least this much (nothing else differs)
     torch_ddp: bool = True  # PyTorch's own DDP takes turns too (user's bucket_cap_mb, the advised one, one bucket)
     replan_threshold: float = 0.15  # relative |measured - expected| / expected that triggers a re-plan
     patience: int = 10  # iterations per check (the median of this many is compared)
@@ -167,8 +169,10 @@ class AutoTuneConfig:
             raise GradschedError(f"auto: patience must be a positive integer, got {self.patience!r}")
         if not isinstance(self.max_replans, int) or self.max_replans < 0:
             raise GradschedError(f"auto: max_replans must be a non-negative integer, got {self.max_replans!r}")
-        if not isinstance(self.min_gain, (int, float)) or not 0 <= self.min_gain < 1:
-            raise GradschedError(f"auto: min_gain must be a fraction in [0, 1), got {self.min_gain!r}")
+        for name in ("min_gain", "resize_min_gain"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+                raise GradschedError(f"auto: {name} must be a fraction in [0, 1), got {value!r}")
         if not isinstance(self.replan_threshold, (int, float)) or not self.replan_threshold > 0:
             raise GradschedError(f"auto: replan_threshold must be a positive fraction, got {self.replan_threshold!r}")
         if self.initial == "auto":
@@ -209,6 +213,14 @@ class AutoTuneConfig:
         checks = 2 * self.max_replans + (1 if self.max_replans else 0)
         return self.switch_iteration + 1 + (candidates * self.trial_rounds + 1) * (window + 1) \
             + checks * (self.patience + 1)
+
+
+def _label(strategy: str, plan: Plan) -> str:
+    """A trial candidate as a reader names it: the strategy, and PyTorch DDP's bucket size."""
+    if not is_torch_ddp(plan):
+        return strategy
+    cap = plan.options["bucket_cap_mb"]
+    return f"{strategy} {'default' if plan.options.get('default') else f'{cap:g} MB'}"
 
 
 @dataclass(frozen=True)
@@ -410,8 +422,10 @@ class AutoTuner:
             baseline = self._baseline()
             taken = {h: self._measured_by_plan[h] for h in self._trial_candidates if h in self._measured_by_plan}
             rounds = {h: list(self._rounds_by_plan.get(h, [])) for h in taken}
-            best = fastest(taken, baseline, self.config.min_gain, rounds)
-            self.trial_decision = {"measured": dict(taken), "rounds": rounds, "baseline": baseline, "kept": best}
+            best = fastest(taken, baseline, self.config.min_gain, rounds, self._resized(baseline, taken),
+                           self.config.resize_min_gain)
+            self.trial_decision = {"measured": dict(taken), "rounds": rounds, "baseline": baseline, "kept": best,
+                                   "plans": {h: _label(*self._tried[h][:2]) for h in taken}}
         best = self._broadcast(best)
         strategy, plan, order, predicted = self._tried[best]  # every candidate has a prediction
         # measured slower than the winner: the simulator's ranking does not hold here, keep them out
@@ -431,6 +445,12 @@ class AutoTuner:
         own = [h for h, (_, plan, *_) in self._tried.items()
                if is_torch_ddp(plan) and plan.options["bucket_cap_mb"] == cap]
         return next(iter(own), None) or next((h for h, (name, *_) in self._tried.items() if name == "ddp"), None)
+
+    def _resized(self, baseline: str | None, taken: dict[str, float]) -> set[str]:
+        """The candidates that are the baseline with other bucket sizes: PyTorch's DDP, when the baseline is."""
+        if baseline is None or not is_torch_ddp(self._tried[baseline][1]):
+            return set()
+        return {h for h in taken if h != baseline and is_torch_ddp(self._tried[h][1])}
 
     def _record(self, plan_hash: str, window: list[StepRecord]) -> None:
         """Rank 0: add ``window``'s iterations to what ``plan_hash`` measured (the latest
