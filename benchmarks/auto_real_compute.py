@@ -3,6 +3,7 @@
     python benchmarks/auto_real_compute.py                        # both parts (the testbed part as root)
     python benchmarks/auto_real_compute.py --jobs 0               # loopback only
     python benchmarks/auto_real_compute.py --models none --jobs 3 # vgg on the testbed only
+    python benchmarks/auto_real_compute.py --jobs 0 --rounds-x 3  # loopback, 3x the rounds (~13 min)
 
 Issue 16's target for the real-compute regimes: ``auto`` never below 0.98x the fastest of
 PyTorch DDP's bucket sizes (its default 25 MB, 1, 5, 100 MB and one bucket), (1) for
@@ -15,6 +16,8 @@ Beside the plain ratio (auto against the fastest of five DDP medians, which the 
 noise biases against auto) each row has the ratio with the fastest bucket size picked on
 half of the rounds and timed on the other half, and its 95% interval over the rounds
 (:func:`best_ddp_ratio_interval`): over 3-4 ms steps (mlp) one median moves by a few %.
+Each row also keeps what ``auto``'s trials measured per candidate (``auto_trials``: each
+window's median, the baseline, the run-off, the plan kept).
 """
 
 from __future__ import annotations
@@ -69,7 +72,8 @@ def trials(auto: dict) -> dict | None:
         return None
     label = d.get("plans", {})
     return {label.get(h, h): {"median_ms": 1e3 * d["measured"][h], "rounds_ms": [1e3 * x for x in d["rounds"][h]],
-                              "baseline": h == d["baseline"], "kept": h == d["kept"]} for h in d["measured"]}
+                              "baseline": h == d["baseline"], "kept": h == d["kept"],
+                              "runoff": h in d.get("runoff", [])} for h in d["measured"]}
 
 
 def best_ddp_ratio_interval(by_name: dict[str, dict], reps: int = BOOTSTRAP_REPS,

@@ -53,6 +53,9 @@ def test_trial_windows_last_trial_window_s_where_iterations_are_short():
     ({"patience": 0}, "patience"),
     ({"trial_rounds": 0}, "trial_rounds"),
     ({"trial_window_s": -1}, "trial_window_s"),
+    ({"runoff_rounds": -1}, "runoff_rounds"),
+    ({"runoff_margin": 1.5}, "runoff_margin"),
+    ({"resize_min_gain": True}, "resize_min_gain"),
     ({"trial_window_s": float("inf")}, "trial_window_s"),
 ])
 def test_bad_options_say_what_is_wrong(options, words):
@@ -139,7 +142,7 @@ CASES = {
     # (at 25 MB and the advised size) and the initial one take turns twice, 1 iteration each (+1 for the switch), then the fastest measured stays; on this small model many strategies plan the same single bucket
     # (one plan is measured once), so the search is left with three strategies whose plans always differ
     "trials/sgd": ("sgd", {"switch_iteration": 3, "trials": 3, "trial_iterations": 2, "trial_rounds": 2,
-                           "trial_window_s": 0, "min_gain": 0, "max_replans": 0,
+                           "trial_window_s": 0, "min_gain": 0, "max_replans": 0, "runoff_rounds": 0,
                            "exclude": ["sync", "ddp", "threshold", "horovod", "mgwfbp", "optimal"]}, True),
     # given a profile and cluster (slow network: another best plan), their best plan is measured too
     # one round of windows, so that the trials end within STEPS (three rounds of 4-5 candidates did not)
@@ -241,7 +244,7 @@ def test_trials_measure_the_best_predicted_plans_and_keep_the_fastest(results):
 
     d = r["trial_decision"]
     assert d["measured"] == measured and all(len(v) == 2 for v in d["rounds"].values())
-    assert r["plan_hash"] == d["kept"] == fastest(measured, d["baseline"], 0.0, d["rounds"])
+    assert r["plan_hash"] == d["kept"] == fastest(measured, d["baseline"], 0.0, d["rounds"], d["resized"], 0.01)
     assert d["kept"] in (min(measured, key=measured.__getitem__), d["baseline"])
     # later checks would look for drift from what the winner measured, not from the simulator's figure
     assert r["expected"] == measured[r["plan_hash"]]
@@ -262,7 +265,7 @@ def test_trials_include_the_best_plan_for_a_given_profile_and_cluster(results):
         # median), unless PyTorch's DDP (what the user would run otherwise) is within min_gain (3%) of it
         d = r["trial_decision"]
         assert d["baseline"] == r["torch_ddp_hash"] and d["baseline"] in d["measured"]
-        assert d["kept"] == fastest(d["measured"], d["baseline"], 0.03, d["rounds"])
+        assert d["kept"] == fastest(d["measured"], d["baseline"], 0.03, d["rounds"], d["resized"], 0.01)
         assert r["plan_hash"] == d["kept"] or r["switches"][-1][3] in ("replan", "revert")
     assert results[1]["trials-offline/sgd"]["switches"] == r["switches"]
 

@@ -30,7 +30,7 @@ from gradsched.torch.runtime.torch_ddp import (TORCH_DDP, TorchDDPPool, candidat
 
 PENALTY_S = 10.0  # what a slow plan's iteration takes on the injected clock, beyond its real time
 OPTIONS = {"switch_iteration": 3, "trials": 2, "trial_iterations": 2, "trial_rounds": 2, "trial_window_s": 0,
-           "min_gain": 0, "patience": 3, "max_replans": 1}
+           "min_gain": 0, "patience": 3, "max_replans": 1, "runoff_rounds": 0}
 TOLERANCE = 1e-5
 
 
@@ -173,9 +173,10 @@ def test_short_iterations_get_longer_trial_windows_on_rank_0s_word(world_of_one)
 def test_ddp_at_another_bucket_size_replaces_the_users_when_it_beats_it_by_the_smaller_gain(world_of_one,
                                                                                             resize_min_gain, kept):
     """One bucket 2% faster than the user's DDP in every round: kept under resize_min_gain 1% (nothing but the
-    buckets differs), not under 3%; gradsched's plans, much slower, are never kept."""
+    buckets differs), not under 3%; gradsched's plans, much slower, are never kept.  The two are within
+    runoff_margin of each other: after the rounds, they alone take runoff_rounds more turns."""
     module = _net()
-    options = {**OPTIONS, "min_gain": 0.03, "resize_min_gain": resize_min_gain}
+    options = {**OPTIONS, "min_gain": 0.03, "resize_min_gain": resize_min_gain, "runoff_rounds": 2}
     model = DistributedDataParallel(module, "auto", plan_options=options, bucket_cap_mb=0.01)
     one = one_bucket_mb(profile_from_module(module))  # 3 MiB: 2.1 MB of gradients
 
@@ -188,8 +189,17 @@ def test_ddp_at_another_bucket_size_replaces_the_users_when_it_beats_it_by_the_s
     _train(model, 0, 1, model.autotuner.config.tuning_iterations)
     assert is_torch_ddp(model.plan) and model.autotuner.trials_done
     assert model.plan.options["bucket_cap_mb"] == (one if kept == "one bucket" else 0.01)
-    decision = model.autotuner.trial_decision
+    tuner = model.autotuner
+    decision = tuner.trial_decision
     assert decision["plans"][decision["kept"]] == f"{TORCH_DDP} {model.plan.options['bucket_cap_mb']:g} MB"
+    # the run-off: one bucket (the fastest) and the user's DDP (the baseline), in turns, two more rounds
+    runoff = decision["runoff"]
+    assert [decision["plans"][h] for h in runoff] == [f"{TORCH_DDP} {one:g} MB", f"{TORCH_DDP} 0.01 MB"]
+    trials = [s.plan_hash for s in tuner.switches if s.reason == "trial"]
+    assert trials[-4:] == runoff * 2 and runoff[1] == decision["baseline"] and runoff[0] in decision["resized"]
+    rounds = decision["rounds"]
+    assert len(rounds[runoff[0]]) == len(rounds[runoff[1]]) == OPTIONS["trial_rounds"] + 2
+    assert all(len(r) == OPTIONS["trial_rounds"] for h, r in rounds.items() if h not in runoff)
 
 
 def test_a_faster_plan_replaces_pytorch_ddp_and_its_wrappers_are_dropped(world_of_one):

@@ -50,18 +50,20 @@ def fastest(measured_by_plan: dict[str, float], baseline: str | None, min_gain: 
 
     ``resized``: plans that are the baseline with other bucket sizes (PyTorch's DDP at
     another ``bucket_cap_mb``): they need beat it by ``resized_min_gain`` only (default
-    ``min_gain``), in every round as well.  Nothing else changes between them, so a noisy
-    pick costs nothing on average, while a real gain of a few % (one bucket over DDP's
-    default for a small CNN over loopback: 4-5%) would rarely clear 3% in every round."""
+    ``min_gain``), and in most rounds rather than every one.  Nothing else changes between
+    them, so a noisy pick costs nothing on average, while a real gain of a few % (one
+    bucket over DDP's default for a small CNN over loopback: 4-8%) would rarely clear 3% in
+    every one of several rounds of 5-10% noise."""
     if baseline not in measured_by_plan:
         return min(measured_by_plan, key=measured_by_plan.__getitem__)
     base, rounds = measured_by_plan[baseline], rounds or {}
     small = min_gain if resized_min_gain is None else resized_min_gain
 
     def beats(plan: str) -> bool:
-        gain = small if plan in resized else min_gain
-        return measured_by_plan[plan] <= base * (1 - gain) and all(
-            a < b for a, b in zip(rounds.get(plan, []), rounds.get(baseline, [])))
+        wins = [a < b for a, b in zip(rounds.get(plan, []), rounds.get(baseline, []))]
+        if plan in resized:
+            return measured_by_plan[plan] <= base * (1 - small) and (not wins or 2 * sum(wins) > len(wins))
+        return measured_by_plan[plan] <= base * (1 - min_gain) and all(wins)
 
     winners = [h for h in measured_by_plan if h != baseline and beats(h)]
     return min(winners, key=measured_by_plan.__getitem__) if winners else baseline

@@ -22,10 +22,12 @@
    and the initial plan take turns, ``trial_rounds`` times over, in windows of
    :attr:`AutoTuneConfig.trial_window` iterations (``trial_iterations`` each in all;
    more where iterations are short, so that a window lasts ``trial_window_s``: rank 0
-   sets the length at the first plan), at iterations known in advance; then rank 0
+   sets the length at the first plan), at iterations known in advance.  The plans within
+   ``runoff_margin`` of the fastest median, if more than one, and the baseline then take
+   ``runoff_rounds`` more turns (the run-off: rank 0 names them).  Then rank 0
    broadcasts the plan whose windows measured fastest (PyTorch's DDP at the user's bucket
-   size stays unless beaten by ``min_gain`` overall and in every round, or PyTorch's DDP
-   at another bucket size beats it by ``resize_min_gain`` so) and the
+   size stays unless beaten by ``min_gain`` overall and in every round, or by PyTorch's DDP
+   at another bucket size by ``resize_min_gain`` and in most rounds) and the
    strategies that lost are excluded.  Taking turns spreads each plan's iterations over
    the machine's slow and fast phases; one window per plan let a lucky window pick the
    winner.
@@ -59,7 +61,7 @@ sizes for a line, a few probe all-reduces of known sizes at start-up supply the 
 Options (``plan_options`` of ``"auto"``; ``gradsched train --opt KEY=VALUE``):
 ``switch_iteration`` (5), ``initial`` ("wfbp"), ``initial_options`` ({}), ``trials``
 (3), ``trial_iterations`` (12), ``trial_rounds`` (3), ``trial_window_s`` (0.3), ``min_gain``
-(0.03), ``resize_min_gain`` (0.01), ``replan_threshold`` (0.15), ``patience`` (10), ``max_replans`` (3), ``adaptive`` (true;
+(0.03), ``resize_min_gain`` (0.01), ``runoff_rounds`` (4), ``runoff_margin`` (0.05), ``replan_threshold`` (0.15), ``patience`` (10), ``max_replans`` (3), ``adaptive`` (true;
 false plans ``auto`` once at start-up from ``profile=``/``cluster=``, as any other
 strategy), and the ``auto`` planner's own ``channels`` and ``exclude``.
 """
@@ -102,6 +104,7 @@ KEEP_POINTS = 9  # service times kept per operation size (most recent)
 OFFLINE_TRIALS = 1  # best plans of a given profile and cluster added to the trials
 SAMPLES_KEPT = 200  # iteration times kept per plan tried (most recent): its measurement is their median
 MAX_TRIAL_WINDOW = 64  # measured iterations of one trial window at most (AutoTuneConfig.window_for)
+RUNOFF_PLANS = 4  # plans in the run-off at most, the baseline among them (AutoTuner._runoff_plans)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +121,8 @@ class AutoTuneConfig:
     trial_window_s: float = 0.3  # ... each window at least this long (more iterations where steps are short)
     min_gain: float = 0.03  # a trial plan replaces DDP (the baseline) only if it measured at least this much faster
     resize_min_gain: float = 0.01  # ... PyTorch's DDP at another bucket size: at least this much (nothing else differs)
+    runoff_rounds: int = 4  # then the plans the rounds could not tell apart take this many more turns (0: none)
+    runoff_margin: float = 0.05  # ... those within this fraction of the fastest median, and the baseline
     torch_ddp: bool = True  # PyTorch's own DDP takes turns too (user's bucket_cap_mb, the advised one, one bucket)
     replan_threshold: float = 0.15  # relative |measured - expected| / expected that triggers a re-plan
     patience: int = 10  # iterations per check (the median of this many is compared)
@@ -162,6 +167,8 @@ class AutoTuneConfig:
             raise GradschedError(f"auto: trial_iterations must be a positive integer, got {self.trial_iterations!r}")
         if not isinstance(self.trial_rounds, int) or self.trial_rounds < 1:
             raise GradschedError(f"auto: trial_rounds must be a positive integer, got {self.trial_rounds!r}")
+        if isinstance(self.runoff_rounds, bool) or not isinstance(self.runoff_rounds, int) or self.runoff_rounds < 0:
+            raise GradschedError(f"auto: runoff_rounds must be a whole number, 0 or more, got {self.runoff_rounds!r}")
         if not isinstance(self.trial_window_s, (int, float)) or not 0 <= self.trial_window_s < math.inf:
             raise GradschedError(f"auto: trial_window_s must be a non-negative number of seconds, "
                                  f"got {self.trial_window_s!r}")
@@ -169,7 +176,7 @@ class AutoTuneConfig:
             raise GradschedError(f"auto: patience must be a positive integer, got {self.patience!r}")
         if not isinstance(self.max_replans, int) or self.max_replans < 0:
             raise GradschedError(f"auto: max_replans must be a non-negative integer, got {self.max_replans!r}")
-        for name in ("min_gain", "resize_min_gain"):
+        for name in ("min_gain", "resize_min_gain", "runoff_margin"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
                 raise GradschedError(f"auto: {name} must be a fraction in [0, 1), got {value!r}")
@@ -209,9 +216,10 @@ class AutoTuneConfig:
         # initial plan
         ddps = CANDIDATE_SIZES if self.torch_ddp else 1
         candidates = self.trials + OFFLINE_TRIALS + 2 + ddps if self.trials > 1 else 0
+        runoff = RUNOFF_PLANS * self.runoff_rounds if candidates else 0  # at most: only if the rounds were close
         # per re-plan a check, then a measuring window; the last re-plan's plan is checked once more
         checks = 2 * self.max_replans + (1 if self.max_replans else 0)
-        return self.switch_iteration + 1 + (candidates * self.trial_rounds + 1) * (window + 1) \
+        return self.switch_iteration + 1 + (candidates * self.trial_rounds + runoff + 1) * (window + 1) \
             + checks * (self.patience + 1)
 
 
@@ -306,8 +314,8 @@ class AutoTuner:
         self._model = model
         self._tracer = tracer
         self._keep_events = keep_events  # the user asked for the trace: never trim it
-        self._steps: deque[StepRecord] = deque(
-            maxlen=max(config.switch_iteration, config.patience, config.trial_iterations) + 2)
+        self._steps: deque[StepRecord] = deque(  # a trial window's iterations fit, up to MAX_TRIAL_WINDOW
+            maxlen=max(config.switch_iteration, config.patience, config.trial_iterations, MAX_TRIAL_WINDOW) + 2)
         self._recent_s: deque[float] = deque(maxlen=1000)  # measured iteration times under the current plan
         self._points: dict[int, deque[float]] = {}
         self._next_check: int | None = None
@@ -321,6 +329,7 @@ class AutoTuner:
         self._expected_s: float | None = None
         self._trial_turns: list[str] = []  # plan hashes of the trial windows still to run, in order
         self._trial_candidates: list[str] = []  # the plans that take turns in the trials
+        self._runoff: list[str] | None = None  # the plans of the run-off, once the rounds have ended
         self.trial_window = config.trial_window  # iterations a trial window measures (rank 0's, at the first plan)
         self._next_trial: int | None = None
         self._root = dist.get_global_rank(model.group, 0)
@@ -411,6 +420,9 @@ class AutoTuner:
         if self._is_root and measured_before is not None:
             self._record(self._model.plan().hash, window)
             self._rounds_by_plan.setdefault(self._model.plan().hash, []).append(measured_before)
+        if not self._trial_turns and self._runoff is None:  # the rounds are over: a run-off if they were close
+            self._runoff = self._broadcast(self._runoff_plans()) if self.config.runoff_rounds else []
+            self._trial_turns = self._runoff * self.config.runoff_rounds
         if self._trial_turns:
             strategy, plan, order, predicted = self._tried[self._trial_turns.pop(0)]
             self._switch(step, strategy, plan, order, predicted, measured_before, "trial")
@@ -422,10 +434,11 @@ class AutoTuner:
             baseline = self._baseline()
             taken = {h: self._measured_by_plan[h] for h in self._trial_candidates if h in self._measured_by_plan}
             rounds = {h: list(self._rounds_by_plan.get(h, [])) for h in taken}
-            best = fastest(taken, baseline, self.config.min_gain, rounds, self._resized(baseline, taken),
-                           self.config.resize_min_gain)
+            resized = self._resized(baseline, taken)
+            best = fastest(taken, baseline, self.config.min_gain, rounds, resized, self.config.resize_min_gain)
             self.trial_decision = {"measured": dict(taken), "rounds": rounds, "baseline": baseline, "kept": best,
-                                   "plans": {h: _label(*self._tried[h][:2]) for h in taken}}
+                                   "resized": sorted(resized), "plans": {h: _label(*self._tried[h][:2]) for h in taken},
+                                   "runoff": list(self._runoff or [])}
         best = self._broadcast(best)
         strategy, plan, order, predicted = self._tried[best]  # every candidate has a prediction
         # measured slower than the winner: the simulator's ranking does not hold here, keep them out
@@ -437,6 +450,27 @@ class AutoTuner:
             self._expected_s = self._measured_by_plan[best]
         logger.info("auto: iteration %d: of the plans tried, %s measured fastest; it stays", step, strategy)
         self._schedule_check(step)
+
+    def _runoff_plans(self) -> list[str] | None:
+        """Rank 0 (others: None), when the rounds end: the plans they could not tell apart, which take
+        ``runoff_rounds`` more turns: those within ``runoff_margin`` of the fastest median (at most
+        :data:`RUNOFF_PLANS`, the fastest first) and the baseline, which the rule compares them with
+        round by round; none if only one plan is that close.  Over loopback a window's median
+        moves by 5-10%, and three windows did not tell PyTorch's DDP at the user's size from
+        one bucket 4-8% faster over 191 rounds of the bench (docs/autotune.md)."""
+        if not self._is_root:
+            return None
+        taken = {h: self._measured_by_plan[h] for h in self._trial_candidates if h in self._measured_by_plan}
+        if not taken:
+            return []
+        fastest_s = min(taken.values())
+        close = sorted((h for h in taken if taken[h] <= fastest_s * (1 + self.config.runoff_margin)),
+                       key=taken.__getitem__)
+        if len(close) < 2:
+            return []
+        baseline = self._baseline()
+        plans = [h for h in close if h != baseline][:RUNOFF_PLANS - (baseline in taken)]
+        return plans + [baseline] if baseline in taken else plans
 
     def _baseline(self) -> str | None:
         """What a trial plan must beat by ``min_gain``: what the user would run otherwise, PyTorch's DDP at their
@@ -669,6 +703,7 @@ class AutoTuner:
             self._measured_by_plan.pop(h, None)
             self._rounds_by_plan.pop(h, None)
         self._trial_candidates = turn
+        self._runoff = None
         # the candidates take turns, trial_rounds times over; the first window (this plan's) starts now
         self._trial_turns = (turn * self.config.trial_rounds)[1:]
 
