@@ -61,7 +61,8 @@ sizes for a line, a few probe all-reduces of known sizes at start-up supply the 
 Options (``plan_options`` of ``"auto"``; ``gradsched train --opt KEY=VALUE``):
 ``switch_iteration`` (5), ``initial`` ("wfbp"), ``initial_options`` ({}), ``trials``
 (3), ``trial_iterations`` (12), ``trial_rounds`` (3), ``trial_window_s`` (0.3), ``min_gain``
-(0.03), ``resize_min_gain`` (0.01), ``runoff_rounds`` (4), ``runoff_margin`` (0.05), ``replan_threshold`` (0.15), ``patience`` (10), ``max_replans`` (3), ``adaptive`` (true;
+(0.03), ``resize_min_gain`` (0.01), ``runoff_rounds`` (4), ``runoff_margin`` (0.05),
+``replan_threshold`` (0.15), ``patience`` (10), ``max_replans`` (3), ``adaptive`` (true;
 false plans ``auto`` once at start-up from ``profile=``/``cluster=``, as any other
 strategy), and the ``auto`` planner's own ``channels`` and ``exclude``.
 """
