@@ -70,10 +70,12 @@ def trials(auto: dict) -> dict | None:
     d = (auto.get("autotune") or {}).get("trial_decision")
     if not d:
         return None
-    label = d.get("plans", {})
-    return {label.get(h, h): {"median_ms": 1e3 * d["measured"][h], "rounds_ms": [1e3 * x for x in d["rounds"][h]],
-                              "baseline": h == d["baseline"], "kept": h == d["kept"],
-                              "runoff": h in d.get("runoff", [])} for h in d["measured"]}
+    names = [d.get("plans", {}).get(h, h) for h in d["measured"]]
+    # one strategy may have two candidates (its searched options and its defaults): name them apart
+    label = {h: name if names.count(name) == 1 else f"{name} [{h[:8]}]" for h, name in zip(d["measured"], names)}
+    return {label[h]: {"median_ms": 1e3 * d["measured"][h], "rounds_ms": [1e3 * x for x in d["rounds"][h]],
+                       "baseline": h == d["baseline"], "kept": h == d["kept"], "runoff": h in d.get("runoff", [])}
+            for h in d["measured"]}
 
 
 def best_ddp_ratio_interval(by_name: dict[str, dict], reps: int = BOOTSTRAP_REPS,
