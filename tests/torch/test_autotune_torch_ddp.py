@@ -167,6 +167,11 @@ def test_short_iterations_get_longer_trial_windows_on_rank_0s_word(world_of_one)
     trials = [s.iteration for s in tuner.switches if s.reason == "trial"]
     assert trials and all(b - a == window + 1 for a, b in zip([profiled.iteration, *trials], trials))
     assert tuner.trials_done
+    # every iteration of every window counts, however long the window (they were cut to the last 12 once)
+    assert window > 14
+    kept = tuner.trial_decision["kept"]
+    assert all(len(samples) == OPTIONS["trial_rounds"] * window
+               for h, samples in tuner._samples_by_plan.items() if h != kept)
 
 
 @pytest.mark.parametrize("resize_min_gain, kept", [(0.01, "one bucket"), (0.03, "user's")])
