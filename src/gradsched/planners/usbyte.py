@@ -267,12 +267,13 @@ class _Model:
         ready, so each decision takes the next layer in priority order when the last
         block ends (the clock is that end), and sends all it has left."""
         time_s, elem, numel, full = self.time_s, self.elem, self.numel, self.full_time_s
+        add_block, add_decision = blocks.append, decide.append
         for u in queue:
-            rest = left[u]
+            rest, lo = left[u], sent[u]
             end = start + (full[u] if rest == numel[u] else time_s(rest * elem[u]))
-            blocks.append((u, sent[u], sent[u] + left[u], start, end))
-            decide.append(t)
-            sent[u] += left[u]
+            add_block((u, lo, lo + rest, start, end))
+            add_decision(t)
+            sent[u] = lo + rest
             left[u] = 0
             t = start = end
 
