@@ -67,3 +67,20 @@ def fastest(measured_by_plan: dict[str, float], baseline: str | None, min_gain: 
 
     winners = [h for h in measured_by_plan if h != baseline and beats(h)]
     return min(winners, key=measured_by_plan.__getitem__) if winners else baseline
+
+
+def runoff_plans(measured_by_plan: dict[str, float], baseline: str | None, margin: float, limit: int) -> list[str]:
+    """The plans the trials' rounds could not tell apart, which take more turns before :func:`fastest`
+    decides: those within ``margin`` of the fastest median (the fastest first), at most ``limit``
+    with the baseline, which comes last (the rule compares them with it round by round); none
+    if only one plan is that close."""
+    if not measured_by_plan:
+        return []
+    fastest_s = min(measured_by_plan.values())
+    close = sorted((h for h, t in measured_by_plan.items() if t <= fastest_s * (1 + margin)),
+                   key=measured_by_plan.__getitem__)
+    if len(close) < 2:
+        return []
+    with_baseline = baseline in measured_by_plan
+    plans = [h for h in close if h != baseline][:limit - with_baseline]
+    return plans + [baseline] if with_baseline else plans

@@ -82,7 +82,7 @@ import torch
 import torch.distributed as dist
 
 from gradsched.calibration import (IssueTimes, StepRecord, decide, fastest, fit_cluster, issue_times,
-                                   measured_profile, service_points)
+                                   measured_profile, runoff_plans, service_points)
 from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
@@ -433,7 +433,7 @@ class AutoTuner:
         best = None
         if self._is_root:
             baseline = self._baseline()
-            taken = {h: self._measured_by_plan[h] for h in self._trial_candidates if h in self._measured_by_plan}
+            taken = self._taken()
             rounds = {h: list(self._rounds_by_plan.get(h, [])) for h in taken}
             resized = self._resized(baseline, taken)
             best = fastest(taken, baseline, self.config.min_gain, rounds, resized, self.config.resize_min_gain)
@@ -453,25 +453,17 @@ class AutoTuner:
         self._schedule_check(step)
 
     def _runoff_plans(self) -> list[str] | None:
-        """Rank 0 (others: None), when the rounds end: the plans they could not tell apart, which take
-        ``runoff_rounds`` more turns: those within ``runoff_margin`` of the fastest median (at most
-        :data:`RUNOFF_PLANS`, the fastest first) and the baseline, which the rule compares them with
-        round by round; none if only one plan is that close.  Over loopback a window's median
-        moves by 5-10%, and three windows did not tell PyTorch's DDP at the user's size from
-        one bucket 4-8% faster over 191 rounds of the bench (docs/autotune.md)."""
+        """Rank 0 (others: None), when the rounds end: the plans that take ``runoff_rounds`` more turns
+        (:func:`~gradsched.calibration.runoff_plans`).  Over loopback a window's median moves by
+        5-10%, and three windows did not tell PyTorch's DDP at the user's size from one bucket
+        4-8% faster over 191 rounds of the bench (docs/autotune.md)."""
         if not self._is_root:
             return None
-        taken = {h: self._measured_by_plan[h] for h in self._trial_candidates if h in self._measured_by_plan}
-        if not taken:
-            return []
-        fastest_s = min(taken.values())
-        close = sorted((h for h in taken if taken[h] <= fastest_s * (1 + self.config.runoff_margin)),
-                       key=taken.__getitem__)
-        if len(close) < 2:
-            return []
-        baseline = self._baseline()
-        plans = [h for h in close if h != baseline][:RUNOFF_PLANS - (baseline in taken)]
-        return plans + [baseline] if baseline in taken else plans
+        return runoff_plans(self._taken(), self._baseline(), self.config.runoff_margin, RUNOFF_PLANS)
+
+    def _taken(self) -> dict[str, float]:
+        """Rank 0: what each trial candidate measured so far (its median)."""
+        return {h: self._measured_by_plan[h] for h in self._trial_candidates if h in self._measured_by_plan}
 
     def _baseline(self) -> str | None:
         """What a trial plan must beat by ``min_gain``: what the user would run otherwise, PyTorch's DDP at their
