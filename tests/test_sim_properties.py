@@ -177,3 +177,25 @@ def test_no_simulated_plan_beats_the_contention_bound(profile, cluster, name, kc
     assert bound["contention_bound_s"] >= bound["lower_bound_s"] - TOL
     r = simulate(make_plan(name, profile, slowed), profile, slowed, timeline=False)
     assert r.iteration_s >= bound["contention_bound_s"] * (1 - 1e-9) - TOL
+
+
+@SETTINGS
+@given(profiles(max_layers=10, mixed_dtypes=True, with_update=True))
+def test_layer_table_is_the_profiles_layers_in_both_orders(profile):
+    # The simulator walks this table on every simulation (derived once per profile): each layer's
+    # tensors together, layers in the order their backward ends and in forward order.
+    table = profile.layer_table
+    assert [i for layer in table.ready for i in layer] == sorted(profile.order, key=lambda i: (
+        min(profile.order.index(j) for j in range(profile.num_tensors) if profile.layer_of[j] == profile.layer_of[i]),
+        profile.order.index(i)))
+    assert [i for layer in table.forward for i in layer] == sorted(range(profile.num_tensors), key=lambda i: (
+        min(j for j in range(profile.num_tensors) if profile.layer_of[j] == profile.layer_of[i]), i))
+    for layers in (table.ready, table.forward):
+        assert all(len({profile.layer_of[i] for i in layer}) == 1 for layer in layers)
+        assert len({profile.layer_of[layer[0]] for layer in layers}) == len(layers)
+    for k, layer in enumerate(table.ready):
+        assert table.position[profile.layer_of[layer[0]]] == k
+        assert table.backward_s[k] == pytest.approx(sum(profile.tensors[i].backward_s for i in layer))
+        assert all(profile.ready_s[i] == pytest.approx(sum(table.backward_s[:k + 1])) for i in layer)
+    assert sum(table.forward_s) == pytest.approx(profile.forward_s)
+    assert sum(table.update_s) == pytest.approx(profile.update_s)

@@ -4,13 +4,16 @@ never slower than either rule alone."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 import usbyte_reference as reference
 from gradsched import Cluster, CollectiveCost, GradschedError, Profile, TensorProfile
 from gradsched.planners import make_plan
-from gradsched.planners.usbyte import RULES, _Model, predict
+from gradsched.planners.usbyte import RULES, _busy_until, _busy_until_spread, _Model, predict
 from gradsched.sim import simulate
 from strategies import clusters, profiles
 
@@ -129,3 +132,34 @@ def test_no_extension_that_would_end_before_it_was_decided():
         result = simulate(plan, profile, cluster, timeline=False)
         assert result.iteration_s == pytest.approx(schedule.iteration_s, rel=1e-12)
         assert all(b[4] >= b[3] for b in schedule.blocks)
+
+
+EPS = 1e-12  # the simulator's simultaneity (gradsched.sim.engine.EPS_S)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([1.5 * EPS, 3 * EPS, 1e-6, 1e-3, 0.25]), min_size=1, max_size=12), st.data())
+def test_bisected_busy_clock_is_the_loops(gaps, data):
+    # The planner's clock while the channel is busy, found by bisection where every ready time
+    # is its own step, must be the stepping loop's to the bit (the simulator replays it).
+    ready = list(itertools.accumulate([0.01] + gaps))
+    nxt = data.draw(st.integers(0, len(ready) - 1))
+    t = ready[nxt - 1] if nxt else 0.0
+    free = data.draw(st.sampled_from(ready)) + data.draw(st.sampled_from([-2 * EPS, -EPS, -EPS / 2, 0.0, EPS / 2,
+                                                                          EPS, 1e-4, 1.0]))
+    ready_eps = [r + EPS for r in ready]
+    assume(all(b > a for a, b in zip(ready_eps, ready[1:])))  # the planner's own test for when it bisects
+    assume(ready[nxt] > t + EPS and free > t + EPS)
+    assert _busy_until_spread(ready, ready_eps, nxt, free) == _busy_until(ready, nxt, t, free)
+
+
+@SETTINGS
+@given(profiles(max_layers=12, mixed_dtypes=True, with_update=True), clusters(), st.booleans())
+def test_dry_runs_price_the_iteration_the_complete_schedule_has(profile, cluster, extend):
+    # The search's trials price phase 2 and the next forward in closed form; the schedule they
+    # leave pending, once played, is the full run's, with the same iteration up to rounding.
+    model = _Model(profile, cluster.cost("allreduce"), 64 << 10)
+    rank = list(range(len(model.units)))[::-1]
+    dry, full = model.run(rank, extend, dry=True), model.run(rank, extend)
+    assert dry.iteration_s == pytest.approx(full.iteration_s, rel=1e-12)
+    assert model.complete(dry).blocks == full.blocks

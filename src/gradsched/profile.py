@@ -78,6 +78,19 @@ class TensorProfile:
 
 
 @dataclass(frozen=True)
+class LayerTable:
+    """A profile's layers, derived once per profile (:attr:`Profile.layer_table`): what the
+    simulator walks on every simulation, and the planners that group whole layers."""
+
+    ready: tuple[tuple[int, ...], ...]  # each layer's tensors (ready order), layers in the order their backward ends
+    position: dict[int, int]  # layer id -> its index in ``ready``
+    backward_s: tuple[float, ...]  # each layer's backward time, in ``ready``'s order
+    forward: tuple[tuple[int, ...], ...]  # each layer's tensors (index order), layers in forward order
+    forward_s: tuple[float, ...]  # in ``forward``'s order
+    update_s: tuple[float, ...]  # in ``forward``'s order
+
+
+@dataclass(frozen=True)
 class Profile:
     """A model's tensors in forward order, their ready order and per-iteration extras."""
 
@@ -142,15 +155,33 @@ class Profile:
             ready[i] = done[lid]
         return tuple(ready)
 
-    @property
+    @cached_property
+    def layer_table(self) -> LayerTable:
+        """The layers in ready order and in forward order, with their times (sums in tensor order)."""
+        ready: dict[int, list[int]] = {}
+        for i in self.order:
+            ready.setdefault(self.layer_of[i], []).append(i)
+        position = {lid: k for k, lid in enumerate(ready)}
+        backward = [0.0] * len(ready)
+        forward: dict[int, list[int]] = {}
+        for i, (t, lid) in enumerate(zip(self.tensors, self.layer_of)):
+            backward[position[lid]] += t.backward_s
+            forward.setdefault(lid, []).append(i)
+        tensors = self.tensors
+        return LayerTable(tuple(map(tuple, ready.values())), position, tuple(backward),
+                          tuple(map(tuple, forward.values())),
+                          tuple(sum(tensors[i].forward_s for i in ts) for ts in forward.values()),
+                          tuple(sum(tensors[i].update_s for i in ts) for ts in forward.values()))
+
+    @cached_property
     def forward_s(self) -> float:
         return sum(t.forward_s for t in self.tensors)
 
-    @property
+    @cached_property
     def backward_s(self) -> float:
         return sum(t.backward_s for t in self.tensors)
 
-    @property
+    @cached_property
     def update_s(self) -> float:
         return sum(t.update_s for t in self.tensors)
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 
 from gradsched.cluster import Cluster
-from gradsched.plan import SPARSE, Plan, whole_tensor_ops
+from gradsched.plan import SPARSE, Operation, Plan, Slice, whole_tensor_ops
 from gradsched.planners.options import Option
 from gradsched.planners.registry import register
 from gradsched.planners.topk import DEFAULT_DENSITY, layers_in_ready_order
@@ -116,11 +116,12 @@ def refine(groups: list[list[int]], profile: Profile, cluster: Cluster, density:
         return out
 
     evaluations = 0
+    whole = [Slice(t, 0, x.numel) for t, x in enumerate(profile.tensors)]  # made once: every plan tried uses them
 
     def cost(cuts: list[bool]) -> float:
         nonlocal evaluations
         evaluations += 1
-        ops = whole_tensor_ops(groups_of(cuts), profile, collective=SPARSE, density=density)
+        ops = tuple(Operation(tuple([whole[t] for t in g]), SPARSE, j, density) for j, g in enumerate(groups_of(cuts)))
         return simulate(Plan("omgs", ops, profile.fingerprint, profile.model), profile, cluster,
                         timeline=False).iteration_s
 

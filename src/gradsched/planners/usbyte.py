@@ -51,9 +51,12 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
 import numbers
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.errors import GradschedError
@@ -106,7 +109,8 @@ class Schedule:
     iteration_s: float
     blocks: list[tuple[int, int, int, float, float]]  # (layer unit, first element, end element, start_s, end_s)
     decide_s: list[float] = field(default_factory=list)  # the model's clock when each block was chosen
-    pending: tuple | None = field(default=None, repr=False)  # a dry run's phase 2, not yet played (see _Model.run)
+    # a dry run's phase 2, not yet in ``blocks``: (the units left as sorted heap keys, start, clock, left, sent)
+    pending: tuple | None = field(default=None, repr=False)
 
 
 class _Model:
@@ -137,6 +141,11 @@ class _Model:
         self.unit_elems = [max(1, unit_bytes // u.element_bytes) for u in units]
         self.ready_sorted = [units[u].ready_s for u in self.by_ready]
         self.ready_of = [u.ready_s for u in units]
+        ready_eps = [r + EPS_S for r in self.ready_sorted]
+        if all(b > a for a, b in zip(ready_eps, self.ready_sorted[1:])):  # every ready time its own step
+            self.busy_until = lambda ready, nxt, t, free: _busy_until_spread(ready, ready_eps, nxt, free)
+        else:
+            self.busy_until = _busy_until
         self.numel = [u.numel for u in units]
         self.elem = [u.element_bytes for u in units]
         self.layer_id = [u.layer for u in units]
@@ -155,12 +164,24 @@ class _Model:
         self.forward_work = [(upd, f) for _, f, upd in self.forward_layers]
         self.alpha_s = cost.alpha_s
         self.beta_s = cost.beta_s_per_byte
-        self._runs: dict[tuple[bool, tuple[int, ...]], Schedule] = {}
-        self._trials: dict[tuple[bool, tuple[int, ...]], Schedule] = {}
+        self._seen: dict[tuple[bool, tuple[int, ...]], Schedule] = {}
         self.full_time_s = [self.time_s(u.numel * u.element_bytes) for u in units]
+        self._closed_form()
+
+    def _closed_form(self) -> None:
+        """What the search's trials need to price phase 2 and the next forward without a loop:
+        forward layer ``k`` ends no earlier than ``done[k]`` plus the forward and update work
+        of layers ``k`` to the last, and the iteration is the largest of these bounds (the
+        max-plus form of :meth:`_forward`).  Per unit: the work after its earliest layer."""
+        work = [upd + fwd for upd, fwd in self.forward_work]
+        after = list(itertools.accumulate(reversed(work)))[::-1] + [0.0]  # after[k]: layers k..end
+        self.floor_s = self.backward_end_s + self.profile.other_s + after[0]
+        self.after_unit = [max([after[k] for k in ks], default=0.0) for ks in self.unit_layers]
+        self._after_np = np.array(self.after_unit, dtype=float)
+        self._full_np = np.array(self.full_time_s, dtype=float)
 
     def run(self, rank: list[int], extend: bool = False, resume: Schedule | None = None, at: int = 0,
-            dry: bool = False) -> Schedule:
+            dry: bool = False, key: list[int] | None = None) -> Schedule:
         """Model the schedule where unit ``u`` has priority number ``rank[u]`` (lower first).
 
         The clock moves like the simulator's (to the next ready time or the moment the
@@ -170,12 +191,13 @@ class _Model:
         it, resized to fill the gap from the merged block's start (the paper's block
         extension).  ``resume``/``at``: start from ``resume``'s state just before it
         chose its block ``at`` (the caller knows that ``rank`` chooses the same up to
-        there), which gives exactly what a run from the start would.  ``dry``: only the
-        iteration (no phase-2 blocks, the search's trials), the same number."""
+        there), which gives exactly what a run from the start would.  ``dry``: phase 2 is
+        left pending (:meth:`complete` plays it) and the iteration priced in closed form
+        (:meth:`_dry_iteration_s`; the search's trials, where phase 2 is most of the work)."""
         by_ready, ready, elem, unit_elems = self.by_ready, self.ready_sorted, self.elem, self.unit_elems
         n = len(by_ready)
-        left, sent, blocks, decide, t, free, nxt, heap, key = self._start(rank, resume, at)
-        time_s = self.time_s
+        left, sent, blocks, decide, t, free, nxt, heap, key = self._start(rank, resume, at, key)
+        time_s, busy_until = self.time_s, self.busy_until
         pop = heapq.heappop
         while True:
             if nxt < n and ready[nxt] <= t + EPS_S:  # the units ready by now join the heap
@@ -183,12 +205,10 @@ class _Model:
             if heap and free <= t + EPS_S:
                 start = t if t > free else free
                 if nxt == n:  # phase 2 from here: the rest of each layer back to back, by priority
-                    queue = [k % n for k in sorted(heap)]  # the units left, by priority
-                    if dry:
-                        return Schedule(self._dry_phase_two(queue, start, left, blocks), blocks, decide,
-                                        (queue, start, t, left, sent))
-                    self._phase_two(queue, start, t, left, sent, blocks, decide)
-                    break
+                    keys = np.sort(np.array(heap, dtype=np.int64))  # the units left, by priority
+                    lazy = Schedule(self._dry_iteration_s(keys, key, start, left, blocks), blocks, decide,
+                                    (keys, start, t, left, sent))
+                    return lazy if dry else self.complete(lazy)
                 # phase 1: fill the gap before the next gradient is ready
                 u = heap[0] % n
                 rest = left[u]
@@ -208,7 +228,7 @@ class _Model:
             if not heap and nxt == n:
                 break
             if nxt < n and free > t + EPS_S:  # channel busy: to when it may be free (the top takes in the ready)
-                t = _busy_until(ready, nxt, t, free)
+                t = busy_until(ready, nxt, t, free)
                 continue
             # advance to the next moment something can change
             t_next = ready[nxt] if nxt < n else free
@@ -217,27 +237,30 @@ class _Model:
             t = t_next
         return Schedule(self.iteration_s(blocks), blocks, decide)
 
-    def _start(self, rank: list[int], resume: Schedule | None, at: int) -> tuple:
+    def _start(self, rank: list[int], resume: Schedule | None, at: int, key: list[int] | None) -> tuple:
         """:meth:`run`'s state at the start, or just before ``resume`` chose its block ``at``:
         (left, sent, blocks, decide, clock, channel free, next ready, heap, key).
 
         The heap holds each unit as one int, ``key[u] = rank[u] * n + u``: the order of
-        ``(rank[u], u)``, without a tuple per entry (fewer objects for the garbage collector)."""
+        ``(rank[u], u)``, without a tuple per entry (fewer objects for the garbage collector);
+        ``key`` as given (the search's, updated where a promotion moved ranks) or made here."""
         if resume is None or at == 0:
             blocks: list[tuple[int, int, int, float, float]] = []
             decide: list[float] = []
             t = free = 0.0  # the clock; when the channel finishes its current block
             left, sent = list(self.numel), [0] * len(self.numel)
-        else:
+        else:  # at == len(blocks) of a pending schedule: just before its phase 2
             blocks, decide = resume.blocks[:at], resume.decide_s[:at]
-            t, free = resume.decide_s[at], blocks[-1][4]
-            sent = [0] * len(self.numel)
+            t = resume.decide_s[at] if at < len(resume.decide_s) else resume.pending[2]
+            free = blocks[-1][4]
+            numel = self.numel
+            left, sent = numel.copy(), [0] * len(numel)
             for u, _, hi, _, _ in blocks:  # a unit's blocks go in order: its last one says how far it got
-                sent[u] = hi
-            left = [a - b for a, b in zip(self.numel, sent)]
+                sent[u], left[u] = hi, numel[u] - hi
         nxt = bisect.bisect_right(self.ready_sorted, t + EPS_S) if blocks else 0
         n = len(left)
-        key = [r * n + u for u, r in enumerate(rank)]
+        if key is None:
+            key = [r * n + u for u, r in enumerate(rank)]
         heap = [key[u] for u in self.by_ready[:nxt] if left[u] > 0]
         heapq.heapify(heap)
         return left, sent, blocks, decide, t, free, nxt, heap, key
@@ -277,44 +300,44 @@ class _Model:
             left[u] = 0
             t = start = end
 
-    def _dry_phase_two(self, queue: list[int], start: float, left: list[int],
-                       blocks: list[tuple[int, int, int, float, float]]) -> float:
-        """The iteration :meth:`_phase_two` then :meth:`iteration_s` would give, without the blocks."""
-        done = self._layer_done(blocks)
-        time_s, elem, numel, full, unit_layers = self.time_s, self.elem, self.numel, self.full_time_s, self.unit_layers
-        for u in queue:
-            rest = left[u]
-            start += full[u] if rest == numel[u] else time_s(rest * elem[u])
-            for k in unit_layers[u]:
-                done[k] = start  # later than every earlier block's end
-        return self._forward(done)
+    def _dry_iteration_s(self, keys: np.ndarray, key: list[int], start: float, left: list[int],
+                         blocks: list[tuple[int, int, int, float, float]]) -> float:
+        """The iteration :meth:`_phase_two` then :meth:`iteration_s` would give, without a loop over
+        the units left: phase 2's ends are a running sum of the units' times in priority order
+        (``keys``), and the next forward is the largest of each block's end plus the work
+        after its earliest layer (:meth:`_closed_form`); equal to the loop's up to rounding."""
+        n = len(left)
+        queue = keys % n
+        took = self._full_np[queue]
+        elem, time_s = self.elem, self.time_s
+        for u in {b[0] for b in blocks}:  # the units partly sent in phase 1 send what is left
+            if left[u]:
+                took[np.searchsorted(keys, key[u])] = time_s(left[u] * elem[u])
+        took[0] += start
+        last = float((np.add.accumulate(took) + self._after_np[queue]).max())
+        after = self.after_unit
+        first = max([end + after[u] for u, _, _, _, end in blocks], default=0.0)
+        return max(self.floor_s, first, last)
 
-    def trial_s(self, rank: list[int], extend: bool, resume: Schedule | None = None, at: int = 0) -> float:
-        """The iteration :meth:`run` gives (dry), remembered like :meth:`cached_run`."""
-        key = (extend, tuple(rank))
-        schedule = self._runs.get(key)
-        if schedule is not None:
-            return schedule.iteration_s
-        trial = self._trials.get(key)
-        if trial is None:
-            trial = self._trials[key] = self.run(rank, extend, resume, at, dry=True)
-        return trial.iteration_s
-
-    def cached_run(self, rank: list[int], extend: bool, resume: Schedule | None = None, at: int = 0) -> Schedule:
-        """:meth:`run`, remembered: the searches of the two promotion windows try many of the
-        same priority orders (the front-first one always)."""
-        key = (extend, tuple(rank))
-        schedule = self._runs.get(key)
+    def evaluate(self, rank: list[int], extend: bool, resume: Schedule | None = None, at: int = 0,
+                 key: list[int] | None = None) -> Schedule:
+        """:meth:`run`, dry and remembered: the searches of the two promotion windows try many of
+        the same priority orders (the front-first one always)."""
+        seen = (extend, tuple(rank))
+        schedule = self._seen.get(seen)
         if schedule is None:
-            trial = self._trials.pop(key, None)
-            if trial is not None and trial.pending is not None:  # finish the dry run: play its phase 2
-                blocks, decide = trial.blocks, trial.decide_s
-                self._phase_two(*trial.pending, blocks, decide)
-                schedule = Schedule(self.iteration_s(blocks), blocks, decide)
-            else:
-                schedule = self.run(rank, extend, resume, at)
-            self._runs[key] = schedule
+            schedule = self._seen[seen] = self.run(rank, extend, resume, at, dry=True, key=key)
         return schedule
+
+    def complete(self, schedule: Schedule) -> Schedule:
+        """``schedule`` with its pending phase 2 played: every block, and the iteration summed in
+        the simulator's order."""
+        if schedule.pending is None:
+            return schedule
+        keys, start, t, left, sent = schedule.pending
+        blocks, decide = list(schedule.blocks), list(schedule.decide_s)
+        self._phase_two((keys % len(left)).tolist(), start, t, list(left), list(sent), blocks, decide)
+        return Schedule(self.iteration_s(blocks), blocks, decide)
 
     def iteration_s(self, blocks: list[tuple[int, int, int, float, float]]) -> float:
         return self._forward(self._layer_done(blocks))
@@ -365,6 +388,18 @@ def _busy_until(ready: list[float], nxt: int, t: float, free: float) -> float:
             k += 1
         if free <= lim or k == n:
             return t
+
+
+def _busy_until_spread(ready: list[float], ready_eps: list[float], nxt: int, free: float) -> float:
+    """:func:`_busy_until` where no two ready times are within ``EPS_S`` (each its own step of
+    the loop), by bisection: the loop stops at the first ready time ``r`` with
+    ``free <= r + EPS_S`` (``ready_eps``: each ``r + EPS_S``; the clock is ``free`` if that
+    ``r`` is later), or at the last."""
+    k = bisect.bisect_left(ready_eps, free, nxt)
+    if k == len(ready):
+        return ready[-1]
+    r = ready[k]
+    return free if free < r else r
 
 
 def _cheapest(timers: list["_Timer"]):
@@ -431,6 +466,8 @@ def _interp(x: float, xs: list[float], ys: list[float]) -> float:
 
 
 def _first_blocks(schedule: Schedule) -> dict[int, tuple[int, int, int, float, float]]:
+    """Each unit's first block among ``schedule.blocks`` (of a pending schedule: phase 1's; a unit
+    first sent in phase 2 goes whole, in one block)."""
     first: dict[int, tuple[int, int, int, float, float]] = {}
     for b in schedule.blocks:
         first.setdefault(b[0], b)
@@ -450,13 +487,16 @@ def search_priorities(model: _Model, max_evaluations: int, extend: bool = False,
     rank = [0] * n
     for r, u in enumerate(order):
         rank[u] = r
-    best = model.cached_run(rank, extend)
+    key = [r * n + u for u, r in enumerate(rank)]
+    best = model.evaluate(rank, extend, key=key)
     evaluations = 1
     first = _first_blocks(best)
     ready = model.ready_sorted
     for u in sorted(range(n), key=lambda u: rank[u], reverse=True):  # output layer first
         if evaluations >= max_evaluations:
             break
+        if u not in first:
+            continue  # sent whole in phase 2
         _, lo, hi, start_s, end_s = first[u]
         if hi - lo >= units[u].numel:
             continue  # sent whole in one block: nothing to keep going
@@ -467,19 +507,30 @@ def search_priorities(model: _Model, max_evaluations: int, extend: bool = False,
         if not rivals:
             continue
         target = min(rank[v] for v in rivals)
-        trial_order = [v for v in order if v != u]
-        trial_order.insert(target, u)
-        trial_rank = [0] * n
-        for r, v in enumerate(trial_order):
-            trial_rank[v] = r
         evaluations += 1
         at = _first_change(model, best, rank, u, target)
         if at is None:
             continue  # the promotion changes no choice: the same schedule, not shorter
-        if model.trial_s(trial_rank, extend, best, at) < best.iteration_s * (1 - 1e-12):
-            best, rank, order = model.cached_run(trial_rank, extend, best, at), trial_rank, trial_order
+        trial_order, trial_rank, trial_key = _promoted(order, rank, key, u, target)
+        trial = model.evaluate(trial_rank, extend, best, at, trial_key)
+        if trial.iteration_s < best.iteration_s * (1 - 1e-12):
+            best, rank, order, key = trial, trial_rank, trial_order, trial_key
             first = _first_blocks(best)
-    return rank, best, evaluations
+    return rank, model.complete(best), evaluations
+
+
+def _promoted(order: list[int], rank: list[int], key: list[int], u: int,
+              target: int) -> tuple[list[int], list[int], list[int]]:
+    """Order, rank and heap key with ``u`` moved up to rank ``target`` (the units ranked
+    ``target..rank[u]-1`` one down): copies, changed only where ranks moved."""
+    n, top = len(order), rank[u]
+    order, rank, key = order.copy(), rank.copy(), key.copy()
+    del order[top]
+    order.insert(target, u)
+    for r in range(target, top + 1):
+        v = order[r]
+        rank[v], key[v] = r, r * n + v
+    return order, rank, key
 
 
 def _first_change(model: _Model, schedule: Schedule, rank: list[int], u: int, target: int) -> int | None:
@@ -489,16 +540,26 @@ def _first_change(model: _Model, schedule: Schedule, rank: list[int], u: int, ta
     Promotion moves ``u`` ahead of the units ranked ``target..rank[u]-1`` only, so a
     choice changes only where one of those was chosen (block ``b``, or a decision that
     extended it) while ``u`` was ready with data left: ``u`` is ready by the block's end
-    and its own last block comes later."""
-    blocks = schedule.blocks
-    last_u = len(blocks) - 1
-    while blocks[last_u][0] != u:  # u's last block: near the end (phase 2 sends every layer's rest)
+    and its own last block comes later.  Of a pending schedule, a change in phase 2 is
+    reported as ``len(blocks)`` (phase 2's start, where a trial resumes)."""
+    blocks, pending = schedule.blocks, schedule.pending
+    in_phase_two = pending is not None and pending[3][u] > 0  # u sends its rest in phase 2
+    last_u = len(blocks)
+    if not in_phase_two:
         last_u -= 1
+        while blocks[last_u][0] != u:  # u's last block: near the end (phase 2 sends every layer's rest)
+            last_u -= 1
     ready_u, top = model.ready_of[u] - 2 * EPS_S, rank[u]  # conservative: earlier is safe
     for k in range(last_u):
         v, _, _, _, end = blocks[k]
         if target <= rank[v] < top and ready_u <= end:
             return k
+    if in_phase_two:  # phase 2 goes by priority, every unit ready: is one ranked target..top-1 left?
+        n = len(rank)
+        keys = pending[0]
+        k = int(np.searchsorted(keys, target * n))
+        if k < len(keys) and keys[k] < top * n:
+            return len(blocks)
     return None
 
 

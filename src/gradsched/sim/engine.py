@@ -45,7 +45,7 @@ from typing import Callable
 
 from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
-from gradsched.plan import DENSE, HIER, Plan
+from gradsched.plan import DENSE, HIER, SPARSE, Plan
 from gradsched.profile import Profile
 from gradsched.timeline import BACKWARD, COMM, FORWARD, HOST, OTHER, SELECT, UPDATE, WAIT, Timeline
 
@@ -194,15 +194,21 @@ class _Static:
         self.select = [0.0] * n_ops
         self.inflight_mem = [0] * n_ops  # buffers alive while the op is being prepared / in flight
         self.residual_bytes = 0
+        selection_s = cluster.selection_s
         for j, op in enumerate(ops):
-            nb = sum(s.numel * elem[s.tensor] for s in op.slices)
+            slices = op.slices
+            if len(slices) == 1:  # the common case (whole tensors, blocks), without a generator
+                numel = slices[0].numel
+                nb = numel * elem[slices[0].tensor]
+            else:
+                numel = sum(s.numel for s in slices)
+                nb = sum(s.numel * elem[s.tensor] for s in slices)
             self.op_bytes[j] = nb
-            if op.sparse:
-                numel = op.numel()
+            if op.collective == SPARSE:
                 k = max(1, math.ceil(op.density * numel))
                 per_rank = k * (elem[op.slices[0].tensor] + INDEX_BYTES)
                 self.cost[j] = ag.time_s(per_rank)
-                self.select[j] = cluster.selection_s(numel)
+                self.select[j] = selection_s(numel)
                 self.residual_bytes += nb
                 self.inflight_mem[j] = per_rank * (world + 1) + nb  # own top-k, gathered top-ks, rebuilt dense
             else:
@@ -210,31 +216,24 @@ class _Static:
                 if len(op.slices) > 1:
                     self.inflight_mem[j] = nb  # flat bucket buffer
         # backward layers in ready order, and which operations each one completes
-        layer_of = profile.layer_of
-        layer_pos: dict[int, int] = {}
-        self.layer_time: list[float] = []
-        self.layer_name: list[str] = []
-        for i in profile.order:
-            lid = layer_of[i]
-            if lid not in layer_pos:
-                layer_pos[lid] = len(self.layer_time)
-                self.layer_time.append(0.0)
-                self.layer_name.append(profile.tensors[i].name)
-        for t, lid in zip(profile.tensors, layer_of):
-            self.layer_time[layer_pos[lid]] += t.backward_s
+        layers, layer_of, tensors = profile.layer_table, profile.layer_of, profile.tensors
+        layer_pos = layers.position
+        self.layer_time = layers.backward_s
+        self.layer_name = [tensors[ts[0]].name for ts in layers.ready]
         self.completes: list[list[int]] = [[] for _ in self.layer_time]
         self.first_layer = [0] * n_ops
         for j, op in enumerate(ops):
-            positions = [layer_pos[layer_of[s.tensor]] for s in op.slices]
-            self.completes[max(positions)].append(j)
-            self.first_layer[j] = min(positions)
+            if len(op.slices) == 1:
+                first = last = layer_pos[layer_of[op.slices[0].tensor]]
+            else:
+                positions = [layer_pos[layer_of[s.tensor]] for s in op.slices]
+                first, last = min(positions), max(positions)
+            self.completes[last].append(j)
+            self.first_layer[j] = first
         # forward layers in forward order: (name, forward_s, update_s, tensors)
-        grouped: dict[int, list[int]] = {}
-        for i, lid in enumerate(layer_of):
-            grouped.setdefault(lid, []).append(i)
-        self.forward = [(profile.tensors[ts[0]].name, sum(profile.tensors[i].forward_s for i in ts),
-                         sum(profile.tensors[i].update_s for i in ts), ts) for ts in grouped.values()]
-        self.update_total = sum(x.update_s for x in profile.tensors)
+        self.forward = [(tensors[ts[0]].name, f, u, ts)
+                        for ts, f, u in zip(layers.forward, layers.forward_s, layers.update_s)]
+        self.update_total = profile.update_s
         self.issue_s, self.retire_s = profile.op_host_s()
 
 
