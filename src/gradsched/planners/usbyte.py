@@ -249,7 +249,7 @@ class _Model:
             decide: list[float] = []
             t = free = 0.0  # the clock; when the channel finishes its current block
             left, sent = list(self.numel), [0] * len(self.numel)
-        else:  # at == len(blocks) of a pending schedule: just before its phase 2
+        else:  # (``at`` may be len(resume.blocks) of a pending schedule: just before its phase 2)
             blocks, decide = resume.blocks[:at], resume.decide_s[:at]
             t = resume.decide_s[at] if at < len(resume.decide_s) else resume.pending[2]
             free = blocks[-1][4]
