@@ -310,9 +310,9 @@ class _Model:
         queue = keys % n
         took = self._full_np[queue]
         elem, time_s = self.elem, self.time_s
-        for u in {b[0] for b in blocks}:  # the units partly sent in phase 1 send what is left
-            if left[u]:
-                took[np.searchsorted(keys, key[u])] = time_s(left[u] * elem[u])
+        partial = [u for u in {b[0] for b in blocks} if left[u]]  # partly sent in phase 1: what is left
+        if partial:
+            took[np.searchsorted(keys, [key[u] for u in partial])] = [time_s(left[u] * elem[u]) for u in partial]
         took[0] += start
         last = float((np.add.accumulate(took) + self._after_np[queue]).max())
         after = self.after_unit

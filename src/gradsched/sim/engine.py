@@ -368,7 +368,7 @@ def _result(plan: Plan, profile: Profile, cluster: Cluster, st: _Static, timing:
                         else timing.ready[j] - st.select[j] - st.issue_s)
             deltas.append((alloc_at, st.inflight_mem[j]))
             deltas.append((timing.end[j], -st.inflight_mem[j]))
-    deltas.sort(key=lambda d: (d[0], d[1]))  # frees before allocations at the same instant
+    deltas.sort()  # by time, frees (negative) before allocations at the same instant
     live = st.residual_bytes
     peak = live
     samples = [(0.0, live)]
