@@ -21,10 +21,7 @@ DEFAULT_DENSITY = 0.001
 
 def layers_in_ready_order(profile: Profile) -> list[list[int]]:
     """Tensor indices grouped by layer, layers in the order their backward ends."""
-    groups: dict[int, list[int]] = {}
-    for i in profile.order:
-        groups.setdefault(profile.layer_of[i], []).append(i)
-    return list(groups.values())
+    return [list(layer) for layer in profile.layer_table.ready]
 
 
 OPTIONS = (Option("density", float, DEFAULT_DENSITY, low=0, low_open=True, high=1,
