@@ -199,3 +199,13 @@ def test_layer_table_is_the_profiles_layers_in_both_orders(profile):
         assert all(profile.ready_s[i] == pytest.approx(sum(table.backward_s[:k + 1])) for i in layer)
     assert sum(table.forward_s) == pytest.approx(profile.forward_s)
     assert sum(table.update_s) == pytest.approx(profile.update_s)
+
+
+@SETTINGS
+@given(profiles(max_layers=10, mixed_dtypes=True), clusters(), st.sampled_from(strategy_names()))
+def test_no_operation_mixes_element_sizes(profile, cluster, name):
+    # The runtime's operations hold one dtype (a sparse one refuses more): a plan gradsched makes
+    # itself must never mix them, whatever layers it merges.
+    plan = plan_for(name, profile, cluster)
+    for op in plan.operations:
+        assert len({profile.tensors[s.tensor].element_bytes for s in op.slices}) == 1

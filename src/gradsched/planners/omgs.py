@@ -15,7 +15,10 @@ selections share the compute stream (a group's selection runs right after the
 layer that completes it, delaying later layers), and a group's all-gather starts
 when its selection is done and the channel is free.  ``ts`` is the cluster's
 ``selection_s``; ``tag`` its all-gather of ``k`` values and ``k`` int32 indices per
-rank, ``k = ceil(density * numel)``.  A layer's tensors always stay together.
+rank, ``k = ceil(density * numel)``.  A layer's tensors always stay together, and
+each group becomes one operation per element size (the runtime's operations hold one
+dtype: :func:`~gradsched.planners.topk.split_by_element_size`), the split plans being
+what the refinement below simulates.
 
 The rule is a greedy heuristic and can lose to layer-wise ``topk`` (each decision
 sees only the open group and the next layer) or to one top-k over the whole model.
@@ -39,7 +42,7 @@ from gradsched.cluster import Cluster
 from gradsched.plan import SPARSE, Operation, Plan, Slice, whole_tensor_ops
 from gradsched.planners.options import Option
 from gradsched.planners.registry import register
-from gradsched.planners.topk import DEFAULT_DENSITY, layers_in_ready_order
+from gradsched.planners.topk import DEFAULT_DENSITY, layers_in_ready_order, split_by_element_size
 from gradsched.profile import Profile
 
 INDEX_BYTES = 4  # int32 index per selected element
@@ -52,7 +55,8 @@ def merge_layers(profile: Profile, cluster: Cluster, density: float) -> list[lis
 
 
 def sweep(profile: Profile, cluster: Cluster, density: float) -> tuple[list[list[int]], list[float]]:
-    """The groups and the modelled end of each group's all-gather (s after backward starts)."""
+    """The groups and the modelled end of each group's all-gather (s after backward starts), each
+    group one all-gather as in the paper (before :func:`split_by_element_size`)."""
     gather = cluster.cost("allgather")
     layers = layers_in_ready_order(profile)
     tensors = profile.tensors
@@ -121,7 +125,8 @@ def refine(groups: list[list[int]], profile: Profile, cluster: Cluster, density:
     def cost(cuts: list[bool]) -> float:
         nonlocal evaluations
         evaluations += 1
-        ops = tuple(Operation(tuple([whole[t] for t in g]), SPARSE, j, density) for j, g in enumerate(groups_of(cuts)))
+        groups = split_by_element_size(groups_of(cuts), profile)
+        ops = tuple(Operation(tuple([whole[t] for t in g]), SPARSE, j, density) for j, g in enumerate(groups))
         return simulate(Plan("omgs", ops, profile.fingerprint, profile.model), profile, cluster,
                         timeline=False).iteration_s
 
@@ -157,5 +162,5 @@ def plan(profile: Profile, cluster: Cluster, density: float = DEFAULT_DENSITY, r
     groups = merge_layers(profile, cluster, d)
     if refine_plan:
         groups = refine(groups, profile, cluster, d)
-    ops = whole_tensor_ops(groups, profile, collective=SPARSE, density=d)
+    ops = whole_tensor_ops(split_by_element_size(groups, profile), profile, collective=SPARSE, density=d)
     return Plan("omgs", ops, profile.fingerprint, profile.model, {"density": d, "refine_plan": bool(refine_plan)})

@@ -11,29 +11,19 @@ from gradsched.plan import Operation, Plan, Slice
 from gradsched.planners import _collective as coll
 from gradsched.planners.options import Option
 from gradsched.planners.registry import register
-from gradsched.planners.topk import layers_in_ready_order
+from gradsched.planners.topk import layers_in_ready_order, split_by_element_size
 from gradsched.profile import Profile
 
 OPTIONS = (Option("layerwise", bool, False, doc="one all-reduce per layer (its tensors together), not per tensor"),
            coll.OPTION)
 
 
-def _layer_groups(profile: Profile) -> list[list[int]]:
-    """Each layer's tensors in ready order, split by element size (an operation never mixes them)."""
-    groups: list[list[int]] = []
-    for layer in layers_in_ready_order(profile):
-        by_size: dict[int, list[int]] = {}
-        for t in layer:
-            by_size.setdefault(profile.tensors[t].element_bytes, []).append(t)
-        groups += by_size.values()
-    return groups
-
-
 @register("wfbp", options=OPTIONS)
 def plan(profile: Profile, cluster: Cluster, layerwise: bool = False, hierarchical: str = "auto") -> Plan:
     coll.check_mode("wfbp", hierarchical, cluster)
     tensors = profile.tensors
-    groups = _layer_groups(profile) if layerwise else [[t] for t in profile.order]
+    groups = (split_by_element_size(layers_in_ready_order(profile), profile) if layerwise
+              else [[t] for t in profile.order])
     kinds = coll.collectives_for([sum(tensors[t].numel * tensors[t].element_bytes for t in g) for g in groups],
                                  cluster, hierarchical)
     ops = tuple(Operation(tuple(Slice(t, 0, tensors[t].numel) for t in g), kind, j)
