@@ -21,7 +21,10 @@ What Lightning does around the step keeps working:
   with the next forward (``bytescheduler``, ``usbyte``) the strategy finishes the
   communication first in those cases (correct, at the cost of that overlap);
 - checkpoints: deferred updates are applied before the weights are saved or the
-  strategy tears down, so a checkpoint holds the weights the next step starts from.
+  strategy tears down, so a checkpoint holds the weights the next step starts from;
+  under top-k plans (``topk``, ``omgs``) the checkpoint also holds every rank's
+  residuals (gathered when Lightning saves, on every rank), and ``fit(ckpt_path=...)``
+  gives each rank its own back, so a resumed run continues as if never stopped.
 
 ``GradschedStrategy("ddp", ddp_comm_hook=..., ddp_comm_state=...)`` runs PyTorch's DDP
 with a communication hook (``gradsched.torch.runtime.hooks``) on any device; Lightning's own
@@ -56,6 +59,7 @@ from gradsched.profile import Profile
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer
 
 _WRAPPER_FLAGS = ("find_unused_parameters", "broadcast_buffers")  # DDP's flags the wrapper takes too
+SPARSE_CHECKPOINT_KEY = "gradsched_sparse_state"  # the checkpoint's key for every rank's top-k residuals
 
 
 class GradschedStrategy(DDPStrategy):
@@ -77,6 +81,7 @@ class GradschedStrategy(DDPStrategy):
                  ranks_per_node: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.plan = plan
+        self._sparse_state: dict[str, Any] | None = None  # a checkpoint's residuals, loaded once the model is wrapped
         self._wrapper_kwargs: dict[str, Any] = {"profile": profile, "cluster": cluster, "plan_options": plan_options,
                                                 "sparse_options": sparse_options, "trace": trace,
                                                 "use_torch_ddp": use_torch_ddp}
@@ -108,6 +113,9 @@ class GradschedStrategy(DDPStrategy):
     def configure_ddp(self) -> None:
         assert isinstance(self.model, pl.LightningModule)
         self.model = self._setup_model(self.model)
+        if self._sparse_state:
+            self.model.load_sparse_state_dict(self._sparse_state)
+            self._sparse_state = None
         torch_ddp = self.model._ddp
         if torch_ddp is not None and self._ddp_comm_hook is not None:
             hook = self._ddp_comm_hook
@@ -174,6 +182,23 @@ class GradschedStrategy(DDPStrategy):
         if wrapper is not None:
             wrapper.synchronize()  # deferred updates first: the checkpoint holds the weights the next step uses
         return super().lightning_module_state_dict()
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
+        """Lightning calls it on every rank (rank 0 writes): top-k residuals are gathered here."""
+        wrapper = self._wrapper()
+        sparse = wrapper.sparse_state_dict() if wrapper is not None else {}
+        if sparse:
+            checkpoint = {**checkpoint, SPARSE_CHECKPOINT_KEY: sparse}
+        super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
+
+    def load_model_state_dict(self, checkpoint: Any, strict: bool = True) -> None:
+        """Before the model is wrapped (Lightning restores it first): the residuals wait for :meth:`configure_ddp`."""
+        self._sparse_state = checkpoint.get(SPARSE_CHECKPOINT_KEY)
+        wrapper = self._wrapper()
+        if wrapper is not None and self._sparse_state:  # already wrapped (a strategy that restores after setup)
+            wrapper.load_sparse_state_dict(self._sparse_state)
+            self._sparse_state = None
+        super().load_model_state_dict(checkpoint, strict=strict)
 
     def teardown(self) -> None:
         wrapper = self._wrapper()

@@ -19,7 +19,8 @@ from gradsched.lightning import GradschedStrategy  # noqa: E402
 from gradsched.torch.runtime import hooks as H  # noqa: E402
 from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
 
-SMALL = {"bytescheduler": {"partition_bytes": 4096, "credit_bytes": 16384}, "usbyte": {"unit_bytes": 2048}}
+SMALL = {"bytescheduler": {"partition_bytes": 4096, "credit_bytes": 16384}, "usbyte": {"unit_bytes": 2048},
+         "topk": {"density": 0.05}}
 
 
 class Regression(L.LightningModule):
@@ -124,6 +125,30 @@ def test_bf16_mixed_precision_and_checkpoints():
         at4 = [state[f"net.{i}.{w}"] for i in (0, 2, 4) for w in ("weight", "bias")]
         assert rel_diff(at4, params["ref4"]) < 1e-5, name
     assert rel_diff(params["ref4"], params["ref8"]) > 1e-3  # the checkpoint is not simply the end state
+
+
+@pytest.mark.slow
+def test_sparse_checkpoints_resume_with_every_ranks_residuals():
+    """A checkpoint of a top-k run holds every rank's residuals; resumed from it, training ends
+    where the uninterrupted run ends, and without them it does not."""
+    with tempfile.TemporaryDirectory() as tmp:
+        every4 = L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp, every_n_train_steps=4, save_top_k=-1,
+                                                     filename="{step}")
+        first = spawn_local(_lightning_cases, 2, [("topk8", "topk", {"steps": 8, "callbacks": (every4,)})],
+                            timeout_s=180)
+        ckpt = torch.load(Path(tmp, "step=4.ckpt"), weights_only=False)
+        residuals = {k: v for k, v in ckpt["gradsched_sparse_state"].items() if ".residual." in k}
+        assert residuals and all(v.shape[0] == 2 for v in residuals.values())  # both ranks' rows
+        assert all(not torch.equal(v[0], v[1]) for v in residuals.values())  # and they differ
+        del ckpt["gradsched_sparse_state"]
+        torch.save(ckpt, Path(tmp, "dropped.ckpt"))
+        ranks = spawn_local(_lightning_cases, 2, [
+            ("resumed8", "topk", {"steps": 8, "ckpt_path": str(Path(tmp, "step=4.ckpt"))}),
+            ("dropped8", "topk", {"steps": 8, "ckpt_path": str(Path(tmp, "dropped.ckpt"))})], timeout_s=180)
+    for label in ("resumed8", "dropped8"):
+        assert all(torch.equal(a, b) for a, b in zip(ranks[0][label], ranks[1][label])), label  # ranks agree
+    assert rel_diff(ranks[0]["resumed8"], first[0]["topk8"]) < 1e-6
+    assert rel_diff(ranks[0]["dropped8"], first[0]["topk8"]) > 1e-4  # the residuals matter
 
 
 def test_options_for_pytorch_ddp_are_refused_with_a_gradsched_plan():

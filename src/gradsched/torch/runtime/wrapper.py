@@ -459,11 +459,30 @@ class DistributedDataParallel(nn.Module):
         it on every rank and let rank 0 save it.  Loaded on every rank, it restores each rank's own
         residuals (a plain ``state_dict()`` holds the saving rank's alone and is refused on other ranks)."""
         state = self.state_dict()
-        if self._executor is not None:
-            prefix = f"{_SPARSE_KEY}."
-            for k, v in self._executor.gathered_sparse_state().items():
-                state[prefix + k] = v
+        state.update(self.sparse_state_dict())
         return state
+
+    def sparse_state_dict(self) -> dict[str, Any]:
+        """What :meth:`gathered_state_dict` adds to ``state_dict()``: every rank's top-k residuals and
+        the sparse step counter (a collective; empty without top-k operations), for frameworks
+        that save the module's weights themselves (:mod:`gradsched.lightning`)."""
+        if self._executor is None:
+            return {}
+        self.synchronize()
+        return {f"{_SPARSE_KEY}.{k}": v for k, v in self._executor.gathered_sparse_state().items()}
+
+    def load_sparse_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`sparse_state_dict` on every rank (each takes its own residuals); refused
+        with a message under another plan, another world size or a plan without top-k operations."""
+        prefix = f"{_SPARSE_KEY}."
+        sparse = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+        if not sparse:
+            return
+        if self._executor is None or not self._executor.sparse_state():
+            raise GradschedError(f"the checkpoint holds sparse state (residuals: {sorted(sparse)}) but this plan "
+                                 f"{self.strategy!r} has no top-k operations; load it under the plan that saved it")
+        self.synchronize()
+        self._executor.load_sparse_state(sparse)
 
     def host_timer(self) -> HostTimer | None:
         """Start (or keep) counting the runtime's host time per operation; ``None`` under PyTorch's DDP.
