@@ -192,12 +192,9 @@ class GradschedStrategy(DDPStrategy):
         super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
 
     def load_model_state_dict(self, checkpoint: Any, strict: bool = True) -> None:
-        """Before the model is wrapped (Lightning restores it first): the residuals wait for :meth:`configure_ddp`."""
+        """Before the model is wrapped (DDP's strategies restore it first): the residuals wait for
+        :meth:`configure_ddp`."""
         self._sparse_state = checkpoint.get(SPARSE_CHECKPOINT_KEY)
-        wrapper = self._wrapper()
-        if wrapper is not None and self._sparse_state:  # already wrapped (a strategy that restores after setup)
-            wrapper.load_sparse_state_dict(self._sparse_state)
-            self._sparse_state = None
         super().load_model_state_dict(checkpoint, strict=strict)
 
     def teardown(self) -> None:

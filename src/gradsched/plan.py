@@ -231,7 +231,15 @@ class Plan:
 
 
 def whole_tensor_ops(groups: Iterable[Iterable[int]], profile: Profile, *, collective: str = DENSE,
-                     density: float | None = None) -> tuple[Operation, ...]:
-    """One operation per group of whole tensors, priorities in list order."""
-    return tuple(Operation(tuple(Slice(t, 0, profile.tensors[t].numel) for t in g), collective, j, density)
-                 for j, g in enumerate(groups))
+                     density: float | None = None, whole: list[Slice] | None = None) -> tuple[Operation, ...]:
+    """One operation per group of whole tensors, priorities in list order.  ``whole``: each tensor's
+    whole :class:`Slice` (:func:`whole_slices`), made once where one profile gets many plans."""
+    if whole is None:
+        return tuple(Operation(tuple(Slice(t, 0, profile.tensors[t].numel) for t in g), collective, j, density)
+                     for j, g in enumerate(groups))
+    return tuple(Operation(tuple([whole[t] for t in g]), collective, j, density) for j, g in enumerate(groups))
+
+
+def whole_slices(profile: Profile) -> list[Slice]:
+    """Each tensor of ``profile`` as one :class:`Slice`, by tensor index."""
+    return [Slice(t, 0, x.numel) for t, x in enumerate(profile.tensors)]

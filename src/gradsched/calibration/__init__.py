@@ -23,5 +23,5 @@ from gradsched.calibration.runtime_costs import calibrate, runtime_name, with_ru
 
 __all__ = ["BUSY_NOISE_SE", "MIN_SERVICE_S", "OP_LATENCY_SHARE", "IssueTimes", "StepRecord", "across_jobs",
            "calibrate", "contention_bound_s", "contention_from_probe", "contention_history", "decide", "fastest",
-           "fit_cluster", "issue_times", "lower_bound_s", "measured_profile", "median_se", "runoff_plans", "runtime_name",
-           "service_points", "this_machine", "with_runtime_costs"]
+           "fit_cluster", "issue_times", "lower_bound_s", "measured_profile", "median_se", "runoff_plans",
+           "runtime_name", "service_points", "this_machine", "with_runtime_costs"]

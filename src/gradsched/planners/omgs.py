@@ -39,10 +39,10 @@ from __future__ import annotations
 import math
 
 from gradsched.cluster import Cluster
-from gradsched.plan import SPARSE, Operation, Plan, Slice, whole_tensor_ops
+from gradsched.plan import Plan, whole_slices
 from gradsched.planners.options import Option
 from gradsched.planners.registry import register
-from gradsched.planners.topk import DEFAULT_DENSITY, layers_in_ready_order, split_by_element_size
+from gradsched.planners.topk import DEFAULT_DENSITY, layers_in_ready_order, sparse_ops
 from gradsched.profile import Profile
 
 INDEX_BYTES = 4  # int32 index per selected element
@@ -56,7 +56,7 @@ def merge_layers(profile: Profile, cluster: Cluster, density: float) -> list[lis
 
 def sweep(profile: Profile, cluster: Cluster, density: float) -> tuple[list[list[int]], list[float]]:
     """The groups and the modelled end of each group's all-gather (s after backward starts), each
-    group one all-gather as in the paper (before :func:`split_by_element_size`)."""
+    group one all-gather as in the paper (before :func:`~gradsched.planners.topk.split_by_element_size`)."""
     gather = cluster.cost("allgather")
     layers = layers_in_ready_order(profile)
     tensors = profile.tensors
@@ -120,13 +120,12 @@ def refine(groups: list[list[int]], profile: Profile, cluster: Cluster, density:
         return out
 
     evaluations = 0
-    whole = [Slice(t, 0, x.numel) for t, x in enumerate(profile.tensors)]  # made once: every plan tried uses them
+    whole = whole_slices(profile)  # made once: every plan tried uses them
 
     def cost(cuts: list[bool]) -> float:
         nonlocal evaluations
         evaluations += 1
-        groups = split_by_element_size(groups_of(cuts), profile)
-        ops = tuple(Operation(tuple([whole[t] for t in g]), SPARSE, j, density) for j, g in enumerate(groups))
+        ops = sparse_ops(groups_of(cuts), profile, density, whole)
         return simulate(Plan("omgs", ops, profile.fingerprint, profile.model), profile, cluster,
                         timeline=False).iteration_s
 
@@ -162,5 +161,5 @@ def plan(profile: Profile, cluster: Cluster, density: float = DEFAULT_DENSITY, r
     groups = merge_layers(profile, cluster, d)
     if refine_plan:
         groups = refine(groups, profile, cluster, d)
-    ops = whole_tensor_ops(split_by_element_size(groups, profile), profile, collective=SPARSE, density=d)
+    ops = sparse_ops(groups, profile, d)
     return Plan("omgs", ops, profile.fingerprint, profile.model, {"density": d, "refine_plan": bool(refine_plan)})

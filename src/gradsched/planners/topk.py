@@ -11,7 +11,7 @@ where that pays.  The default density 0.001 is OMGS-SGD's.
 from __future__ import annotations
 
 from gradsched.cluster import Cluster
-from gradsched.plan import SPARSE, Plan, whole_tensor_ops
+from gradsched.plan import SPARSE, Operation, Plan, Slice, whole_tensor_ops
 from gradsched.planners.options import Option
 from gradsched.planners.registry import register
 from gradsched.profile import Profile
@@ -45,12 +45,17 @@ def split_by_element_size(groups: list[list[int]], profile: Profile) -> list[lis
     return out
 
 
+def sparse_ops(groups: list[list[int]], profile: Profile, density: float,
+               whole: list[Slice] | None = None) -> tuple[Operation, ...]:
+    """One top-k all-gather per group and element size (:func:`split_by_element_size`)."""
+    return whole_tensor_ops(split_by_element_size(groups, profile), profile, collective=SPARSE, density=density,
+                            whole=whole)
+
+
 OPTIONS = (Option("density", float, DEFAULT_DENSITY, low=0, low_open=True, high=1,
                   doc="fraction of each gradient's elements sent"),)
 
 
 @register("topk", sparse=True, options=OPTIONS)
 def plan(profile: Profile, cluster: Cluster, density: float = DEFAULT_DENSITY) -> Plan:
-    ops = whole_tensor_ops(split_by_element_size(layers_in_ready_order(profile), profile), profile,
-                           collective=SPARSE, density=density)
-    return Plan("topk", ops, profile.fingerprint, profile.model, {"density": density})
+    return Plan("topk", sparse_ops(layers_in_ready_order(profile), profile, density), profile.fingerprint, profile.model, {"density": density})

@@ -449,8 +449,7 @@ class DistributedDataParallel(nn.Module):
                 missing_keys.extend(f"{mine}{k}" for k in sorted(needed))
                 return
             if not needed:
-                error_msgs.append(f"the checkpoint holds sparse state (residuals: {sorted(sparse)}) but this plan "
-                                  f"{self.strategy!r} has no top-k operations; load it under the plan that saved it")
+                error_msgs.append(self._no_topk_operations(sparse))
                 return
             self._executor.load_sparse_state(sparse)  # refuses another plan's or another rank's residuals
 
@@ -479,10 +478,13 @@ class DistributedDataParallel(nn.Module):
         if not sparse:
             return
         if self._executor is None or not self._executor.sparse_state():
-            raise GradschedError(f"the checkpoint holds sparse state (residuals: {sorted(sparse)}) but this plan "
-                                 f"{self.strategy!r} has no top-k operations; load it under the plan that saved it")
+            raise GradschedError(self._no_topk_operations(sparse))
         self.synchronize()
         self._executor.load_sparse_state(sparse)
+
+    def _no_topk_operations(self, sparse: dict[str, Any]) -> str:
+        return (f"the checkpoint holds sparse state (residuals: {sorted(sparse)}) but this plan {self.strategy!r} has "
+                "no top-k operations; load it under the plan that saved it")
 
     def host_timer(self) -> HostTimer | None:
         """Start (or keep) counting the runtime's host time per operation; ``None`` under PyTorch's DDP.
