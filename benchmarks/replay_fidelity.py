@@ -9,7 +9,7 @@
    (forward and backward: waits, the gradients' bytes written, autograd) and with the
    SGD step, real work on the CPU that a GPU would run on the device.
 2. **Network** (root): for each ``HOSTSxRATE`` in ``--configs``, a testbed (prefix
-   ``gsr``) and gloo all-reduce timed from 1 MiB to 64 MiB (``gradsched.torch.netbench``,
+   ``gsr``) and gloo all-reduce timed from 1 MiB to 64 MiB (``gradsched.torch.measure.netbench``,
    one process per host), each size against the rate's line: the ring's ``2(n-1)/n``
    times the size each way at the links' goodput (96% of the rate: tbf counts whole
    frames, docs/testbed.md).  A configuration is faithful when every size of 4 MiB
@@ -89,7 +89,7 @@ def network_fidelity(hosts: int, rate: str) -> dict:
         os.chmod(tmp, 0o755)
         out = Path(tmp, "cluster.json")
         with Testbed(hosts=hosts, rate=rate, prefix="gsr") as tb:
-            tb.launch(["-m", "gradsched.torch.netbench", "--collectives", "allreduce", "--min-bytes", str(MiB),
+            tb.launch(["-m", "gradsched.torch.measure.netbench", "--collectives", "allreduce", "--min-bytes", str(MiB),
                        "--max-bytes", str(64 * MiB), "--reps", "3", "--warmup", "1", "-q", "-o", str(out)]
                       ).wait(timeout_s=600)
         cluster = json.loads(out.read_text())
