@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
+
+from gradsched._files import write_text
 
 STDOUT = "-"
 
@@ -35,6 +36,5 @@ def emit_json(args: argparse.Namespace, data: Any, *, indent: int | None = 1) ->
     if dest == STDOUT:
         sys.stdout.write(text + "\n")
         return
-    Path(dest).parent.mkdir(parents=True, exist_ok=True)
-    Path(dest).write_text(text + "\n")
+    write_text(dest, text + "\n")  # a full disk or a folder not writable: one line naming the path
     print(f"wrote {dest}")

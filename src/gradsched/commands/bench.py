@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gradsched.calibration import contention_history
+from gradsched.commands._inputs import check_processes
 from gradsched.commands._model import BUILT_IN, check_model
 from gradsched.commands._model import HELP as MODEL_HELP
 from gradsched.commands._output import add_json_arg, emit_json, to_stdout
@@ -281,6 +282,7 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
     if args.hosts < 2:
         raise GradschedError(f"--hosts must be at least 2 (data parallelism needs two workers), got {args.hosts}")
     check_ranks_per_host(args.ranks_per_host)
+    check_processes("--hosts x --ranks-per-host", args.hosts * args.ranks_per_host)
     if args.steps < 1 or args.rounds < 1 or args.batch_size < 1:
         raise GradschedError("--steps, --rounds and --batch-size must be at least 1")
     if not 0 <= args.warmup_rounds < args.rounds:

@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gradsched.commands._inputs import check_processes
 from gradsched.commands._model import BUILT_IN, check_model
 from gradsched.commands._model import HELP as MODEL_HELP
 from gradsched.commands._output import add_json_arg, emit_json, to_stdout
@@ -106,8 +107,7 @@ def _checked(strategy: str, options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _config(args: argparse.Namespace, out_dir: str) -> TrainConfig:
-    if args.nproc < 1:
-        raise GradschedError(f"--nproc must be at least 1, got {args.nproc}")
+    check_processes("--workers", args.nproc)
     if args.steps < 1 or args.batch_size < 1 or args.threads < 1:
         raise GradschedError("--steps, --batch-size and --threads must be at least 1")
     if args.warmup is None:
@@ -121,9 +121,7 @@ def _config(args: argparse.Namespace, out_dir: str) -> TrainConfig:
     if args.lr is not None and not 0 < args.lr < float("inf"):
         raise GradschedError(f"--lr must be a finite number above 0, got {args.lr}")
     check_model(args.model, seed=args.seed, batch_size=args.batch_size)
-    for flag, path in (("--plan", args.plan), ("--profile", args.profile), ("--cluster", args.cluster)):
-        if path and not Path(path).is_file():
-            raise GradschedError(f"{flag} {path}: no such file")
+    _check_files(args)
     if not args.plan:
         from gradsched.planners import get_planner, is_sparse
 
@@ -152,6 +150,22 @@ def _config(args: argparse.Namespace, out_dir: str) -> TrainConfig:
                        warmup=args.warmup, batch_size=args.batch_size, optimizer=args.optimizer, lr=lr,
                        seed=args.seed, backend=args.backend, threads=args.threads, timeout_s=args.timeout_s,
                        save_params=absolute(args.save_params), trace_path=absolute(args.trace), out_dir=out_dir)
+
+
+def _check_files(args: argparse.Namespace) -> None:
+    """--plan, --profile and --cluster read here, once: a missing, unreadable or malformed file (a pipe,
+    /dev/zero, a UTF-16 export) is one line now, not a traceback (or a hang) in every worker."""
+    from gradsched.cluster import Cluster
+    from gradsched.plan import Plan
+    from gradsched.profile import Profile
+
+    for flag, path, cls in (("--plan", args.plan, Plan), ("--profile", args.profile, Profile),
+                            ("--cluster", args.cluster, Cluster)):
+        if path:
+            try:
+                cls.load(path)
+            except GradschedError as exc:
+                raise GradschedError(f"{flag} {exc}") from None
 
 
 def launch(cfg: TrainConfig, nproc: int) -> tuple[int, str]:
