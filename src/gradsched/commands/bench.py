@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gradsched._signals import sigterm_unwinds
 from gradsched.calibration import contention_history
 from gradsched.commands._inputs import check_processes
 from gradsched.commands._model import BUILT_IN, check_model
@@ -486,7 +487,7 @@ def run(args: argparse.Namespace) -> int:
     if args.replay is not None:
         job["dilate"] = args.dilate  # links and compute are stretched alike only within one dilation
     history = contention_history(args.contention_from, job)
-    with tempfile.TemporaryDirectory(prefix="gradsched-bench-") as tmp:
+    with sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="gradsched-bench-") as tmp:  # SIGTERM: removed too
         model = args.model
         if args.replay is not None:
             model, profile = replay_model(args.replay, args.dilate, tmp)
