@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.planners._collective import planning_cost
 from gradsched.profile import Profile
+
+FEW_STEPS = 10  # a compute-only median over fewer counted steps than this is called noise
 
 
 def lower_bound_s(profile: Profile, cluster: Cluster) -> dict[str, float]:
@@ -106,3 +110,46 @@ def contention_bound_s(compute_s: float, comm_s: float, compute_alone_s: float, 
         return compute_s + comm_s
     overlap = max(0.0, min((compute_s - compute_alone_s) * fc, (comm_s - comm_alone_s) * fn))
     return compute_s + comm_s - gain * overlap
+
+
+def below_bound(row: dict[str, Any], bound: dict[str, float], compute_only: dict[str, Any] | None = None,
+                *, sparse: bool = False) -> dict[str, str] | None:
+    """Which assumption of :func:`lower_bound_s` a measured ``gradsched bench`` row broke, when its
+    median ran below the bound (None when it did not).
+
+    The bound holds for the profile and cluster it is given, not for the run: its compute is the
+    compute-only reference's median step (``compute_only``, timed in the same rounds), its bytes
+    cost what the network probe measured, and every gradient is all-reduced dense.  A row below
+    it ran faster than one of these (on a loaded machine, two counted steps of a 1 ms model are
+    enough: issue 39 measured 0.74x), and says which: ``assumption`` is ``sparse`` (a top-k row
+    moves a share of the bytes), ``compute`` (the row's median is below all the compute), ``compute
+    or last all-reduce`` (below the compute plus the all-reduce that follows the last gradient) or
+    ``network`` (below one all-reduce of all gradients at the probe's price); ``reason`` says it
+    in words, with the figures."""
+    median = row["iteration_s_median"]
+    if median >= bound["lower_bound_s"]:
+        return None
+    ms = 1e3
+    ratio = f"{median / bound['lower_bound_s']:.2f}x the bound"
+    if sparse:
+        return {"assumption": "sparse", "reason": f"{ratio}: a top-k row moves a share of the gradients, and the "
+                                                  "bound prices them all, dense"}
+    if median < bound["compute_bound_s"]:
+        counted = (compute_only or {}).get("step_s", [])[row.get("warmup_rounds", 0):]
+        steps = [s for rnd in counted for s in rnd]
+        spread = (f"; its {len(steps)} steps ranged {min(steps) * ms:.2f}-{max(steps) * ms:.2f} ms" if steps else "")
+        which = "compute" if median < bound["compute_s"] else "compute or last all-reduce"
+        return {"assumption": which,
+                "reason": f"{ratio}: its steps computed faster than the compute-only reference's median "
+                          f"({bound['compute_s'] * ms:.2f} ms{spread}) that the bound assumes every step needs"
+                          + ("" if which == "compute" else ", or the last gradients' all-reduce beat the probe's "
+                                                           "price") + _more_steps(steps)}
+    return {"assumption": "network",
+            "reason": f"{ratio}: it moved all gradients faster than one all-reduce of them costs at the network "
+                      f"probe's price ({bound['allreduce_all_s'] * ms:.2f} ms); the probe measured the network "
+                      "slower than this row found it"}
+
+
+def _more_steps(steps: list[float]) -> str:
+    """Advice when the reference's median rests on few steps."""
+    return "; a median of so few steps is noise: count more (--rounds, --steps)" if len(steps) < FEW_STEPS else ""
