@@ -90,3 +90,18 @@ def test_rows_at_or_above_the_bound_are_not_marked():
     bound = _bound(compute_s=0.004, allreduce_all_s=0.001)
     assert below_bound(_row("ddp", bound["lower_bound_s"], bound), bound) is None
     assert below_bound(_row("ddp", 2 * bound["lower_bound_s"], bound, density=0.01), bound, sparse=True) is None
+
+
+def test_the_measured_row_below_the_bound_is_explained_by_the_network():
+    """The testbed run of the issue, again (benchmarks/results/bench_mlp_2_steps_below_bound.json: `gradsched
+    bench --model mlp --rounds 2 --steps 2 --prefix qb`): ddp-100mb at 0.73x moved all 135 kB of gradients, with
+    its compute, in less than the probe's price of one all-reduce of them; the compute-only steps were steady."""
+    import json
+    from pathlib import Path
+
+    rows = json.loads(Path(__file__).parents[1].joinpath("benchmarks/results/bench_mlp_2_steps_below_bound.json")
+                      .read_text())
+    explained = {r["strategy"]: below_bound(r, r["lower_bound"], r["compute_only"]) for r in rows}
+    assert [s for s, why in explained.items() if why] == ["ddp-100mb"]
+    assert explained["ddp-100mb"]["assumption"] == "network"
+    assert "0.73x the bound" in explained["ddp-100mb"]["reason"] and "2.48 ms" in explained["ddp-100mb"]["reason"]
