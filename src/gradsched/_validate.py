@@ -41,8 +41,7 @@ def timeout_s(value: Any, name: str = "timeout_s") -> float:
     from gradsched.errors import GradschedError
 
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT_S:
-        raise GradschedError(f"{name} must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g} (a week), "
-                             f"got {value!r}")
+        raise GradschedError(f"{name} must be positive, finite and at most {MAX_TIMEOUT_S:g} s (a week), got {value!r}")
     return float(value)
 
 
