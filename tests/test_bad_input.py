@@ -373,3 +373,17 @@ def test_wrapper_timeout_must_be_finite(timeout_s):
     finally:
         if created:
             dist.destroy_process_group()
+
+
+def test_json_to_a_full_stdout_is_one_line():
+    """``--json -`` with stdout on a full disk (``> /dev/full``): one line, exit 2, no traceback."""
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "gradsched.cli", "simulate", "--alpha", "1e-4", "--beta", "1e-9",
+                               "--strategy", "wfbp", "--json", "-"], stdout=full, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "stdout" in lines[0] and "No space left" in lines[0], lines[0]

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
-from gradsched._files import write_text
+from gradsched._files import output_error, write_text
 
 STDOUT = "-"
 
@@ -34,7 +35,12 @@ def emit_json(args: argparse.Namespace, data: Any, *, indent: int | None = 1) ->
         return
     text = json.dumps(data, indent=indent)
     if dest == STDOUT:
-        sys.stdout.write(text + "\n")
+        try:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+        except OSError as exc:  # stdout on a full disk (> /dev/full) or a closed pipe
+            sys.stdout = open(os.devnull, "w")  # nothing more to write there, at exit either
+            raise output_error("stdout", exc) from None
         return
     write_text(dest, text + "\n")  # a full disk or a folder not writable: one line naming the path
     print(f"wrote {dest}")
