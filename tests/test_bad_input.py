@@ -287,15 +287,18 @@ def test_utf8_byte_order_mark_and_large_float_exponents_are_read(tmp_path):
     ["simulate", "--alpha", "1e-4", "--beta", "1e-9", "--strategy", "wfbp", "--trace", "/dev/full"],
     ["plan", "--strategy", "wfbp", "--alpha", "1e-4", "--beta", "1e-9", "-o", "/dev/full"],
     ["advise", "--json", "/dev/full"],
-], ids=["simulate-json", "simulate-trace", "plan-output", "advise-json"])
-def test_output_to_a_full_disk_is_one_line(capsys, argv):
-    """/dev/full: every write fails with ENOSPC, an OSError without a file name (was an internal error)."""
+    ["plan", "--strategy", "wfbp", "--alpha", "1e-4", "--beta", "1e-9", "-o", "/proc/version"],
+], ids=["simulate-json", "simulate-trace", "plan-output", "advise-json", "plan-output-permission-denied"])
+def test_output_that_cannot_be_written_is_one_line(capsys, argv):
+    """/dev/full: every write fails with ENOSPC, an OSError without a file name (was an internal error);
+    /proc/version: permission denied, even to root."""
     code = main(argv)
     captured = capsys.readouterr()
     lines = [ln for ln in captured.err.splitlines() if ln.strip()]
     assert code == 2, captured
     assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
-    assert "/dev/full" in lines[0] and "No space left" in lines[0], lines[0]
+    assert argv[-1] in lines[0] and ("No space left" in lines[0] or "Permission denied" in lines[0]), lines[0]
+    assert "give a path in a folder you can write" in lines[0]  # the remedy
 
 
 def test_plot_to_a_full_disk_is_one_line(tmp_path, capsys):
