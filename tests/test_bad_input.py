@@ -288,16 +288,18 @@ def test_utf8_byte_order_mark_and_large_float_exponents_are_read(tmp_path):
     ["plan", "--strategy", "wfbp", "--alpha", "1e-4", "--beta", "1e-9", "-o", "/dev/full"],
     ["advise", "--json", "/dev/full"],
     ["plan", "--strategy", "wfbp", "--alpha", "1e-4", "--beta", "1e-9", "-o", "/proc/version"],
-], ids=["simulate-json", "simulate-trace", "plan-output", "advise-json", "plan-output-permission-denied"])
+    ["simulate", "--alpha", "1e-4", "--beta", "1e-9", "--strategy", "wfbp", "--json", "/etc/hostname/out.json"],
+], ids=["simulate-json", "simulate-trace", "plan-output", "advise-json", "plan-output-refused", "json-folder-is-a-file"])
 def test_output_that_cannot_be_written_is_one_line(capsys, argv):
     """/dev/full: every write fails with ENOSPC, an OSError without a file name (was an internal error);
-    /proc/version: permission denied, even to root."""
+    /proc/version refuses writes, even root's; a folder that is a file ("File exists") is named."""
     code = main(argv)
     captured = capsys.readouterr()
     lines = [ln for ln in captured.err.splitlines() if ln.strip()]
     assert code == 2, captured
     assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
-    assert argv[-1] in lines[0] and ("No space left" in lines[0] or "Permission denied" in lines[0]), lines[0]
+    assert argv[-1] in lines[0] and "cannot be written" in lines[0], lines[0]
+    assert "No space left" in lines[0] or "/proc" in lines[0] or "its folder /etc/hostname cannot be made" in lines[0]
     assert "give a path in a folder you can write" in lines[0]  # the remedy
 
 

@@ -147,15 +147,20 @@ def read_json(path: str | Path, *, max_bytes: int = MAX_INPUT_BYTES) -> Any:
 
 def write_text(path: str | Path, text: str | bytes) -> None:
     """Write ``text`` (or bytes) to ``path`` (its folder made if missing); a failure is one line naming the path."""
+    folder = Path(path).parent
     try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file where a folder should be says "File exists": name the folder
+        raise output_error(path, exc, f"its folder {folder} cannot be made") from None
+    try:
         with open(path, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
     except OSError as exc:
         raise output_error(path, exc) from None
 
 
-def output_error(path: str | Path, exc: OSError) -> GradschedError:
-    """The one-line error for an output ``path`` that could not be written (``exc``: why)."""
-    return GradschedError(f"{path}: cannot be written: {exc.strerror or exc}; give a path in a folder you can "
-                          "write, on a disk with free space")
+def output_error(path: str | Path, exc: OSError, what: str = "") -> GradschedError:
+    """The one-line error for an output ``path`` that could not be written (``exc``: why; ``what``: where)."""
+    where = f" ({what}: {exc.strerror or exc})" if what else f": {exc.strerror or exc}"
+    return GradschedError(f"{path}: cannot be written{where}; give a path in a folder you can write, on a disk "
+                          "with free space")
