@@ -195,3 +195,200 @@ def test_options_from_the_command_line_are_typed():
     assert check_options("usbyte", {"unit_bytes": "1e6"}) == {"unit_bytes": 1_000_000}
     assert check_options("omgs", {"refine_plan": "false"}) == {"refine_plan": False}
     assert check_options("auto", {"exclude": "wfbp, ddp"}) == {"exclude": ("wfbp", "ddp")}
+
+
+# ---------------------------------------------------------------- issue 39 item 6: hostile files and values
+# Every file a command reads goes through gradsched._files: a regular file only (a named pipe hung, /dev/zero
+# filled memory), size-capped before parsing, UTF-8, JSON within limits of digits and depth.  Each case
+# used to end in a hang, a MemoryError, a traceback or a misleading message.
+
+
+def _fifo(tmp_path):
+    import os
+
+    path = tmp_path / "pipe.json"
+    os.mkfifo(path)  # nobody writes to it: reading it without care waits for ever
+    return str(path)
+
+
+def _oversized(tmp_path, flag):
+    """A sparse file one byte over the cap (no disk used): refused on its size, never read."""
+    from gradsched import _files
+
+    path = tmp_path / "huge.json"
+    with open(path, "wb") as f:
+        f.truncate((_files.MAX_TRACE_BYTES if flag == "compare" else _files.MAX_INPUT_BYTES) + 1)
+    return str(path)
+
+
+def _written(tmp_path, data: bytes):
+    path = tmp_path / "bad.json"
+    path.write_bytes(data)
+    return str(path)
+
+
+# (kind, how the file is made, words in the error line)
+HOSTILE_FILES = [
+    ("named-pipe", lambda tmp, flag: _fifo(tmp), ["named pipe", "not a regular file"]),
+    ("dev-zero", lambda tmp, flag: "/dev/zero", ["/dev/zero", "character device"]),
+    ("directory", lambda tmp, flag: str(tmp), ["directory", "not a regular file"]),
+    ("utf-16", lambda tmp, flag: _written(tmp, json.dumps(PROFILE).encode("utf-16")), ["UTF-16", "UTF-8"]),
+    ("invalid-utf-8", lambda tmp, flag: _written(tmp, b'{"format": "\xff\xfe"}'), ["not UTF-8", "0xff", "offset 12"]),
+    ("nested-100000-deep", lambda tmp, flag: _written(tmp, b"[" * 100_000 + b"]" * 100_000), ["nests deeper", "64"]),
+    ("integer-5000-digits", lambda tmp, flag: _written(tmp, b'{"format": 1' + b"0" * 5000 + b"}"),
+     ["integer of 5,001 digits"]),
+    ("oversized", _oversized, ["MiB, above the most gradsched reads"]),
+]
+# (flag, argv with {bad}, {profile}, {cluster} placeholders)
+FILE_FLAGS = [
+    ("simulate-profile", ["simulate", "--profile", "{bad}", "--alpha", "1e-4", "--beta", "1e-9"]),
+    ("simulate-cluster", ["simulate", "--profile", "{profile}", "--cluster", "{bad}"]),
+    ("simulate-plan", ["simulate", "--profile", "{profile}", "--alpha", "1e-4", "--beta", "1e-9", "--plan", "{bad}"]),
+    ("compare", ["compare", "{bad}", "{bad}"]),
+    ("bench-contention-from", ["bench", "--loopback", "--contention-from", "{bad}"]),
+    ("bench-replay", ["bench", "--loopback", "--replay", "{bad}"]),
+    ("train-plan", ["train", "--plan", "{bad}"]),
+]
+
+
+@pytest.mark.timeout(60)  # a named pipe read without care hangs: fail, do not stall
+@pytest.mark.parametrize("argv", [f[1] for f in FILE_FLAGS], ids=[f[0] for f in FILE_FLAGS])
+@pytest.mark.parametrize("make,words", [h[1:] for h in HOSTILE_FILES], ids=[h[0] for h in HOSTILE_FILES])
+def test_hostile_file_is_refused_before_parsing(tmp_path, capsys, argv, make, words):
+    profile, cluster = tmp_path / "profile.json", tmp_path / "cluster.json"
+    profile.write_text(json.dumps(PROFILE))
+    cluster.write_text(json.dumps(CLUSTER))
+    bad_dir = tmp_path / "bad"
+    bad_dir.mkdir()
+    bad = make(bad_dir, argv[0])
+    code = main([a.format(bad=bad, profile=profile, cluster=cluster) for a in argv])
+    captured = capsys.readouterr()
+    lines = [ln for ln in captured.err.splitlines() if ln.strip()]
+    assert code == 2, captured
+    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    assert bad in lines[0], lines[0]  # the line names the file ...
+    for word in words:  # ... and the cause
+        assert word in lines[0], lines[0]
+
+
+def test_utf8_byte_order_mark_and_large_float_exponents_are_read(tmp_path):
+    """What is not hostile still reads: a UTF-8 BOM (Windows editors write one) and long decimals."""
+    from gradsched import _files
+
+    path = tmp_path / "p.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(changed(PROFILE, _set(["tensors", 0, "forward_s"], 0.1))).encode())
+    assert Profile.load(path).tensors[0].forward_s == 0.1
+    assert _files.parse_json('{"x": 0.' + "1" * 5000 + "}", "<text>")["x"] == pytest.approx(0.1111111)
+    assert _files.parse_json("[" * 64 + "]" * 64, "<text>") == _files.parse_json("[" * 64 + "]" * 64, "<text>")
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "--alpha", "1e-4", "--beta", "1e-9", "--strategy", "wfbp", "--json", "/dev/full"],
+    ["simulate", "--alpha", "1e-4", "--beta", "1e-9", "--strategy", "wfbp", "--trace", "/dev/full"],
+    ["plan", "--strategy", "wfbp", "--alpha", "1e-4", "--beta", "1e-9", "-o", "/dev/full"],
+    ["advise", "--json", "/dev/full"],
+    ["plan", "--strategy", "wfbp", "--alpha", "1e-4", "--beta", "1e-9", "-o", "/proc/version"],
+    ["simulate", "--alpha", "1e-4", "--beta", "1e-9", "--strategy", "wfbp", "--json", "/etc/hostname/out.json"],
+], ids=["simulate-json", "simulate-trace", "plan-output", "advise-json", "plan-output-refused", "json-folder-is-a-file"])
+def test_output_that_cannot_be_written_is_one_line(capsys, argv):
+    """/dev/full: every write fails with ENOSPC, an OSError without a file name (was an internal error);
+    /proc/version refuses writes, even root's; a folder that is a file ("File exists") is named."""
+    code = main(argv)
+    captured = capsys.readouterr()
+    lines = [ln for ln in captured.err.splitlines() if ln.strip()]
+    assert code == 2, captured
+    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    assert argv[-1] in lines[0] and "cannot be written" in lines[0], lines[0]
+    assert "No space left" in lines[0] or "/proc" in lines[0] or "its folder /etc/hostname cannot be made" in lines[0]
+    assert "give a path in a folder you can write" in lines[0]  # the remedy
+
+
+def test_plot_to_a_full_disk_is_one_line(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    code = main(["simulate", "--alpha", "1e-4", "--beta", "1e-9", "--strategy", "wfbp", "--plot", "/dev/full"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and "/dev/full" in err, err
+
+
+# (case id, argv, words in the line)
+BAD_VALUES = [
+    ("netbench-backend-unknown", ["netbench", "--workers", "2", "--backend", "foo"], ["--backend", "'foo'", "gloo"]),
+    ("netbench-max-bytes-one-size", ["netbench", "--workers", "2", "--max-bytes", "8192"],
+     ["--max-bytes", "16384", "allgather"]),
+    ("netbench-max-bytes-one-size-8-ranks", ["netbench", "--workers", "8", "--max-bytes", "32768"],
+     ["--max-bytes", "65536"]),
+    ("netbench-workers-huge", ["netbench", "--workers", "1000000000"], ["--workers", "at most 256"]),
+    ("train-workers-huge", ["train", "--workers", "1000000000"], ["--workers", "at most 256", "1,000,000,000"]),
+    ("bench-hosts-huge", ["bench", "--loopback", "--hosts", "100", "--ranks-per-host", "64"],
+     ["--hosts x --ranks-per-host", "6,400"]),
+    ("train-batch-size-huge", ["train", "--batch-size", "1000000000"], ["--batch-size", "1,048,576"]),
+    ("bench-batch-size-huge", ["bench", "--loopback", "--batch-size", "1000000000"], ["--batch-size", "1,048,576"]),
+    ("model-os-system", ["train", "--model", "os:system"], ["os:system", "built-in function"]),
+    ("model-builtins-print", ["train", "--model", "builtins:print"], ["builtins:print", "built-in function"]),
+    ("model-stdlib-function", ["train", "--model", "json:loads"], ["json.loads", "standard library"]),
+    ("profile-model-os-system", ["profile", "--model", "os:system", "-o", "/dev/null"], ["os:system", "built-in"]),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("argv,words", [c[1:] for c in BAD_VALUES], ids=[c[0] for c in BAD_VALUES])
+def test_bad_value_is_refused_up_front(capsys, argv, words):
+    """Checked before any process starts or any byte is measured (``--max-bytes 8192`` failed after
+    measuring, ``--workers 1000000000`` started processes until memory ran out, ``os:system`` was called)."""
+    if "--model" in argv:
+        pytest.importorskip("torch")
+    code = main(argv)
+    captured = capsys.readouterr()
+    lines = [ln for ln in captured.err.splitlines() if ln.strip()]
+    assert code == 2, captured
+    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    for word in words:
+        assert word in lines[0], lines[0]
+    assert captured.out == ""  # nothing ran: os.system(0) / print(0) never printed
+
+
+def test_profile_batch_larger_than_memory_is_refused_before_it_is_made(monkeypatch, tmp_path, capsys):
+    pytest.importorskip("torch")
+    from gradsched.commands import _model
+
+    monkeypatch.setattr(_model, "_available_bytes", lambda: 10 * 2**20)  # 10 MiB free
+    out = tmp_path / "p.json"
+    code = main(["profile", "--model", "mlp", "--batch-size", "100000", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert "--batch-size 100,000" in err and "GiB available" in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("timeout_s", [float("inf"), float("nan"), 0, -1, 1e300, True])
+def test_wrapper_timeout_must_be_finite(timeout_s):
+    """``timeout_s=inf`` was taken, and a hung peer then reported as a dead one."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from gradsched.errors import GradschedError
+    from gradsched.torch import DistributedDataParallel
+
+    created = not dist.is_initialized()
+    if created:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with pytest.raises(GradschedError, match="timeout_s must be positive, finite and at most 604800 s"):
+            DistributedDataParallel(torch.nn.Linear(2, 2), timeout_s=timeout_s)
+    finally:
+        if created:
+            dist.destroy_process_group()
+
+
+def test_json_to_a_full_stdout_is_one_line():
+    """``--json -`` with stdout on a full disk (``> /dev/full``): one line, exit 2, no traceback."""
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "gradsched.cli", "simulate", "--alpha", "1e-4", "--beta", "1e-9",
+                               "--strategy", "wfbp", "--json", "-"], stdout=full, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "stdout" in lines[0] and "No space left" in lines[0], lines[0]

@@ -478,3 +478,101 @@ def test_two_ranks_per_host_talk_over_loopback_inside_a_host_and_links_across(cl
           f"across hosts {inter[1 << 18] * 1e3:.2f} ms, all 4 ranks {cluster['points']['allreduce'][-1][1] * 1e3:.2f} ms")
     assert inter[1 << 18] > 0.5 * link_s
     assert intra[1 << 18] < inter[1 << 18] / 3
+
+
+# ---------------------------------------------------------------- issue 39 item 5: ownership that a name cannot forge
+
+REMADE = "qrl"  # a testbed one of whose namespaces is deleted and re-made by hand, as another user would
+
+
+@pytest.fixture
+def remade():
+    """Testbed ``qrl`` of 3 hosts, then ``qrl-h2`` deleted and made again by hand with a process in it."""
+    teardown(REMADE)
+    Testbed(hosts=3, rate="100mbit", prefix=REMADE).up()
+    subprocess.run(["ip", "netns", "delete", f"{REMADE}-h2"], check=True)
+    subprocess.run(["ip", "netns", "add", f"{REMADE}-h2"], check=True)
+    sleeper = subprocess.Popen(["ip", "netns", "exec", f"{REMADE}-h2", "sleep", "3000"])
+    _wait_for(lambda: subprocess.run(["ip", "netns", "pids", f"{REMADE}-h2"], capture_output=True,
+                                     text=True).stdout.strip() != "")
+    yield sleeper
+    sleeper.kill()
+    sleeper.wait()
+    subprocess.run(["ip", "netns", "delete", f"{REMADE}-h2"], capture_output=True)
+    teardown(REMADE)
+    assert _leftovers(REMADE) == []
+
+
+@pytest.mark.root
+@root
+def test_down_leaves_a_namespace_remade_under_the_testbeds_name(remade):
+    """The repro of issue 39: `testbed down` deleted the re-made qrl-h2 and killed the process in it."""
+    status = read_status(REMADE)
+    assert [h.namespace for h in status.hosts] == [f"{REMADE}-h0", f"{REMADE}-h1"]  # status ignores the foreign one
+    down = subprocess.run([*GRADSCHED, "testbed", "down", "--prefix", REMADE], check=True,
+                          capture_output=True, text=True)
+    assert "removed 3" in down.stdout and f"left netns {REMADE}-h2" in down.stdout, down.stdout
+    assert f"{REMADE}-h2" in list_namespaces()
+    assert remade.poll() is None  # its process was not killed
+    assert not os.path.exists(os.path.join(ETC_NETNS, f"{REMADE}-h2", "hosts"))  # the hosts file was ours
+    with pytest.raises(GradschedError, match=f"{REMADE}-h2 exists but was not made by the gradsched testbed"):
+        Testbed(hosts=3, prefix=REMADE).up()  # nor is it adopted
+    assert remade.poll() is None and f"{REMADE}-h2" in list_namespaces()
+
+
+HALF = "qhm"
+
+
+@pytest.mark.root
+@root
+def test_a_namespace_left_before_its_identity_is_removed_only_when_blank():
+    """An `up` killed between `ip netns add` and storing the identity: the blank namespace is removed;
+    one with a process in it (someone else's, made in that moment) is left."""
+    from gradsched import testbed as tbmod
+
+    teardown(HALF)
+    for ns in (f"{HALF}-h0", f"{HALF}-h1"):
+        tbmod._write_mark(ns, "token", confirmed=False)
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+    sleeper = subprocess.Popen(["ip", "netns", "exec", f"{HALF}-h1", "sleep", "3000"])
+    try:
+        _wait_for(lambda: subprocess.run(["ip", "netns", "pids", f"{HALF}-h1"], capture_output=True,
+                                         text=True).stdout.strip() != "")
+        assert teardown(HALF) == [f"netns {HALF}-h0"]
+        assert f"{HALF}-h1" in list_namespaces() and sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        subprocess.run(["ip", "netns", "delete", f"{HALF}-h1"], capture_output=True)
+        tbmod._unmark(f"{HALF}-h1")
+    assert _leftovers(HALF) == []
+
+
+BROUGHT_UP = "qrb"
+
+
+@pytest.fixture
+def brought_up():
+    """Testbed ``qrb`` brought up by hand, as `gradsched testbed up --prefix qrb` does."""
+    teardown(BROUGHT_UP)
+    Testbed(hosts=2, rate="200mbit", prefix=BROUGHT_UP).up()
+    yield read_status(BROUGHT_UP)
+    teardown(BROUGHT_UP)
+    assert _leftovers(BROUGHT_UP) == []
+
+
+@pytest.mark.root
+@root
+@pytest.mark.parametrize("argv", [
+    ["bench", "--model", "mlp", "--rate", "100mbit", "--hosts", "3", "--prefix", BROUGHT_UP],
+    ["train", "--rate", "100mbit", "--workers", "3", "--prefix", BROUGHT_UP],
+    ["netbench", "--rate", "100mbit", "--hosts", "3", "--prefix", BROUGHT_UP],
+], ids=["bench", "train", "netbench"])
+def test_jobs_refuse_a_testbed_they_did_not_bring_up(brought_up, capsys, argv):
+    """`bench --prefix P` reshaped the user's testbed P to its own hosts and rate, then removed it."""
+    code = cli.main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"testbed {BROUGHT_UP} exists already" in err and f"testbed down --prefix {BROUGHT_UP}" in err, err
+    assert read_status(BROUGHT_UP) == brought_up  # untouched: 2 hosts at 200mbit, still up
+    assert brought_up.up

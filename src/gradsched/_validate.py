@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from gradsched import _files
 from gradsched.errors import FormatError
 
 # Bounds that keep every sum and product the planners and the simulator form finite and
@@ -20,25 +21,28 @@ from gradsched.errors import FormatError
 MAX_SECONDS = 1e9
 MAX_BYTES = 2**53  # integers up to this are exact in a float64
 MAX_WORLD_SIZE = 2**24
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: a collective timeout beyond it (or inf, NaN) is a typo
 MISSPELLING_CUTOFF = 0.8  # difflib ratio at or above which an unknown field is taken for a known one misspelt
 
 
-def read_json(path: str | Path) -> Any:
-    """Read a JSON file, turning I/O and syntax errors into a FormatError."""
-    source = str(path)
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise FormatError(source, "<file>", f"cannot read: {exc.strerror or exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FormatError(source, "<json>", f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+def read_json(path: str | Path, *, max_bytes: int | None = None) -> Any:
+    """Read a JSON file (a regular file, size- and depth-limited: :mod:`gradsched._files`); every
+    problem, from a missing file to a named pipe or a UTF-16 export, is a FormatError."""
+    return _files.read_json(path, max_bytes=max_bytes or _files.MAX_INPUT_BYTES)
 
 
 def write_json(path: str | Path, data: Any) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(data, indent=1) + "\n")
+    _files.write_text(path, json.dumps(data, indent=1) + "\n")
+
+
+def timeout_s(value: Any, name: str = "timeout_s") -> float:
+    """A timeout in seconds: a finite number above 0 and at most :data:`MAX_TIMEOUT_S`; else a one-line
+    GradschedError (``timeout_s=inf`` was accepted, and a hung peer then blamed on a dead one)."""
+    from gradsched.errors import GradschedError
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT_S:
+        raise GradschedError(f"{name} must be positive, finite and at most {MAX_TIMEOUT_S:g} s (a week), got {value!r}")
+    return float(value)
 
 
 def require(obj: Any, key: str, source: str, where: str) -> Any:

@@ -9,10 +9,49 @@ from __future__ import annotations
 
 import argparse
 
+from typing import Sequence
+
 from gradsched.cluster import COLLECTIVES
+from gradsched.errors import GradschedError
 
 MIN_BYTES = 4 * 1024
 MAX_BYTES = 256 * 1024 * 1024
+BACKENDS = ("gloo", "nccl", "mpi", "ucc")  # torch.distributed's process-group backends
+
+
+def sizes_bytes(min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES) -> list[int]:
+    """Powers of two from ``min_bytes`` up to ``max_bytes`` (both rounded down to a power of two)."""
+    if min_bytes < 4 or max_bytes < min_bytes:
+        raise GradschedError(f"need 4 <= min bytes <= max bytes, got {min_bytes} and {max_bytes}")
+    lo, hi = 1 << (min_bytes.bit_length() - 1), 1 << (max_bytes.bit_length() - 1)
+    out = []
+    s = lo
+    while s <= hi:
+        out.append(s)
+        s *= 2
+    return out
+
+
+def top_bytes(collective: str, min_bytes: int, max_bytes: int, world: int) -> int:
+    """The largest size timed for ``collective``: an all-gather's output is ``world`` times its input."""
+    return max_bytes if collective == "allreduce" else max(min_bytes, max_bytes // world)
+
+
+def check_sizes(min_bytes: int, max_bytes: int, world: int, collectives: Sequence[str]) -> None:
+    """Every collective gets at least two sizes, which fitting its line needs: checked before measuring
+    (``--max-bytes 8192`` failed only after every size was timed)."""
+    for name in collectives:
+        if len(sizes_bytes(min_bytes, top_bytes(name, min_bytes, max_bytes, world))) < 2:
+            need = 2 * min_bytes * (1 if name == "allreduce" else world)
+            raise GradschedError(f"--min-bytes {min_bytes} and --max-bytes {max_bytes} leave {name} on {world} ranks "
+                                 f"one size, and fitting its cost needs two: give --max-bytes {need} or more")
+
+
+def check_backend(backend: str | None) -> None:
+    """A process-group backend torch.distributed has, named before any rank starts."""
+    if backend is not None and backend not in BACKENDS:
+        raise GradschedError(f"--backend {backend!r} is not a torch.distributed backend; give one of "
+                             f"{', '.join(BACKENDS)} (default: nccl with CUDA, else gloo)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -5,8 +5,9 @@ imported only here, only when a plot is drawn, so nothing else needs it."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
     from gradsched.timeline import Timeline
@@ -52,9 +53,7 @@ def gantt(panels: Sequence[tuple[str, "Timeline"]], path: str | Path) -> None:
     uniq = dict(zip(labels, handles))
     ax.legend(uniq.values(), uniq.keys(), loc="upper right", fontsize="small")
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def bars(labels: Sequence[str], values: Sequence[float], path: str | Path, *, ylabel: str, title: str = "",
@@ -71,6 +70,19 @@ def bars(labels: Sequence[str], values: Sequence[float], path: str | Path, *, yl
         ax.legend()
     ax.set_title(title)
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
+
+
+def _save(fig: Any, path: str | Path) -> None:
+    """Write the figure in the format its name says (PNG without a suffix); a folder not writable or a
+    full disk is one line naming the path."""
+    import matplotlib.pyplot as plt
+
+    from gradsched._files import write_text
+
+    buf = io.BytesIO()  # matplotlib's PNG writer lets a failed write pass (a plot to /dev/full "succeeded")
+    try:
+        fig.savefig(buf, dpi=110, format=Path(path).suffix.lstrip(".").lower() or None)
+    finally:
+        plt.close(fig)
+    write_text(path, buf.getvalue())

@@ -49,7 +49,7 @@ def load_profile(source: str) -> Profile:
     """A profile from a file path, or a bundled name (``googlenet-k80``, ``googlenet``)."""
     from gradsched.bundled import bundled_profile, profile_names
 
-    if Path(source).is_file():
+    if Path(source).exists():  # a file, or something that is not one: Profile.load says which
         return Profile.load(source)
     if source in profile_names():
         return bundled_profile(source)

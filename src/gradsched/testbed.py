@@ -17,12 +17,16 @@ The bridge lives in its own namespace, so the root namespace's links and routes 
 never touched, and a host's only route is its /24: it can reach the other hosts and
 nothing else.  Every object's name starts with the prefix, so the testbed's state is
 read from the system itself, and :func:`teardown` removes exactly what was made, even
-after the process that made it was killed.  What was made is told by an ownership
-mark, not by the name alone: before a namespace is created a mark is written to
+after the process that made it was killed.  What was made is told by an identity,
+not by the name: each namespace is made with a random token, written first to the mark
 ``/run/gradsched-testbed/<namespace>`` (a tmpfs, cleared at boot with the namespaces
-themselves), and the hosts files under ``/etc/netns`` carry a ``# gradsched testbed``
-line.  A namespace or folder with a matching name but no mark belongs to someone
-else: ``up`` refuses to adopt it and ``down`` leaves it alone.  No link in the root
+themselves) and then into the namespace itself, as the alias of its ``lo``; the hosts
+files under ``/etc/netns`` carry a ``# gradsched testbed`` line.  A namespace whose
+``lo`` does not carry its mark's token belongs to someone else, even under a name the
+testbed used (deleted by hand and made again): ``up`` refuses to adopt it, ``status``
+does not count it, and ``down`` neither deletes it nor kills what runs in it (checked
+again right before either, :func:`is_ours`).  ``with Testbed(...)`` (bench, train and
+netbench with ``--rate``) brings up its own and refuses a prefix that exists already.  No link in the root
 namespace is ever made (veth ends are created straight into their namespaces), so
 none is ever deleted.
 
@@ -40,6 +44,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -55,7 +60,9 @@ DEFAULT_PREFIX = "gs"
 SUBNET = "198.18.0.0/24"
 HOST_IFNAME = "eth0"
 ETC_NETNS = "/etc/netns"  # per-namespace /etc files that `ip netns exec` mounts
-MARKS_DIR = "/run/gradsched-testbed"  # one empty file per namespace the testbed made (ownership)
+MARKS_DIR = "/run/gradsched-testbed"  # one file per namespace the testbed made, holding its token (ownership)
+IDENTITY_PREFIX = "gradsched-testbed:"  # + the token: the alias of lo inside each namespace the testbed made
+PENDING = "pending"  # a mark written before its namespace was made, not yet confirmed
 HOSTS_MARK = "# gradsched testbed"  # the line that marks a hosts file as the testbed's
 MAX_HOSTS = 250  # 198.18.0.1 .. 198.18.0.250, and veth names stay under 15 characters
 MAX_RANKS_PER_HOST = 64  # processes one host runs (torchrun --nproc-per-node); a sanity cap
@@ -203,16 +210,71 @@ def _mark_path(namespace: str) -> str:
     return os.path.join(MARKS_DIR, namespace)
 
 
-def _mark(namespace: str) -> None:
-    """Record that the testbed makes ``namespace`` (written before ``ip netns add``)."""
+def _read_mark(namespace: str) -> tuple[str, bool] | None:
+    """``(token, confirmed)`` from ``namespace``'s mark, or None without one."""
+    try:
+        with open(_mark_path(namespace)) as f:
+            words = f.read().split()
+    except OSError:
+        return None
+    if len(words) == 2 and words[0] == PENDING:
+        return words[1], False
+    return (words[0], True) if len(words) == 1 else ("", False)
+
+
+def _write_mark(namespace: str, token: str, *, confirmed: bool) -> None:
     os.makedirs(MARKS_DIR, mode=0o700, exist_ok=True)
-    with open(_mark_path(namespace), "w"):
-        pass
+    with open(_mark_path(namespace), "w") as f:
+        f.write(token if confirmed else f"{PENDING} {token}")
+
+
+def _identity(namespace: str) -> str | None:
+    """The identity stored inside ``namespace``: the alias of its ``lo`` (None: no alias, or no namespace)."""
+    links = _json(["ip", "-n", namespace, "-j", "link", "show", "lo"])
+    return links[0].get("ifalias") if links else None
+
+
+def _add_namespace(namespace: str) -> None:
+    """Make ``namespace`` with a fresh identity: a random token in its mark (written first) and in the
+    alias of its ``lo``, inside the namespace itself, where a namespace re-made with the same name
+    cannot have it."""
+    token = secrets.token_hex(12)
+    _write_mark(namespace, token, confirmed=False)
+    _run(["ip", "netns", "add", namespace])
+    _run(["ip", "-n", namespace, "link", "set", "lo", "alias", IDENTITY_PREFIX + token])
+    _write_mark(namespace, token, confirmed=True)
+
+
+def _blank(namespace: str) -> bool:
+    """Only ``lo``, no alias, no process: a namespace made and left before its identity was stored."""
+    links = _json(["ip", "-n", namespace, "-j", "link", "show"])
+    pids = _run(["ip", "netns", "pids", namespace], check=False).stdout.split()
+    return [link.get("ifname") for link in links] == ["lo"] and not links[0].get("ifalias") and not pids
+
+
+def _replaced(namespace: str) -> bool:
+    """The namespace the testbed made under this name is gone and another has its name: its mark was
+    confirmed, and the namespace now there lacks the identity."""
+    mark = _read_mark(namespace)
+    return mark is not None and mark[1] and not is_ours(namespace)
 
 
 def is_ours(namespace: str) -> bool:
-    """Did the testbed make ``namespace``?  (Its ownership mark exists.)"""
-    return os.path.exists(_mark_path(namespace))
+    """Did the testbed make ``namespace``, this very namespace and not one re-made under its name?
+
+    Its mark holds a token, and the namespace holds the same token (the alias of its ``lo``).  A
+    namespace deleted by hand and made again by someone else has no alias, or another: not ours
+    (issue 39: ``testbed down`` killed the process in such a one).  One exception: an ``up`` killed
+    between ``ip netns add`` and storing the alias leaves its mark pending and the namespace blank
+    (nothing but ``lo``, no process), which is ours to remove."""
+    mark = _read_mark(namespace)
+    if mark is None:
+        return False
+    token, confirmed = mark
+    alias = _identity(namespace)
+    if token and alias == IDENTITY_PREFIX + token:
+        return True
+    return not confirmed and alias is None and _blank(namespace)
 
 
 def _unmark(namespace: str) -> None:
@@ -223,7 +285,10 @@ def _unmark(namespace: str) -> None:
 
 
 def _delete_namespace(namespace: str) -> None:
-    """Stop the namespace's processes, delete it, its hosts file and its mark."""
+    """Stop the namespace's processes, delete it, its hosts file and its mark: only if it is ours,
+    checked again here, right before anything is killed."""
+    if not is_ours(namespace):
+        raise GradschedError(f"network namespace {namespace} is no longer the one the testbed made; left it alone")
     _kill_namespace_processes(namespace)
     _remove_hosts_file(namespace)
     _run(["ip", "netns", "delete", namespace], check=False)
@@ -267,15 +332,13 @@ def teardown(prefix: str = DEFAULT_PREFIX) -> list[str]:
     removed = []
     names = re.compile(rf"^{re.escape(prefix)}-(h[0-9]+|sw)$")
     for name in list_namespaces():
-        if not names.match(name):
-            continue
-        if not is_ours(name):
-            continue
-        _delete_namespace(name)
-        removed.append(f"netns {name}")
-    if os.path.isdir(MARKS_DIR):  # marks of namespaces deleted by hand
+        if names.match(name) and is_ours(name):
+            _delete_namespace(name)
+            removed.append(f"netns {name}")
+    if os.path.isdir(MARKS_DIR):  # marks of namespaces deleted by hand (and perhaps re-made by someone else)
+        existing = list_namespaces()
         for name in os.listdir(MARKS_DIR):
-            if names.match(name) and name not in list_namespaces():
+            if names.match(name) and (name not in existing or _replaced(name)):
                 _remove_hosts_file(name)
                 _unmark(name)
     return removed
@@ -349,11 +412,13 @@ def read_status(prefix: str = DEFAULT_PREFIX) -> TestbedStatus:
     check_can_run()
     _check_prefix(prefix)
     switch_ns = f"{prefix}-sw"
-    switch = switch_ns in list_namespaces() and bool(
+    switch = switch_ns in list_namespaces() and is_ours(switch_ns) and bool(
         _json(["ip", "-n", switch_ns, "-j", "link", "show", f"{prefix}-br0"])
     )
     hosts = []
     for index, namespace in _host_namespaces(prefix).items():
+        if not is_ours(namespace):
+            continue  # a namespace with the testbed's name that it did not make is not part of it
         links = _json(["ip", "-n", namespace, "-j", "addr", "show", HOST_IFNAME])
         link = links[0] if links else {}
         addresses = [a["local"] for a in link.get("addr_info", []) if a.get("family") == "inet"]
@@ -444,12 +509,11 @@ class Testbed:
         return self
 
     def _reconcile(self) -> None:
-        existing = list_namespaces()
+        existing = self._without_half_made(list_namespaces())
         sw = self.switch_namespace
         self._refuse_foreign(existing)
         if sw not in existing:
-            _mark(sw)
-            _run(["ip", "netns", "add", sw])
+            _add_namespace(sw)
         if not _json(["ip", "-n", sw, "-j", "link", "show", self.bridge]):
             _run(["ip", "-n", sw, "link", "add", self.bridge, "type", "bridge"])
         _run(["ip", "-n", sw, "link", "set", self.bridge, "up"])
@@ -459,8 +523,7 @@ class Testbed:
         for i in range(self.hosts):
             ns, port = self.namespace(i), self.port(i)
             if ns not in existing:
-                _mark(ns)
-                _run(["ip", "netns", "add", ns])
+                _add_namespace(ns)
                 # IPv4 only: gloo binds the first address of GLOO_SOCKET_IFNAME, which
                 # must not be an IPv6 link-local one.
                 _run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w",
@@ -487,6 +550,19 @@ class Testbed:
                 if _json(["ip", "-n", sw, "-j", "link", "show", f"{self.prefix}-p{index}"]):
                     _run(["ip", "-n", sw, "link", "delete", f"{self.prefix}-p{index}"])
 
+    def _without_half_made(self, existing: list[str]) -> list[str]:
+        """``existing`` less this testbed's namespaces that a killed ``up`` left before storing their
+        identity (removed here, to be made again whole)."""
+        wanted = {self.switch_namespace} | {self.namespace(i) for i in range(self.hosts)}
+        out = []
+        for ns in existing:
+            mark = _read_mark(ns) if ns in wanted else None
+            if mark is not None and not mark[1] and is_ours(ns):
+                _delete_namespace(ns)
+                continue
+            out.append(ns)
+        return out
+
     def _refuse_foreign(self, existing: list[str]) -> None:
         """A namespace with one of this testbed's names that the testbed did not make is someone else's."""
         wanted = [self.switch_namespace] + [self.namespace(i) for i in range(self.hosts)]
@@ -494,6 +570,18 @@ class Testbed:
         if foreign:
             raise GradschedError(f"network namespace {foreign[0]} exists but was not made by the gradsched testbed; "
                                  f"choose another prefix (--prefix) or remove it yourself (ip netns delete {foreign[0]})")
+
+    def _refuse_existing(self) -> None:
+        """``with Testbed(...)`` brings up its own testbed and removes it afterwards: a testbed of the
+        same prefix that exists already (``gradsched testbed up``, another job's, or one left by a
+        killed job) is not its to reshape and remove (issue 39: ``bench --prefix P`` did both)."""
+        check_can_run()
+        names = re.compile(rf"^{re.escape(self.prefix)}-(h[0-9]+|sw)$")
+        found = sorted(n for n in list_namespaces() if names.match(n))
+        if found:
+            raise GradschedError(f"testbed {self.prefix} exists already ({', '.join(found)}): this job brings up its "
+                                 f"own testbed and removes it afterwards; give another --prefix, or remove that one "
+                                 f"first with `gradsched testbed down --prefix {self.prefix}`")
 
     def _write_hosts_file(self, index: int) -> None:
         """Name the hosts for processes in host ``index``.
@@ -525,6 +613,7 @@ class Testbed:
         return read_status(self.prefix)
 
     def __enter__(self) -> "Testbed":
+        self._refuse_existing()
         self._install_signal_handlers()
         try:
             return self.up()

@@ -73,8 +73,9 @@ class Timeline:
         return {"traceEvents": out, "displayTimeUnit": "ms", "otherData": dict(self.meta)}
 
     def save_chrome_trace(self, path: str | Path) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(self.to_chrome_trace()))
+        from gradsched._files import write_text
+
+        write_text(path, json.dumps(self.to_chrome_trace()))
 
     @classmethod
     def from_chrome_trace(cls, data: dict[str, Any]) -> "Timeline":

@@ -36,8 +36,8 @@ def test_train_json_params_and_trace_match_torch_ddp(tmp_path, capsys):
     (["--strategy", "nope"], "unknown strategy"),
     (["--strategy", "topk", "--density", "2"], "--density"),
     (["--strategy", "wfbp", "--density", "0.1"], "--density applies"),
-    (["--nproc", "0"], "--nproc"),
-    (["--plan", "/nonexistent/plan.json"], "no such file"),
+    (["--nproc", "0"], "--workers must be at least 1"),  # --nproc: the old spelling of --workers
+    (["--plan", "/nonexistent/plan.json"], "No such file"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert main(["train"] + argv) == 2

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.planners._collective import planning_cost
 from gradsched.profile import Profile
+
+FEW_STEPS = 10  # a compute-only median over fewer counted steps than this is called noise
 
 
 def lower_bound_s(profile: Profile, cluster: Cluster) -> dict[str, float]:
@@ -106,3 +110,54 @@ def contention_bound_s(compute_s: float, comm_s: float, compute_alone_s: float, 
         return compute_s + comm_s
     overlap = max(0.0, min((compute_s - compute_alone_s) * fc, (comm_s - comm_alone_s) * fn))
     return compute_s + comm_s - gain * overlap
+
+
+def below_bound(row: dict[str, Any], bound: dict[str, float], compute_only: dict[str, Any] | None = None,
+                *, sparse: bool = False) -> dict[str, str] | None:
+    """Which assumption of :func:`lower_bound_s` a measured ``gradsched bench`` row broke, when its
+    median ran below the bound (None when it did not).
+
+    The bound holds for the profile and cluster it is given, not for the run: its compute is the
+    compute-only reference's median step (``compute_only``, timed in the same rounds), its bytes
+    cost what the network probe measured, and every gradient is all-reduced dense.  A row below
+    it ran faster than one of these (issue 39: ``mlp`` on the testbed, 0.73x), and says which:
+    ``assumption`` is the first of ``sparse`` (a top-k row moves a share of the bytes), ``compute``
+    (the row's median is below all the compute), ``network`` (below one all-reduce of all
+    gradients at the probe's price, after the first gradient is ready) and ``compute or last
+    all-reduce`` (below the compute plus the all-reduce that must follow the last gradient) that
+    the row broke; ``reason`` says each it broke in words, with the figures."""
+    median = row["iteration_s_median"]
+    if median >= bound["lower_bound_s"]:
+        return None
+    ratio = f"{median / bound['lower_bound_s']:.2f}x the bound"
+    if sparse:
+        return {"assumption": "sparse", "reason": f"{ratio}: a top-k row moves a share of the gradients, and the "
+                                                  "bound prices them all, dense"}
+    counted = (compute_only or {}).get("step_s", [])[row.get("warmup_rounds", 0):]
+    steps = [s for rnd in counted for s in rnd]
+    broken = [(name, why) for name, limit, why in (
+        ("compute", bound["compute_s"], _compute_reason(bound, steps)),
+        ("network", bound["network_bound_s"], _network_reason(bound)),
+        ("compute or last all-reduce", bound["compute_bound_s"], _compute_reason(bound, steps) + ", or the last "
+         "gradients' all-reduce beat the probe's price")) if median < limit]
+    if broken[0][0] == "compute":
+        broken = broken[:1]  # the last entry repeats it
+    advice = _more_steps(steps) if any(name.startswith("compute") for name, _ in broken) else ""
+    return {"assumption": broken[0][0], "reason": f"{ratio}: " + "; ".join(why for _, why in broken) + advice}
+
+
+def _compute_reason(bound: dict[str, float], steps: list[float]) -> str:
+    spread = f"; its {len(steps)} steps ranged {min(steps) * 1e3:.2f}-{max(steps) * 1e3:.2f} ms" if steps else ""
+    return (f"its steps computed faster than the compute-only reference's median ({bound['compute_s'] * 1e3:.2f} ms"
+            f"{spread}) that the bound assumes every step needs")
+
+
+def _network_reason(bound: dict[str, float]) -> str:
+    return (f"it moved all gradients faster than one all-reduce of them costs at the network probe's price "
+            f"({bound['allreduce_all_s'] * 1e3:.2f} ms): the probe times all-reduces back to back, and after a pause "
+            f"a link (a shaped one: its token bucket) can pass a burst faster")
+
+
+def _more_steps(steps: list[float]) -> str:
+    """Advice when the reference's median rests on few steps."""
+    return "; a median of so few steps is noise: count more (--rounds, --steps)" if len(steps) < FEW_STEPS else ""

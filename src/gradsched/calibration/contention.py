@@ -8,14 +8,12 @@ be pooled with this one's (``--contention-from``).
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
-from pathlib import Path
 from typing import Any
 
-from gradsched.errors import GradschedError
+from gradsched.errors import FormatError, GradschedError
 
 # What share of the small operations' own excess over the table (issued together, cores idle)
 # every operation pays (docs/simulator.md, "Contention").  Chosen on kept fidelity runs
@@ -98,11 +96,10 @@ def contention_history(paths: list[str], job: dict[str, Any]) -> list[dict[str, 
     for path in paths:
         where = f"--contention-from {path}"
         try:
-            rows = json.loads(Path(path).read_text())
-        except OSError as e:
-            raise GradschedError(f"{where}: cannot read it ({e.strerror})") from None
-        except ValueError as e:
-            raise GradschedError(f"{where}: not JSON ({e})") from None
+            rows = _validate.read_json(path)  # a regular file, size- and depth-limited
+        except FormatError as e:
+            raise GradschedError(f"{where}: {'not JSON' if e.field == '<json>' else 'cannot read it'} ({e.reason})") \
+                from None
         if not (isinstance(rows, list) and rows and isinstance(rows[0], dict) and "contention" in rows[0]):
             raise GradschedError(f"{where}: expected the JSON that `gradsched bench --json` writes, with its probe's "
                                  f"figures (a job run without --no-probe)")

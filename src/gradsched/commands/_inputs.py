@@ -60,6 +60,18 @@ def load_cluster(args: argparse.Namespace) -> Cluster:
     return cluster.at_world_size(workers) if cluster.world_size != workers else cluster
 
 
+MAX_PROCESSES = 256  # ranks a command starts on this machine (loopback or testbed): each is a PyTorch process
+
+
+def check_processes(flag: str, n: int) -> int:
+    """``n`` ranks to start on this machine, from 1 to :data:`MAX_PROCESSES`; else a one-line error
+    (``train --workers 1000000000`` started processes until memory ran out, printing nothing)."""
+    if not 1 <= n <= MAX_PROCESSES:
+        raise GradschedError(f"{flag} must be at least 1 and at most {MAX_PROCESSES} (each rank is a process on this "
+                             f"machine; plan larger clusters with `gradsched simulate --workers N`), got {n:,}")
+    return n
+
+
 def workers_text(cluster: Cluster) -> str:
     """``"1024 workers (128 nodes x 8)"``, or ``"8 workers"`` on a flat cluster."""
     topo = cluster.topology

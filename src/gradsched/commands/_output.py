@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from pathlib import Path
 from typing import Any
+
+from gradsched._files import output_error, write_text
 
 STDOUT = "-"
 
@@ -33,8 +35,12 @@ def emit_json(args: argparse.Namespace, data: Any, *, indent: int | None = 1) ->
         return
     text = json.dumps(data, indent=indent)
     if dest == STDOUT:
-        sys.stdout.write(text + "\n")
+        try:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+        except OSError as exc:  # stdout on a full disk (> /dev/full) or a closed pipe
+            sys.stdout = open(os.devnull, "w")  # nothing more to write there, at exit either
+            raise output_error("stdout", exc) from None
         return
-    Path(dest).parent.mkdir(parents=True, exist_ok=True)
-    Path(dest).write_text(text + "\n")
+    write_text(dest, text + "\n")  # a full disk or a folder not writable: one line naming the path
     print(f"wrote {dest}")

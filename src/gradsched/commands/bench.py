@@ -28,7 +28,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gradsched._signals import sigterm_unwinds
 from gradsched.calibration import contention_history
+from gradsched.commands._inputs import check_processes
 from gradsched.commands._model import BUILT_IN, check_model
 from gradsched.commands._model import HELP as MODEL_HELP
 from gradsched.commands._output import add_json_arg, emit_json, to_stdout
@@ -281,6 +283,7 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
     if args.hosts < 2:
         raise GradschedError(f"--hosts must be at least 2 (data parallelism needs two workers), got {args.hosts}")
     check_ranks_per_host(args.ranks_per_host)
+    check_processes("--hosts x --ranks-per-host", args.hosts * args.ranks_per_host)
     if args.steps < 1 or args.rounds < 1 or args.batch_size < 1:
         raise GradschedError("--steps, --rounds and --batch-size must be at least 1")
     if not 0 <= args.warmup_rounds < args.rounds:
@@ -378,12 +381,25 @@ def _x(ratio: float | None, width: int) -> str:
     return f"{ratio:{width}.2f}x" if ratio is not None else f"{'-':>{width}s} "
 
 
+def with_bound_checks(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with each row's ``below_bound``: None, or the assumption of the lower bound the row
+    broke by running below it, and why (:func:`gradsched.calibration.bounds.below_bound`)."""
+    from gradsched.calibration.bounds import below_bound
+
+    for row in result["rows"]:
+        density = (row.get("plan_options") or {}).get("density")
+        row["below_bound"] = below_bound(row, result["lower_bound"], result.get("compute_only"),
+                                         sparse=density is not None and density < 1)
+    return result
+
+
 def table(result: dict[str, Any]) -> str:
     lines = [f"{'strategy':14s} {'median ms':>10s} {'vs ddp':>7s} {'vs best ddp':>11s} {'/ lower bd':>10s} "
              f"{'predicted ms':>12s} {'error':>7s}"]
     for r in result["rows"]:
+        below = "!" if r.get("below_bound") else " "  # explained under the table
         lines.append(f"{r['strategy']:14s} {r['iteration_s_median'] * 1e3:10.1f} {_x(r['speedup_vs_ddp'], 6)} "
-                     f"{_x(r['speedup_vs_best_ddp'], 10)} {_x(r['vs_lower_bound'], 9)} "
+                     f"{_x(r['speedup_vs_best_ddp'], 10)} {_x(r['vs_lower_bound'], 9)}{below}"
                      f"{r['predicted_iteration_s'] * 1e3:12.1f} {r['prediction_error'] * 100:+6.1f}%")
     lb = result["lower_bound"]
     ref = result.get("compute_only")
@@ -393,6 +409,8 @@ def table(result: dict[str, Any]) -> str:
     lines.append(f"lower bound {lb['lower_bound_s'] * 1e3:.1f} ms (compute {lb['compute_s'] * 1e3:.1f} ms, all "
                  f"gradients all-reduced at the least cost {lb['allreduce_all_s'] * 1e3:.1f} ms); "
                  f"best DDP: {result['best_ddp']}")
+    lines += [f"! {r['strategy']} ran below the lower bound ({r['below_bound']['assumption']}), "
+              f"{r['below_bound']['reason']}" for r in result["rows"] if r.get("below_bound")]
     if "contention_bound_s" in lb and lb["contention_bound_s"] > lb["lower_bound_s"] * 1.001:
         best = min(result["rows"], key=lambda r: r["iteration_s_median"])
         cb = lb["contention_bound_s"]
@@ -484,7 +502,7 @@ def run(args: argparse.Namespace) -> int:
     if args.replay is not None:
         job["dilate"] = args.dilate  # links and compute are stretched alike only within one dilation
     history = contention_history(args.contention_from, job)
-    with tempfile.TemporaryDirectory(prefix="gradsched-bench-") as tmp:
+    with sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="gradsched-bench-") as tmp:  # SIGTERM: removed too
         model = args.model
         if args.replay is not None:
             model, profile = replay_model(args.replay, args.dilate, tmp)
@@ -500,7 +518,7 @@ def run(args: argparse.Namespace) -> int:
         out = Path(tmp, "bench.json")
         if not out.exists():
             raise GradschedError("the benchmark's workers exited without writing results; see their output above")
-        result = undilate(json.loads(out.read_text()), args.dilate)
+        result = with_bound_checks(undilate(json.loads(out.read_text()), args.dilate))
     meta = {"model": name, "hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "network": network, "rate": rate, "dilate": args.dilate,
             "compute": "emulated (replayed profile, waiting)" if args.replay is not None else "real (CPU)",
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),

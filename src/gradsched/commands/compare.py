@@ -55,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _trace(path: str) -> dict:
-    data = v.read_json(path)
+    from gradsched._files import MAX_TRACE_BYTES
+
+    data = v.read_json(path, max_bytes=MAX_TRACE_BYTES)
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise GradschedError(f"{path}: traceEvents: missing; not a Chrome trace")
     for j, ev in enumerate(data["traceEvents"]):

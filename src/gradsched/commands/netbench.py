@@ -9,7 +9,9 @@ import sys
 
 from gradsched.cluster import COLLECTIVES
 from gradsched.errors import GradschedError, WorkersFailed
+from gradsched.commands._inputs import check_processes
 from gradsched.netbench_args import MAX_BYTES, MIN_BYTES, add_arguments  # noqa: F401 (MIN/MAX_BYTES: public names)
+from gradsched.netbench_args import check_backend, check_sizes
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,6 +44,12 @@ def check_arguments(args: argparse.Namespace) -> None:
     names = [c.strip() for c in args.collectives.split(",") if c.strip()]
     if not names or any(c not in COLLECTIVES for c in names):
         raise GradschedError(f"--collectives {args.collectives!r}: name some of {', '.join(COLLECTIVES)}")
+    check_backend(args.backend)
+    if args.nproc is not None:
+        check_processes("--workers", args.nproc)
+    world = args.nproc or (args.hosts * (args.ranks_per_node or 1) if args.rate else None)
+    world = world or int(os.environ.get("WORLD_SIZE", "2") or 2)
+    check_sizes(args.min_bytes, args.max_bytes, max(world, 2), names)
 
 
 TESTBED_PREFIX = "gsn"  # its own prefix: never touches a testbed the user has up

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from gradsched.commands._model import check_batch_memory, check_batch_size
 from gradsched.errors import GradschedError
 
 # Transformer shapes too large for this machine, profiled on the meta device
@@ -42,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
 
     from gradsched.torch.measure.profiler import profile_module
 
-    if args.batch_size is not None and args.batch_size < 1:
-        raise GradschedError(f"--batch-size must be positive, got {args.batch_size}")
+    if args.batch_size is not None:
+        check_batch_size(args.batch_size)
     if args.device_tflops is not None and args.device != "meta":
         raise GradschedError("--device-tflops only applies to --device meta (other devices are measured)")
     if args.model in _PRESET_NAMES and args.device != "meta":
@@ -53,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
             raise GradschedError(f"--threads must be at least 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     spec, default_batch = _build(args.model, args.seed, args.device)
+    check_batch_memory(spec.make_batch, args.batch_size or default_batch)  # before the batch is made
     batch = spec.make_batch(args.batch_size or default_batch, torch.Generator().manual_seed(args.seed))
     profile = profile_module(spec.module, batch, loss_fn=spec.loss_fn, iterations=args.iterations,
                              warmup=args.warmup, device=args.device, device_tflops=args.device_tflops,

@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gradsched.commands._inputs import check_processes
 from gradsched.commands._model import BUILT_IN, check_model
 from gradsched.commands._model import HELP as MODEL_HELP
 from gradsched.commands._output import add_json_arg, emit_json, to_stdout
@@ -30,6 +31,7 @@ MODELS = BUILT_IN
 LOG_ENV = "GRADSCHED_LOG_LEVEL"  # set by --log-level (gradsched.cli); the workers log at that level
 AUTO_PLANNER_KEYS = ("channels", "exclude", "density")  # run-time auto's options that its planner takes
 MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: beyond it (or NaN) a timeout is a typo
+TESTBED_PREFIX = "gstr"  # its own prefix: never touches a testbed the user brought up
 
 
 def register(subparsers: Any) -> None:
@@ -55,6 +57,8 @@ def register(subparsers: Any) -> None:
                    help="with --strategy ddp: run the ddp planner's buckets on gradsched's executor")
     p.add_argument("--rate", default=None, help="run each worker on its own testbed host with links shaped to this "
                    "rate (e.g. 1gbit; needs root; see docs/testbed.md) instead of loopback")
+    p.add_argument("--prefix", default=TESTBED_PREFIX, help=f"testbed name prefix with --rate (default "
+                   f"{TESTBED_PREFIX}); a testbed of that prefix must not exist: this job brings up its own")
     p.add_argument("--ranks-per-host", type=int, default=1, metavar="M",
                    help="with --rate: M of the --workers ranks on each testbed host (--workers / M hosts; default 1), "
                         "talking over its loopback inside a host and over the shaped links across hosts")
@@ -106,8 +110,7 @@ def _checked(strategy: str, options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _config(args: argparse.Namespace, out_dir: str) -> TrainConfig:
-    if args.nproc < 1:
-        raise GradschedError(f"--nproc must be at least 1, got {args.nproc}")
+    check_processes("--workers", args.nproc)
     if args.steps < 1 or args.batch_size < 1 or args.threads < 1:
         raise GradschedError("--steps, --batch-size and --threads must be at least 1")
     if args.warmup is None:
@@ -121,9 +124,7 @@ def _config(args: argparse.Namespace, out_dir: str) -> TrainConfig:
     if args.lr is not None and not 0 < args.lr < float("inf"):
         raise GradschedError(f"--lr must be a finite number above 0, got {args.lr}")
     check_model(args.model, seed=args.seed, batch_size=args.batch_size)
-    for flag, path in (("--plan", args.plan), ("--profile", args.profile), ("--cluster", args.cluster)):
-        if path and not Path(path).is_file():
-            raise GradschedError(f"{flag} {path}: no such file")
+    _check_files(args)
     if not args.plan:
         from gradsched.planners import get_planner, is_sparse
 
@@ -154,6 +155,22 @@ def _config(args: argparse.Namespace, out_dir: str) -> TrainConfig:
                        save_params=absolute(args.save_params), trace_path=absolute(args.trace), out_dir=out_dir)
 
 
+def _check_files(args: argparse.Namespace) -> None:
+    """--plan, --profile and --cluster read here, once: a missing, unreadable or malformed file (a pipe,
+    /dev/zero, a UTF-16 export) is one line now, not a traceback (or a hang) in every worker."""
+    from gradsched.cluster import Cluster
+    from gradsched.plan import Plan
+    from gradsched.profile import Profile
+
+    for flag, path, cls in (("--plan", args.plan, Plan), ("--profile", args.profile, Profile),
+                            ("--cluster", args.cluster, Cluster)):
+        if path:
+            try:
+                cls.load(path)
+            except GradschedError as exc:
+                raise GradschedError(f"{flag} {exc}") from None
+
+
 def launch(cfg: TrainConfig, nproc: int) -> tuple[int, str]:
     """Run the workers under ``torch.distributed.run``; return (exit code, their combined output)."""
     from gradsched.torch.jobs.launch import loopback_command
@@ -166,7 +183,8 @@ def launch(cfg: TrainConfig, nproc: int) -> tuple[int, str]:
     return proc.returncode, proc.stdout
 
 
-def launch_testbed(cfg: TrainConfig, nproc: int, rate: str, ranks_per_host: int = 1) -> tuple[int, str]:
+def launch_testbed(cfg: TrainConfig, nproc: int, rate: str, ranks_per_host: int = 1,
+                   prefix: str | None = None) -> tuple[int, str]:
     """Run ``nproc`` workers, ``ranks_per_host`` per testbed host (links shaped to ``rate``); the testbed is
     always torn down."""
     from gradsched.testbed import Testbed, check_ranks_per_host
@@ -177,7 +195,7 @@ def launch_testbed(cfg: TrainConfig, nproc: int, rate: str, ranks_per_host: int 
         raise GradschedError(f"--workers {nproc} is not a whole number of hosts of --ranks-per-host {ranks_per_host}")
     cfg_path = Path(cfg.out_dir, "config.json")
     cfg_path.write_text(json.dumps(cfg.to_dict()))
-    with Testbed(hosts=nproc // ranks_per_host, rate=rate, prefix=TESTBED_PREFIX) as tb:
+    with Testbed(hosts=nproc // ranks_per_host, rate=rate, prefix=prefix or TESTBED_PREFIX) as tb:
         try:
             tb.launch(["-m", "gradsched.torch.jobs.trainer", str(cfg_path)],
                       ranks_per_host=ranks_per_host).wait(timeout_s=cfg.timeout_s + 600)
@@ -186,15 +204,13 @@ def launch_testbed(cfg: TrainConfig, nproc: int, rate: str, ranks_per_host: int 
     return 0, ""
 
 
-TESTBED_PREFIX = "gstr"  # its own prefix: never touches a testbed the user brought up
-
 
 def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="gradsched-train-") as tmp:
         cfg = _config(args, tmp)
         if args.ranks_per_host != 1 and not args.rate:
             raise GradschedError("--ranks-per-host places ranks on testbed hosts: give --rate (as root)")
-        code, output = (launch_testbed(cfg, args.nproc, args.rate, args.ranks_per_host) if args.rate
+        code, output = (launch_testbed(cfg, args.nproc, args.rate, args.ranks_per_host, args.prefix) if args.rate
                         else launch(cfg, args.nproc))
         lines = [ln for ln in output.splitlines() if ln.strip()]
         if os.environ.get(LOG_ENV):  # --log-level: the workers' log (run-time auto's decisions)

@@ -22,6 +22,7 @@ one-line :class:`GradschedError` that says what is missing.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import os
@@ -62,10 +63,31 @@ def load_factory(spec: str) -> Callable[..., Any]:
         if not hasattr(fn, part):
             raise GradschedError(f"--model {spec}: module {module_name!r} has no attribute {attr!r}")
         fn = getattr(fn, part)
-    if not callable(fn):
-        raise GradschedError(f"--model {spec}: {attr!r} is a {type(fn).__name__}, not a function; expected "
-                             f"{SIGNATURE}")
+    _check_factory(spec, fn)
     return fn
+
+
+def _check_factory(spec: str, fn: Any) -> None:
+    """Before anything is called: ``fn`` is a function written in Python, not in the standard library,
+    that takes ``(seed)`` or ``()``.  A built-in such as ``os:system`` or ``shutil:rmtree`` is never called
+    (``os:system`` ran ``os.system(0)``: issue 39)."""
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    if not inspect.isfunction(target):
+        what = "a built-in function" if inspect.isbuiltin(target) else f"a {type(target).__name__}"
+        raise GradschedError(f"--model {spec}: {spec.partition(':')[2]!r} is {what}, not a function written in "
+                             f"Python (gradsched calls no other); expected {SIGNATURE}")
+    top = (target.__module__ or "").partition(".")[0]
+    if top in sys.stdlib_module_names:
+        raise GradschedError(f"--model {spec}: {target.__module__}.{target.__qualname__} is part of Python's standard "
+                             f"library, not a model factory; expected {SIGNATURE}")
+    try:
+        inspect.signature(fn).bind(0)
+    except TypeError:
+        try:
+            inspect.signature(fn).bind()
+        except TypeError:
+            raise GradschedError(f"--model {spec}: the factory takes {inspect.signature(fn)}; it must take (seed) or "
+                                 f"nothing: {SIGNATURE}") from None
 
 
 def build_from_factory(spec: str, seed: int = 0) -> tuple[nn.Module, Callable[..., Any], Callable[..., Any]]:
@@ -74,10 +96,7 @@ def build_from_factory(spec: str, seed: int = 0) -> tuple[nn.Module, Callable[..
     (:func:`gradsched.torch.jobs.models.build_model` wraps them in a ``ModelSpec``.)"""
     fn = load_factory(spec)
     torch.manual_seed(seed)
-    try:
-        takes_seed = bool(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        takes_seed = True
+    takes_seed = bool(inspect.signature(fn).parameters)
     out = fn(seed) if takes_seed else fn()
     if not (isinstance(out, tuple) and len(out) in (2, 3)):
         raise GradschedError(f"--model {spec}: the factory returned {_kind(out)}; expected {SIGNATURE}")

@@ -45,21 +45,8 @@ import torch.distributed as dist
 from gradsched.cluster import COLLECTIVES, Cluster, CollectiveCost, Topology
 from gradsched.costs import NODE_STEPS
 from gradsched.errors import GradschedError
-from gradsched.netbench_args import MAX_BYTES, MIN_BYTES, add_arguments
+from gradsched.netbench_args import MAX_BYTES, MIN_BYTES, add_arguments, check_backend, check_sizes, sizes_bytes, top_bytes  # noqa: F401
 _ELEMENT = torch.float32  # 4 bytes per element
-
-
-def sizes_bytes(min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES) -> list[int]:
-    """Powers of two from ``min_bytes`` up to ``max_bytes`` (both rounded down to a power of two)."""
-    if min_bytes < 4 or max_bytes < min_bytes:
-        raise GradschedError(f"need 4 <= min bytes <= max bytes, got {min_bytes} and {max_bytes}")
-    lo, hi = 1 << (min_bytes.bit_length() - 1), 1 << (max_bytes.bit_length() - 1)
-    out = []
-    s = lo
-    while s <= hi:
-        out.append(s)
-        s *= 2
-    return out
 
 
 RUN_BYTES = 8 << 20  # a repetition times back-to-back operations of at least this many bytes in all ...
@@ -108,9 +95,10 @@ def benchmark(*, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, reps: i
     unknown = [c for c in collectives if c not in COLLECTIVES]
     if unknown:
         raise GradschedError(f"unknown collective {unknown[0]!r}; known: {', '.join(COLLECTIVES)}")
+    check_sizes(min_bytes, max_bytes, world, collectives)  # before anything is timed
     points: dict[str, list[tuple[float, float]]] = {}
     for name in collectives:
-        top = max_bytes if name == "allreduce" else max(min_bytes, max_bytes // world)
+        top = top_bytes(name, min_bytes, max_bytes, world)
         points[name] = measure_points(name, sizes_bytes(min_bytes, top), reps=reps, warmup=warmup, report=report)
     nodes, per_node = node_layout(world, ranks_per_node)
     topology = None
@@ -278,6 +266,7 @@ def run_under_launcher(args: argparse.Namespace) -> int:
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise GradschedError("not started by torchrun (RANK/WORLD_SIZE unset): run `torchrun --nproc-per-node N "
                              "-m gradsched.torch.measure.netbench`, or `gradsched netbench --nproc N` on one machine")
+    check_backend(args.backend)
     backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from gradsched._validate import timeout_s as check_timeout_s
 from gradsched.advise import DDP_DEFAULT_MB
 from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
@@ -102,8 +103,7 @@ class DistributedDataParallel(nn.Module):
         if not dist.is_available() or not dist.is_initialized():
             raise GradschedError("torch.distributed is not initialised: call torch.distributed.init_process_group() "
                                  "(or launch with torchrun) before wrapping the model")
-        if not timeout_s > 0:
-            raise GradschedError(f"timeout_s must be positive, got {timeout_s}")
+        timeout_s = check_timeout_s(timeout_s)  # finite: inf waited for ever, then blamed a dead peer
         plan, device_ids = split_positional(plan, device_ids)
         ddp_args = {"device_ids": device_ids, "output_device": output_device, "dim": dim, "init_sync": init_sync,
                     "bucket_cap_mb": bucket_cap_mb, "check_reduction": check_reduction,
