@@ -141,11 +141,16 @@ class _Model:
         self.unit_elems = [max(1, unit_bytes // u.element_bytes) for u in units]
         self.ready_sorted = [units[u].ready_s for u in self.by_ready]
         self.ready_of = [u.ready_s for u in units]
-        ready_eps = [r + EPS_S for r in self.ready_sorted]
-        if all(b > a for a, b in zip(ready_eps, self.ready_sorted[1:])):  # every ready time its own step
+        ready_eps = self.ready_eps = [r + EPS_S for r in self.ready_sorted]
+        spread = all(b > a for a, b in zip(ready_eps, self.ready_sorted[1:]))  # every ready time its own step
+        if spread:
             self.busy_until = lambda ready, nxt, t, free: _busy_until_spread(ready, ready_eps, nxt, free)
         else:
             self.busy_until = _busy_until
+        timer = self.time_s
+        # one cost line, every ready time its own step (the common case): run's loop inlined (_run_line)
+        self.line = (isinstance(timer, _Timer) and timer.table is None and spread
+                     and (timer.alpha_s, timer.beta_s) == (cost.alpha_s, cost.beta_s_per_byte))
         self.numel = [u.numel for u in units]
         self.elem = [u.element_bytes for u in units]
         self.layer_id = [u.layer for u in units]
@@ -194,6 +199,8 @@ class _Model:
         there), which gives exactly what a run from the start would.  ``dry``: phase 2 is
         left pending (:meth:`complete` plays it) and the iteration priced in closed form
         (:meth:`_dry_iteration_s`; the search's trials, where phase 2 is most of the work)."""
+        if self.line:
+            return self._run_line(rank, extend, resume, at, dry, key)
         by_ready, ready, elem, unit_elems = self.by_ready, self.ready_sorted, self.elem, self.unit_elems
         n = len(by_ready)
         left, sent, blocks, decide, t, free, nxt, heap, key = self._start(rank, resume, at, key)
@@ -231,6 +238,73 @@ class _Model:
                 t = busy_until(ready, nxt, t, free)
                 continue
             # advance to the next moment something can change
+            t_next = ready[nxt] if nxt < n else free
+            if free > t and free < t_next:
+                t_next = free
+            t = t_next
+        return Schedule(self.iteration_s(blocks), blocks, decide)
+
+    # long function: run's loop with _take_in, _fill, the cost line and _busy_until_spread inlined
+    def _run_line(self, rank: list[int], extend: bool, resume: Schedule | None, at: int, dry: bool,
+                  key: list[int] | None) -> Schedule:
+        """:meth:`run` for one cost line ``alpha + beta * bytes`` and ready times each their own step
+        (``self.line``): the same floats in the same order, without a function call per block
+        (phase 1 is most of the search's time)."""
+        by_ready, ready, ready_eps, elem, unit_elems = (self.by_ready, self.ready_sorted, self.ready_eps, self.elem,
+                                                        self.unit_elems)
+        n = len(by_ready)
+        left, sent, blocks, decide, t, free, nxt, heap, key = self._start(rank, resume, at, key)
+        alpha, beta = self.alpha_s, self.beta_s
+        pop, push, add_block, add_decision, ceil = heapq.heappop, heapq.heappush, blocks.append, decide.append, math.ceil
+        bisect_left = bisect.bisect_left
+        last_ready = ready[-1]
+        while True:
+            lim = t + EPS_S
+            while nxt < n and ready[nxt] <= lim:  # the units ready by now join the heap
+                push(heap, key[by_ready[nxt]])
+                nxt += 1
+            if heap and free <= lim:
+                start = t if t > free else free
+                if nxt == n:  # phase 2 from here
+                    keys = np.sort(np.array(heap, dtype=np.int64))
+                    lazy = Schedule(self._dry_iteration_s(keys, key, start, left, blocks), blocks, decide,
+                                    (keys, start, t, left, sent))
+                    return lazy if dry else self.complete(lazy)
+                u = heap[0] % n
+                rest = left[u]
+                elems = self._extend(blocks, u, start, ready[nxt], rest) if extend else None
+                if elems is None:
+                    eb, gap = elem[u], ready[nxt] - start
+                    if gap < alpha:
+                        elems = unit_elems[u]
+                    elif beta > 0 and gap < alpha + beta * (rest * eb):
+                        unit = unit_elems[u]
+                        elems = max(1, ceil((gap - alpha) / (beta * unit * eb))) * unit
+                    else:
+                        elems = rest
+                    if elems > rest:
+                        elems = rest
+                    free = start + (alpha + beta * (elems * eb))
+                    lo = sent[u]
+                    add_block((u, lo, lo + elems, start, free))
+                    add_decision(t)
+                else:
+                    free = blocks[-1][4]
+                sent[u] += elems
+                left[u] = rest - elems
+                if rest == elems:
+                    pop(heap)
+                continue
+            if not heap and nxt == n:
+                break
+            if nxt < n and free > lim:  # channel busy: to when it may be free (_busy_until_spread)
+                k = bisect_left(ready_eps, free, nxt)
+                if k == n:
+                    t = last_ready
+                else:
+                    r = ready[k]
+                    t = free if free < r else r
+                continue
             t_next = ready[nxt] if nxt < n else free
             if free > t and free < t_next:
                 t_next = free
