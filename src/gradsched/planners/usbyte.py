@@ -244,9 +244,9 @@ class _Model:
             t = t_next
         return Schedule(self.iteration_s(blocks), blocks, decide)
 
-    # long function: run's loop with _take_in, _fill, the cost line and _busy_until_spread inlined
     def _run_line(self, rank: list[int], extend: bool, resume: Schedule | None, at: int, dry: bool,
                   key: list[int] | None) -> Schedule:
+        # long function: run's loop with _take_in, _fill, the cost line and _busy_until_spread inlined
         """:meth:`run` for one cost line ``alpha + beta * bytes`` and ready times each their own step
         (``self.line``): the same floats in the same order, without a function call per block
         (phase 1 is most of the search's time)."""
