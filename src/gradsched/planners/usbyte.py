@@ -121,6 +121,8 @@ class Schedule:
     decide_s: list[float] = field(default_factory=list)  # the model's clock when each block was chosen
     # a dry run's phase 2, not yet in ``blocks``: (the units left as sorted heap keys, start, clock, left, sent)
     pending: tuple | None = field(default=None, repr=False)
+    # made when first needed (_block_arrays): each block's unit and end, and the running largest end + after
+    arrays: tuple | None = field(default=None, repr=False, compare=False)
 
 
 class _Model:
@@ -194,6 +196,7 @@ class _Model:
         self.after_unit = [max([after[k] for k in ks], default=0.0) for ks in self.unit_layers]
         self._after_np = np.array(self.after_unit, dtype=float)
         self._full_np = np.array(self.full_time_s, dtype=float)
+        self._numel_np = np.array(self.numel, dtype=np.int64)
 
     def run(self, rank: list[int], extend: bool = False, resume: Schedule | None = None, at: int = 0,
             dry: bool = False, key: list[int] | None = None) -> Schedule:
@@ -223,8 +226,8 @@ class _Model:
                 start = t if t > free else free
                 if nxt == n:  # phase 2 from here: the rest of each layer back to back, by priority
                     keys = np.sort(np.array(heap, dtype=np.int64))  # the units left, by priority
-                    lazy = Schedule(self._dry_iteration_s(keys, key, start, left, blocks), blocks, decide,
-                                    (keys, start, t, left, sent))
+                    iteration_s = self._dry_iteration_s(keys, key, start, left, blocks, resume, at)
+                    lazy = Schedule(iteration_s, blocks, decide, (keys, start, t, left, sent))
                     return lazy if dry else self.complete(lazy)
                 # phase 1: fill the gap before the next gradient is ready
                 u = heap[0] % n
@@ -277,8 +280,8 @@ class _Model:
                 start = t if t > free else free
                 if nxt == n:  # phase 2 from here
                     keys = np.sort(np.array(heap, dtype=np.int64))
-                    lazy = Schedule(self._dry_iteration_s(keys, key, start, left, blocks), blocks, decide,
-                                    (keys, start, t, left, sent))
+                    iteration_s = self._dry_iteration_s(keys, key, start, left, blocks, resume, at)
+                    lazy = Schedule(iteration_s, blocks, decide, (keys, start, t, left, sent))
                     return lazy if dry else self.complete(lazy)
                 u = heap[0] % n
                 rest = left[u]
@@ -385,22 +388,29 @@ class _Model:
             t = start = end
 
     def _dry_iteration_s(self, keys: np.ndarray, key: list[int], start: float, left: list[int],
-                         blocks: list[tuple[int, int, int, float, float]]) -> float:
+                         blocks: list[tuple[int, int, int, float, float]], resume: Schedule | None = None,
+                         at: int = 0) -> float:
         """The iteration :meth:`_phase_two` then :meth:`iteration_s` would give, without a loop over
         the units left: phase 2's ends are a running sum of the units' times in priority order
         (``keys``), and the next forward is the largest of each block's end plus the work
-        after its earliest layer (:meth:`_closed_form`); equal to the loop's up to rounding."""
+        after its earliest layer (:meth:`_closed_form`); equal to the loop's up to rounding.
+        ``resume``/``at``: ``blocks[:at]`` are ``resume``'s (their largest end + after is kept
+        with ``resume``, :func:`_block_arrays`), but for block ``at - 1``, which block extension
+        may have grown."""
         n = len(left)
         queue = keys % n
         took = self._full_np[queue]
         elem, time_s = self.elem, self.time_s
-        partial = [u for u in {b[0] for b in blocks} if left[u]]  # partly sent in phase 1: what is left
+        rest = np.array(left)
+        partial = np.flatnonzero((rest > 0) & (rest < self._numel_np)).tolist()  # partly sent in phase 1
         if partial:
             took[np.searchsorted(keys, [key[u] for u in partial])] = [time_s(left[u] * elem[u]) for u in partial]
         took[0] += start
         last = float((np.add.accumulate(took) + self._after_np[queue]).max())
         after = self.after_unit
-        first = max([end + after[u] for u, _, _, _, end in blocks], default=0.0)
+        same = at - 1 if resume is not None and at > 1 else 0  # blocks[:same] are resume's as they were
+        first = float(_block_arrays(self, resume)[2][same - 1]) if same else 0.0
+        first = max([end + after[u] for u, _, _, _, end in blocks[same:]], default=first)
         return max(self.floor_s, first, last)
 
     def evaluate(self, rank: list[int], extend: bool, resume: Schedule | None = None, at: int = 0,
@@ -578,6 +588,7 @@ def search_priorities(model: _Model, max_evaluations: int | None, extend: bool =
     for r, u in enumerate(order):
         rank[u] = r
     key = [r * n + u for u, r in enumerate(rank)]
+    rank_np = np.asarray(rank)
     best = model.evaluate(rank, extend, key=key)
     evaluations = 1
     first = _first_blocks(best)
@@ -599,7 +610,7 @@ def search_priorities(model: _Model, max_evaluations: int | None, extend: bool =
             continue
         target = min(rank[v] for v in rivals)
         evaluations += 1
-        at = _first_change(model, best, rank, u, target)
+        at = _first_change(model, best, rank, u, target, rank_np)
         if at is None:
             continue  # the promotion changes no choice: the same schedule, not shorter
         if patience and since >= patience and len(best.blocks) - at > CHEAP_TAIL * len(best.blocks):
@@ -609,6 +620,7 @@ def search_priorities(model: _Model, max_evaluations: int | None, extend: bool =
         since += 1
         if trial.iteration_s < best.iteration_s * (1 - 1e-12):
             best, rank, order, key = trial, trial_rank, trial_order, trial_key
+            rank_np = np.asarray(rank)
             first = _first_blocks(best)
             since = 0
     return rank, model.complete(best), evaluations
@@ -628,7 +640,19 @@ def _promoted(order: list[int], rank: list[int], key: list[int], u: int,
     return order, rank, key
 
 
-def _first_change(model: _Model, schedule: Schedule, rank: list[int], u: int, target: int) -> int | None:
+def _block_arrays(model: _Model, schedule: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``schedule``'s blocks as arrays, made once: each block's unit and end, and the running
+    largest of end + the work after the block's earliest layer (:meth:`_Model._dry_iteration_s`)."""
+    if schedule.arrays is None:
+        m = len(schedule.blocks)
+        units = np.fromiter((b[0] for b in schedule.blocks), dtype=np.int64, count=m)
+        ends = np.fromiter((b[4] for b in schedule.blocks), dtype=float, count=m)
+        schedule.arrays = (units, ends, np.maximum.accumulate(ends + model._after_np[units]))
+    return schedule.arrays
+
+
+def _first_change(model: _Model, schedule: Schedule, rank: list[int], u: int, target: int,
+                  rank_np: np.ndarray | None = None) -> int | None:
     """Index of the first block of ``schedule`` whose choice promoting ``u`` to rank ``target``
     could change, or None if none can.
 
@@ -645,10 +669,12 @@ def _first_change(model: _Model, schedule: Schedule, rank: list[int], u: int, ta
         while blocks[last_u][0] != u:  # u's last block: near the end (phase 2 sends every layer's rest)
             last_u -= 1
     ready_u, top = model.ready_of[u] - 2 * EPS_S, rank[u]  # conservative: earlier is safe
-    for k in range(last_u):
-        v, _, _, _, end = blocks[k]
-        if target <= rank[v] < top and ready_u <= end:
-            return k
+    if last_u > 0:  # the first block k < last_u with target <= rank[v] < top and ready_u <= its end
+        units, ends, _ = _block_arrays(model, schedule)
+        ranks = (np.asarray(rank) if rank_np is None else rank_np)[units[:last_u]]
+        hit = (ranks >= target) & (ranks < top) & (ends[:last_u] >= ready_u)
+        if hit.any():
+            return int(hit.argmax())
     if in_phase_two:  # phase 2 goes by priority, every unit ready: is one ranked target..top-1 left?
         n = len(rank)
         keys = pending[0]
