@@ -18,12 +18,13 @@ block is on the wire, it tries promoting the layer ahead of all of them and keep
 the change when the modelled iteration gets shorter (the paper's search: O(L) tries).
 A try costs the phase-1 blocks it replays, most for the layers nearest the output,
 and its gain is often one start-up, at any point of the walk: a fixed cap on the tries
-(24 until issue 40) cost up to 1.4% of the iteration against the full search on
-random profiles.  So there is no cap by default (``max_evaluations`` sets one); once
-``patience`` tries in a row have not gained, only the cheap tries go on, those that
-replay at most an eighth of phase 1 (near its end, where late gains were found), and a
-kept one starts the count again: within 0.01% of the full search on the 160 random
-cases measured (docs/strategies.md), for about 60-90% of its work.
+(24 until issue 40) cost up to 0.73% of the iteration against the full search on
+random profiles (``benchmarks/usbyte_search.py``).  So there is no cap by default
+(``max_evaluations`` sets one); once ``patience`` tries in a row have not gained, only
+the cheap tries go on, those that replay at most an eighth of phase 1 (near its end,
+where late gains were found), and a kept one starts the count again: within 0.0002%
+of the full search on the 80 random cases measured, for about 73% of its CPU time at
+1,000 tensors and 1.5 times the old cap's (docs/strategies.md).
 
 Two rules where gradsched and the paper differ are options, chosen by simulation when
 left out (docs/strategies.md has the comparison): ``window`` -- promote over the layers
@@ -76,7 +77,7 @@ from gradsched.profile import Profile
 from gradsched.sim.engine import EPS_S  # the simulator's simultaneity: the plan must replay exactly
 
 DEFAULT_UNIT_BYTES = 4 << 20
-DEFAULT_MAX_EVALUATIONS = None  # no fixed cap (issue 40: a cap of 24 cost up to 1.4% against the full search)
+DEFAULT_MAX_EVALUATIONS = None  # no fixed cap (issue 40: a cap of 24 cost up to 0.73% against the full search)
 DEFAULT_PATIENCE = 24  # tries in a row without a gain before only the cheap ones go on (search_priorities)
 CHEAP_TAIL = 1 / 8  # a try that replays at most this share of phase 1's blocks is cheap
 
