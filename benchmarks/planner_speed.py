@@ -3,7 +3,7 @@
     python benchmarks/planner_speed.py [--tensors 1000] [--repeat 7] [--profiles synthetic,heldout] \
         [--clusters 8,1024,128x8] [--json benchmarks/results/planner_speed.json]
     python benchmarks/planner_speed.py --clusters 1024,128x8 --json benchmarks/results/planner_speed_two_level.json
-    python benchmarks/planner_speed.py --random 12 --random-seed 4242   # the fresh draws of a past run again
+    python benchmarks/planner_speed.py --random-seed 619327 --json benchmarks/results/planner_speed_random.json
 
 Two profiles: ``synthetic`` (gradsched.synthetic, 4 KB to 13 MB tensors) and ``heldout``
 (sizes log-uniform from 40 B to 80 MB, one tensor per layer, a seed no test uses: the
