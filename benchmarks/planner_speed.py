@@ -3,6 +3,7 @@
     python benchmarks/planner_speed.py [--tensors 1000] [--repeat 7] [--profiles synthetic,heldout] \
         [--clusters 8,1024,128x8] [--json benchmarks/results/planner_speed.json]
     python benchmarks/planner_speed.py --clusters 1024,128x8 --json benchmarks/results/planner_speed_two_level.json
+    python benchmarks/planner_speed.py --random-seed 619327 --json benchmarks/results/planner_speed_random.json
 
 Two profiles: ``synthetic`` (gradsched.synthetic, 4 KB to 13 MB tensors) and ``heldout``
 (sizes log-uniform from 40 B to 80 MB, one tensor per layer, a seed no test uses: the
@@ -12,6 +13,14 @@ at 1,024 workers.  Issue 21: the same targets on a two-level cluster of 128 node
 ranks (``two_level_cluster``: measured at 2 x 8, extrapolated by ``Cluster.at_topology``),
 where gradsched's own dense planners may run operations hierarchically (column ``hier``).  Prints a table of medians (wall clock and CPU time: on a shared
 machine the CPU time is the steadier figure) and writes JSON with the load average.
+
+Issue 40: a planner's speed depends on its input, so beside the fixed profiles every run
+draws ``--random`` fresh cases of issue 40's grid (``gradsched.synthetic.random_case``:
+1,000 tensors of 40 B to 80 MB, alpha 1e-5 to 5e-3 s, beta 1e-10 to 1e-8 s/B at 8 workers,
+8 to 1,024 workers, compute 2e10 to 2e12 flop/s), from a seed drawn at random and printed
+(``--random-seed`` replays it), for the ``--random-strategies`` (usbyte and auto: the ones
+whose work depends on the input).  The last table gives each strategy's median and worst
+least-CPU time over every case with the case that was worst.
 """
 
 from __future__ import annotations
@@ -28,8 +37,8 @@ from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.plan import HIER
 from gradsched.planners import make_plan, strategy_names
 from gradsched.sim import simulate
-from gradsched.profile import Profile, TensorProfile
-from gradsched.synthetic import synthetic_profile
+from gradsched.profile import Profile
+from gradsched.synthetic import heldout_profile, random_case, synthetic_profile
 
 TARGET_PLAN_S, TARGET_SIM_S, TARGET_AUTO_S = 0.050, 0.020, 2.0
 
@@ -55,17 +64,6 @@ def two_level_cluster(nodes: int = 128, ranks_per_node: int = 8) -> Cluster:
     return Cluster.two_level(intra, inter, 2, 8).at_topology(nodes, ranks_per_node)
 
 
-def heldout_profile(num_tensors: int = 1000, seed: int = 1) -> Profile:
-    """Tensors of 10 to 20M fp32 elements (40 B to 80 MB), log-uniform, compute ~ size."""
-    rng = random.Random(seed)
-    tensors = []
-    for i in range(num_tensors):
-        numel = int(10 ** rng.uniform(1, 7.3))
-        fwd = 2 * numel * 32 / 2e12 * rng.uniform(0.5, 4)
-        tensors.append(TensorProfile(f"t{i}", numel, 4 * numel, fwd, 2 * fwd))
-    return Profile(f"heldout{num_tensors}", tuple(tensors))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tensors", type=int, default=1000)
@@ -74,8 +72,13 @@ def main() -> None:
     ap.add_argument("--profiles", default="synthetic,heldout", help="comma-separated: synthetic, heldout")
     ap.add_argument("--clusters", default="8,1024,128x8",
                     help="comma-separated: 8 and 1024 (flat workers), 128x8 (two-level: nodes x ranks per node)")
+    ap.add_argument("--random", type=int, default=8, help="fresh random cases (issue 40's grid) drawn this run")
+    ap.add_argument("--random-seed", type=int, default=None, help="the first case's seed (default: drawn, printed)")
+    ap.add_argument("--random-strategies", default="usbyte,auto")
     ap.add_argument("--json", default="benchmarks/results/planner_speed.json")
     args = ap.parse_args()
+    seed = args.random_seed if args.random_seed is not None else random.SystemRandom().randrange(1 << 20)
+    print(f"random cases: seeds {seed} to {seed + args.random - 1} (replay: --random-seed {seed})")
     make = {"synthetic": synthetic_profile, "heldout": heldout_profile}
     base = Cluster.alpha_beta(2e-4, 1e-9, 8)
     rows = []
@@ -86,6 +89,12 @@ def main() -> None:
         for name in strategy_names():  # each planner on every cluster back to back: side by side in time
             for label, cluster in clusters:
                 rows.append(_row(name, pname, profile, cluster, label, args))
+    for k in range(args.random):  # fresh cases: each its own profile and cluster
+        case = random_case(seed + k, args.tensors)
+        profile, cluster = case.profile(), case.cluster()
+        for name in args.random_strategies.split(","):
+            rows.append({**_row(name, f"random{case.seed}", profile, cluster, str(case.workers), args),
+                         "case": case.label()})
     print(f"{'profile':<10} {'strategy':<14} {'workers':>7} {'ops':>6} {'hier':>5} {'plan ms':>9} {'plan cpu':>9} "
           f"{'cpu min':>8} {'sim ms':>8} {'sim+trace ms':>12}  ok")
     for r in rows:
@@ -94,12 +103,30 @@ def main() -> None:
               f"{1e3 * r['plan_s']:>9.2f} {1e3 * r['plan_cpu_s']:>9.2f} {1e3 * r['plan_cpu_min_s']:>8.2f} "
               f"{1e3 * r['simulate_s']:>8.2f} "
               f"{1e3 * r['simulate_with_timeline_s']:>12.2f}  {ok}")
+    worst = _worst(rows)
     print(f"load average (1, 5, 15 min) after the run: {os.getloadavg()}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     for r in rows:
         r["load_average"] = os.getloadavg()
-    Path(args.json).write_text(json.dumps(rows, indent=1))
+    Path(args.json).write_text(json.dumps({"random_seed": seed, "random_cases": args.random, "worst": worst,
+                                           "rows": rows}, indent=1))
     print(f"wrote {args.json}")
+
+
+def _worst(rows: list[dict]) -> list[dict]:
+    """Per strategy: the median and the worst least-CPU plan time over every case, printed."""
+    out = []
+    print(f"\n{'strategy':<14} {'cases':>5} {'median cpu ms':>13} {'worst cpu ms':>12}  worst case")
+    for name in dict.fromkeys(r["strategy"] for r in rows):
+        mine = [r for r in rows if r["strategy"] == name]
+        top = max(mine, key=lambda r: r["plan_cpu_min_s"])
+        where = top.get("case") or f"{top['profile']} at {top['topology']}"
+        out.append({"strategy": name, "cases": len(mine), "median_cpu_min_s":
+                    statistics.median(r["plan_cpu_min_s"] for r in mine), "worst_cpu_min_s": top["plan_cpu_min_s"],
+                    "worst_case": where})
+        print(f"{name:<14} {len(mine):>5} {1e3 * out[-1]['median_cpu_min_s']:>13.2f} "
+              f"{1e3 * top['plan_cpu_min_s']:>12.2f}  {where}")
+    return out
 
 
 def _row(name: str, pname: str, profile: Profile, cluster: Cluster, label: str, args: argparse.Namespace) -> dict:

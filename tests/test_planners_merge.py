@@ -65,7 +65,7 @@ def mgwfbp_as_written(profile: Profile, cost: CollectiveCost) -> list[list[int]]
 
     for j in range(n - 1):
         start = starts()
-        if elem[j] == elem[j + 1] and start[j] > r[j + 1] - cost.alpha_s and r[j + 1] < start[j] + tc[j]:
+        if elem[j] == elem[j + 1] and r[j + 1] - start[j] < cost.alpha_s and r[j + 1] < start[j] + tc[j]:
             size[j + 1] += size[j]
             size[j], tc[j] = 0, 0.0
             tc[j + 1] = cost.time_s(size[j + 1])
@@ -84,6 +84,19 @@ def mgwfbp_as_written(profile: Profile, cost: CollectiveCost) -> list[list[int]]
 def test_mgwfbp_makes_the_same_decisions_as_the_quadratic_rule(profile, cluster):
     cost = cluster.cost("allreduce")
     assert merge_groups(profile, cost) == mgwfbp_as_written(profile, cost)
+
+
+def test_mgwfbp_tie_is_the_authors_test_bit_for_bit():
+    # Ready at 2.0 and 2.1 ms, alpha 0.1 ms: the second tensor's wait after the first one's
+    # start is 2.1 - 2.0 ms, in floats 9.999999999999983e-05 s < alpha, so the authors'
+    # `r_next - start < alpha` merges the two into one group; the algebraically equal
+    # `start > r_next - alpha` (2.0 ms > 0.002 s exactly: false) would not.
+    p = Profile("tie", (fp32("b", MB // 4, 0.1 * MS), fp32("a", MB // 4, 2.0 * MS)))
+    c = Cluster.alpha_beta(0.1 * MS, 1e-9, 8)
+    assert p.ready_s[1] == 2.0 * MS and p.ready_s[0] - p.ready_s[1] < 0.1 * MS
+    assert not p.ready_s[1] > p.ready_s[0] - 0.1 * MS  # the other way of writing it: no merge
+    assert merge_groups(p, c.cost("allreduce")) == [[1, 0]]
+    assert groups_of(make_plan("mgwfbp", p, c)) == [(1, 0)]
 
 
 # --------------------------------------------------------------------------- optimal

@@ -31,12 +31,20 @@ def layer(name: str, numel: int, backward_ms: float) -> TensorProfile:
 
 @SETTINGS
 @given(profiles(max_layers=10, mixed_dtypes=True), clusters(), st.sampled_from(["topk", "omgs"]),
-       st.sampled_from([0.001, 0.01, 1.0]))
-def test_every_element_sent_once_as_sparse_ops_of_whole_layers(profile, cluster, name, density):
-    plan = make_plan(name, profile, cluster, density=density)
+       st.sampled_from([0.001, 0.01, 1.0]), st.sampled_from([None, False, True]))
+def test_every_element_sent_once_as_sparse_ops_of_whole_layers_or_tensors(profile, cluster, name, density,
+                                                                          per_tensor):
+    plan = make_plan(name, profile, cluster, density=density, per_tensor=per_tensor)
     plan.check(profile)
     assert is_sparse(name)
     assert all(op.collective == SPARSE and op.density == density for op in plan.operations)
+    assert per_tensor is None or plan.options["per_tensor"] is per_tensor
+    assert all(s.start == 0 and s.end == profile.tensors[s.tensor].numel for op in plan.operations for s in op.slices)
+    if plan.options["per_tensor"]:  # the authors' granularity: a tensor is never split
+        if name == "topk":
+            assert all(len(op.slices) == 1 for op in plan.operations)
+        return
+
     def part(t: int) -> tuple[int, int]:  # a layer's tensors of one element size: never split
         return profile.layer_of[t], profile.tensors[t].element_bytes
 
@@ -45,6 +53,40 @@ def test_every_element_sent_once_as_sparse_ops_of_whole_layers(profile, cluster,
     assert sum(len(x) for x in layers_per_op) == len(set(seen_layers))  # a layer's part never spans two ops
     if name == "topk":
         assert all(len(x) == 1 for x in layers_per_op)
+
+
+@SETTINGS
+@given(profiles(max_layers=8, mixed_dtypes=True), clusters(), st.sampled_from(["topk", "omgs"]),
+       st.sampled_from([0.001, 0.05]))
+def test_chosen_granularity_never_simulates_slower_than_the_authors_or_the_layers(profile, cluster, name, density):
+    def iteration_s(**opts) -> float:
+        plan = make_plan(name, profile, cluster, density=density, **opts)
+        return simulate(plan, profile, cluster, timeline=False).iteration_s
+
+    chosen = iteration_s()
+    assert chosen <= iteration_s(per_tensor=True) * (1 + 1e-12)  # the authors' per-tensor granularity
+    assert chosen <= iteration_s(per_tensor=False) * (1 + 1e-12)
+
+
+def test_topk_selects_a_layers_tensors_separately_where_cheaper_by_hand():
+    # One layer of two 1024-element tensors (backward 0.5 ms each, so the layer's ends at 1 ms).
+    # Per layer: select 2048 elements 1 -> 3.2528 (ts = 1e-7 * 2048 * 11 = 2.2528 ms), all-gather
+    #   k = 16 (1 + 128 * 1e-3 = 1.128 ms): 3.2528 -> 4.3808 ms.
+    # Per tensor: select one 1 -> 2.024, its all-gather (k = 8: 1.064 ms) 2.024 -> 3.088; select
+    #   the other 2.024 -> 3.048, its all-gather waits for the channel: 3.088 -> 4.152 ms.
+    # n log n selection makes two halves cheaper than the whole: per tensor wins by 0.2288 ms.
+    p = Profile("one-layer", (TensorProfile("w", 1024, 4096, 0.0, 0.5 * MS, 0),
+                              TensorProfile("b", 1024, 4096, 0.0, 0.5 * MS, 0)))
+    per_layer = simulate(make_plan("topk", p, SPARSE_CLUSTER, density=DENSITY, per_tensor=False), p, SPARSE_CLUSTER)
+    assert per_layer.iteration_s == pytest.approx(4.3808 * MS)
+    plan = make_plan("topk", p, SPARSE_CLUSTER, density=DENSITY)
+    assert plan.options["per_tensor"] is True and len(plan.operations) == 2
+    r = simulate(plan, p, SPARSE_CLUSTER)
+    assert r.op_start_s == pytest.approx([2.024 * MS, 3.088 * MS])
+    assert r.op_end_s == pytest.approx([3.088 * MS, 4.152 * MS])
+    assert r.iteration_s == pytest.approx(4.152 * MS)
+    omgs = make_plan("omgs", p, SPARSE_CLUSTER, density=DENSITY)  # merging the two costs more than it saves
+    assert simulate(omgs, p, SPARSE_CLUSTER).iteration_s == pytest.approx(4.152 * MS)
 
 
 @SETTINGS
@@ -106,7 +148,7 @@ def test_omgs_decides_on_the_simulators_timeline(profile, cluster, density):
     # the simulator predicts for the groups already closed.  A group of two element sizes
     # runs as two operations (the runtime's rule), which the paper's rule does not model.
     groups, ends_s = sweep(profile, cluster, density)
-    plan = make_plan("omgs", profile, cluster, density=density, refine_plan=False)
+    plan = make_plan("omgs", profile, cluster, density=density, refine_plan=False, per_tensor=False)
     split = split_by_element_size(groups, profile)
     assert [[s.tensor for s in op.slices] for op in plan.operations] == split
     if split == groups:

@@ -11,6 +11,7 @@ from gradsched.planners import make_plan
 from gradsched.bundled import bundled_profile
 from gradsched.planners.usbyte import merged_layers, predict
 from gradsched.sim import simulate
+from gradsched.synthetic import random_case
 from strategies import clusters, profiles
 
 MS = 1e-3
@@ -102,6 +103,20 @@ def test_search_stays_within_its_evaluation_budget(profile, cluster):
         assert 4 <= evaluations <= 4 * budget
 
 
+@settings(max_examples=12, deadline=None)
+@given(st.integers(0, 1 << 30), st.integers(30, 300))
+def test_default_search_within_0_2_percent_of_the_full_search_on_the_random_grid(seed, num_tensors):
+    # Issue 40's grid (gradsched.synthetic.random_case: 40 B - 80 MB tensors, alpha 1e-5..5e-3 s,
+    # beta 1e-10..1e-8 s/B, 8-1,024 workers); the full search: no cap, every try (patience 0).
+    case = random_case(seed, num_tensors)
+    profile, cluster = case.profile(), case.cluster()
+    plan, schedule, _ = predict(profile, cluster)
+    full_plan, full, _ = predict(profile, cluster, patience=0)
+    assert plan.options["max_evaluations"] is None and full_plan.options["patience"] == 0
+    assert schedule.iteration_s <= full.iteration_s * 1.002, case.label()
+    plan.check(profile)  # every element sent exactly once
+
+
 def test_gap_filling_blocks_and_front_first_phase_two_by_hand():
     # alpha = 1 ms, beta = 1 ms/MB, unit = 1 MB.  Layers (forward order):
     #   L0: 4 MB, backward 2 ms, forward 1 ms;  L1: 2 MB, 3 ms, 1 ms;  L2: 3 MB, 1 ms, 1 ms.
@@ -154,7 +169,7 @@ def test_priority_search_promotes_an_output_layer_by_hand():
     assert r.iteration_s == pytest.approx(16 * MS)
 
 
-@pytest.mark.parametrize("opts", [{"unit_bytes": 0}, {"unit_bytes": 1.5}, {"max_evaluations": 0}])
+@pytest.mark.parametrize("opts", [{"unit_bytes": 0}, {"unit_bytes": 1.5}, {"max_evaluations": 0}, {"patience": -1}])
 def test_bad_options_are_user_errors(opts):
     profile = Profile("p", (fp32("a", 1, 1, 1),))
     with pytest.raises(GradschedError, match="usbyte"):

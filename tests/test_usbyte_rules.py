@@ -24,10 +24,12 @@ SETTINGS = settings(max_examples=60, deadline=None)
 @SETTINGS
 @given(profiles(max_layers=12, mixed_dtypes=True, with_update=True), clusters())
 def test_fast_planner_returns_the_reference_plan(profile, cluster):
-    # The planner before its speed-up (tests/usbyte_reference.py), with gradsched's own rules pinned.
+    # The planner before its speed-up (tests/usbyte_reference.py), with gradsched's own rules pinned
+    # and the search as it was then: a cap, every try within it (patience 0).
     for unit_bytes, budget in ((64 << 10, 50), (1 << 20, 3)):
         old, old_schedule, old_evals = reference.predict(profile, cluster, unit_bytes, budget)
-        new, new_schedule, new_evals = predict(profile, cluster, unit_bytes, budget, extend=False, window="block")
+        new, new_schedule, new_evals = predict(profile, cluster, unit_bytes, budget, extend=False, window="block",
+                                               patience=0)
         assert new.operations == old.operations
         assert (new.scheduling, new.overlap_forward) == (old.scheduling, old.overlap_forward)
         assert new_schedule.blocks == old_schedule.blocks

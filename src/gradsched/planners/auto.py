@@ -14,10 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
+import numpy as np
+
 from gradsched.cluster import Cluster
 from gradsched.constants import MiB
 from gradsched.errors import GradschedError
-from gradsched.plan import Plan
+from gradsched.plan import HIER, Plan
 from gradsched.planners.options import STRATEGIES, Option
 from gradsched.planners import _collective as coll
 from gradsched.planners.registry import get_planner, is_sparse, planner_option_specs, register, strategy_names
@@ -101,7 +103,9 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
     everything like ``sync``), and a dense candidate whose operations alone, back to back,
     take longer than the best iteration so far cannot win and is not simulated (the
     simulator waits for every operation before the iteration ends; see
-    :func:`comm_lower_bound_s`)."""
+    :func:`comm_lower_bound_s`); a ``usbyte`` candidate whose layers' all-reduces alone
+    cannot beat the best so far is not even planned (:func:`usbyte_floor_s`: its search
+    is most of ``auto``'s time)."""
     from gradsched.sim import simulate  # the simulator imports planners' types only
 
     top: tuple[tuple[float, int, int], Ranked] | None = None
@@ -109,6 +113,9 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
     count = 0
     for k, (name, opts) in enumerate(candidates(density, tuple(exclude), hierarchical)):
         count += 1
+        if name == "usbyte" and top is not None and \
+                usbyte_floor_s(profile, cluster, opts, channels) > top[0][0] * (1 + 1e-9):
+            continue  # slower than the best so far whatever its blocks and priorities
         candidate = get_planner(name)(profile, cluster, **opts)
         key = (candidate.operations, candidate.scheduling, candidate.overlap_forward, candidate.credit_bytes)
         predicted_s = seen.get(key)
@@ -139,6 +146,30 @@ def comm_lower_bound_s(plan_: Plan, profile: Profile, cluster: Cluster, channels
                   if op.collective == collective]
         total += float(cluster.cost(collective).times_s(nbytes).sum())
     return total / channels
+
+
+def usbyte_floor_s(profile: Profile, cluster: Cluster, opts: dict[str, Any], channels: int = 1) -> float:
+    """Seconds no ``usbyte`` plan with ``opts`` can beat, from the profile alone: each of its
+    layers (groups, with ``merge_bytes``) of one element size goes as one or more all-reduces,
+    at least the cost of one of its bytes (a start-up and a slope of 0 or more: splitting only
+    adds start-ups), none before the first gradient is ready, spread over ``channels``; each
+    operation the cheaper of the plain and the hierarchical all-reduce where it may be either.
+    0 where a cost is a measured table (not known to be subadditive)."""
+    from gradsched.planners.usbyte import merged_layers  # only here: auto imports every planner lazily
+
+    mode = opts.get("hierarchical", "auto")
+    names = ["allreduce"] if cluster.topology is None or mode == "never" else \
+        [HIER] if mode == "always" else ["allreduce", HIER]
+    costs = [cluster.cost(c) for c in names]
+    if any(c.points is not None or c.alpha_s < 0 or c.beta_s_per_byte < 0 for c in costs):
+        return 0.0
+    group = merged_layers(profile, opts.get("merge_bytes", 0))
+    nbytes: dict[tuple[int, int], int] = {}
+    for g, t in zip(group, profile.tensors):
+        nbytes[(g, t.element_bytes)] = nbytes.get((g, t.element_bytes), 0) + t.bytes
+    sizes = list(nbytes.values())
+    total = float(np.minimum.reduce([c.times_s(sizes) for c in costs]).sum())
+    return min(profile.ready_s, default=0.0) + total / channels
 
 
 OPTIONS = (

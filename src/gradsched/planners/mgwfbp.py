@@ -3,9 +3,12 @@
 WFBP starts each tensor's all-reduce as soon as its gradient is ready, so every
 tensor pays the start-up ``alpha``.  MG-WFBP sweeps the tensors in gradient-ready
 order and merges tensor ``j`` into the next one, ``j+1``, when ``j``'s all-reduce
-would not start before ``r[j+1] - alpha`` anyway (it would wait for the channel
-until nearly the moment ``j+1`` is ready): one start-up is saved for at most
-``alpha`` of delay.  As in the authors' code, a merge also needs ``j``'s all-reduce
+would start less than ``alpha`` before ``j+1`` is ready, ``r[j+1] - start[j] < alpha``
+(it would wait for the channel until nearly the moment ``j+1`` is ready): one
+start-up is saved for less than ``alpha`` of delay.  The test is written as the
+authors' code writes it, bit for bit: ``start[j] > r[j+1] - alpha`` rounds differently
+where the wait equals ``alpha`` (ready at 2.0 and 2.1 ms, alpha 0.1 ms: 2.1 - 2.0 is
+just under 0.1 in floats, so the authors merge, and so does gradsched).  As in the authors' code, a merge also needs ``j``'s all-reduce
 to be still running when ``j+1`` becomes ready (``r[j+1] < start[j] + T(s[j])``);
 with a cost line ``T(s) >= alpha`` that is implied, with a measured table it keeps
 a small, fast tensor from being held back.
@@ -63,7 +66,7 @@ def merge_groups(profile: Profile, cost: CollectiveCost) -> list[list[int]]:
             nxt = order[pos + 1]
             r_next = ready[pos + 1]
             if (tensors[nxt].element_bytes == tensors[i].element_bytes
-                    and start_s > r_next - alpha and r_next < start_s + comm_s):
+                    and r_next - start_s < alpha and r_next < start_s + comm_s):
                 continue  # merge: the open group rides along with the next tensor
         groups.append(current)
         channel_free_s = start_s + comm_s

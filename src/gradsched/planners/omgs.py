@@ -32,6 +32,12 @@ VGG gets hundreds of simulations, a 1,000-tensor model a handful, and planning s
 within tens of milliseconds.  The budget is a count, not a clock, so every rank that
 plans the same profile gets the same plan.  The result is never predicted slower than any of the three.
 ``refine_plan=False`` gives the paper's rule alone.
+
+What the rule groups (``per_tensor``, as ``topk``'s): the profile's layers, or each
+tensor on its own as in the authors' code (a selection costs more than linearly in its
+length, so selecting a layer's tensors separately can be cheaper).  Left out, the plan
+is made at both granularities and the one with the shorter simulated iteration kept
+(ties: layers), so it is never predicted slower than the authors' granularity.
 """
 
 from __future__ import annotations
@@ -42,23 +48,25 @@ from gradsched.cluster import Cluster
 from gradsched.plan import Plan, whole_slices
 from gradsched.planners.options import Option
 from gradsched.planners.registry import register
-from gradsched.planners.topk import DEFAULT_DENSITY, layers_in_ready_order, sparse_ops
+from gradsched.planners.topk import DEFAULT_DENSITY, PER_TENSOR, choose_granularity, sparse_ops, units_in_ready_order
 from gradsched.profile import Profile
 
 INDEX_BYTES = 4  # int32 index per selected element
 REFINE_WORK = 2000  # layer-simulations the local search may spend (see the module docstring)
 
 
-def merge_layers(profile: Profile, cluster: Cluster, density: float) -> list[list[int]]:
+def merge_layers(profile: Profile, cluster: Cluster, density: float, per_tensor: bool = False) -> list[list[int]]:
     """OMGS-SGD's groups of tensor indices, in ready order (see the module docstring)."""
-    return sweep(profile, cluster, density)[0]
+    return sweep(profile, cluster, density, per_tensor)[0]
 
 
-def sweep(profile: Profile, cluster: Cluster, density: float) -> tuple[list[list[int]], list[float]]:
+def sweep(profile: Profile, cluster: Cluster, density: float,
+          per_tensor: bool = False) -> tuple[list[list[int]], list[float]]:
     """The groups and the modelled end of each group's all-gather (s after backward starts), each
-    group one all-gather as in the paper (before :func:`~gradsched.planners.topk.split_by_element_size`)."""
+    group one all-gather as in the paper (before :func:`~gradsched.planners.topk.split_by_element_size`);
+    ``per_tensor``: the units merged are the tensors, not the layers."""
     gather = cluster.cost("allgather")
-    layers = layers_in_ready_order(profile)
+    layers = units_in_ready_order(profile, per_tensor)
     tensors = profile.tensors
     numel = [sum(tensors[i].numel for i in g) for g in layers]
     backward_s = [sum(tensors[i].backward_s for i in g) for g in layers]
@@ -96,20 +104,26 @@ def sweep(profile: Profile, cluster: Cluster, density: float) -> tuple[list[list
 
 
 def refine(groups: list[list[int]], profile: Profile, cluster: Cluster, density: float,
-           max_simulations: int | None = None) -> list[list[int]]:
+           max_simulations: int | None = None, per_tensor: bool = False) -> list[list[int]]:
     """Local search over layer boundaries on the simulated iteration time (module docstring)."""
+    return refine_timed(groups, profile, cluster, density, max_simulations, per_tensor)[0]
+
+
+def refine_timed(groups: list[list[int]], profile: Profile, cluster: Cluster, density: float,
+                 max_simulations: int | None = None,
+                 per_tensor: bool = False) -> tuple[list[list[int]], float | None]:
+    """:func:`refine`, and the refined groups' simulated iteration (None where nothing was simulated)."""
     from gradsched.sim import simulate
 
-    layers = layers_in_ready_order(profile)
+    layers = units_in_ready_order(profile, per_tensor)
     if len(layers) < 2:
-        return groups
+        return groups, None
     if max_simulations is None:
         max_simulations = 3 + REFINE_WORK // len(layers)
-    group_of_layer: dict[int, int] = {}
+    group_of_tensor: dict[int, int] = {}
     for g, tensors in enumerate(groups):
         for t in tensors:
-            group_of_layer[profile.layer_of[t]] = g
-    layer_ids = [profile.layer_of[ly[0]] for ly in layers]
+            group_of_tensor[t] = g
 
     def groups_of(cuts: list[bool]) -> list[list[int]]:
         out = [list(layers[0])]
@@ -129,7 +143,7 @@ def refine(groups: list[list[int]], profile: Profile, cluster: Cluster, density:
         return simulate(Plan("omgs", ops, profile.fingerprint, profile.model), profile, cluster,
                         timeline=False).iteration_s
 
-    sweep_cuts = [group_of_layer[layer_ids[u]] != group_of_layer[layer_ids[u - 1]] for u in range(1, len(layers))]
+    sweep_cuts = [group_of_tensor[layers[u][0]] != group_of_tensor[layers[u - 1][0]] for u in range(1, len(layers))]
     starts = [sweep_cuts, [True] * (len(layers) - 1), [False] * (len(layers) - 1)]
     scored = [(cost(c), k, c) for k, c in enumerate(starts)]  # ties: the paper's rule first
     best_s, _, cuts = min(scored)
@@ -146,20 +160,26 @@ def refine(groups: list[list[int]], profile: Profile, cluster: Cluster, density:
                 best_s, improved = t, True
             else:
                 cuts[u] = not cuts[u]
-    return groups_of(cuts)
+    return groups_of(cuts), best_s
 
 
 OPTIONS = (
     Option("density", float, DEFAULT_DENSITY, low=0, low_open=True, high=1, doc="fraction of elements sent"),
     Option("refine_plan", bool, True, doc="improve the paper's groups on the simulator's timeline"),
+    PER_TENSOR,
 )
 
 
 @register("omgs", sparse=True, options=OPTIONS)
-def plan(profile: Profile, cluster: Cluster, density: float = DEFAULT_DENSITY, refine_plan: bool = True) -> Plan:
+def plan(profile: Profile, cluster: Cluster, density: float = DEFAULT_DENSITY, refine_plan: bool = True,
+         per_tensor: bool | None = None) -> Plan:
     d = density
-    groups = merge_layers(profile, cluster, d)
-    if refine_plan:
-        groups = refine(groups, profile, cluster, d)
-    ops = sparse_ops(groups, profile, d)
-    return Plan("omgs", ops, profile.fingerprint, profile.model, {"density": d, "refine_plan": bool(refine_plan)})
+
+    def build(choice: bool) -> tuple[Plan, float | None]:
+        groups, t = merge_layers(profile, cluster, d, choice), None
+        if refine_plan:
+            groups, t = refine_timed(groups, profile, cluster, d, per_tensor=choice)
+        options = {"density": d, "refine_plan": bool(refine_plan), "per_tensor": choice}
+        return Plan("omgs", sparse_ops(groups, profile, d), profile.fingerprint, profile.model, options), t
+
+    return choose_granularity(build, profile, cluster, per_tensor)

@@ -6,9 +6,18 @@ largest-magnitude entries with their int32 indices; what is not sent stays in a
 residual for the next iteration (error feedback, in the runtime).  Layer-wise top-k pipelines well with
 backward but pays a start-up and a selection per layer: ``omgs`` merges layers
 where that pays.  The default density 0.001 is OMGS-SGD's.
+
+Granularity (``per_tensor``): the authors' code selects each parameter tensor on its
+own; gradsched's unit is the layer.  A selection costs ``c * n * log2(n)``, more than
+linear, so selecting a layer's tensors one by one is cheaper, and the first one's
+all-gather starts sooner, at the price of a start-up per tensor.  Left out, both are
+planned and the one with the shorter simulated iteration kept (ties: per layer), so the
+plan is never predicted slower than the authors' granularity or the layer's.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 from gradsched.cluster import Cluster
 from gradsched.plan import SPARSE, Operation, Plan, Slice, whole_tensor_ops
@@ -22,6 +31,39 @@ DEFAULT_DENSITY = 0.001
 def layers_in_ready_order(profile: Profile) -> list[list[int]]:
     """Tensor indices grouped by layer, layers in the order their backward ends."""
     return [list(layer) for layer in profile.layer_table.ready]
+
+
+def tensors_in_ready_order(profile: Profile) -> list[list[int]]:
+    """Each tensor on its own (the authors' granularity), layers in the order their backward
+    ends, a layer's tensors in its own order."""
+    return [[i] for layer in profile.layer_table.ready for i in layer]
+
+
+def units_in_ready_order(profile: Profile, per_tensor: bool) -> list[list[int]]:
+    """What a sparse planner groups: the layers, or each tensor on its own."""
+    return tensors_in_ready_order(profile) if per_tensor else layers_in_ready_order(profile)
+
+
+def choose_granularity(build: Callable[[bool], tuple[Plan, float | None]], profile: Profile, cluster: Cluster,
+                       per_tensor: bool | None) -> Plan:
+    """``build(per_tensor)``'s plan: for the one asked, or, left out (None), for both (the layer
+    first) the one with the shorter simulated iteration (ties: per layer).  ``build`` returns the
+    plan and its simulated iteration where it knows it (else None: simulated here).  Per tensor
+    is not tried where no layer has two tensors (the same plan)."""
+    if per_tensor is not None:
+        return build(per_tensor)[0]
+    if all(len(layer) == 1 for layer in profile.layer_table.ready):
+        return build(False)[0]
+    from gradsched.sim import simulate  # the simulator imports planners' types only
+
+    best: tuple[float, Plan] | None = None
+    for choice in (False, True):
+        plan_, t = build(choice)
+        if t is None:
+            t = simulate(plan_, profile, cluster, timeline=False).iteration_s
+        if best is None or t < best[0]:
+            best = (t, plan_)
+    return best[1]
 
 
 def split_by_element_size(groups: list[list[int]], profile: Profile) -> list[list[int]]:
@@ -52,10 +94,17 @@ def sparse_ops(groups: list[list[int]], profile: Profile, density: float,
                             whole=whole)
 
 
+PER_TENSOR = Option("per_tensor", bool, None, optional=True,
+                    doc="select each tensor on its own (the authors' granularity) or each layer; "
+                        "left out: chosen by simulation")
 OPTIONS = (Option("density", float, DEFAULT_DENSITY, low=0, low_open=True, high=1,
-                  doc="fraction of each gradient's elements sent"),)
+                  doc="fraction of each gradient's elements sent"), PER_TENSOR)
 
 
 @register("topk", sparse=True, options=OPTIONS)
-def plan(profile: Profile, cluster: Cluster, density: float = DEFAULT_DENSITY) -> Plan:
-    return Plan("topk", sparse_ops(layers_in_ready_order(profile), profile, density), profile.fingerprint, profile.model, {"density": density})
+def plan(profile: Profile, cluster: Cluster, density: float = DEFAULT_DENSITY, per_tensor: bool | None = None) -> Plan:
+    def build(choice: bool) -> tuple[Plan, None]:
+        ops = sparse_ops(units_in_ready_order(profile, choice), profile, density)
+        return Plan("topk", ops, profile.fingerprint, profile.model, {"density": density, "per_tensor": choice}), None
+
+    return choose_granularity(build, profile, cluster, per_tensor)

@@ -15,13 +15,22 @@ only for that layer's operations (``overlap_forward``).
 Priorities start front-first (input layer first).  The search then walks the layers
 from the output to the input; where other layers become ready while a layer's first
 block is on the wire, it tries promoting the layer ahead of all of them and keeps
-the change when the modelled iteration gets shorter.  ``max_evaluations`` bounds the
-number of schedules modelled per rule (the paper's search is O(L) of them).
+the change when the modelled iteration gets shorter (the paper's search: O(L) tries).
+A try costs the phase-1 blocks it replays, most for the layers nearest the output,
+and its gain is often one start-up, at any point of the walk: a fixed cap on the tries
+(24 until issue 40) cost up to 0.73% of the iteration against the full search on
+random profiles (``benchmarks/usbyte_search.py``).  So there is no cap by default
+(``max_evaluations`` sets one); once ``patience`` tries in a row have not gained, only
+the cheap tries go on, those that replay at most an eighth of phase 1 (near its end,
+where late gains were found), and a kept one starts the count again: within 0.0002%
+of the full search on the 80 random cases measured, for about 73% of its CPU time at
+1,000 tensors and 1.5 times the old cap's (docs/strategies.md).
 
 Two rules where gradsched and the paper differ are options, chosen by simulation when
 left out (docs/strategies.md has the comparison): ``window`` -- promote over the layers
 ready while the first block is on the wire (``"block"``) or within the time to send the
-whole layer from its start (``"layer"``, the paper's); ``extend`` -- a layer's
+whole layer from its start (``"layer"``, nearest the paper's, whose window starts at the
+layer's own ready time); ``extend`` -- a layer's
 back-to-back phase-1 blocks go as one message (the paper's block extension, with
 every element still sent exactly once).
 
@@ -68,7 +77,9 @@ from gradsched.profile import Profile
 from gradsched.sim.engine import EPS_S  # the simulator's simultaneity: the plan must replay exactly
 
 DEFAULT_UNIT_BYTES = 4 << 20
-DEFAULT_MAX_EVALUATIONS = 24
+DEFAULT_MAX_EVALUATIONS = None  # no fixed cap (issue 40: a cap of 24 cost up to 0.73% against the full search)
+DEFAULT_PATIENCE = 24  # tries in a row without a gain before only the cheap ones go on (search_priorities)
+CHEAP_TAIL = 1 / 8  # a try that replays at most this share of phase 1's blocks is cheap
 
 
 def merged_layers(profile: Profile, merge_bytes: int) -> tuple[int, ...]:
@@ -111,6 +122,8 @@ class Schedule:
     decide_s: list[float] = field(default_factory=list)  # the model's clock when each block was chosen
     # a dry run's phase 2, not yet in ``blocks``: (the units left as sorted heap keys, start, clock, left, sent)
     pending: tuple | None = field(default=None, repr=False)
+    # made when first needed (_block_arrays): each block's unit and end, and the running largest end + after
+    arrays: tuple | None = field(default=None, repr=False, compare=False)
 
 
 class _Model:
@@ -141,11 +154,16 @@ class _Model:
         self.unit_elems = [max(1, unit_bytes // u.element_bytes) for u in units]
         self.ready_sorted = [units[u].ready_s for u in self.by_ready]
         self.ready_of = [u.ready_s for u in units]
-        ready_eps = [r + EPS_S for r in self.ready_sorted]
-        if all(b > a for a, b in zip(ready_eps, self.ready_sorted[1:])):  # every ready time its own step
+        ready_eps = self.ready_eps = [r + EPS_S for r in self.ready_sorted]
+        spread = all(b > a for a, b in zip(ready_eps, self.ready_sorted[1:]))  # every ready time its own step
+        if spread:
             self.busy_until = lambda ready, nxt, t, free: _busy_until_spread(ready, ready_eps, nxt, free)
         else:
             self.busy_until = _busy_until
+        timer = self.time_s
+        # one cost line, every ready time its own step (the common case): run's loop inlined (_run_line)
+        self.line = (isinstance(timer, _Timer) and timer.table is None and spread
+                     and (timer.alpha_s, timer.beta_s) == (cost.alpha_s, cost.beta_s_per_byte))
         self.numel = [u.numel for u in units]
         self.elem = [u.element_bytes for u in units]
         self.layer_id = [u.layer for u in units]
@@ -179,6 +197,7 @@ class _Model:
         self.after_unit = [max([after[k] for k in ks], default=0.0) for ks in self.unit_layers]
         self._after_np = np.array(self.after_unit, dtype=float)
         self._full_np = np.array(self.full_time_s, dtype=float)
+        self._numel_np = np.array(self.numel, dtype=np.int64)
 
     def run(self, rank: list[int], extend: bool = False, resume: Schedule | None = None, at: int = 0,
             dry: bool = False, key: list[int] | None = None) -> Schedule:
@@ -194,6 +213,8 @@ class _Model:
         there), which gives exactly what a run from the start would.  ``dry``: phase 2 is
         left pending (:meth:`complete` plays it) and the iteration priced in closed form
         (:meth:`_dry_iteration_s`; the search's trials, where phase 2 is most of the work)."""
+        if self.line:
+            return self._run_line(rank, extend, resume, at, dry, key)
         by_ready, ready, elem, unit_elems = self.by_ready, self.ready_sorted, self.elem, self.unit_elems
         n = len(by_ready)
         left, sent, blocks, decide, t, free, nxt, heap, key = self._start(rank, resume, at, key)
@@ -206,8 +227,8 @@ class _Model:
                 start = t if t > free else free
                 if nxt == n:  # phase 2 from here: the rest of each layer back to back, by priority
                     keys = np.sort(np.array(heap, dtype=np.int64))  # the units left, by priority
-                    lazy = Schedule(self._dry_iteration_s(keys, key, start, left, blocks), blocks, decide,
-                                    (keys, start, t, left, sent))
+                    iteration_s = self._dry_iteration_s(keys, key, start, left, blocks, resume, at)
+                    lazy = Schedule(iteration_s, blocks, decide, (keys, start, t, left, sent))
                     return lazy if dry else self.complete(lazy)
                 # phase 1: fill the gap before the next gradient is ready
                 u = heap[0] % n
@@ -231,6 +252,73 @@ class _Model:
                 t = busy_until(ready, nxt, t, free)
                 continue
             # advance to the next moment something can change
+            t_next = ready[nxt] if nxt < n else free
+            if free > t and free < t_next:
+                t_next = free
+            t = t_next
+        return Schedule(self.iteration_s(blocks), blocks, decide)
+
+    def _run_line(self, rank: list[int], extend: bool, resume: Schedule | None, at: int, dry: bool,
+                  key: list[int] | None) -> Schedule:
+        # long function: run's loop with _take_in, _fill, the cost line and _busy_until_spread inlined
+        """:meth:`run` for one cost line ``alpha + beta * bytes`` and ready times each their own step
+        (``self.line``): the same floats in the same order, without a function call per block
+        (phase 1 is most of the search's time)."""
+        by_ready, ready, ready_eps, elem, unit_elems = (self.by_ready, self.ready_sorted, self.ready_eps, self.elem,
+                                                        self.unit_elems)
+        n = len(by_ready)
+        left, sent, blocks, decide, t, free, nxt, heap, key = self._start(rank, resume, at, key)
+        alpha, beta = self.alpha_s, self.beta_s
+        pop, push, add_block, add_decision, ceil = heapq.heappop, heapq.heappush, blocks.append, decide.append, math.ceil
+        bisect_left = bisect.bisect_left
+        last_ready = ready[-1]
+        while True:
+            lim = t + EPS_S
+            while nxt < n and ready[nxt] <= lim:  # the units ready by now join the heap
+                push(heap, key[by_ready[nxt]])
+                nxt += 1
+            if heap and free <= lim:
+                start = t if t > free else free
+                if nxt == n:  # phase 2 from here
+                    keys = np.sort(np.array(heap, dtype=np.int64))
+                    iteration_s = self._dry_iteration_s(keys, key, start, left, blocks, resume, at)
+                    lazy = Schedule(iteration_s, blocks, decide, (keys, start, t, left, sent))
+                    return lazy if dry else self.complete(lazy)
+                u = heap[0] % n
+                rest = left[u]
+                elems = self._extend(blocks, u, start, ready[nxt], rest) if extend else None
+                if elems is None:
+                    eb, gap = elem[u], ready[nxt] - start
+                    if gap < alpha:
+                        elems = unit_elems[u]
+                    elif beta > 0 and gap < alpha + beta * (rest * eb):
+                        unit = unit_elems[u]
+                        elems = max(1, ceil((gap - alpha) / (beta * unit * eb))) * unit
+                    else:
+                        elems = rest
+                    if elems > rest:
+                        elems = rest
+                    free = start + (alpha + beta * (elems * eb))
+                    lo = sent[u]
+                    add_block((u, lo, lo + elems, start, free))
+                    add_decision(t)
+                else:
+                    free = blocks[-1][4]
+                sent[u] += elems
+                left[u] = rest - elems
+                if rest == elems:
+                    pop(heap)
+                continue
+            if not heap and nxt == n:
+                break
+            if nxt < n and free > lim:  # channel busy: to when it may be free (_busy_until_spread)
+                k = bisect_left(ready_eps, free, nxt)
+                if k == n:
+                    t = last_ready
+                else:
+                    r = ready[k]
+                    t = free if free < r else r
+                continue
             t_next = ready[nxt] if nxt < n else free
             if free > t and free < t_next:
                 t_next = free
@@ -301,22 +389,29 @@ class _Model:
             t = start = end
 
     def _dry_iteration_s(self, keys: np.ndarray, key: list[int], start: float, left: list[int],
-                         blocks: list[tuple[int, int, int, float, float]]) -> float:
+                         blocks: list[tuple[int, int, int, float, float]], resume: Schedule | None = None,
+                         at: int = 0) -> float:
         """The iteration :meth:`_phase_two` then :meth:`iteration_s` would give, without a loop over
         the units left: phase 2's ends are a running sum of the units' times in priority order
         (``keys``), and the next forward is the largest of each block's end plus the work
-        after its earliest layer (:meth:`_closed_form`); equal to the loop's up to rounding."""
+        after its earliest layer (:meth:`_closed_form`); equal to the loop's up to rounding.
+        ``resume``/``at``: ``blocks[:at]`` are ``resume``'s (their largest end + after is kept
+        with ``resume``, :func:`_block_arrays`), but for block ``at - 1``, which block extension
+        may have grown."""
         n = len(left)
         queue = keys % n
         took = self._full_np[queue]
         elem, time_s = self.elem, self.time_s
-        partial = [u for u in {b[0] for b in blocks} if left[u]]  # partly sent in phase 1: what is left
+        rest = np.array(left)
+        partial = np.flatnonzero((rest > 0) & (rest < self._numel_np)).tolist()  # partly sent in phase 1
         if partial:
             took[np.searchsorted(keys, [key[u] for u in partial])] = [time_s(left[u] * elem[u]) for u in partial]
         took[0] += start
         last = float((np.add.accumulate(took) + self._after_np[queue]).max())
         after = self.after_unit
-        first = max([end + after[u] for u, _, _, _, end in blocks], default=0.0)
+        same = at - 1 if resume is not None and at > 1 else 0  # blocks[:same] are resume's as they were
+        first = float(_block_arrays(self, resume)[2][same - 1]) if same else 0.0
+        first = max([end + after[u] for u, _, _, _, end in blocks[same:]], default=first)
         return max(self.floor_s, first, last)
 
     def evaluate(self, rank: list[int], extend: bool, resume: Schedule | None = None, at: int = 0,
@@ -474,13 +569,19 @@ def _first_blocks(schedule: Schedule) -> dict[int, tuple[int, int, int, float, f
     return first
 
 
-def search_priorities(model: _Model, max_evaluations: int, extend: bool = False,
-                      window: str = "block") -> tuple[list[int], Schedule, int]:
+def search_priorities(model: _Model, max_evaluations: int | None, extend: bool = False, window: str = "block",
+                      patience: int = 0) -> tuple[list[int], Schedule, int]:
     """Front-first priorities improved by US-Byte's promotion search; returns (rank, schedule, evaluations).
 
     ``window``: a layer is tried ahead of the layers that become ready between its first
     block's start and that block's end (``"block"``, gradsched's rule) or the time it
-    would take to send the whole layer from there (``"layer"``, the paper's)."""
+    would take to send the whole layer from there (``"layer"``, nearest the paper's).
+    ``max_evaluations``: at most that many promotions considered (None: every layer).
+    ``patience``: after that many tries in a row that did not shorten the iteration, only
+    the cheap tries go on: those that replay at most :data:`CHEAP_TAIL` of phase 1's blocks
+    (a kept one starts the count again); 0: every try (the full search)."""
+    if max_evaluations is None:
+        max_evaluations = math.inf
     units = model.units
     n = len(units)
     order = sorted(range(n), key=lambda u: (units[u].forward_rank, units[u].element_bytes))
@@ -488,10 +589,12 @@ def search_priorities(model: _Model, max_evaluations: int, extend: bool = False,
     for r, u in enumerate(order):
         rank[u] = r
     key = [r * n + u for u, r in enumerate(rank)]
+    rank_np = np.asarray(rank)
     best = model.evaluate(rank, extend, key=key)
     evaluations = 1
     first = _first_blocks(best)
     ready = model.ready_sorted
+    since = 0  # trials since the last kept one
     for u in sorted(range(n), key=lambda u: rank[u], reverse=True):  # output layer first
         if evaluations >= max_evaluations:
             break
@@ -508,14 +611,19 @@ def search_priorities(model: _Model, max_evaluations: int, extend: bool = False,
             continue
         target = min(rank[v] for v in rivals)
         evaluations += 1
-        at = _first_change(model, best, rank, u, target)
+        at = _first_change(model, best, rank, u, target, rank_np)
         if at is None:
             continue  # the promotion changes no choice: the same schedule, not shorter
+        if patience and since >= patience and len(best.blocks) - at > CHEAP_TAIL * len(best.blocks):
+            continue  # the search has stopped paying: only the tries near the end of phase 1 go on
         trial_order, trial_rank, trial_key = _promoted(order, rank, key, u, target)
         trial = model.evaluate(trial_rank, extend, best, at, trial_key)
+        since += 1
         if trial.iteration_s < best.iteration_s * (1 - 1e-12):
             best, rank, order, key = trial, trial_rank, trial_order, trial_key
+            rank_np = np.asarray(rank)
             first = _first_blocks(best)
+            since = 0
     return rank, model.complete(best), evaluations
 
 
@@ -533,7 +641,19 @@ def _promoted(order: list[int], rank: list[int], key: list[int], u: int,
     return order, rank, key
 
 
-def _first_change(model: _Model, schedule: Schedule, rank: list[int], u: int, target: int) -> int | None:
+def _block_arrays(model: _Model, schedule: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``schedule``'s blocks as arrays, made once: each block's unit and end, and the running
+    largest of end + the work after the block's earliest layer (:meth:`_Model._dry_iteration_s`)."""
+    if schedule.arrays is None:
+        m = len(schedule.blocks)
+        units = np.fromiter((b[0] for b in schedule.blocks), dtype=np.int64, count=m)
+        ends = np.fromiter((b[4] for b in schedule.blocks), dtype=float, count=m)
+        schedule.arrays = (units, ends, np.maximum.accumulate(ends + model._after_np[units]))
+    return schedule.arrays
+
+
+def _first_change(model: _Model, schedule: Schedule, rank: list[int], u: int, target: int,
+                  rank_np: np.ndarray | None = None) -> int | None:
     """Index of the first block of ``schedule`` whose choice promoting ``u`` to rank ``target``
     could change, or None if none can.
 
@@ -550,10 +670,12 @@ def _first_change(model: _Model, schedule: Schedule, rank: list[int], u: int, ta
         while blocks[last_u][0] != u:  # u's last block: near the end (phase 2 sends every layer's rest)
             last_u -= 1
     ready_u, top = model.ready_of[u] - 2 * EPS_S, rank[u]  # conservative: earlier is safe
-    for k in range(last_u):
-        v, _, _, _, end = blocks[k]
-        if target <= rank[v] < top and ready_u <= end:
-            return k
+    if last_u > 0:  # the first block k < last_u with target <= rank[v] < top and ready_u <= its end
+        units, ends, _ = _block_arrays(model, schedule)
+        ranks = (np.asarray(rank) if rank_np is None else rank_np)[units[:last_u]]
+        hit = (ranks >= target) & (ranks < top) & (ends[:last_u] >= ready_u)
+        if hit.any():
+            return int(hit.argmax())
     if in_phase_two:  # phase 2 goes by priority, every unit ready: is one ranked target..top-1 left?
         n = len(rank)
         keys = pending[0]
@@ -591,9 +713,9 @@ RULES = (("block", False), ("block", True), ("layer", False), ("layer", True))  
 
 
 def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_BYTES,
-            max_evaluations: int = DEFAULT_MAX_EVALUATIONS, extend: bool | None = None,
+            max_evaluations: int | None = DEFAULT_MAX_EVALUATIONS, extend: bool | None = None,
             window: str | None = None, hierarchical: str = "auto",
-            merge_bytes: int = 0) -> tuple[Plan, Schedule, int]:
+            merge_bytes: int = 0, patience: int = DEFAULT_PATIENCE) -> tuple[Plan, Schedule, int]:
     """The US-Byte plan, the schedule its model predicts, and how many schedules it modelled
     (all rules together).  ``extend``/``window`` left as None are chosen: each rule is
     planned and the plan with the shortest simulated iteration kept (ties: fewer
@@ -603,6 +725,7 @@ def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_B
     before the whole group is), so each rule's plan is simulated."""
     unit_bytes, max_evaluations = _check_options(unit_bytes, max_evaluations, extend, window)
     _check_merge(merge_bytes)
+    _check_patience(patience)
     coll.check_mode("usbyte", hierarchical, cluster)
     cost = coll.planning_cost(cluster, hierarchical)
     both = hierarchical == "auto" and cost is not cluster.cost("allreduce")  # each block the cheaper collective
@@ -612,10 +735,10 @@ def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_B
     exact = merge_bytes == 0 and _model_is_exact(profile, cluster)
     best, total = None, 0
     for k, (w, e) in enumerate(rules):
-        rank, schedule, evaluations = search_priorities(model, max_evaluations, e, w)
+        rank, schedule, evaluations = search_priorities(model, max_evaluations, e, w, patience)
         total += evaluations
-        options = {"unit_bytes": unit_bytes, "max_evaluations": max_evaluations, "merge_bytes": merge_bytes,
-                   "extend": e, "window": w}
+        options = {"unit_bytes": unit_bytes, "max_evaluations": max_evaluations, "patience": patience,
+                   "merge_bytes": merge_bytes, "extend": e, "window": w}
         plan_ = (build_plan(model, rank, schedule, options, cluster, hierarchical)
                  if not exact or len(rules) == 1 else None)
         if len(rules) == 1:
@@ -648,11 +771,17 @@ def _check_merge(merge_bytes: object) -> None:
                              f"layers), got {merge_bytes!r}")
 
 
+def _check_patience(patience: object) -> None:
+    if isinstance(patience, bool) or not (isinstance(patience, numbers.Integral) and patience >= 0):
+        raise GradschedError(f"usbyte: patience must be a whole number of tries, 0 or more (0: the full search), "
+                             f"got {patience!r}")
+
+
 def _check_options(unit_bytes: object, max_evaluations: object, extend: object,
-                   window: object) -> tuple[int, int]:
+                   window: object) -> tuple[int, int | None]:
     if not (isinstance(unit_bytes, numbers.Integral) and unit_bytes > 0):
         raise GradschedError(f"usbyte: unit_bytes must be a positive whole number of bytes, got {unit_bytes!r}")
-    if not (isinstance(max_evaluations, numbers.Integral) and max_evaluations >= 1):
+    if max_evaluations is not None and not (isinstance(max_evaluations, numbers.Integral) and max_evaluations >= 1):
         raise GradschedError(f"usbyte: max_evaluations must be at least 1 (1 = front-first, no search), "
                              f"got {max_evaluations!r}")
     if extend not in (None, True, False):
@@ -661,18 +790,22 @@ def _check_options(unit_bytes: object, max_evaluations: object, extend: object,
     if window not in (None, "block", "layer"):
         raise GradschedError(f"usbyte: window must be 'block' or 'layer' (or left out: chosen by simulation), "
                              f"got {window!r}")
-    return int(unit_bytes), int(max_evaluations)
+    return int(unit_bytes), None if max_evaluations is None else int(max_evaluations)
 
 
 OPTIONS = (
     Option("unit_bytes", int, DEFAULT_UNIT_BYTES, low=1, high=1 << 50, doc="block unit in bytes"),
-    Option("max_evaluations", int, DEFAULT_MAX_EVALUATIONS, low=1, high=1_000_000,
-           doc="schedules modelled by the priority search (1: front-first, no search)"),
+    Option("max_evaluations", int, DEFAULT_MAX_EVALUATIONS, low=1, high=1_000_000, optional=True,
+           doc="promotions the priority search considers per rule (1: front-first, no search); "
+               "left out: every layer"),
+    Option("patience", int, DEFAULT_PATIENCE, low=0, high=1_000_000,
+           doc="tries in a row without a gain before the search keeps only the cheap ones (0: the full search)"),
     Option("extend", bool, None, optional=True,
            doc="send a layer's back-to-back blocks as one message (the paper's block extension); "
                "left out: chosen by simulation"),
     Option("window", str, None, optional=True,
-           doc="promotion window: 'block' (gradsched's) or 'layer' (the paper's); left out: chosen by simulation"),
+           doc="promotion window: 'block' (gradsched's) or 'layer' (nearest the paper's); "
+               "left out: chosen by simulation"),
     Option("merge_bytes", int, 0, low=0, high=1 << 50,
            doc="merge consecutive layers into groups of at least this many bytes first (0: the paper's layers)"),
     coll.OPTION,
@@ -681,6 +814,8 @@ OPTIONS = (
 
 @register("usbyte", options=OPTIONS)
 def plan(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_BYTES,
-         max_evaluations: int = DEFAULT_MAX_EVALUATIONS, extend: bool | None = None,
-         window: str | None = None, hierarchical: str = "auto", merge_bytes: int = 0) -> Plan:
-    return predict(profile, cluster, unit_bytes, max_evaluations, extend, window, hierarchical, merge_bytes)[0]
+         max_evaluations: int | None = DEFAULT_MAX_EVALUATIONS, extend: bool | None = None,
+         window: str | None = None, hierarchical: str = "auto", merge_bytes: int = 0,
+         patience: int = DEFAULT_PATIENCE) -> Plan:
+    return predict(profile, cluster, unit_bytes, max_evaluations, extend, window, hierarchical, merge_bytes,
+                   patience)[0]
