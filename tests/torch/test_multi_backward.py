@@ -41,6 +41,7 @@ def _cases() -> list[tuple[str, str | None, dict | None, dict | None]]:
     out.append(("auto", "auto", AUTO_OVERLAPPING, None))
     out.append(("default", None, None, None))
     out.append(("topk-naive", "topk", {"density": 0.1}, {**SPARSE_WARM, "memory": "naive"}))
+    out.append(("topk-laysa", "topk", {"density": 0.1}, SPARSE_WARM))  # with a plain optimizer (see _job)
     return out
 
 
@@ -83,6 +84,8 @@ def _job(rank: int, world: int, pattern: str, wrap_opt: bool) -> dict[str, list[
     torch.manual_seed(0)
     out = {"reference": _train(pattern, wrap_opt, "ddp", None, None, reference=True)}
     for label, strategy, options, sparse in _cases():
+        if label == "topk-laysa" and wrap_opt:
+            continue  # results applied during the first backward: refused (test_laysa_second_backward_is_refused)
         out[label] = _train(pattern, wrap_opt, strategy, options, sparse)
     return out
 
@@ -124,3 +127,21 @@ def test_torch_ddp_reduces_only_the_first_backward():
     """What PyTorch's DDP does (the docstring's claim): averaged first gradient + the local second one."""
     grads = spawn_local(_ddp_two_backwards, 2, timeout_s=60)
     assert grads[0] == pytest.approx([1.5 + 2.0] * 3) and grads[1] == pytest.approx([1.5 + 4.0] * 3)
+
+
+def _laysa_twice(rank: int, world: int) -> str | None:
+    try:
+        _train("two_losses", True, "topk", {"density": 0.1}, {"warmup_steps": 0})
+    except Exception as exc:  # noqa: BLE001 - the message is what is checked
+        dist.barrier()
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+@pytest.mark.slow
+def test_laysa_second_backward_is_refused():
+    """Top-k with LaySA and a DistributedOptimizer updates the weights during backward: a second backward
+    through the same forward is refused by name (it was autograd's "modified by an inplace operation")."""
+    for err in spawn_local(_laysa_twice, 2, timeout_s=60):
+        assert err is not None and err.startswith("GradschedError: a second backward()"), err
+        assert "sum the losses and call backward() once" in err and "'memory': 'naive'" in err

@@ -354,6 +354,8 @@ class DistributedDataParallel(nn.Module):
             self._optimizer.flush()
         with self._gate.first_use() if self._gate is not None else contextlib.nullcontext():
             out = self.module(*args, **kwargs)  # pending updates applied at each parameter's first read
+        if syncing and self._executor.laysa and self._executor.mirror is not None:
+            inflight.refuse_second_backward(self._executor, out)  # the weights change during its backward
         if self._optimizer is not None and self._optimizer.pending:
             self._optimizer.flush()  # parameters the forward did not reach
         if tracer is not None:
