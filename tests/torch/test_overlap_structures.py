@@ -89,6 +89,20 @@ class _Shared(nn.Module):
         return self.child(h)
 
 
+class _Alias(nn.Module):
+    """A parameter's memory kept as a module attribute (detached: no gradient through it; PyTorch forbids
+    a no-grad view of a parameter that is then updated in place): read before its module runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(DIM, DIM)
+        self.inner_t = self.inner.weight.detach().t()  # the same memory: the update changes it in place
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.mean(1)
+        return self.inner(torch.tanh(x @ self.inner_t))
+
+
 def _float_batch(gen: torch.Generator, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(n, SEQ, DIM, generator=gen), torch.randn(n, DIM, generator=gen)
 
@@ -103,7 +117,8 @@ def _model(name: str) -> tuple[nn.Module, Callable[..., Any], Callable[..., Any]
     if name in ("gpt2", "bert"):
         spec = build_model(name, seed=0)
         return spec.module, lambda gen, n: spec.make_batch(n, gen), spec.loss_fn
-    module = {"attention": _Attention, "encoder": _Encoder, "tied": _TiedLM, "shared": _Shared}[name]()
+    module = {"attention": _Attention, "encoder": _Encoder, "tied": _TiedLM, "shared": _Shared,
+              "alias": _Alias}[name]()
     batch = _token_batch if name == "tied" else _float_batch
     return module, batch, F.mse_loss
 
@@ -143,7 +158,7 @@ def _job(rank: int, world: int, name: str) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["attention", "encoder", "tied", "shared", "gpt2", "bert"])
+@pytest.mark.parametrize("name", ["attention", "encoder", "tied", "shared", "alias", "gpt2", "bert"])
 def test_every_plan_matches_ddp_whatever_reads_the_parameters(name):
     if name in ("gpt2", "bert"):
         pytest.importorskip("transformers")

@@ -100,35 +100,38 @@ class ForwardGate:
 
 
 class FirstUse(TorchFunctionMode):
-    """Applies a parameter's pending update before any torch function reads it."""
+    """Applies a parameter's pending update before any torch function reads it.
+
+    ``waiting`` (a copy per forward of the gate's map) loses a tensor's entry at its
+    first read: later reads of it cost a dictionary miss, not an optimizer call."""
 
     def __init__(self, gate: ForwardGate, optimizer: Optimizer) -> None:
         super().__init__()
         self._gate = gate
-        self._group_of = gate._group_of
         self._opt = optimizer
+        self._waiting = dict(gate._group_of)
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if self._opt.pending and not self._gate.applying:
+        if self._waiting and not self._gate.applying and self._opt.pending:
             self._apply_read(args)
             if kwargs:
                 self._apply_read(kwargs.values())
         return func(*args, **kwargs)
 
     def _apply_read(self, values: Any) -> None:
-        group_of = self._group_of
         for v in values:
             if isinstance(v, torch.Tensor):
-                group = group_of.get(id(v))
-                if group is not None:
-                    self._gate.apply(self._opt, group)
+                self._read(v)
             elif isinstance(v, (list, tuple)):  # torch.cat([...]), foreach lists, a packed weight list
                 for w in v:
                     if isinstance(w, torch.Tensor):
-                        group = group_of.get(id(w))
-                        if group is not None:
-                            self._gate.apply(self._opt, group)
+                        self._read(w)
+
+    def _read(self, t: torch.Tensor) -> None:
+        group = self._waiting.pop(id(t), None)
+        if group is not None:
+            self._gate.apply(self._opt, group)
 
 
 def _aliases(module: nn.Module, index: dict[int, int]) -> dict[int, int]:
