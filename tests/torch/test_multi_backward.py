@@ -14,6 +14,7 @@ summed loss, and :func:`test_torch_ddp_reduces_only_the_first_backward` pins wha
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -25,6 +26,8 @@ from torch import nn  # noqa: E402
 
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer, build_model  # noqa: E402
 from gradsched.torch.jobs.selftest import SMALL_MODEL_OPTIONS, dense_strategies, rel_diff, spawn_local  # noqa: E402
+from gradsched.torch.runtime.planning import default_cluster  # noqa: E402
+from gradsched.torch.runtime.torch_ddp import candidate_plan  # noqa: E402
 
 TOLERANCE = 1e-5  # as tests/torch/test_runtime_equivalence.py
 STEPS = 6
@@ -54,8 +57,9 @@ def _losses(out: Any, y: Any, spec: Any, pattern: str) -> list[Any]:
 
 
 def _train(pattern: str, wrap_opt: bool, strategy: str | None, options: dict | None, sparse: dict | None,
-           reference: bool = False) -> list[torch.Tensor]:
-    """``STEPS`` steps of ``pattern``; ``reference``: PyTorch's DDP on the summed loss, one backward."""
+           reference: bool = False, on_wrap: Any = None) -> list[torch.Tensor]:
+    """``STEPS`` steps of ``pattern``; ``reference``: PyTorch's DDP on the summed loss, one backward;
+    ``on_wrap(model)``: called once the model is wrapped."""
     rank, world = dist.get_rank(), dist.get_world_size()
     spec = build_model("mlp", seed=0)
     if reference:
@@ -63,6 +67,8 @@ def _train(pattern: str, wrap_opt: bool, strategy: str | None, options: dict | N
     else:
         model = DistributedDataParallel(spec.module, strategy, plan_options=options, use_torch_ddp=False,
                                         sparse_options=sparse, timeout_s=60)
+    if on_wrap is not None:
+        on_wrap(model)
     inner = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     opt: Any = DistributedOptimizer(inner, model) if wrap_opt and not reference else inner
     gen = torch.Generator().manual_seed(1)
@@ -110,6 +116,32 @@ def test_distributed_optimizer_averages_summed_gradients_under_every_plan(patter
 @pytest.mark.slow
 def test_plain_optimizer_averages_summed_gradients_under_every_plan():
     _check(spawn_local(_job, 2, "two_losses", False, timeout_s=60))
+
+
+def _on_torch_ddp(model: Any, settled: bool) -> None:
+    """Put run-time auto (the default plan) on its PyTorch-DDP candidate, in a trial or settled for good."""
+    cand = candidate_plan(model._own_profile, default_cluster(model.world_size), 25.0, default=True)
+    model._switch_plan(cand, list(range(len(model._params))))
+    if settled:
+        model._settled_on_torch_ddp = lambda: True
+
+
+def _auto_ddp_job(rank: int, world: int, pattern: str) -> dict[str, list[torch.Tensor]]:
+    torch.manual_seed(0)
+    out = {"reference": _train(pattern, False, "ddp", None, None, reference=True)}
+    stay = {"switch_iteration": 10 ** 6}  # auto decides nothing during the test
+    for settled in (False, True):
+        out[f"settled={settled}"] = _train(pattern, False, None, stay, None,
+                                           on_wrap=functools.partial(_on_torch_ddp, settled=settled))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pattern", ["two_losses", "twice"])
+def test_auto_on_torch_ddp_averages_every_backward(pattern):
+    """Run-time auto (the default plan) running PyTorch's DDP averages the second backward too (DDP alone
+    leaves it local: test_torch_ddp_reduces_only_the_first_backward)."""
+    _check(spawn_local(_auto_ddp_job, 2, pattern, timeout_s=60))
 
 
 def _ddp_two_backwards(rank: int, world: int) -> list[float]:

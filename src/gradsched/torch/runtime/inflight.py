@@ -22,7 +22,9 @@ operations are in flight.  What happens then depends on who will use the gradien
 
 C++ code (autograd's accumulation) does not see ``__torch_function__``: the runtime
 therefore finishes a backward's communication before the next forward or
-``zero_grad()`` whenever no update is pending (the wrapper and the optimizer do).
+``zero_grad()`` whenever no update is pending (the wrapper and the optimizer do), and
+before the next backward accumulates anything (a second ``backward()`` per step: the
+executor's ``_before_accumulate`` hook).
 """
 
 from __future__ import annotations

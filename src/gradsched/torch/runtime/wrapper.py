@@ -45,7 +45,7 @@ from gradsched.torch.runtime.nodes import ranks_per_node as resolve_ranks_per_no
 from gradsched.torch.runtime.planning import (default_cluster, in_profile_order, issue_order, profile_from_module,
                                       resolve_plan, trainable_parameters)
 from gradsched.torch.runtime.startup import broadcast_tensors, check_consistency, plan_key, startup_settings
-from gradsched.torch.runtime.torch_ddp import TorchDDPPool, is_torch_ddp
+from gradsched.torch.runtime.torch_ddp import TorchDDPPool, is_torch_ddp, reduce_every_backward
 from gradsched.torch.runtime.trace import FORWARD, Tracer, merge_timelines
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -330,7 +330,10 @@ class DistributedDataParallel(nn.Module):
     # ------------------------------------------------------------------ training
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self._ddp is not None and (self.autotuner is None or self._settled_on_torch_ddp()):
-            return self._ddp(*args, **kwargs)
+            out = self._ddp(*args, **kwargs)
+            if self.autotuner is not None:  # auto's DDP: every backward averaged, as under the executor
+                reduce_every_backward(self._ddp, out, self._find_unused_arg)
+            return out
         tracer = self._tracer
         if tracer is not None:
             tracer.next_iteration()
@@ -339,6 +342,7 @@ class DistributedDataParallel(nn.Module):
         t0 = tracer.now() if tracer is not None else 0.0
         if self._ddp is not None:  # run-time auto runs PyTorch's DDP (a candidate, or what it settled on)
             out = self._ddp(*args, **kwargs)
+            reduce_every_backward(self._ddp, out, self._find_unused_arg)
             if tracer is not None:
                 tracer.span("forward", FORWARD, t0)
             return out
