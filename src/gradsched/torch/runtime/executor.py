@@ -232,6 +232,8 @@ class Executor:
         self.on_backward_end: Callable[[], bool] | None = None
         self.host_timer: HostTimer | None = None  # counts host time per operation when set (gradsched bench)
         self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(i)) for i, p in enumerate(params)]
+        if plan.overlap_forward:  # operations may be in flight when a backward starts: see _before_accumulate
+            self._hooks += [p.register_hook(self._before_accumulate) for p in params]
         self._reset()
         self.settled = True  # no operation of a past backward outstanding
         if self._wake is not None:
@@ -419,6 +421,19 @@ class Executor:
                 self.progress()
 
         return hook
+
+    def _before_accumulate(self, grad: torch.Tensor) -> None:
+        """Tensor hook (runs before autograd adds ``grad`` into ``.grad``): a backward that starts while the
+        last one's operations are in flight (a second ``backward()`` before the next forward:
+        ``l1.backward(retain_graph=True); l2.backward()``) finishes them first.
+
+        Autograd accumulates into ``.grad`` in C++, which sees no guard: into a bucket still
+        being all-reduced it would race with the collective (parameters 33-72% off, issue 39).
+        Finished first, ``.grad`` holds the averaged gradient, the new local one is added to
+        it, and this backward's operations average the sum again: the average of the summed
+        gradients, what one backward of the summed losses gives."""
+        if not self.settled and not self.in_backward:
+            self.settle_all()
 
     def _begin_backward(self) -> None:
         if not self.settled:

@@ -22,7 +22,9 @@ operations are in flight.  What happens then depends on who will use the gradien
 
 C++ code (autograd's accumulation) does not see ``__torch_function__``: the runtime
 therefore finishes a backward's communication before the next forward or
-``zero_grad()`` whenever no update is pending (the wrapper and the optimizer do).
+``zero_grad()`` whenever no update is pending (the wrapper and the optimizer do), and
+before the next backward accumulates anything (a second ``backward()`` per step: the
+executor's ``_before_accumulate`` hook).
 """
 
 from __future__ import annotations
@@ -76,6 +78,33 @@ class AppliedGrad(torch.Tensor):
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         raise GradschedError(APPLIED)
+
+
+SECOND_BACKWARD = ("a second backward() through one forward (l1.backward(retain_graph=True); l2.backward()) under "
+                   "a top-k plan with sparse memory mode 'laysa' and a DistributedOptimizer: the first backward "
+                   "already applied its top-k results to the weights, which the second one's graph still needs; "
+                   "sum the losses and call backward() once, or use sparse_options={'memory': 'naive'}, "
+                   "DistributedOptimizer(..., clip_grad_norm=...) or a plain torch.optim optimizer")
+
+
+def refuse_second_backward(ex: Executor, out: Any) -> None:
+    """Under LaySA with a DistributedOptimizer (results update their weights during backward): a second
+    backward through ``out``'s graph raises :data:`SECOND_BACKWARD`, not autograd's "modified by an
+    inplace operation" (a hook on each output's ``grad_fn``, run before anything of that backward)."""
+    owner = weakref.ref(ex)
+    at = ex.sparse_step
+
+    def before(_grads: Any) -> None:
+        now = owner()
+        if now is not None and now.sparse_step != at:
+            raise GradschedError(SECOND_BACKWARD)
+
+    seen: set[int] = set()
+    for leaf in tree_leaves(out):
+        fn = leaf.grad_fn if isinstance(leaf, torch.Tensor) else None
+        if fn is not None and id(fn) not in seen:
+            seen.add(id(fn))
+            fn.register_prehook(before)
 
 
 def applied(p: torch.Tensor) -> torch.Tensor:

@@ -6,9 +6,9 @@ passes calls through: gradients are averaged when ``backward()`` returns, exactl
 with DDP.  With an overlapping plan (``bytescheduler``, ``usbyte``) ``backward()``
 returns while operations are still in flight; :meth:`step` then only records that
 an update is due, and the update of each parameter is applied just before the next
-forward needs it: a forward pre-hook on every module waits for the operations
-holding that module's own parameters, then steps the optimizer over those
-parameters alone.  Whatever the forward did not touch is updated when the wrapped
+forward first reads it, wherever it is read (:mod:`gradsched.torch.runtime.gating`):
+the gate waits for the operations holding the parameters of the module that owns
+it, then steps the optimizer over those parameters alone.  Whatever the forward did not touch is updated when the wrapped
 forward returns.  ``zero_grad()`` after ``step()`` is deferred the same way.
 
 Stepping a subset: ``torch.optim`` optimizers keep per-parameter state and step

@@ -32,14 +32,18 @@ the tuner drops the ones not running once the trials are decided.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import replace
 from typing import Any
 
+import torch
 from torch import nn
+from torch.utils._pytree import tree_leaves
 
 from gradsched.advise import DDP_DEFAULT_FIRST_MB, ddp_plan
 from gradsched.cluster import Cluster
 from gradsched.constants import MiB
+from gradsched.errors import GradschedError
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 
@@ -107,3 +111,50 @@ class TorchDDPPool:
     @property
     def kept_mb(self) -> list[float]:
         return sorted(self._built)
+
+
+def reduce_every_backward(ddp: nn.Module, out: Any, find_unused: bool) -> None:
+    """Make PyTorch's DDP average every backward through ``out``'s graph, not only the first.
+
+    DDP arms its reducer in its forward and disarms it when a backward ends, so a second
+    backward before the next forward (``l1.backward(retain_graph=True); l2.backward()``)
+    leaves that backward's gradients local: ranks drift apart, silently.  Run-time
+    ``auto`` runs DDP where the user asked for no DDP semantics, and gradsched's executor
+    averages every backward (docs/runtime.md, "several backward() per step"), so auto's
+    DDP candidates are made to do the same: a hook on each output's ``grad_fn`` (run
+    before anything else of that backward) re-arms the reducer at the start of every
+    later backward, as DDP's own forward does (its buckets rebuilt in ready order first,
+    if due, then ``prepare_for_backward``: the reducer's own methods, torch pinned).  Outputs are held
+    weakly (a strong reference from their own graph would keep it alive)."""
+    if not (torch.is_grad_enabled() and ddp.require_backward_grad_sync):
+        return
+    tensors = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    refs = [weakref.ref(t) for t in tensors] if find_unused else []
+    state = {"passes": 0, "active": False}
+
+    def ended() -> None:
+        state["active"] = False
+
+    def before(_grads: Any) -> None:
+        if state["active"]:  # another output of this backward
+            return
+        state["active"] = True
+        state["passes"] += 1
+        torch.autograd.Variable._execution_engine.queue_callback(ended)
+        if state["passes"] > 1 and ddp.require_backward_grad_sync:
+            alive = [t for t in (r() for r in refs) if t is not None]
+            if find_unused and not alive:
+                raise GradschedError("a second backward() through one forward under PyTorch's DDP (run-time auto's "
+                                     "candidate) with find_unused_parameters=True, after the forward's outputs were "
+                                     "freed: keep the output alive until the last backward, or sum the losses and "
+                                     "call backward() once")
+            if ddp.reducer._rebuild_buckets():  # as DDP's forward does first (the first iteration's order is in)
+                ddp._has_rebuilt_buckets = True
+            ddp.reducer.prepare_for_backward(alive)
+
+    seen: set[int] = set()
+    for t in tensors:
+        fn = t.grad_fn
+        if id(fn) not in seen:
+            seen.add(id(fn))
+            fn.register_prehook(before)

@@ -38,6 +38,7 @@ from gradsched.torch.runtime.autotune import AutoTuneConfig, AutoTuner, TunedMod
 from gradsched.torch.runtime import inflight
 from gradsched.torch.runtime.ddp_args import DDPArgs, plan_choice, resolve, split_positional, to_device
 from gradsched.torch.runtime.executor import Executor, private_group
+from gradsched.torch.runtime.gating import ForwardGate
 from gradsched.torch.runtime.groups import is_whole_world, side_group
 from gradsched.torch.runtime.hosttime import HostTimer
 from gradsched.torch.runtime.ops import CollectiveError
@@ -45,7 +46,7 @@ from gradsched.torch.runtime.nodes import ranks_per_node as resolve_ranks_per_no
 from gradsched.torch.runtime.planning import (default_cluster, in_profile_order, issue_order, profile_from_module,
                                       resolve_plan, trainable_parameters)
 from gradsched.torch.runtime.startup import broadcast_tensors, check_consistency, plan_key, startup_settings
-from gradsched.torch.runtime.torch_ddp import TorchDDPPool, is_torch_ddp
+from gradsched.torch.runtime.torch_ddp import TorchDDPPool, is_torch_ddp, reduce_every_backward
 from gradsched.torch.runtime.trace import FORWARD, Tracer, merge_timelines
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -129,7 +130,7 @@ class DistributedDataParallel(nn.Module):
         self._executor: Executor | None = None
         self._ddp: nn.Module | None = None
         self._ctrl: dist.ProcessGroup | None = None
-        self._gating: list[Any] = []
+        self._gate: ForwardGate | None = None  # overlapping plans: updates applied at each parameter's first use
         self._sparse_options = sparse_options
         self.autotuner: AutoTuner | None = None
         self._ddp_pool: TorchDDPPool | None = None  # run-time auto's PyTorch-DDP candidates (torch_ddp)
@@ -267,7 +268,7 @@ class DistributedDataParallel(nn.Module):
         if self.plan.overlap_forward:
             # in flight past backward only with a DistributedOptimizer (gradsched.torch.runtime.inflight)
             self._executor.on_backward_end = functools.partial(inflight.on_backward_end, self)
-            self._install_gating()
+            self._gate = ForwardGate(self.module, self._params, lambda: self._optimizer)
 
     def _switch_plan(self, plan: Plan, order: list[int]) -> None:
         """Run ``plan`` from the next backward on.  Call on every rank at the same iteration
@@ -278,9 +279,9 @@ class DistributedDataParallel(nn.Module):
         if self._executor is not None:
             self._executor.close()
             self._executor = None
-        for h in self._gating:
-            h.remove()
-        self._gating = []
+        if self._gate is not None:
+            self._gate.remove()
+            self._gate = None
         self.plan, self._order = plan, list(order)
         if is_torch_ddp(plan):  # PyTorch's own DDP (run-time auto's candidate): kept across windows
             assert self._ddp_pool is not None
@@ -305,20 +306,6 @@ class DistributedDataParallel(nn.Module):
         return self._ddp is not None and self._ddp.require_backward_grad_sync
 
     # ------------------------------------------------------------------ start-up
-    def _install_gating(self) -> None:
-        index = {id(p): i for i, p in enumerate(self._params)}
-        for mod in self.module.modules():
-            own = [index[id(p)] for p in mod.parameters(recurse=False) if id(p) in index]
-            if own:
-                self._gating.append(mod.register_forward_pre_hook(self._gate_hook(own)))
-
-    def _gate_hook(self, tensors: list[int]) -> Any:
-        def hook(_mod: nn.Module, _inputs: Any) -> None:
-            if self._optimizer is not None and self._optimizer.pending:
-                self._optimizer.apply(tensors)
-
-        return hook
-
     def _attach_optimizer(self, optimizer: Any) -> None:
         if self._optimizer is not None and self._optimizer is not optimizer:
             raise GradschedError("this model already has a DistributedOptimizer; wrap one optimizer per model")
@@ -343,7 +330,10 @@ class DistributedDataParallel(nn.Module):
     # ------------------------------------------------------------------ training
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self._ddp is not None and (self.autotuner is None or self._settled_on_torch_ddp()):
-            return self._ddp(*args, **kwargs)
+            out = self._ddp(*args, **kwargs)
+            if self.autotuner is not None:  # auto's DDP: every backward averaged, as under the executor
+                reduce_every_backward(self._ddp, out, self._find_unused_arg)
+            return out
         tracer = self._tracer
         if tracer is not None:
             tracer.next_iteration()
@@ -352,6 +342,7 @@ class DistributedDataParallel(nn.Module):
         t0 = tracer.now() if tracer is not None else 0.0
         if self._ddp is not None:  # run-time auto runs PyTorch's DDP (a candidate, or what it settled on)
             out = self._ddp(*args, **kwargs)
+            reduce_every_backward(self._ddp, out, self._find_unused_arg)
             if tracer is not None:
                 tracer.span("forward", FORWARD, t0)
             return out
@@ -365,7 +356,10 @@ class DistributedDataParallel(nn.Module):
             # A compiled module runs its layers as one graph, with no per-layer gate in between:
             # its parameters must all be updated before it starts (docs/integrations.md).
             self._optimizer.flush()
-        out = self.module(*args, **kwargs)
+        with self._gate.first_use() if self._gate is not None else contextlib.nullcontext():
+            out = self.module(*args, **kwargs)  # pending updates applied at each parameter's first read
+        if syncing and self._executor.laysa and self._executor.mirror is not None:
+            inflight.refuse_second_backward(self._executor, out)  # the weights change during its backward
         if self._optimizer is not None and self._optimizer.pending:
             self._optimizer.flush()  # parameters the forward did not reach
         if tracer is not None:

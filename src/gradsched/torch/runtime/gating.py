@@ -1,0 +1,155 @@
+"""Deferred updates applied before each parameter's first use in the next forward, wherever it is read.
+
+With an overlapping plan and a :class:`~gradsched.torch.runtime.optim.DistributedOptimizer`,
+``step()`` only records that an update is due; each parameter is updated (in place)
+just before the next forward first reads it.  An update after the first read would
+change a tensor autograd saved for backward ("modified by an inplace operation"), so
+"first read" must be exact for any module structure:
+
+* a **forward pre-hook** on every module that owns parameters applies the update of
+  that module's own parameters when it is called (the common case, and a forward of
+  a submodule called without the wrapper);
+* while updates are pending, the wrapped forward runs under :class:`FirstUse`, a
+  ``TorchFunctionMode``: every torch function or tensor method that receives a
+  parameter with a pending update (or a tensor attribute aliasing one, found at wrap
+  time) applies its update first.  This covers parameters read outside their own
+  module's ``forward``: ``nn.MultiheadAttention``'s ``out_proj.weight`` (read by
+  ``F.multi_head_attention_forward``, so ``nn.Transformer*``), a parent reading a
+  child's parameter, tied weights, a parameter used twice.
+
+Updating earlier than the first read is always safe (nothing of the new forward has
+been saved for it yet), so each trigger applies its owning module's whole group, as
+the pre-hook would: the same number of optimizer calls as per-module gating.  The
+mode costs one Python call per torch operation of a forward that has pending
+updates, and nothing once they are applied (it returns at once) or on a forward
+without pending updates (it is not entered).
+
+Not seen by either: a parameter's memory read without a torch function (a C++
+extension given ``data_ptr()``), or through a view made before the forward that is
+held somewhere other than a module attribute.  docs/runtime.md lists them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+# The optimizer wrapper, typed by what is used here: ``pending``, ``_pending`` (plan indices), ``apply(list)``.
+Optimizer = Any
+
+
+class ForwardGate:
+    """The gating of one executor's plan: pre-hooks now, :meth:`first_use` around each forward."""
+
+    def __init__(self, module: nn.Module, params: list[nn.Parameter], optimizer: Callable[[], Optimizer]) -> None:
+        """``params``: in plan-index order; ``optimizer()``: the attached DistributedOptimizer or None."""
+        self._optimizer = optimizer
+        self.applying = False  # the optimizer's own reads of parameters (inside apply) trigger nothing
+        index = {id(p): i for i, p in enumerate(params)}
+        groups: dict[int, list[int]] = {}  # plan index -> the group its first use applies
+        self._hooks: list[Any] = []
+        for mod in module.modules():
+            own = [index[id(p)] for p in mod.parameters(recurse=False) if id(p) in index]
+            if not own:
+                continue
+            self._hooks.append(mod.register_forward_pre_hook(self._pre_hook(own)))
+            for i in own:
+                groups.setdefault(i, own)  # a tied parameter: its first owner's group
+        self._group_of: dict[int, list[int]] = {id(p): groups[i] for i, p in enumerate(params) if i in groups}
+        for p in params:  # owned by no module in this tree (a parameter handed in from outside): itself
+            self._group_of.setdefault(id(p), [index[id(p)]])
+        for alias, i in _aliases(module, index).items():
+            self._group_of[alias] = self._group_of[id(params[i])]
+
+    def _pre_hook(self, tensors: list[int]) -> Callable[[nn.Module, Any], None]:
+        def hook(_mod: nn.Module, _inputs: Any) -> None:
+            opt = self._optimizer()
+            if opt is not None and opt.pending:
+                self.apply(opt, tensors)
+
+        return hook
+
+    def apply(self, opt: Optimizer, tensors: list[int]) -> None:
+        """``opt.apply(tensors)``, during which :class:`FirstUse` lets every operation through."""
+        if self.applying:
+            return
+        self.applying = True
+        try:
+            opt.apply(tensors)
+        finally:
+            self.applying = False
+
+    @contextlib.contextmanager
+    def first_use(self) -> Iterator[None]:
+        """Run a forward with every pending update applied at its parameter's first read."""
+        opt = self._optimizer()
+        if opt is None or not opt.pending:
+            yield
+            return
+        with FirstUse(self, opt):
+            yield
+
+    def remove(self) -> None:
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+
+class FirstUse(TorchFunctionMode):
+    """Applies a parameter's pending update before any torch function reads it.
+
+    ``waiting`` (a copy per forward of the gate's map) loses a tensor's entry at its
+    first read: later reads of it cost a dictionary miss, not an optimizer call."""
+
+    def __init__(self, gate: ForwardGate, optimizer: Optimizer) -> None:
+        super().__init__()
+        self._gate = gate
+        self._opt = optimizer
+        self._waiting = dict(gate._group_of)
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if self._waiting and not self._gate.applying and self._opt.pending:
+            self._apply_read(args)
+            if kwargs:
+                self._apply_read(kwargs.values())
+        return func(*args, **kwargs)
+
+    def _apply_read(self, values: Any) -> None:
+        for v in values:
+            if isinstance(v, torch.Tensor):
+                self._read(v)
+            elif isinstance(v, (list, tuple)):  # torch.cat([...]), foreach lists, a packed weight list
+                for w in v:
+                    if isinstance(w, torch.Tensor):
+                        self._read(w)
+
+    def _read(self, t: torch.Tensor) -> None:
+        group = self._waiting.pop(id(t), None)
+        if group is not None:
+            self._gate.apply(self._opt, group)
+
+
+def _aliases(module: nn.Module, index: dict[int, int]) -> dict[int, int]:
+    """Tensor attributes of modules (not parameters or buffers) that share a parameter's memory:
+    ``id(tensor)`` -> plan index (a view kept at construction, e.g. ``self.w_t = self.weight.t()``)."""
+    by_storage: dict[int, int] = {}
+    for mod in module.modules():
+        for p in mod.parameters(recurse=False):
+            if id(p) in index and p.numel() > 0 and p.device.type != "meta":
+                by_storage[p.untyped_storage().data_ptr()] = index[id(p)]
+    out: dict[int, int] = {}
+    if not by_storage:
+        return out
+    for mod in module.modules():
+        for value in vars(mod).values():
+            if (isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter) and id(value) not in index
+                    and value.numel() > 0 and value.device.type != "meta"):
+                i = by_storage.get(value.untyped_storage().data_ptr())
+                if i is not None:
+                    out[id(value)] = i
+    return out
