@@ -23,7 +23,8 @@ frozen peer (SIGSTOP) leaves gloo's worker threads blocked in a receive until th
 *process group's* timeout (30 min by default), and destroying the group at
 finalisation joins them, so the process hung at exit for that long (31 s with
 gradsched's earlier 30 s wait per operation; gloo's ``abort()`` does not unblock them).
-So then closing waits for nothing, and :func:`close_all` arms a watchdog
+So then closing waits for nothing, and :func:`close_all`, if a process group is still
+initialised, arms a watchdog
 (``faulthandler.dump_traceback_later(exit=True)``: a C thread that needs no GIL)
 that ends the process with status 1 if finalisation is still running
 :data:`EXIT_GRACE_S` later.  A process that finalises in time keeps its own status.
@@ -100,8 +101,14 @@ def close_all() -> None:
     for release in _RELEASES:
         _quietly(release, getattr(release, "__name__", "release"))
     gc.collect()
-    if _FAILED.is_set():
+    if _FAILED.is_set() and _process_group_alive():
         _arm_exit_watchdog()
+
+
+def _process_group_alive() -> bool:
+    """Whether torch.distributed still holds a process group, whose destruction at finalisation can block."""
+    dist = sys.modules.get("torch.distributed")
+    return dist is not None and dist.is_available() and dist.is_initialized()
 
 
 def _arm_exit_watchdog() -> None:
