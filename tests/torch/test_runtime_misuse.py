@@ -20,6 +20,7 @@ from torch import nn  # noqa: E402
 from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer  # noqa: E402
 from gradsched.torch.jobs.launch import free_port  # noqa: E402
+from gradsched.torch.jobs.selftest import spawn_local  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +121,31 @@ def test_step_before_the_first_backward_is_a_no_op_as_in_pytorch(world_of_one, p
     model.synchronize()
     for got, want in zip(module.parameters(), reference.parameters()):
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+
+
+def _ddp_plan_against_torch_ddp(rank: int, world: int) -> bool:
+    """plan="ddp" (PyTorch's DDP with gradsched's deadline hook) against PyTorch's DDP as it is: 6 SGD steps."""
+    import copy
+
+    torch.manual_seed(0)
+    theirs_module = nn.Sequential(nn.Linear(16, 300), nn.ReLU(), nn.Linear(300, 300), nn.ReLU(), nn.Linear(300, 4))
+    ours_module = copy.deepcopy(theirs_module)
+    theirs = torch.nn.parallel.DistributedDataParallel(theirs_module, bucket_cap_mb=0.1)  # several buckets
+    ours = DistributedDataParallel(ours_module, "ddp", bucket_cap_mb=0.1, timeout_s=30)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (theirs, ours)]
+    gen = torch.Generator().manual_seed(rank)
+    for _ in range(6):
+        x = torch.randn(8, 16, generator=gen)
+        for model, opt in zip((theirs, ours), opts):
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+    return all(torch.equal(a, b) for a, b in zip(theirs_module.parameters(), ours_module.parameters()))
+
+
+@pytest.mark.slow
+def test_plan_ddp_with_its_deadline_hook_is_pytorch_ddp_bit_for_bit():
+    assert spawn_local(_ddp_plan_against_torch_ddp, 2, timeout_s=60) == [True, True]
 
 
 # ----------------------------------------------------------------------------- dead and frozen peers

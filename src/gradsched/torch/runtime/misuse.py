@@ -11,7 +11,7 @@
   PyTorch's (issue 39).  The parameters of every live wrapper are remembered (weakly:
   a wrapper that is gone frees them; an executor keeps its wrapper alive while its hooks
   are registered, a dropped wrapper's included), and a second wrapper over any of them
-  is refused.
+  is refused while the first one's hooks are on them (closing its executor releases them).
 
 Every rank builds the same module, so every rank refuses alike, before the start-up check.
 """
@@ -67,8 +67,10 @@ def claim(module: nn.Module, wrapper: Any) -> None:
 
 
 def _owner(p: nn.Parameter) -> Any:
+    """The live wrapper whose hooks are on ``p`` (one whose executor was closed holds nothing), or None."""
     ref = _OWNERS.get(p)
-    return ref() if ref is not None else None
+    owner = ref() if ref is not None else None
+    return owner if owner is not None and owner.hooks_parameters() else None
 
 
 def _names(names: list[str]) -> str:

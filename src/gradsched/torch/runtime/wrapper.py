@@ -392,6 +392,13 @@ class DistributedDataParallel(nn.Module):
             raise ddp_errors.collective_error(self._rank, "PyTorch DDP's forward collectives", self._timeout_s,
                                               exc) from exc
 
+    def hooks_parameters(self) -> bool:
+        """Whether this wrapper's gradient hooks are on its parameters: PyTorch's DDP's, or an executor's
+        not closed (:mod:`gradsched.torch.runtime.misuse` refuses a second wrapper over them)."""
+        if self._ddp is not None or self._ddp_pool is not None:
+            return True
+        return self._executor is not None and bool(self._executor._hooks)
+
     def backward_outstanding(self) -> bool:
         """Whether a backward ran on gradsched's executor since its start or the last plan switch (its
         operations' results are what a deferred ``step()`` waits for)."""
