@@ -5,12 +5,12 @@
 the update with the next forward can step it per parameter subset.  See docs/runtime.md.
 ``hooks`` (``gradsched.torch.runtime.hooks``): communication hooks for PyTorch's own DDP
 (docs/integrations.md), importable as ``gradsched.torch.hooks`` too.  ``save_checkpoint`` /
-``load_checkpoint``: checkpoint files with a checksum verified on load (``gradsched.torch.checkpoint``).
+``load_checkpoint``: checkpoint files with a checksum verified on load (``gradsched.torch.runtime.checkpoint``).
 """
 
 import sys
 
-from gradsched.torch.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from gradsched.torch.runtime.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from gradsched.torch.jobs.models import MODEL_NAMES, ModelSpec, build_model
 from gradsched.torch.runtime import hooks
 from gradsched.torch.runtime.ops import CollectiveError
