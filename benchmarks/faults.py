@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -72,13 +73,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _stamp(stream, word: str) -> tuple[float | None, str]:
-    """The time on the first line of ``stream`` starting with ``word`` (and the rest of it), or None at EOF."""
-    for line in stream:
+def _stamp(lines: list[str], word: str) -> tuple[float | None, str]:
+    """The time on the first of ``lines`` starting with ``word`` (and the rest of it), or None."""
+    for line in lines:
         if line.startswith(word + " "):
             parts = line.split()
             return float(parts[1]), " ".join(parts[2:])
     return None, ""
+
+
+def _collect(stream, into: list[str]) -> threading.Thread:
+    """Read ``stream``'s lines into ``into`` on a thread (a survivor that never raises must not block us)."""
+    thread = threading.Thread(target=lambda: into.extend(stream), daemon=True)
+    thread.start()
+    return thread
 
 
 def run_case(plan: str, fault: str, timeout_s: float, pg_timeout: str) -> dict:
@@ -93,19 +101,28 @@ def run_case(plan: str, fault: str, timeout_s: float, pg_timeout: str) -> dict:
     survivor, failing = procs
     record: dict = {"plan": plan, "fault": fault}
     try:
-        fault_at, _ = _stamp(failing.stdout, "fault")
-        error_at, error = _stamp(survivor.stdout, "error")
+        failing_lines: list[str] = []
+        for line in failing.stdout:  # start-up takes what a loaded machine needs; the fault comes at step 3
+            failing_lines.append(line)
+            if line.startswith("fault "):
+                break
+        fault_at, _ = _stamp(failing_lines, "fault")
+        lines: list[str] = []
+        errors: list[str] = []
+        reader, _ = _collect(survivor.stdout, lines), _collect(survivor.stderr, errors)  # no pipe fills up
         try:
             survivor.wait(timeout=EXIT_CAP_S + timeout_s)
             exited = time.time()
         except subprocess.TimeoutExpired:
             exited = None
+        reader.join(timeout=1.0)
+        error_at, error = _stamp(lines, "error")
         record.update(error=error or None, exit_code=survivor.poll())
         record["error_s"] = round(error_at - fault_at, 2) if error_at and fault_at else None
         record["exit_s"] = round(exited - fault_at, 2) if exited and fault_at else None
         record["exit_after_error_s"] = round(exited - error_at, 2) if exited and error_at else None
         if error_at is None:
-            record["stderr_tail"] = survivor.stderr.read()[-800:] if exited else ""
+            record["stderr_tail"] = "".join(errors)[-800:]
     finally:
         for p in procs:
             if p.poll() is None:
@@ -113,8 +130,6 @@ def run_case(plan: str, fault: str, timeout_s: float, pg_timeout: str) -> dict:
                     os.kill(p.pid, signal.SIGCONT)
                 p.kill()
                 p.wait()
-            p.stdout.close()
-            p.stderr.close()
     record["ok"] = (record.get("error") == "CollectiveError" and record.get("exit_after_error_s") is not None
                     and record["exit_after_error_s"] <= timeout_s + 10)
     return record
@@ -133,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'plan':<14} {'fault':<5} {'error':<16} {'error_s':>8} {'exit_s':>7} {'after':>6} {'code':>5}  ok")
     for plan in args.plans.split(","):
         for fault in args.faults.split(","):
-            r = run_case(plan, fault, args.timeout_s, args.pg_timeout)
+            r = run_case(plan.strip(), fault.strip(), args.timeout_s, args.pg_timeout)
             records.append(r)
             print(f"{plan:<14} {fault:<5} {str(r['error']):<16} {_fmt(r['error_s']):>8} {_fmt(r['exit_s']):>7} "
                   f"{_fmt(r['exit_after_error_s']):>6} {str(r['exit_code']):>5}  {'yes' if r['ok'] else 'NO'}",
