@@ -17,8 +17,10 @@ On a GPU cluster, 2 nodes of 8 GPUs with NCCL (init_process_group() below picks
         --rdzv-id demo examples/train.py --steps 2000 --batch-size 64 --checkpoint /shared/ckpt.pt
 
 Stop it at any time and start the same command again: it resumes from --checkpoint
-(model, optimizer, LR schedule, step) and ends with exactly the parameters of an
-uninterrupted run.  --reference trains with PyTorch's own DistributedDataParallel
+(model, optimizer, LR schedule, step, and under a top-k plan every rank's residuals)
+and ends with exactly the parameters of an uninterrupted run; the checkpoint carries a
+checksum, and a damaged one is refused.  A rank that dies or freezes makes the others
+fail with gradsched.torch.CollectiveError within --timeout seconds.  --reference trains with PyTorch's own DistributedDataParallel
 instead, for comparison (tests/torch/test_example_torchrun.py compares the two).
 """
 
@@ -28,6 +30,7 @@ import argparse
 import logging
 import os
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -47,13 +50,17 @@ ap.add_argument("--save-every", type=int, default=20)
 ap.add_argument("--stop-after", type=int, default=None, help="leave after this step, as if interrupted (tests)")
 ap.add_argument("--out", default=None, help="write the final parameters and buffers here (rank 0)")
 ap.add_argument("--reference", action="store_true", help="train with torch.nn.parallel.DistributedDataParallel")
+ap.add_argument("--timeout", type=float, default=300.0, help="seconds a collective may take before the run fails "
+                "(a dead or frozen rank); the process group's timeout too, so that exit is never held longer")
 args = ap.parse_args()
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 log = logging.getLogger("train")
 
 # ----------------------------------------------------------------------------- processes
 torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-dist.init_process_group()  # torchrun's environment says where; no backend named: gloo on CPU, NCCL on GPU
+# torchrun's environment says where; no backend named: gloo on CPU, NCCL on GPU.  The timeout bounds how long
+# PyTorch's own collectives (and the exit after a failure) may wait: gloo's default is 30 minutes.
+dist.init_process_group(timeout=timedelta(seconds=args.timeout))
 rank, world = dist.get_rank(), dist.get_world_size()
 local_rank = int(os.environ.get("LOCAL_RANK", "0"))
 if torch.cuda.is_available():
@@ -102,7 +109,8 @@ say("model: %.2f M parameters, %.1f MB of gradients per step",
 if args.reference:
     model = nn.parallel.DistributedDataParallel(module, device_ids=[local_rank] if device.type == "cuda" else None)
 else:
-    model = gt.DistributedDataParallel(module, args.plan, device_ids=[local_rank] if device.type == "cuda" else None)
+    model = gt.DistributedDataParallel(module, args.plan, device_ids=[local_rank] if device.type == "cuda" else None,
+                                       timeout_s=args.timeout)
     if model.plan is None:  # --plan ddp: PyTorch's DDP behind gradsched's wrapper
         say("gradsched plan: PyTorch's DDP")
     else:  # the default is run-time auto: it starts on DDP's buckets and measures PyTorch's DDP among others
@@ -114,9 +122,11 @@ scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total
 # ----------------------------------------------------------------------------- resume
 step = 0
 if args.checkpoint and os.path.exists(args.checkpoint):
-    # every rank reads rank 0's file: hosts without a shared disk need it copied first
-    state = torch.load(args.checkpoint, map_location=device, weights_only=True)
+    # every rank reads rank 0's file: hosts without a shared disk need it copied first; a damaged file is refused
+    state = gt.load_checkpoint(args.checkpoint, map_location=device)
     model.module.load_state_dict(state["model"])
+    if state["sparse"]:  # top-k plans: each rank takes its own residuals (what its steps left unsent)
+        model.load_sparse_state_dict(state["sparse"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     step = state["step"]
@@ -124,14 +134,17 @@ if args.checkpoint and os.path.exists(args.checkpoint):
 
 
 def save(path: str) -> None:
-    """Rank 0 writes model, optimizer, schedule and step (atomically: a crash leaves the old file)."""
+    """Rank 0 writes model, optimizer, schedule and step, with a checksum (atomically: a crash leaves the old file)."""
+    sparse = {}
     if isinstance(model, gt.DistributedDataParallel):
         model.synchronize()  # an overlapping plan may still be reducing or updating
+        # Top-k plans (topk, omgs): every rank's residuals, gathered (a collective: every rank calls it;
+        # empty for dense plans).  model.module.state_dict() alone drops them: a resumed run then diverges.
+        sparse = model.sparse_state_dict()
     if rank == 0:
-        state = {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
+        state = {"model": model.module.state_dict(), "sparse": sparse, "optimizer": optimizer.state_dict(),
                  "scheduler": scheduler.state_dict(), "step": step}
-        torch.save(state, path + ".tmp")
-        os.replace(path + ".tmp", path)
+        gt.save_checkpoint(state, path)
     dist.barrier()  # nobody resumes from a half-written file
 
 

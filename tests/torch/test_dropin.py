@@ -63,12 +63,14 @@ def test_default_is_auto_with_pytorch_ddp_among_its_candidates_and_honours_bucke
     assert model.plan.strategy == "ddp" and model.plan.options["bucket_cap_mb"] == 25.0
     assert model.autotuner.config.torch_ddp and model._ddp_cap_mb == 25.0  # PyTorch's DDP among the candidates
     assert model.autotuner.config.max_replans == 0  # the trials' winner stays: no re-plan to an unmeasured plan
-    wide = nn.Sequential(nn.Linear(8, 512), nn.Linear(512, 512), nn.Linear(512, 512), nn.Linear(512, 2))  # 2.1 MB
-    default = DistributedDataParallel(wide)
-    small = DistributedDataParallel(wide, bucket_cap_mb=0.5)  # the initial buckets and PyTorch DDP's candidate
+    def wide() -> nn.Module:  # 2.1 MB; one module per wrapper (a module wrapped twice is refused)
+        return nn.Sequential(nn.Linear(8, 512), nn.Linear(512, 512), nn.Linear(512, 512), nn.Linear(512, 2))
+
+    default = DistributedDataParallel(wide())
+    small = DistributedDataParallel(wide(), bucket_cap_mb=0.5)  # the initial buckets and PyTorch DDP's candidate
     assert small.plan.options["bucket_cap_mb"] == 0.5 and small._ddp_cap_mb == 0.5
     assert len(small.plan.operations) > len(default.plan.operations)
-    assert DistributedDataParallel(wide, "auto", bucket_cap_mb=0.5)._ddp_cap_mb == 0.5
+    assert DistributedDataParallel(wide(), "auto", bucket_cap_mb=0.5)._ddp_cap_mb == 0.5
     torch_ddp = DistributedDataParallel(_net(), "ddp", bucket_cap_mb=0.005)  # PyTorch's DDP gets it too
     assert torch_ddp._ddp is not None and torch_ddp._ddp.bucket_bytes_cap == int(0.005 * 1024 * 1024)
 

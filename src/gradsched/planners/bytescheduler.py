@@ -30,10 +30,10 @@ def plan(profile: Profile, cluster: Cluster, partition_bytes: int = 4 << 20,
          credit_bytes: int | None = None, hierarchical: str = "auto") -> Plan:
     coll.check_mode("bytescheduler", hierarchical, cluster)
     credit = 2 * partition_bytes if credit_bytes is None else credit_bytes
-    blocks = sum(-(-t.numel // max(1, partition_bytes // t.element_bytes)) for t in profile.tensors)
+    blocks = count_blocks(profile, partition_bytes)
     if blocks > MAX_OPERATIONS:
         raise GradschedError(f"bytescheduler: partition_bytes={partition_bytes} cuts this model into {blocks:,} "
-                             f"blocks (at most {MAX_OPERATIONS:,}); give a larger partition_bytes, e.g. {4 << 20}")
+                             f"blocks (at most {MAX_OPERATIONS:,}); {_remedy(profile, partition_bytes)}")
     blocks_ = []  # (tensor, start, end, bytes)
     for i in profile.order:
         t = profile.tensors[i]
@@ -46,3 +46,19 @@ def plan(profile: Profile, cluster: Cluster, partition_bytes: int = 4 << 20,
     options = coll.recorded({"partition_bytes": partition_bytes, "credit_bytes": credit}, cluster, hierarchical)
     return Plan("bytescheduler", ops, profile.fingerprint, profile.model, options,
                 scheduling="priority", overlap_forward=True, credit_bytes=credit)
+
+
+def count_blocks(profile: Profile, partition_bytes: int) -> int:
+    """How many blocks (operations) ``partition_bytes`` cuts ``profile``'s tensors into."""
+    return sum(-(-t.numel // max(1, partition_bytes // t.element_bytes)) for t in profile.tensors)
+
+
+def _remedy(profile: Profile, partition_bytes: int) -> str:
+    """What to do about too many blocks: the smallest power of two above ``partition_bytes`` that
+    fits (never the value that failed), or why none can."""
+    if len(profile.tensors) > MAX_OPERATIONS:
+        return f"the model has {len(profile.tensors):,} tensors, more than any partition_bytes allows; use another strategy"
+    size = 1 << max(partition_bytes, -(-profile.total_bytes // MAX_OPERATIONS)).bit_length()  # > partition_bytes
+    while count_blocks(profile, size) > MAX_OPERATIONS:
+        size *= 2
+    return f"give a larger partition_bytes, e.g. {size} ({count_blocks(profile, size):,} blocks)"

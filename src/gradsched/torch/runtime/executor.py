@@ -63,7 +63,7 @@ from gradsched.torch.runtime.memory import MemoryLedger, storage_bytes
 from gradsched.torch.runtime.nodes import NodeGroups, node_groups, uses_nodes
 from gradsched.torch.runtime.ops import CollectiveError, OpRunner, make_runner, wait_all
 from gradsched.torch.runtime.planning import dtype_key
-from gradsched.torch.runtime.shutdown import close_at_exit, release_at_exit
+from gradsched.torch.runtime.shutdown import close_at_exit, collective_failed, release_at_exit
 from gradsched.torch.runtime.sparse import LaysaDelivery, SparseOptions, TopkAllGather, check_replicas
 from gradsched.torch.runtime.trace import WAIT, Tracer
 
@@ -385,13 +385,14 @@ class Executor:
         interpreter exit too (:mod:`gradsched.torch.runtime.shutdown`): a collective that
         completed during finalisation would run its completion callback on a backend
         thread that can no longer take the GIL, which aborts the process, so every
-        operation in flight is waited for here (bounded: a peer may be gone)."""
+        operation in flight is waited for here (bounded: a peer may be gone), unless a collective
+        already failed: then none will complete, and the exit watchdog bounds finalisation."""
         self.stop_progress_thread()
         with self._lock:
             for h in self._hooks:
                 h.remove()
             self._hooks = []
-            for j in self.inflight:
+            for j in ([] if collective_failed() else self.inflight):
                 try:
                     self.runners[j].wait(min(self.timeout_s, CLOSE_WAIT_S))
                 except GradschedError:

@@ -23,10 +23,18 @@ from gradsched.errors import GradschedError
 from gradsched.plan import DENSE, Operation
 from gradsched.torch.runtime.groups import uses_nccl
 from gradsched.torch.runtime.layout import Piece
+from gradsched.torch.runtime.shutdown import note_collective_failure
 
 
 class CollectiveError(GradschedError):
-    """A collective failed or did not finish in time: a peer rank died, stalled or diverged."""
+    """A collective failed or did not finish in time: a peer rank died, stalled or diverged.
+
+    Making one records the failure (:func:`gradsched.torch.runtime.shutdown.note_collective_failure`):
+    the process then exits within a few seconds of finalising, whatever the process group's timeout."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        note_collective_failure()
 
 
 class OpRunner(Protocol):

@@ -103,7 +103,8 @@ class DistributedOptimizer:
             self.step()
             return loss
         clear_applied(self._params())  # LaySA's results already applied: None, as the optimizer expects
-        if not self._model.overlaps_forward:
+        if not self._model.overlaps_forward or not self._model.backward_outstanding():
+            # nothing in flight to defer for (e.g. step() before the first backward): torch.optim's step as it is
             tracer = self._model.step_tracer
             t0 = tracer.now() if tracer is not None else 0.0
             self._clip()

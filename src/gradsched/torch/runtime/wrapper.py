@@ -37,10 +37,12 @@ from gradsched.timeline import Timeline
 from gradsched.torch.runtime.autotune import AutoTuneConfig, AutoTuner, TunedModel
 from gradsched.torch.runtime import inflight
 from gradsched.torch.runtime.ddp_args import DDPArgs, plan_choice, resolve, split_positional, to_device
-from gradsched.torch.runtime.executor import Executor, private_group
+from gradsched.torch.runtime import ddp_errors
+from gradsched.torch.runtime.executor import PENDING, Executor, private_group
 from gradsched.torch.runtime.gating import ForwardGate
 from gradsched.torch.runtime.groups import is_whole_world, side_group
 from gradsched.torch.runtime.hosttime import HostTimer
+from gradsched.torch.runtime.misuse import check_module, claim
 from gradsched.torch.runtime.ops import CollectiveError
 from gradsched.torch.runtime.nodes import ranks_per_node as resolve_ranks_per_node, uses_nodes
 from gradsched.torch.runtime.planning import (default_cluster, in_profile_order, issue_order, profile_from_module,
@@ -105,6 +107,7 @@ class DistributedDataParallel(nn.Module):
             raise GradschedError("torch.distributed is not initialised: call torch.distributed.init_process_group() "
                                  "(or launch with torchrun) before wrapping the model")
         timeout_s = check_timeout_s(timeout_s)  # finite: inf waited for ever, then blamed a dead peer
+        check_module(module)
         plan, device_ids = split_positional(plan, device_ids)
         ddp_args = {"device_ids": device_ids, "output_device": output_device, "dim": dim, "init_sync": init_sync,
                     "bucket_cap_mb": bucket_cap_mb, "check_reduction": check_reduction,
@@ -164,6 +167,7 @@ class DistributedDataParallel(nn.Module):
             self._start_torch_ddp(kw, find_unused_parameters)
         else:
             self._start_runtime(args, tune, given)
+        claim(module, self)  # wrapping it again is refused (its gradients would be reduced twice)
 
     def _resolve_ranks_per_node(self, explicit: int | None, tuned: bool,
                                 settings: dict[str, str]) -> GradschedError | None:
@@ -220,6 +224,7 @@ class DistributedDataParallel(nn.Module):
         kw.pop("device_mesh", None)  # its group is self._group
         ddp = TorchDDP(self.module, process_group=self._group, find_unused_parameters=find_unused_parameters, **kw)
         object.__setattr__(self, "_ddp", ddp)  # not a submodule: state_dict keys stay "module.*"
+        self._deadline_due = True  # its failures as CollectiveError after timeout_s: hooked at the first forward
 
     def _start_runtime(self, args: DDPArgs, tune: AutoTuneConfig | None,
                        given: tuple[Profile, Cluster] | None) -> None:
@@ -263,6 +268,8 @@ class DistributedDataParallel(nn.Module):
                                   find_unused_parameters=self._find_unused, tracer=self._tracer,
                                   sparse_options=self._sparse_options, private_owner=self,
                                   ranks_per_node=self._ranks_per_node)
+        # its hooks keep it alive, and it this wrapper: the claim on the parameters (misuse.claim) lasts as they do
+        self._executor.wrapper = self
         if self._optimizer is not None:
             self._executor.mirror = self._optimizer.on_arrival  # sparse results update their weights on arrival
         if self.plan.overlap_forward:
@@ -330,7 +337,7 @@ class DistributedDataParallel(nn.Module):
     # ------------------------------------------------------------------ training
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self._ddp is not None and (self.autotuner is None or self._settled_on_torch_ddp()):
-            out = self._ddp(*args, **kwargs)
+            out = self._torch_ddp_forward(args, kwargs)
             if self.autotuner is not None:  # auto's DDP: every backward averaged, as under the executor
                 reduce_every_backward(self._ddp, out, self._find_unused_arg)
             return out
@@ -365,6 +372,32 @@ class DistributedDataParallel(nn.Module):
         if tracer is not None:
             tracer.span("forward", FORWARD, t0)
         return out
+
+    def _torch_ddp_forward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """PyTorch's DDP forward; a failure of its collectives (buffer broadcast) as a CollectiveError."""
+        if getattr(self, "_deadline_due", False):  # after any hook of the user's (the Lightning strategy's)
+            ddp_errors.install(self._ddp, self._group, self._timeout_s)
+            self._deadline_due = False
+        try:
+            return self._ddp(*args, **kwargs)
+        except Exception as exc:
+            if not ddp_errors.is_backend_failure(exc):
+                raise
+            raise ddp_errors.collective_error(self._rank, "PyTorch DDP's forward collectives", self._timeout_s,
+                                              exc) from exc
+
+    def hooks_parameters(self) -> bool:
+        """Whether this wrapper's gradient hooks are on its parameters: PyTorch's DDP's, or an executor's
+        not closed (:mod:`gradsched.torch.runtime.misuse` refuses a second wrapper over them)."""
+        if self._ddp is not None or self._ddp_pool is not None:
+            return True
+        return self._executor is not None and bool(self._executor._hooks)
+
+    def backward_outstanding(self) -> bool:
+        """Whether a backward ran on gradsched's executor since its start or the last plan switch (its
+        operations' results are what a deferred ``step()`` waits for)."""
+        ex = self._executor
+        return ex is not None and (ex.in_backward or any(s != PENDING for s in ex.op_state))
 
     def _settled_on_torch_ddp(self) -> bool:
         """Run-time auto settled on PyTorch's DDP for good (and no trace was asked for): its forward alone runs."""
