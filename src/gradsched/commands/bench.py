@@ -391,7 +391,8 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"compute only (same steps, no gradients moved, ranks in step) "
                      f"{ref['iteration_s_median'] * 1e3:.1f} ms: the compute the predictions and the bound use")
     lines.append(f"lower bound {lb['lower_bound_s'] * 1e3:.1f} ms (compute {lb['compute_s'] * 1e3:.1f} ms, all "
-                 f"gradients all-reduced at the least cost {lb['allreduce_all_s'] * 1e3:.1f} ms); "
+                 f"gradients all-reduced at the least cost {lb['allreduce_all_s'] * 1e3:.1f} ms, overlapping "
+                 f"{lb.get('overlap', 'backward+forward')}); "
                  f"best DDP: {result['best_ddp']}")
     if "contention_bound_s" in lb and lb["contention_bound_s"] > lb["lower_bound_s"] * 1.001:
         best = min(result["rows"], key=lambda r: r["iteration_s_median"])
