@@ -553,8 +553,6 @@ class AutoTuner:
                                                                              if r != TORCH_DDP)
         opts = dict(self.config.planner_options, exclude=exclude)
         def runnable(candidates: list[Ranked]) -> list[Ranked]:
-            # reduce-scatters and all-gathers are planned, not executed yet (planning.NOT_EXECUTED)
-            candidates = [r for r in candidates if not any(op.two_phase for op in r.plan.operations)]
             if model.has_optimizer():
                 return candidates
             # without a DistributedOptimizer an overlapping plan waits at the end of backward

@@ -88,11 +88,6 @@ def profile_from_module(module: nn.Module, model: str = "", order: list[str] | N
     return Profile(model or type(module).__name__, tuple(tensors))
 
 
-# Strategies whose plans the runtime does not execute yet: ``dear``'s reduce-scatters and all-gathers
-# are planned and simulated, not run (docs/runtime.md, "Decoupled all-reduce").
-NOT_EXECUTED = ("dear",)
-
-
 def default_cluster(world_size: int) -> Cluster:
     """Loopback-like costs, used only when the caller gives no measured cluster."""
     return Cluster.alpha_beta(1e-4, 1e-9, world_size)
@@ -103,10 +98,6 @@ def resolve_plan(plan: str | Plan, profile: Profile, cluster: Cluster, options: 
     if isinstance(plan, str):
         from gradsched.planners import make_plan
 
-        if plan == "auto":  # only plans this runtime executes (no reduce-scatter / all-gather yet)
-            options = dict(options or {})
-            options["exclude"] = tuple(options.get("exclude", ())) + tuple(
-                s for s in NOT_EXECUTED if s not in options.get("exclude", ()))
         plan = make_plan(plan, profile, cluster, **(options or {}))
     elif options:
         raise GradschedError("plan options apply to a strategy name, not to a ready Plan")

@@ -35,6 +35,7 @@ from gradsched.profile import Profile
 from gradsched.timeline import Timeline
 from gradsched.torch.runtime.autotune import AutoTuneConfig, AutoTuner, TunedModel
 from gradsched.torch.runtime import inflight
+from gradsched.torch.runtime.decoupled import executable
 from gradsched.torch.runtime.ddp_args import DDPArgs, plan_choice, resolve, split_positional, to_device
 from gradsched.torch.runtime.executor import Executor, private_group
 from gradsched.torch.runtime.groups import is_whole_world, side_group
@@ -257,7 +258,8 @@ class DistributedDataParallel(nn.Module):
     def _start_executor(self) -> None:
         """Build the executor (and forward gating) for ``self.plan`` and ``self._order``."""
         assert self.plan is not None
-        self._executor = Executor(self._params, self._names, self.plan, self._order, self._group,
+        plan, order = executable(self.plan, self._order)  # a reduce-scatter's runner also gathers
+        self._executor = Executor(self._params, self._names, plan, order, self._group,
                                   self._ctrl or self._group, timeout_s=self._timeout_s,
                                   find_unused_parameters=self._find_unused, tracer=self._tracer,
                                   sparse_options=self._sparse_options, private_owner=self,
