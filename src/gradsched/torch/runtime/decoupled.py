@@ -137,6 +137,18 @@ class DecoupledAllReduce:
         self.phase = 0
 
 
+def reduce_scatter(shard: torch.Tensor, full: torch.Tensor, scratch: torch.Tensor | None,
+                   group: dist.ProcessGroup | None = None) -> None:
+    """``shard`` = this rank's part of the sum of every rank's ``full``, synchronously, as the runner does it:
+    ``reduce_scatter_tensor`` where ``scratch`` is None (NCCL), else an all-to-all into ``scratch`` (as large
+    as ``full``) and a local sum (gloo; ``gradsched netbench`` times it so)."""
+    if scratch is None:
+        dist.reduce_scatter_tensor(shard, full, group=group)
+        return
+    dist.all_to_all_single(scratch, full, group=group)
+    torch.sum(scratch.view(-1, shard.numel()), dim=0, out=shard)
+
+
 def _done(works: list[dist.Work], nccl: bool) -> bool:
     return all(w.is_completed() if nccl else w.get_future().done() for w in works)
 
