@@ -130,3 +130,40 @@ def test_the_runner_is_registered_for_reduce_scatter():
     from gradsched.torch.runtime.ops import OP_KINDS
 
     assert OP_KINDS[REDUCE_SCATTER] is DecoupledAllReduce
+
+
+class _FakeRunner(DecoupledAllReduce):
+    """Records when its gather starts; no process group."""
+
+    def __init__(self, index: int, first_tensor: int, log: list) -> None:  # noqa: D107 (no super: no group)
+        self.index, self.first_tensor, self.log, self.phase = index, first_tensor, log, 1
+
+    def start_gather(self, timeout_s: float) -> None:
+        if self.phase == 1:
+            self.log.append(("gather", self.index))
+            self.phase = 2
+
+
+class _FakeExecutor:
+    def __init__(self, firsts: list[int]) -> None:
+        from collections import deque
+
+        self.log: list = []
+        self.runners = [_FakeRunner(j, t, self.log) for j, t in enumerate(firsts)]
+        self.inflight = deque(range(len(firsts)))
+        self.timeout_s = 1.0
+
+    def _retire(self, j: int) -> None:
+        self.log.append(("retire", j))
+
+
+def test_gathers_start_in_forward_order_and_a_layer_retires_its_own_operation_alone():
+    # issued in backward order: op 0 holds the last layers (first tensor 6), op 2 the first ones (tensor 0)
+    ex = _FakeExecutor([6, 3, 0])
+    from gradsched.torch.runtime.decoupled import retire_alone
+
+    assert retire_alone(ex, 2)  # the first forward layer's gate: its operation, issued last, retires first
+    assert ex.log == [("gather", 2), ("gather", 1), ("gather", 0), ("retire", 2)]
+    assert list(ex.inflight) == [0, 1]
+    assert retire_alone(ex, 1) and ex.log[-1] == ("retire", 1) and list(ex.inflight) == [0]
+    assert not retire_alone(ex, 7)  # not a decoupled operation in flight: the executor drains as usual

@@ -10,15 +10,18 @@ so :func:`executable` hands it the reduce-scatters alone, each run by one
    pieces (gloo's ``reduce_scatter_tensor`` is an all-reduce and a slice, PyTorch PR
    #118911: measured 1.6-2.8x slower on 2 ranks, benchmarks/gloo_reduce_scatter.py);
    on NCCL ``reduce_scatter_tensor``.
-2. **gather**: once the reduce-scatter is done, sum this rank's shard and start
-   ``all_gather_into_tensor`` back into the piece.  The executor polls its oldest operation
-   in flight (``is_done``) whenever it makes progress (each backward hook, each settle),
-   so gathers start in issue order as the reduce-scatters finish, on a group of their own
-   (:func:`gather_group`): their issue times depend on completions, and collectives on one
-   group must be issued in the same order on every rank.
-3. **wait** (the executor retires it: at the layer's next forward with a
-   ``DistributedOptimizer``, else at the end of backward): the gather is done and the
-   piece holds the averaged gradient, the all-reduce's result up to the order of the additions.
+2. **gather** (:func:`retire_alone`, when the executor first waits for any operation after
+   backward: the first forward layer's gate with a ``DistributedOptimizer``, else the end of
+   backward): for every decoupled operation in flight, in forward order (by its first tensor,
+   the order the next forward needs them), wait for its reduce-scatter, sum this rank's
+   shard and start ``all_gather_into_tensor`` back into the piece, on a group of its own
+   (:func:`gather_group`), as DeAR's ``step()`` waits for the reduce-scatters and starts the
+   all-gathers.  One group runs its collectives one after another, so the first layers'
+   gathers end first.
+3. **wait**: the executor retires the operation the layer needs out of issue order
+   (:func:`retire_alone`: a layer's forward waits only for its own group's gather); the
+   piece then holds the averaged gradient, the all-reduce's result up to the order of the
+   additions.
 
 A piece whose length is not a multiple of the world size is padded (a copy each way, as
 DeAR pads its buffers).  Every rank ends with every gradient (DeAR's semantics: all-gather the
@@ -30,7 +33,7 @@ refused: the executor gates each layer on the operation holding its own tensors.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -97,6 +100,7 @@ class DecoupledAllReduce:
         self.pieces = None if self.nccl else torch.empty_like(self.full)  # the p pieces an all-to-all brings
         self.shard = torch.empty(self.padded // world_size, dtype=self.piece.dtype, device=self.piece.device)
         self.phase = 0  # 0 idle, 1 reduce-scatter in flight, 2 gather in flight
+        self.first_tensor = min(s.tensor for s in op.slices)  # forward order of the gathers
 
     def issue(self) -> None:
         if self.full is not self.piece:
@@ -119,22 +123,45 @@ class DecoupledAllReduce:
             self.works[-1].get_future().add_done_callback(lambda _f: self.on_complete(self.index))
 
     def is_done(self) -> bool:
-        if self.phase == 1 and _done(self.works, self.nccl):
-            self._gather()
+        # never starts the gather itself: gathers go in forward order from one place (retire_alone), so
+        # that every rank issues the same sequence on the gather group whatever the timing
         return self.phase == 2 and _done(self.works, self.nccl)
+
+    def start_gather(self, timeout_s: float) -> None:
+        """Wait for the reduce-scatter (if in flight) and start the all-gather."""
+        if self.phase == 1:
+            wait_all(self.works, host_wait=not self.nccl, timeout_s=timeout_s, rank=self.rank,
+                     what=f"reduce-scatter of operation {self.index} ({self.nbytes} bytes)")
+            self._gather()
 
     def wait(self, timeout_s: float) -> None:
         what = f"operation {self.index} ({self.nbytes} bytes)"
-        if self.phase == 1:
-            wait_all(self.works, host_wait=not self.nccl, timeout_s=timeout_s, rank=self.rank,
-                     what=f"reduce-scatter of {what}")
-            self._gather()
+        self.start_gather(timeout_s)
         wait_all(self.works, host_wait=not self.nccl, timeout_s=timeout_s, rank=self.rank,
                  what=f"all-gather of {what}")
         if self.full is not self.piece:
             self.piece.copy_(self.full[:self.piece.numel()])
         self.works = []
         self.phase = 0
+
+
+def retire_alone(ex: Any, j: int) -> bool:
+    """The executor's hook before it waits for operation ``j`` (``Executor._drain_locked``): start the
+    gathers of every decoupled operation in flight, in forward order; if ``j`` is one, retire it now,
+    out of issue order, and return True (else False: the executor drains in issue order as usual).
+
+    Deterministic on every rank: the operations in flight at a drain are those issued and not
+    retired, and a decoupled one retires only here or after its gather started here."""
+    runners = ex.runners
+    decoupled = sorted((k for k in ex.inflight if isinstance(runners[k], DecoupledAllReduce)),
+                       key=lambda k: runners[k].first_tensor)
+    for k in decoupled:
+        runners[k].start_gather(ex.timeout_s)
+    if j not in decoupled:
+        return False
+    ex.inflight.remove(j)
+    ex._retire(j)
+    return True
 
 
 def reduce_scatter(shard: torch.Tensor, full: torch.Tensor, scratch: torch.Tensor | None,
