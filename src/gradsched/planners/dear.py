@@ -27,7 +27,7 @@ from __future__ import annotations
 from gradsched.cluster import Cluster
 from gradsched.constants import MiB
 from gradsched.errors import GradschedError
-from gradsched.plan import ALL_GATHER, REDUCE_SCATTER, Operation, Plan, whole_slices
+from gradsched.plan import ALL_GATHER, REDUCE_SCATTER, Operation, Plan, Slice, whole_slices
 from gradsched.planners import _collective as coll
 from gradsched.planners.mgwfbp import merge_groups
 from gradsched.planners.optimal import optimal_groups
@@ -76,17 +76,23 @@ def nearby_groups(profile: Profile, layers: int) -> list[list[int]]:
     return [[t for layer in fwd[k:k + layers] for t in layer] for k in range(0, len(fwd), layers)]
 
 
-def two_phase_ops(groups: list[list[int]], profile: Profile) -> tuple[Operation, ...]:
+def two_phase_ops(groups: list[list[int]], profile: Profile, whole: list[Slice] | None = None) -> tuple[Operation, ...]:
     """A reduce-scatter per group (and element size) in the order the groups become ready, then
-    their all-gathers in forward order, each gated on its group's first layer."""
-    parts = [sorted(g) for g in split_by_element_size(groups, profile)]
-    position = {t: k for k, t in enumerate(profile.order)}
-    by_ready = sorted(parts, key=lambda g: max(position[t] for t in g))
-    whole = whole_slices(profile)
+    their all-gathers in forward order, each gated on its group's first layer.  ``whole``: each
+    tensor's whole slice (:func:`gradsched.plan.whole_slices`), made once where many plans are."""
+    by_ready = ready_parts(groups, profile)
+    whole = whole if whole is not None else whole_slices(profile)
     rs = [Operation(tuple(whole[t] for t in g), REDUCE_SCATTER, j) for j, g in enumerate(by_ready)]
     by_forward = sorted(rs, key=lambda op: min(s.tensor for s in op.slices))
     ag = [Operation(op.slices, ALL_GATHER, len(rs) + k) for k, op in enumerate(by_forward)]
     return tuple(rs + ag)
+
+
+def ready_parts(groups: list[list[int]], profile: Profile) -> list[list[int]]:
+    """``groups`` split by element size, each sorted, in the order they become ready."""
+    parts = [sorted(g) for g in split_by_element_size(groups, profile)]
+    position = {t: k for k, t in enumerate(profile.order)}
+    return sorted(parts, key=lambda g: max(position[t] for t in g))
 
 
 def candidate_groupings(profile: Profile, cluster: Cluster) -> list[tuple[str, list[list[int]]]]:
@@ -108,12 +114,14 @@ def planned(profile: Profile, cluster: Cluster) -> tuple[tuple[Operation, ...], 
     from gradsched.sim import simulate  # the simulator imports planners' types only
 
     best: tuple[tuple[float, int, int], tuple[Operation, ...], str] | None = None
-    seen: set[tuple[Operation, ...]] = set()
+    seen: set[tuple[tuple[int, ...], ...]] = set()
+    whole = whole_slices(profile)
     for k, (name, groups) in enumerate(candidate_groupings(profile, cluster)):
-        ops = two_phase_ops(groups, profile)
-        if ops in seen:
+        key = tuple(tuple(g) for g in ready_parts(groups, profile))  # the same parts make the same plan
+        if key in seen:
             continue
-        seen.add(ops)
+        seen.add(key)
+        ops = two_phase_ops(groups, profile, whole)
         trial = Plan("dear", ops, profile.fingerprint, profile.model, overlap_forward=True)
         key = (simulate(trial, profile, cluster, timeline=False).iteration_s, len(ops), k)
         if best is None or key < best[0]:

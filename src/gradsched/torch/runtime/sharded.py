@@ -41,7 +41,8 @@ def shard(optimizer: torch.optim.Optimizer, group: dist.ProcessGroup) -> ZeroRed
                              "DistributedOptimizer before the first step")
     groups = optimizer.param_groups
     first = groups[0]
-    takes = inspect.signature(type(optimizer).__init__).parameters  # a group holds more (AdamW's decoupled_weight_decay)
+    # the constructor's own arguments: a group holds more (AdamW's decoupled_weight_decay)
+    takes = inspect.signature(type(optimizer).__init__).parameters
     kwargs = {k: v for k, v in first.items() if k != "params" and k in takes}
     sharded = ZeroRedundancyOptimizer(first["params"], optimizer_class=type(optimizer), process_group=group,
                                       parameters_as_bucket_view=False, **kwargs)
