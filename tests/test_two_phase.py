@@ -239,3 +239,12 @@ def test_two_phase_cost_needs_no_all_reduce_figure_beyond_its_own(profile, clust
                                             "allgather": CollectiveCost(ar.alpha_s, 1e-9)})
     plan = make_plan("dear", profile, measured)
     assert simulate(plan, profile, measured).iteration_s >= profile.compute_s - TOL
+
+
+def test_simulate_command_prints_dear_and_writes_its_trace(tmp_path, capsys):
+    from gradsched.cli import main
+
+    trace = tmp_path / "t.json"
+    assert main(["simulate", "--workers", "8", "--strategy", "dear,auto", "--trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "dear" in out and trace.exists()

@@ -143,7 +143,7 @@ def plan(profile: Profile, cluster: Cluster, grouping: str = "planned", threshol
         options["nearby_layers"] = nearby_layers
     elif grouping == "planned":
         ops, chose, predicted_s = planned(profile, cluster)
-        options.update(chose=chose, predicted_iteration_s=predicted_s)
+        options.update(planned_grouping=chose, predicted_iteration_s=predicted_s)
     else:
         raise GradschedError(f"dear: grouping must be one of {', '.join(GROUPINGS)}, got {grouping!r}")
     return Plan("dear", ops, profile.fingerprint, profile.model, options, overlap_forward=True)
