@@ -54,6 +54,21 @@ def _hier_plan(profile: dict) -> dict:
     return plan
 
 
+def _two_phase_plan(profile: dict, edit) -> dict:
+    plan = make_plan("dear", Profile.from_dict(profile), Cluster.from_dict(CLUSTER), grouping="nearby",
+                     nearby_layers=1).to_dict()
+    edit(plan["operations"])
+    return plan
+
+
+def _drop_first_reduce_scatter(ops: list) -> None:
+    del ops[0]
+
+
+def _gate_on_missing_layer(ops: list) -> None:
+    ops[-1]["gate"] = 99
+
+
 def _dense_density(profile: dict) -> dict:
     p = Profile.from_dict(profile)
     plan = make_plan("wfbp", p, Cluster.from_dict(CLUSTER)).to_dict()
@@ -110,6 +125,10 @@ CASES = [
      ["tensors[2].backwards_s", "backward_s"]),
     ("duplicate-names", AB, changed(PROFILE, _set(["tensors", 2, "name"], "a.weight")), None, None,
      ["tensors[2].name", "a.weight"]),
+    ("all-gather-without-reduce-scatter", AB + ["--plan", "{plan}"], None, None,
+     _two_phase_plan(PROFILE, _drop_first_reduce_scatter), ["operations[", "all-gather without its reduce-scatter"]),
+    ("gate-on-missing-layer", AB + ["--plan", "{plan}"], None, None, _two_phase_plan(PROFILE, _gate_on_missing_layer),
+     ["gate", "99", "no such layer"]),
     ("dense-density", AB + ["--plan", "{plan}"], None, None, _dense_density(PROFILE),
      ["operations[0].density", "allreduce"]),
     ("density-for-dense-only", AB + ["--strategy", "wfbp,mgwfbp", "--density", "0.01"], None, None, None,

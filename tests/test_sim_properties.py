@@ -78,12 +78,18 @@ def test_simulation_cost_does_not_depend_on_world_size(profile, cluster):
 @SETTINGS
 @given(profiles(max_layers=8), clusters())
 def test_auto_is_never_slower_than_any_dense_strategy(profile, cluster):
+    """... except a decoupled plan (dear) within the margin auto asks of it (planners/auto.py)."""
+    from gradsched.planners.auto import DECOUPLED_MARGIN
+
     best = simulate(make_plan("auto", profile, cluster), profile, cluster, timeline=False).iteration_s
     for name in strategy_names():
         if name == "auto" or is_sparse(name):
             continue
-        other = simulate(make_plan(name, profile, cluster), profile, cluster, timeline=False).iteration_s
-        assert best <= other + TOL, name
+        plan = make_plan(name, profile, cluster)
+        other = simulate(plan, profile, cluster, timeline=False).iteration_s
+        if any(op.two_phase for op in plan.operations):
+            other /= 1 - DECOUPLED_MARGIN
+        assert best <= other * (1 + 1e-12) + TOL, name
 
 
 def test_auto_uses_sparse_strategies_only_when_allowed():

@@ -13,7 +13,10 @@ cost too (``cost("hier-allreduce")``) and :meth:`Cluster.at_topology` extrapolat
 both levels.
 
 Sizes: for ``allreduce`` ``s`` is the size of the reduced buffer; for ``allgather``
-it is each rank's contribution (the output is ``world_size * s``).
+it is each rank's contribution (the output is ``world_size * s``) and for
+``reducescatter`` each rank's part of the result (the input is ``world_size * s``).
+Either, when not measured, is derived from the all-reduce (a ring all-reduce is one
+reduce-scatter and one all-gather).
 
 Other world sizes are extrapolated from the ring formulas (docs/cost-model.md):
 a ring all-reduce over P ranks costs ``2(P-1) a + 2(P-1)/P * s * b`` and a ring
@@ -33,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from gradsched import _validate as v
-from gradsched.costs import (COLLECTIVES, CollectiveCost, collectives_from_dict, collectives_to_dict, extrapolate,
-                             fit_line, monotone_envelope, split_envelope, with_line)
+from gradsched.costs import (COLLECTIVES, PER_RANK, CollectiveCost, collectives_from_dict, collectives_to_dict,
+                             extrapolate, fit_line, monotone_envelope, per_total, split_envelope, with_line)
 from gradsched.errors import FormatError, GradschedError
-from gradsched.plan import HIER
+from gradsched.plan import ALL_GATHER, HIER, REDUCE_SCATTER
 from gradsched.topology import Topology
 
 __all__ = ["COLLECTIVES", "CONTENTION_FIELDS", "Cluster", "CollectiveCost", "Contention", "Topology", "fit_line",
@@ -120,12 +123,22 @@ class Cluster:
             return base
         return extrapolate(base, collective, self.algorithm, self.world_size, p)
 
+    def operation_cost(self, collective: str) -> CollectiveCost:
+        """What a plan operation of ``collective`` costs as a function of the bytes it holds (the whole
+        group): the all-reduce's own cost; a ``reduce-scatter`` or ``all-gather`` of ``n`` bytes is the
+        cluster's ``reducescatter`` or ``allgather`` of ``n / world_size`` bytes per rank."""
+        if collective == REDUCE_SCATTER:
+            return per_total(self.cost("reducescatter"), self.world_size)
+        if collective == ALL_GATHER:
+            return per_total(self.cost("allgather"), self.world_size)
+        return self.cost(collective)
+
     def _base(self, collective: str) -> CollectiveCost:
         if collective in self.collectives:
             return self.collectives[collective]
-        if collective == "allgather" and "allreduce" in self.collectives:
+        if collective in PER_RANK and "allreduce" in self.collectives:
             # A ring all-reduce is a reduce-scatter plus an all-gather of the same
-            # total size: the all-gather of s bytes per rank costs half the start-up
+            # total size: each, of s bytes per rank, costs half the start-up
             # and (P/2) times the per-byte cost of an all-reduce of s bytes.
             ar = self.collectives["allreduce"]
             return CollectiveCost(ar.alpha_s / 2, ar.beta_s_per_byte * self.world_size / 2)

@@ -24,7 +24,8 @@ import numpy as np
 from gradsched import _validate as v
 from gradsched.errors import FormatError, GradschedError
 
-COLLECTIVES = ("allreduce", "allgather")
+COLLECTIVES = ("allreduce", "allgather", "reducescatter")
+PER_RANK = ("allgather", "reducescatter")  # sized by each rank's part (the whole buffer is world_size times it)
 NODE_STEPS = ("reduce", "broadcast")  # measured inside a node only: the hierarchical all-reduce's first and last steps
 
 
@@ -177,12 +178,23 @@ def extrapolate(base: CollectiveCost, collective: str, algorithm: str, p0: int, 
 
 def extrapolation_ratios(collective: str, algorithm: str, p0: int, p: int) -> tuple[float, float]:
     """How alpha and beta scale from ``p0`` to ``p`` ranks (ring or tree formulas)."""
-    if collective == "allgather":
+    if collective in PER_RANK:
         k = (p - 1) / (p0 - 1)
         return k, k
     if algorithm == "tree":
         return math.log2(p) / math.log2(p0), 1.0
     return (p - 1) / (p0 - 1), ((p - 1) / p) / ((p0 - 1) / p0)
+
+
+def per_total(cost: CollectiveCost, world_size: int) -> CollectiveCost:
+    """A per-rank-sized cost (``allgather``, ``reducescatter``: ``s`` is each rank's part) as a cost of
+    the whole buffer, ``world_size * s`` bytes: the line's slope and the table's sizes scaled."""
+    p = float(world_size)
+    if cost.points is None:
+        return CollectiveCost(cost.alpha_s, cost.beta_s_per_byte / p)
+    sizes = np.array([x for x, _ in cost.points])
+    return CollectiveCost(cost.alpha_s, cost.beta_s_per_byte / p,
+                          tuple(zip((sizes * p).tolist(), cost.times_s(sizes).tolist())))
 
 
 def ring_link(allreduce: CollectiveCost, p: int) -> tuple[float, float]:

@@ -18,6 +18,14 @@ How operations are issued:
   credit window); ``None`` means one operation at a time per channel.
 - ``overlap_forward``: the next iteration's forward of a layer waits only for the
   operations holding that layer's gradients (and their update), not for all of them.
+
+Two-phase (decoupled) operations, DeAR's and ZeRO's: a ``reduce-scatter`` of a merged
+group leaves each rank 1/p of the summed gradients; the ``all-gather`` with exactly the
+same slices, later in the list, brings the whole group back to every rank.  The
+all-gather is issued once its reduce-scatter is done (in list order, as any operation)
+and is *gated*: the forward of the layer owning tensor ``gate`` (default: the group's
+first layer in forward order) waits for it, whatever ``overlap_forward`` says.  Every
+element is reduce-scattered and gathered exactly once.
 """
 
 from __future__ import annotations
@@ -39,11 +47,16 @@ SPARSE = "topk-allgather"
 # A dense all-reduce run in two levels (docs/cost-model.md, "Two-level clusters"): reduce inside each
 # node, all-reduce across nodes, broadcast inside each node.  Same result as DENSE.
 HIER = "hier-allreduce"
-OP_COLLECTIVES = (DENSE, SPARSE, HIER)
+# Decoupled all-reduce (DeAR, ZeRO, FSDP): a reduce-scatter during backward, its all-gather before the
+# next forward of the layer it gates.  Both together give every rank the all-reduce's result.
+REDUCE_SCATTER = "reduce-scatter"
+ALL_GATHER = "all-gather"
+TWO_PHASE = (REDUCE_SCATTER, ALL_GATHER)
+OP_COLLECTIVES = (DENSE, SPARSE, HIER, REDUCE_SCATTER, ALL_GATHER)
 SCHEDULING = ("fifo", "priority")
 FIELDS = ("format", "strategy", "model", "profile_fingerprint", "options", "scheduling", "overlap_forward",
           "credit_bytes", "operations", "hash")
-OPERATION_FIELDS = ("collective", "priority", "slices", "density")
+OPERATION_FIELDS = ("collective", "priority", "slices", "density", "gate")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +80,16 @@ class Operation:
     collective: str = DENSE
     priority: int = 0
     density: float | None = None  # fraction of elements sent, for topk-allgather
+    gate: int | None = None  # all-gather only: the forward of the layer owning this tensor waits for it
 
     @property
     def sparse(self) -> bool:
         return self.collective == SPARSE
+
+    @property
+    def two_phase(self) -> bool:
+        """A reduce-scatter or an all-gather (half of a decoupled all-reduce)."""
+        return self.collective in TWO_PHASE
 
     def numel(self) -> int:
         return sum(s.numel for s in self.slices)
@@ -84,6 +103,8 @@ class Operation:
                              "slices": [[s.tensor, s.start, s.end] for s in self.slices]}
         if self.density is not None:
             d["density"] = self.density
+        if self.gate is not None:
+            d["gate"] = self.gate
         return d
 
 
@@ -133,9 +154,14 @@ class Plan:
             raise FormatError(source, "profile_fingerprint",
                               f"plan was made for another profile (model {self.model!r}, fingerprint "
                               f"{self.profile_fingerprint}); this profile is {profile.model!r} ({profile.fingerprint})")
+        two_phase = any(op.two_phase for op in self.operations)
+        if two_phase:
+            _check_pairs(self.operations, source)
         n = profile.num_tensors
         per_tensor: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
         for j, op in enumerate(self.operations):
+            if op.collective == ALL_GATHER:
+                continue  # gathers exactly what its reduce-scatter covers (_check_pairs)
             for k, s in enumerate(op.slices):
                 where = f"operations[{j}].slices[{k}]"
                 if not 0 <= s.tensor < n:
@@ -161,6 +187,22 @@ class Plan:
             if pos < profile.tensors[t].numel:
                 raise FormatError(source, "operations", f"miss elements [{pos}, {profile.tensors[t].numel}) "
                                                         f"of tensor {t} ({name})")
+        if two_phase:
+            for j, op in enumerate(self.operations):
+                if op.collective == ALL_GATHER:
+                    _check_gate(j, op, profile, source)
+
+    def gathers(self) -> dict[int, int]:
+        """Each all-gather's index -> the index of its reduce-scatter (the earlier one, not yet paired,
+        with exactly the same slices); an all-gather without one is left out (``check`` rejects it)."""
+        open_rs: dict[tuple[Slice, ...], list[int]] = {}
+        out: dict[int, int] = {}
+        for j, op in enumerate(self.operations):
+            if op.collective == REDUCE_SCATTER:
+                open_rs.setdefault(op.slices, []).append(j)
+            elif op.collective == ALL_GATHER and open_rs.get(op.slices):
+                out[j] = open_rs[op.slices].pop(0)
+        return out
 
     # -------------------------------------------------------------- (de)serialise
     def to_dict(self) -> dict[str, Any]:
@@ -206,6 +248,12 @@ class Plan:
             elif density is not None:
                 raise FormatError(source, f"{where}.density", f"only {SPARSE} operations have a density; this one is "
                                                               f"{collective}: remove the field")
+            gate = raw.get("gate")
+            if gate is not None:
+                if collective != ALL_GATHER:
+                    raise FormatError(source, f"{where}.gate", f"only {ALL_GATHER} operations are gated; this one is "
+                                                               f"{collective}: remove the field")
+                gate = v.integer(gate, source, f"{where}.gate")
             slices = []
             for k, s in enumerate(v.array(v.require(raw, "slices", source, where), source, f"{where}.slices")):
                 if not isinstance(s, list) or len(s) != 3:
@@ -213,7 +261,7 @@ class Plan:
                 slices.append(Slice(*(v.integer(x, source, f"{where}.slices[{k}]") for x in s)))
             if not slices:
                 raise FormatError(source, f"{where}.slices", "an operation needs at least one slice")
-            ops.append(Operation(tuple(slices), collective, priority, density))
+            ops.append(Operation(tuple(slices), collective, priority, density, gate))
         # A stated "hash" is informative only: the hash is always recomputed from the
         # content, so a hand-edited plan is checked by its content, never by a stale hash.
         return cls(strategy, tuple(ops), fp, model, options, scheduling, overlap, credit)
@@ -228,6 +276,50 @@ class Plan:
 
     def save(self, path: str | Path) -> None:
         v.write_json(path, self.to_dict())
+
+
+def gate_tensor(op: Operation) -> int:
+    """The tensor whose layer's forward waits for all-gather ``op``: its ``gate``, else its first tensor
+    in forward order (tensor indices are in forward order)."""
+    return op.gate if op.gate is not None else min(s.tensor for s in op.slices)
+
+
+def _check_pairs(ops: tuple[Operation, ...], source: str) -> None:
+    """Every reduce-scatter has exactly one later all-gather of the same slices and every all-gather
+    one earlier reduce-scatter."""
+    open_rs: dict[tuple[Slice, ...], list[int]] = {}
+    for j, op in enumerate(ops):
+        if op.collective == REDUCE_SCATTER:
+            open_rs.setdefault(op.slices, []).append(j)
+        elif op.collective == ALL_GATHER:
+            if not open_rs.get(op.slices):
+                raise FormatError(source, f"operations[{j}]", "all-gather without its reduce-scatter: no earlier "
+                                  "reduce-scatter has exactly these slices; add one before it, or make the "
+                                  "operation an allreduce")
+            open_rs[op.slices].pop(0)
+    for left in open_rs.values():
+        if left:
+            raise FormatError(source, f"operations[{left[0]}]", "reduce-scatter without its all-gather: each rank "
+                              "would keep only its shard of the summed gradients; add an all-gather of the same "
+                              "slices after it")
+
+
+def _check_gate(j: int, op: Operation, profile: Profile, source: str) -> None:
+    """The gate names a tensor of this profile whose layer runs its forward no later than the first
+    layer the all-gather holds."""
+    n = profile.num_tensors
+    gate = gate_tensor(op)
+    if not 0 <= gate < n:
+        raise FormatError(source, f"operations[{j}].gate", f"gates on tensor {gate}, which this profile does not "
+                          f"have (0..{n - 1}): there is no such layer to gate; name a tensor of the layer whose "
+                          "forward waits, or leave gate out (the group's first layer)")
+    forward_pos = {profile.layer_of[ts[0]]: k for k, ts in enumerate(profile.layer_table.forward)}
+    first = min(s.tensor for s in op.slices)
+    if forward_pos[profile.layer_of[gate]] > forward_pos[profile.layer_of[first]]:
+        raise FormatError(source, f"operations[{j}].gate", f"gates on tensor {gate} ({profile.tensors[gate].name}), "
+                          f"whose layer runs its forward after that of tensor {first} "
+                          f"({profile.tensors[first].name}), which the all-gather holds: that forward would use "
+                          "un-gathered gradients; gate on that tensor or an earlier one")
 
 
 def whole_tensor_ops(groups: Iterable[Iterable[int]], profile: Profile, *, collective: str = DENSE,

@@ -32,17 +32,18 @@ def test_netbench_on_two_gloo_ranks(tmp_path):
     assert rc == 0
     cluster = Cluster.load(out)
     assert cluster.world_size == 2 and cluster.backend == "gloo"
-    assert set(cluster.collectives) == {"allreduce", "allgather"}
-    ar, ag = cluster.cost("allreduce"), cluster.cost("allgather")
+    assert set(cluster.collectives) == {"allreduce", "allgather", "reducescatter"}
+    ar, ag, rs = cluster.cost("allreduce"), cluster.cost("allgather"), cluster.cost("reducescatter")
     assert [p[0] for p in ar.points] == [4096, 8192, 16384, 32768, 65536]
     assert [p[0] for p in ag.points] == [4096, 8192, 16384, 32768]  # contributions up to max / world size
-    for cost in (ar, ag):
+    assert [p[0] for p in rs.points] == [4096, 8192, 16384, 32768]  # each rank's part, as for the all-gather
+    for cost in (ar, ag, rs):
         assert all(t > 0 for _, t in cost.points)
         assert cost.alpha_s > 0 or cost.beta_s_per_byte > 0
         # The fitted line is the model outside the table; inside, the table itself.
         assert cost.time_s(4096) == pytest.approx(cost.points[0][1])
     assert cluster.extra["measured_by"] == "gradsched netbench"
-    for name, cost in (("allreduce", ar), ("allgather", ag)):  # the table: the measurements' lower envelope
+    for name, cost in (("allreduce", ar), ("allgather", ag), ("reducescatter", rs)):  # the table: the measurements' lower envelope
         measured = cluster.extra["measured_points"][name]
         sizes = [p[0] for p in measured]
         assert sizes == [p[0] for p in cost.points]

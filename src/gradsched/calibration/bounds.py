@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 
 from gradsched.cluster import Cluster, CollectiveCost
-from gradsched.planners._collective import planning_cost
+from gradsched.costs import cheaper
+from gradsched.planners._collective import planning_cost, two_phase_cost
 from gradsched.profile import Profile
 
 FEW_STEPS = 10  # a compute-only median over fewer counted steps than this is called noise
@@ -15,6 +16,10 @@ FEW_STEPS = 10  # a compute-only median over fewer counted steps than this is ca
 
 def lower_bound_s(profile: Profile, cluster: Cluster) -> dict[str, float]:
     """The shortest iteration any schedule could reach under the measured profile and cluster.
+
+    Which overlap it assumes (``"overlap"`` in the result): communication may hide behind both the
+    backward pass and the next forward (a layer's forward waits only for its own gradients), the
+    most any plan gradsched runs can overlap.
 
     Two bounds, the larger wins.  Compute: the compute stream cannot finish faster than
     all its compute, and no layer's forward starts before its gradients are reduced, so
@@ -25,14 +30,17 @@ def lower_bound_s(profile: Profile, cluster: Cluster) -> dict[str, float]:
     optimizer step and the other per-step work).  Network: the network cannot move all
     gradients faster than one all-reduce of all of them, which cannot start before the
     first gradient is ready.  An all-reduce costs the cheapest the cluster offers: on a
-    two-level cluster, the plain or the hierarchical one, whichever is cheaper at each
-    size (a plan may run either); and bytes cost no less than the cheapest split of them
+    two-level cluster, the plain or the hierarchical one, and on any cluster the decoupled
+    one (a reduce-scatter and an all-gather, DeAR's), whichever is cheaper at each size (a
+    plan may run any); and bytes cost no less than the cheapest split of them
     into operations allows (:func:`least_time_s`).  ``contention_bound_s`` is the same bound when overlap is
     not free: with the cluster's contention figures, compute and communication slow
     each other wherever they overlap (:func:`contention_bound_s`)."""
     from gradsched.sim.engine import contention
 
-    cost = planning_cost(cluster)  # what a planner may pay: the cheaper of plain and hierarchical
+    # what a planner may pay per group: the cheaper of plain, hierarchical and decoupled (reduce-scatter
+    # during backward + all-gather before the next forward) at every size
+    cost = cheaper(planning_cost(cluster), two_phase_cost(cluster))
     ready = profile.ready_s
     layers: dict[int, list[float]] = {}  # forward order: layer -> [bytes, ready, forward, update]
     for t, lid, r in zip(profile.tensors, profile.layer_of, ready):
@@ -56,7 +64,7 @@ def lower_bound_s(profile: Profile, cluster: Cluster) -> dict[str, float]:
     comm_all = least_time_s(cost, profile.total_bytes)
     network_bound = first_ready + comm_all
     bound = max(compute_bound, network_bound)
-    return {"lower_bound_s": bound, "compute_s": profile.compute_s,
+    return {"lower_bound_s": bound, "compute_s": profile.compute_s, "overlap": "backward+forward",
             "allreduce_all_s": comm_all, "compute_bound_s": compute_bound, "network_bound_s": network_bound,
             "contention_bound_s": max(bound, contention_bound_s(profile.compute_s, comm_all, first_ready,
                                                                  alone_after, kc, kn))}

@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="DDP's first bucket whatever bucket_cap_mb is set to, for PyTorch releases that capped it "
                         "at 1 MiB always (give 1); default: PyTorch's current rule, a set bucket_cap_mb caps the "
                         "first bucket too")
+    p.add_argument("--fsdp", action="store_true",
+                   help="advise PyTorch FSDP2 instead: the fully_shard grouping and prefetch, each grouping's "
+                        "predicted iteration beside DDP's default and gradsched's best plan")
     add_json_arg(p, "the advice")
     p.set_defaults(func=run)
 
@@ -40,6 +43,14 @@ def run(args: argparse.Namespace) -> int:
     cluster = load_cluster(args)
     if args.channels < 1:
         raise GradschedError(f"--channels must be at least 1, got {args.channels}")
+    if args.fsdp:
+        from gradsched.advise_fsdp import format_fsdp_advice, fsdp_advice
+
+        fsdp = fsdp_advice(profile, cluster)
+        if not to_stdout(args):
+            print(format_fsdp_advice(fsdp))
+        emit_json(args, fsdp.to_dict())
+        return 0
     advice = advise(profile, cluster, _buckets(args.buckets) if args.buckets else BUCKETS_MB, args.channels,
                     args.ddp_first_bucket_mb)
     if not to_stdout(args):

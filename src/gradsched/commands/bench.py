@@ -407,7 +407,8 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"compute only (same steps, no gradients moved, ranks in step) "
                      f"{ref['iteration_s_median'] * 1e3:.1f} ms: the compute the predictions and the bound use")
     lines.append(f"lower bound {lb['lower_bound_s'] * 1e3:.1f} ms (compute {lb['compute_s'] * 1e3:.1f} ms, all "
-                 f"gradients all-reduced at the least cost {lb['allreduce_all_s'] * 1e3:.1f} ms); "
+                 f"gradients all-reduced at the least cost {lb['allreduce_all_s'] * 1e3:.1f} ms, overlapping "
+                 f"{lb.get('overlap', 'backward+forward')}); "
                  f"best DDP: {result['best_ddp']}")
     lines += [f"! {r['strategy']} ran below the lower bound ({r['below_bound']['assumption']}), "
               f"{r['below_bound']['reason']}" for r in result["rows"] if r.get("below_bound")]

@@ -18,6 +18,7 @@ from gradsched.planners import bytescheduler  # noqa: E402,F401
 from gradsched.planners import usbyte  # noqa: E402,F401
 from gradsched.planners import topk  # noqa: E402,F401
 from gradsched.planners import omgs  # noqa: E402,F401
+from gradsched.planners import dear  # noqa: E402,F401
 from gradsched.planners import auto  # noqa: E402,F401
 # isort: on
 

@@ -22,9 +22,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from gradsched.cluster import Cluster, CollectiveCost
-from gradsched.costs import cheaper
+from gradsched.costs import cheaper, combine
 from gradsched.errors import GradschedError
-from gradsched.plan import DENSE, HIER, Operation
+from gradsched.plan import ALL_GATHER, DENSE, HIER, REDUCE_SCATTER, Operation
 from gradsched.planners.options import Option
 from gradsched.profile import Profile
 
@@ -50,6 +50,12 @@ def planning_cost(cluster: Cluster, mode: str = "auto") -> CollectiveCost:
         return plain
     hier = cluster.cost(HIER)
     return hier if mode == "always" else cheaper(plain, hier)
+
+
+def two_phase_cost(cluster: Cluster) -> CollectiveCost:
+    """What a decoupled all-reduce of a group costs by the group's bytes: its reduce-scatter plus its
+    all-gather (each the cluster's per-rank cost of ``bytes / world_size``; docs/cost-model.md)."""
+    return combine([(1.0, cluster.operation_cost(REDUCE_SCATTER)), (1.0, cluster.operation_cost(ALL_GATHER))])
 
 
 def choose_collective(ops: Sequence[Operation], profile: Profile, cluster: Cluster,

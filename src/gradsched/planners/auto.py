@@ -7,7 +7,13 @@ density.  On a two-level cluster gradsched's own dense strategies mark operation
 hierarchical where the cluster predicts it cheaper (option ``hierarchical``, passed on
 to them), so ``auto`` may choose plans with ``hier-allreduce`` operations.  Each
 candidate is planned and simulated; the fastest predicted iteration wins (ties: fewer operations, then candidate order).  The returned plan is the
-winner's, relabelled ``auto`` with what it chose in its options."""
+winner's, relabelled ``auto`` with what it chose in its options.
+
+Decoupled plans (``dear``: reduce-scatters and all-gathers) win only where the simulator
+predicts them at least ``DECOUPLED_MARGIN`` faster than the best plan without them: they
+issue twice the operations (each with the runtime's host time) and gloo's reduce-scatter
+moves more bytes than its line says where it is an all-reduce inside (docs/runtime.md),
+so a near tie goes to the plan that has been measured as predicted."""
 
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ from gradsched.planners.registry import get_planner, is_sparse, planner_option_s
 from gradsched.profile import Profile
 
 USBYTE_MERGE_BYTES = (0, MiB // 4, MiB, 4 * MiB)
+DECOUPLED_MARGIN = 0.02  # a two-phase plan must be predicted this much faster than the others to be chosen
 # Options tried per strategy; strategies not listed are tried with their defaults.
 GRID: dict[str, list[dict[str, Any]]] = {
     "ddp": [{"bucket_cap_mb": mb} for mb in (1, 5, 25, 100)],
@@ -82,7 +89,8 @@ def ranked(profile: Profile, cluster: Cluster, density: float = 1.0, channels: i
     for k, (name, opts) in enumerate(candidates(density, tuple(exclude), hierarchical)):
         candidate = get_planner(name)(profile, cluster, **opts)
         result = simulate(candidate, profile, cluster, channels=channels, timeline=False)
-        keyed.append(((result.iteration_s, len(candidate.operations), k), Ranked(result.iteration_s, name, candidate)))
+        keyed.append(((ranking_s(candidate, result.iteration_s), len(candidate.operations), k),
+                      Ranked(result.iteration_s, name, candidate)))
     keyed.sort(key=lambda x: x[0])
     return [r for _, r in keyed]
 
@@ -125,7 +133,7 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
                 continue  # slower than the best so far whatever its schedule
             predicted_s = simulate(candidate, profile, cluster, channels=channels, timeline=False).iteration_s
             seen[key] = predicted_s
-        rank_key = (predicted_s, len(candidate.operations), k)
+        rank_key = (ranking_s(candidate, predicted_s), len(candidate.operations), k)
         if top is None or rank_key < top[0]:
             top = (rank_key, Ranked(predicted_s, name, candidate))
     if top is None:
@@ -133,9 +141,17 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
     return top[1], count
 
 
+def ranking_s(candidate: Plan, predicted_s: float) -> float:
+    """What ``candidate`` is ranked by: its predicted iteration, stretched by the margin a decoupled
+    plan must beat (:data:`DECOUPLED_MARGIN`)."""
+    if any(op.two_phase for op in candidate.operations):
+        return predicted_s / (1.0 - DECOUPLED_MARGIN)
+    return predicted_s
+
+
 def comm_lower_bound_s(plan_: Plan, profile: Profile, cluster: Cluster, channels: int = 1) -> float:
-    """Seconds the simulated iteration of a dense plan cannot beat: its all-reduces back to
-    back, spread over ``channels`` (each channel runs its operations one after another, each
+    """Seconds the simulated iteration of a dense plan cannot beat: its all-reduces (or reduce-scatters
+    and all-gathers) back to back, spread over ``channels`` (each channel runs its operations one after another, each
     at least its cost; contention only stretches them), 0 for a plan with sparse operations."""
     if any(op.sparse for op in plan_.operations):
         return 0.0
@@ -144,7 +160,7 @@ def comm_lower_bound_s(plan_: Plan, profile: Profile, cluster: Cluster, channels
     for collective in sorted({op.collective for op in plan_.operations}):  # a fixed order: same sum on every rank
         nbytes = [sum(s.numel * elem[s.tensor] for s in op.slices) for op in plan_.operations
                   if op.collective == collective]
-        total += float(cluster.cost(collective).times_s(nbytes).sum())
+        total += float(cluster.operation_cost(collective).times_s(nbytes).sum())
     return total / channels
 
 

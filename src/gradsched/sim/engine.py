@@ -19,17 +19,22 @@ The model (docs/simulator.md has the figures):
    runs on the compute stream: issuing it right after the layer that completes it,
    retiring it (waiting done, results written back) once it is done and the stream
    reaches it, in issue order.
+   A ``reduce-scatter`` / ``all-gather`` of ``n`` bytes costs the cluster's
+   ``reducescatter`` / ``allgather`` of ``n / p`` bytes per rank; an all-gather is
+   ready when its reduce-scatter ends (plan order still holds under ``fifo``).
 3. **Update and next forward**: without ``overlap_forward``, ``other_s`` (the
    optimizer step, the loss, whatever is not a layer) runs when every operation is
    done and the updates applied, then the next forward (the optimizer needs the
    averaged gradients, so none of it can hide communication); with it, ``other_s``
    runs right after backward, overlapping communication, and each layer's forward waits
    only for the operations holding its tensors (steady state: every operation ends
-   before the next backward, so one iteration is the period).
+   before the next backward, so one iteration is the period).  In any plan, a layer's
+   forward also waits for the all-gathers gated on it (DeAR's pre-forward hook).
 4. **Memory**: a merged bucket needs a flat buffer from its first gradient until
    it is reduced; a partitioned or single-tensor operation works in place; a top-k
    operation needs a residual (persistent) and value/index buffers for the gathered
-   result while it is in flight.
+   result while it is in flight; a reduce-scatter's flat buffer lives until its
+   all-gather ends.
 
 Everything is O(operations log operations) with closed-form costs, so 1,000
 tensors and 1,024 workers simulate in milliseconds.
@@ -45,7 +50,7 @@ from typing import Callable
 
 from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
-from gradsched.plan import DENSE, HIER, SPARSE, Plan
+from gradsched.plan import ALL_GATHER, DENSE, HIER, REDUCE_SCATTER, SPARSE, Plan, gate_tensor
 from gradsched.profile import Profile
 from gradsched.timeline import BACKWARD, COMM, FORWARD, HOST, OTHER, SELECT, UPDATE, WAIT, Timeline
 
@@ -213,8 +218,8 @@ class _Static:
                 self.inflight_mem[j] = per_rank * (world + 1) + nb  # own top-k, gathered top-ks, rebuilt dense
             else:
                 self.cost[j] = dense[op.collective].time_s(nb)
-                if len(op.slices) > 1:
-                    self.inflight_mem[j] = nb  # flat bucket buffer
+                if (len(op.slices) > 1 and op.collective != ALL_GATHER) or op.collective == REDUCE_SCATTER:
+                    self.inflight_mem[j] = nb  # flat bucket buffer (a reduce-scatter's until its all-gather ends)
         # backward layers in ready order, and which operations each one completes
         layers, layer_of, tensors = profile.layer_table, profile.layer_of, profile.tensors
         layer_pos = layers.position
@@ -223,6 +228,8 @@ class _Static:
         self.completes: list[list[int]] = [[] for _ in self.layer_time]
         self.first_layer = [0] * n_ops
         for j, op in enumerate(ops):
+            if op.collective == ALL_GATHER:
+                continue  # ready when its reduce-scatter ends, not when a layer does
             if len(op.slices) == 1:
                 first = last = layer_pos[layer_of[op.slices[0].tensor]]
             else:
@@ -235,16 +242,34 @@ class _Static:
                         for ts, f, u in zip(layers.forward, layers.forward_s, layers.update_s)]
         self.update_total = profile.update_s
         self.issue_s, self.retire_s = profile.op_host_s()
+        self._two_phase(plan, profile)
+
+    def _two_phase(self, plan: Plan, profile: Profile) -> None:
+        """Each all-gather issues once its reduce-scatter is done (``after``), frees the reduce-scatter's
+        buffer when it ends (``freed_by``) and gates one forward layer (``gated``)."""
+        n_ops = len(plan.operations)
+        self.after = [-1] * n_ops
+        self.freed_by = list(range(n_ops))
+        for ag, rs in plan.gathers().items():
+            self.after[ag] = rs
+            self.freed_by[rs] = ag
+        layers, layer_of = profile.layer_table, profile.layer_of
+        forward_pos = {layer_of[ts[0]]: k for k, ts in enumerate(layers.forward)}
+        self.gated: list[list[int]] = [[] for _ in layers.forward]  # all-gathers each forward layer waits for
+        for j, op in enumerate(plan.operations):
+            if op.collective == ALL_GATHER:
+                self.gated[forward_pos[layer_of[gate_tensor(op)]]].append(j)
 
 
 def _dense_costs(ops, cluster: Cluster) -> dict:
-    """The cost of each dense collective the plan uses (``hier-allreduce`` needs a topology)."""
+    """The cost of each dense collective the plan uses, by the bytes an operation holds
+    (``hier-allreduce`` needs a topology)."""
     names = {op.collective for op in ops if not op.sparse} | {DENSE}
     if HIER in names and cluster.topology is None:
         raise GradschedError("the plan has hier-allreduce operations (two-level all-reduce) but the cluster has no "
                              "topology to cost them: give a cluster with one (docs/formats.md, \"topology\"), or "
                              "plan with the option hierarchical=never")
-    return {name: cluster.cost(name) for name in names}
+    return {name: cluster.operation_cost(name) for name in names}
 
 
 @dataclass
@@ -291,7 +316,7 @@ def _run(plan: Plan, profile: Profile, st: _Static, channels: int, on_compute: D
     # ---- communication
     start = [0.0] * n_ops
     finish = [0.0] * n_ops
-    _schedule(plan, ready, st.cost, st.op_bytes, channels, start, finish, on_comm)
+    _schedule(plan, ready, st.cost, st.op_bytes, channels, start, finish, on_comm, st.after)
     comm_end = max(finish, default=0.0)
 
     # ---- other work, updates and the next forward
@@ -341,7 +366,10 @@ def _run(plan: Plan, profile: Profile, st: _Static, channels: int, on_compute: D
         for k, j in enumerate(by_issue):
             for s in plan.operations[j].slices:
                 last_holding[s.tensor] = k  # by_issue is in issue order: the last one seen is the latest
-    for name, fwd, upd, tensors in st.forward:
+    issue_pos = {j: k for k, j in enumerate(by_issue)}
+    for (name, fwd, upd, tensors), gated in zip(st.forward, st.gated):
+        if gated:  # all-gathers gate this layer's forward in any plan
+            t = settle(t, max(issue_pos[j] for j in gated), f"wait {name}")
         if plan.overlap_forward:
             t = settle(t, max(last_holding[i] for i in tensors), f"wait {name}")
             if upd > 0:
@@ -367,7 +395,7 @@ def _result(plan: Plan, profile: Profile, cluster: Cluster, st: _Static, timing:
             alloc_at = (timing.layer_end[st.first_layer[j]] if not ops[j].sparse
                         else timing.ready[j] - st.select[j] - st.issue_s)
             deltas.append((alloc_at, st.inflight_mem[j]))
-            deltas.append((timing.end[j], -st.inflight_mem[j]))
+            deltas.append((timing.end[st.freed_by[j]], -st.inflight_mem[j]))
     deltas.sort()  # by time, frees (negative) before allocations at the same instant
     live = st.residual_bytes
     peak = live
@@ -397,17 +425,25 @@ def _channel_of(j: int, plan: Plan, channels: int) -> int:
 
 
 def _schedule(plan: Plan, ready: list[float], cost: list[float], nbytes: list[int], channels: int,
-              start: list[float], end: list[float], on_comm: Dilate = _free) -> None:
-    """Fill ``start``/``end`` of every operation (see the module docstring, point 2)."""
+              start: list[float], end: list[float], on_comm: Dilate = _free, after: list[int] | None = None) -> None:
+    """Fill ``start``/``end`` of every operation (see the module docstring, point 2).  ``after[j]``: an
+    earlier operation that must end before ``j`` is ready (an all-gather's reduce-scatter), or -1."""
     # long function: the scheduling disciplines (fifo, credit, priority) share the channels' state; each branch is short
     n = len(ready)
     if n == 0:
         return
     credit = plan.credit_bytes
     free = [0.0] * channels  # when each channel finishes what it was given
+    after = after or [-1] * n
+    dependents: dict[int, list[int]] = {}
+    for j, first in enumerate(after):
+        if first >= 0:
+            dependents.setdefault(first, []).append(j)
     if plan.scheduling == "fifo" and credit is None:
         last_start = 0.0
         for j in range(n):
+            if after[j] >= 0:
+                ready[j] = end[after[j]]  # list order puts the reduce-scatter first: already scheduled
             c = min(range(channels), key=free.__getitem__)
             s = max(ready[j], free[c], last_start)
             start[j], end[j] = s, on_comm(s, cost[j])
@@ -415,7 +451,9 @@ def _schedule(plan: Plan, ready: list[float], cost: list[float], nbytes: list[in
             last_start = s
         return
 
-    by_ready = sorted(range(n), key=lambda j: (ready[j], j))
+    by_ready = sorted((j for j in range(n) if after[j] < 0), key=lambda j: (ready[j], j))
+    n_free = len(by_ready)  # operations ready by their layers; the others when what they wait for ends
+    unlocked: list[tuple[float, int]] = []  # (ready, index) of operations whose predecessor was issued
     nxt = 0  # next op (in by_ready) not yet known to be ready
     fifo = plan.scheduling == "fifo"
     queue: list[tuple[int, int]] = []  # ready, unissued: (priority, index); fifo uses (index, index)
@@ -428,12 +466,17 @@ def _schedule(plan: Plan, ready: list[float], cost: list[float], nbytes: list[in
     while issued < n:
         # events within EPS count as simultaneous, so float noise in summed times
         # (0.1 + 0.2 + 0.3 > 0.6) cannot reorder operations that tie exactly
-        while nxt < n and ready[by_ready[nxt]] <= t + EPS_S:
+        while nxt < n_free and ready[by_ready[nxt]] <= t + EPS_S:
             j = by_ready[nxt]
             is_ready[j] = True
             if not fifo:
                 heapq.heappush(queue, (plan.operations[j].priority, j))
             nxt += 1
+        while unlocked and unlocked[0][0] <= t + EPS_S:
+            j = heapq.heappop(unlocked)[1]
+            is_ready[j] = True
+            if not fifo:
+                heapq.heappush(queue, (plan.operations[j].priority, j))
         while finishing and finishing[0][0] <= t + EPS_S:
             inflight -= heapq.heappop(finishing)[1]
         progressed = True
@@ -461,14 +504,19 @@ def _schedule(plan: Plan, ready: list[float], cost: list[float], nbytes: list[in
             free[c] = end[cand]
             inflight += nbytes[cand]
             heapq.heappush(finishing, (end[cand], nbytes[cand]))
+            for d in dependents.get(cand, ()):
+                ready[d] = end[cand]
+                heapq.heappush(unlocked, (end[cand], d))
             issued += 1
             progressed = True
         if issued >= n:
             break
         # advance to the next moment something can change
         candidates = []
-        if nxt < n:
+        if nxt < n_free:
             candidates.append(ready[by_ready[nxt]])
+        if unlocked:
+            candidates.append(unlocked[0][0])
         if finishing:
             candidates.append(finishing[0][0])
         if credit is None:

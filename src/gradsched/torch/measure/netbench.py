@@ -43,6 +43,8 @@ import torch
 import torch.distributed as dist
 
 from gradsched.cluster import COLLECTIVES, Cluster, CollectiveCost, Topology
+from gradsched.costs import PER_RANK
+from gradsched.torch.runtime.decoupled import reduce_scatter
 from gradsched.costs import NODE_STEPS
 from gradsched.errors import GradschedError
 from gradsched.netbench_args import MAX_BYTES, MIN_BYTES, add_arguments, check_backend, check_sizes, sizes_bytes, top_bytes  # noqa: F401
@@ -148,7 +150,8 @@ def _time_collective(name: str, nbytes: int, world: int, device: torch.device, r
     small one carries the barrier's skew."""
     numel = max(1, nbytes // 4)
     buf = torch.zeros(numel, dtype=_ELEMENT, device=device)  # zeros: repeated sums stay finite
-    out = torch.empty(numel * world, dtype=_ELEMENT, device=device) if name == "allgather" else None
+    out = torch.empty(numel * world, dtype=_ELEMENT, device=device) if name in PER_RANK else None
+    scratch = torch.empty_like(out) if name == "reducescatter" and device.type == "cpu" else None
 
     # all_gather_single is the newer name of all_gather_into_tensor (deprecated since 2.13).
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -160,6 +163,8 @@ def _time_collective(name: str, nbytes: int, world: int, device: torch.device, r
             dist.reduce(buf, dst=root, group=group)
         elif name == "broadcast":
             dist.broadcast(buf, src=root, group=group)
+        elif name == "reducescatter":  # as the runtime runs it (gradsched.torch.runtime.decoupled)
+            reduce_scatter(buf, out, scratch, group)
         else:
             gather(out, buf, group=group)
 

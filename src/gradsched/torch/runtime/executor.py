@@ -53,7 +53,8 @@ import torch.distributed as dist
 from torch import nn
 
 from gradsched.errors import GradschedError, InternalError
-from gradsched.plan import Plan
+from gradsched.plan import REDUCE_SCATTER, Plan
+from gradsched.torch.runtime.decoupled import retire_alone
 from gradsched.torch.runtime.groups import side_group, uses_nccl
 from gradsched.torch.runtime.hier import Sequencer
 from gradsched.torch.runtime.hosttime import HostTimer
@@ -200,6 +201,7 @@ class Executor:
         # hier-allreduce operations: the node groups (made once per owner, on every rank) and their sequencer
         self.nodes: NodeGroups | None = (node_groups(group, ranks_per_node, timeout_s, owner) if uses_nodes(plan)
                                          else None)
+        self.decoupled = any(op.collective == REDUCE_SCATTER for op in plan.operations)  # decoupled all-reduces
         sequencer = Sequencer()
         self.runners: list[OpRunner] = [
             make_runner(j, op, self.layout.op_pieces[j], self.arenas, group, self.world_size, self.rank, None,
@@ -561,6 +563,8 @@ class Executor:
             self._drain_locked(j)
 
     def _drain_locked(self, j: int) -> None:
+        if self.decoupled and retire_alone(self, j):  # gathered in forward order, retired alone
+            return
         while self.op_state[j] != DONE:
             if self.inflight:
                 self._retire(self.inflight.popleft())

@@ -49,6 +49,7 @@ FIELDS: dict[str, tuple[str, str]] = {  # causes first: a dtype difference also 
     "device": ("the parameters' device type", "put the model on the same kind of device on every rank"),
     "find_unused": ("find_unused_parameters (or static_graph)", "pass the same value on every rank"),
     "buffers_sync": ("broadcast_buffers", "pass the same value on every rank"),
+    "shard_optimizer": ("shard_optimizer", "pass the same value on every rank"),
     "init_sync": ("init_sync", "pass the same value on every rank"),
     "plan_options": ("plan options", "pass the same plan_options on every rank"),
     "sparse": ("sparse options", "pass the same sparse_options on every rank"),

@@ -36,6 +36,8 @@ from gradsched.profile import Profile
 from gradsched.timeline import Timeline
 from gradsched.torch.runtime.autotune import AutoTuneConfig, AutoTuner, TunedModel
 from gradsched.torch.runtime import inflight
+from gradsched.torch.runtime.decoupled import executable
+from gradsched.torch.runtime.sharded import shard
 from gradsched.torch.runtime.ddp_args import DDPArgs, plan_choice, resolve, split_positional, to_device
 from gradsched.torch.runtime import ddp_errors
 from gradsched.torch.runtime.executor import PENDING, Executor, private_group
@@ -86,6 +88,10 @@ class DistributedDataParallel(nn.Module):
         ranks_per_node: ranks per node for ``hier-allreduce`` operations: the group's ranks form nodes
             of this many consecutive group ranks (default: ``LOCAL_WORLD_SIZE``, which torchrun sets,
             else 1); checked at start-up to be the same on every rank (docs/runtime.md).
+        shard_optimizer: shard the optimizer state over the ranks (ZeRO-1): the optimizer wrapped in
+            :class:`~gradsched.torch.DistributedOptimizer` becomes a ``ZeroRedundancyOptimizer`` of the same
+            class and settings; updates then run in ``step()``, not overlapped with the next forward
+            (:mod:`gradsched.torch.runtime.sharded`).
         sparse_options: how top-k operations run (:class:`gradsched.torch.runtime.sparse.SparseOptions` or a
             dict: ``warmup_steps``, ``selection``, ``error_feedback``, ``memory``); see docs/sparse.md.
     """
@@ -97,6 +103,7 @@ class DistributedDataParallel(nn.Module):
                  broadcast_buffers: bool | None = None, trace: bool = False, use_torch_ddp: bool = True,
                  ddp_kwargs: dict[str, Any] | None = None,
                  sparse_options: dict[str, Any] | Any | None = None, ranks_per_node: int | None = None,
+                 shard_optimizer: bool = False,
                  device_ids: list[int | torch.device] | None = None, output_device: int | torch.device | None = None,
                  dim: int = 0, init_sync: bool = True, bucket_cap_mb: float | None = None,
                  check_reduction: bool = False, gradient_as_bucket_view: bool = False, static_graph: bool = False,
@@ -135,11 +142,15 @@ class DistributedDataParallel(nn.Module):
         self._ctrl: dist.ProcessGroup | None = None
         self._gate: ForwardGate | None = None  # overlapping plans: updates applied at each parameter's first use
         self._sparse_options = sparse_options
+        if not isinstance(shard_optimizer, bool):
+            raise GradschedError(f"shard_optimizer must be True or False, got {shard_optimizer!r}")
+        self._shard_optimizer = shard_optimizer
         self.autotuner: AutoTuner | None = None
         self._ddp_pool: TorchDDPPool | None = None  # run-time auto's PyTorch-DDP candidates (torch_ddp)
         self._ddp_cap_mb = args.bucket_cap_mb or DDP_DEFAULT_MB  # DDP's bucket size as the user set it (DDP's default)
         self._ddp_cap_given = args.bucket_cap_mb is not None
         settings = startup_settings(module, self._group, args, plan_options)
+        settings["shard_optimizer"] = str(shard_optimizer)  # ranks that disagree would wait in different collectives
         tune: AutoTuneConfig | None = None
         if isinstance(plan, str) and plan == "auto":
             # Run-time auto (gradsched.torch.runtime.autotune): start on the safe default, switch later.
@@ -263,7 +274,8 @@ class DistributedDataParallel(nn.Module):
     def _start_executor(self) -> None:
         """Build the executor (and forward gating) for ``self.plan`` and ``self._order``."""
         assert self.plan is not None
-        self._executor = Executor(self._params, self._names, self.plan, self._order, self._group,
+        plan, order = executable(self.plan, self._order)  # a reduce-scatter's runner also gathers
+        self._executor = Executor(self._params, self._names, plan, order, self._group,
                                   self._ctrl or self._group, timeout_s=self._timeout_s,
                                   find_unused_parameters=self._find_unused, tracer=self._tracer,
                                   sparse_options=self._sparse_options, private_owner=self,
@@ -272,7 +284,7 @@ class DistributedDataParallel(nn.Module):
         self._executor.wrapper = self
         if self._optimizer is not None:
             self._executor.mirror = self._optimizer.on_arrival  # sparse results update their weights on arrival
-        if self.plan.overlap_forward:
+        if self.overlaps_forward:
             # in flight past backward only with a DistributedOptimizer (gradsched.torch.runtime.inflight)
             self._executor.on_backward_end = functools.partial(inflight.on_backward_end, self)
             self._gate = ForwardGate(self.module, self._params, lambda: self._optimizer)
@@ -321,6 +333,8 @@ class DistributedDataParallel(nn.Module):
         if self.overlaps_forward and not theirs <= mine | {id(p) for p in self.module.parameters()}:
             raise GradschedError("the optimizer holds parameters that are not this model's; build it over "
                                  "model.parameters()")
+        if self._shard_optimizer:
+            optimizer.optimizer = shard(optimizer.optimizer, self._group)
         self._optimizer = optimizer
         if self._executor is not None:
             self._executor.mirror = optimizer.on_arrival  # sparse results update their weights on arrival
@@ -328,7 +342,9 @@ class DistributedDataParallel(nn.Module):
     # ------------------------------------------------------------------ properties
     @property
     def overlaps_forward(self) -> bool:
-        return self.plan is not None and self.plan.overlap_forward
+        """Does the update of a parameter wait only for its own gradients, before its next forward?
+        (An overlapping plan without a sharded optimizer, whose step is one synchronous call.)"""
+        return self.plan is not None and self.plan.overlap_forward and not self._shard_optimizer
 
     @property
     def world_size(self) -> int:

@@ -1,0 +1,149 @@
+"""``dear``: DeAR's decoupled all-reduce (Zhang, Shi, Chu et al., ICDCS 2023).
+
+Each merged group's all-reduce is split in two: a ``reduce-scatter`` issued as soon as
+the group's gradients are complete during backward, and an ``all-gather`` that must be
+done before the group's first layer runs its next forward (gated there, as DeAR's
+pre-forward hook waits for it).  The all-gathers thus overlap the next forward as the
+reduce-scatters overlap backward, which pays where one all-reduce of all gradients takes
+as long as backward or longer.
+
+Groups (``grouping``):
+
+- ``threshold`` (DeAR's default): layers in forward order, packed while a group stays
+  within ``threshold_mb`` (25 MB, fp32 bytes as the authors count them);
+- ``nearby``: every ``nearby_layers`` layers in forward order (DeAR without a threshold);
+- ``planned`` (default): the fastest, on the simulator, of the groupings the merge rules of
+  ``mgwfbp`` and ``optimal`` give when asked of the reduce-scatter's cost and of the
+  two-phase cost (reduce-scatter plus all-gather), DeAR's threshold rule at 1-256 MB (the
+  range its Bayesian search tunes) and the nearby-layers rule.
+
+Groups never mix element sizes (one flat buffer per group and dtype).  Reduce-scatters go
+in the order their groups become ready, all-gathers after them in forward order; each
+layer's update runs right before its forward (``overlap_forward``), after its gather.
+"""
+
+from __future__ import annotations
+
+from gradsched.cluster import Cluster
+from gradsched.constants import MiB
+from gradsched.errors import GradschedError
+from gradsched.plan import ALL_GATHER, REDUCE_SCATTER, Operation, Plan, Slice, whole_slices
+from gradsched.planners import _collective as coll
+from gradsched.planners.mgwfbp import merge_groups
+from gradsched.planners.optimal import optimal_groups
+from gradsched.planners.options import Option
+from gradsched.planners.registry import register
+from gradsched.planners.topk import split_by_element_size
+from gradsched.profile import Profile
+
+GROUPINGS = ("planned", "threshold", "nearby")
+DEFAULT_THRESHOLD_MB = 25.0  # DeAR's default (dear_pytorch: 25 MB of fp32 gradients)
+DEFAULT_NEARBY_LAYERS = 4  # DeAR's grouping when no threshold is set
+SEARCH_THRESHOLDS_MB = (1.0, 4.0, 16.0, 25.0, 64.0, 256.0)  # the range DeAR's Bayesian search tunes in
+
+OPTIONS = (
+    Option("grouping", str, "planned", doc="planned (simulator), threshold (DeAR's rule) or nearby (every N layers)"),
+    Option("threshold_mb", float, DEFAULT_THRESHOLD_MB, low=0, low_open=True,
+           doc="grouping=threshold: a group stays within this many MB (10^6 bytes)"),
+    Option("nearby_layers", int, DEFAULT_NEARBY_LAYERS, low=1, doc="grouping=nearby: layers per group"),
+)
+
+
+def layers_forward(profile: Profile) -> list[list[int]]:
+    """Each layer's tensors (index order), layers in forward order."""
+    return [list(ts) for ts in profile.layer_table.forward]
+
+
+def threshold_groups(profile: Profile, threshold_bytes: float) -> list[list[int]]:
+    """DeAR's rule: layers in forward order, a layer joins the open group while the group stays
+    within ``threshold_bytes`` (a layer larger than that is a group of its own)."""
+    groups: list[list[int]] = []
+    size = 0
+    for layer in layers_forward(profile):
+        nbytes = sum(profile.tensors[t].bytes for t in layer)
+        if groups and size + nbytes <= threshold_bytes:
+            groups[-1] += layer
+            size += nbytes
+        else:
+            groups.append(list(layer))
+            size = nbytes
+    return groups
+
+
+def nearby_groups(profile: Profile, layers: int) -> list[list[int]]:
+    """Every ``layers`` layers in forward order, one group."""
+    fwd = layers_forward(profile)
+    return [[t for layer in fwd[k:k + layers] for t in layer] for k in range(0, len(fwd), layers)]
+
+
+def two_phase_ops(groups: list[list[int]], profile: Profile, whole: list[Slice] | None = None) -> tuple[Operation, ...]:
+    """A reduce-scatter per group (and element size) in the order the groups become ready, then
+    their all-gathers in forward order, each gated on its group's first layer.  ``whole``: each
+    tensor's whole slice (:func:`gradsched.plan.whole_slices`), made once where many plans are."""
+    by_ready = ready_parts(groups, profile)
+    whole = whole if whole is not None else whole_slices(profile)
+    rs = [Operation(tuple(whole[t] for t in g), REDUCE_SCATTER, j) for j, g in enumerate(by_ready)]
+    by_forward = sorted(rs, key=lambda op: min(s.tensor for s in op.slices))
+    ag = [Operation(op.slices, ALL_GATHER, len(rs) + k) for k, op in enumerate(by_forward)]
+    return tuple(rs + ag)
+
+
+def ready_parts(groups: list[list[int]], profile: Profile) -> list[list[int]]:
+    """``groups`` split by element size, each sorted, in the order they become ready."""
+    parts = [sorted(g) for g in split_by_element_size(groups, profile)]
+    position = {t: k for k, t in enumerate(profile.order)}
+    return sorted(parts, key=lambda g: max(position[t] for t in g))
+
+
+def candidate_groupings(profile: Profile, cluster: Cluster) -> list[tuple[str, list[list[int]]]]:
+    """The groupings ``planned`` chooses among, each with its name (see the module docstring)."""
+    rs_cost = cluster.operation_cost(REDUCE_SCATTER)
+    both = coll.two_phase_cost(cluster)
+    out = [("mgwfbp(reduce-scatter)", merge_groups(profile, rs_cost)),
+           ("mgwfbp(two-phase)", merge_groups(profile, both)),
+           ("optimal(reduce-scatter)", optimal_groups(profile, rs_cost)[0]),
+           ("optimal(two-phase)", optimal_groups(profile, both)[0]),
+           (f"nearby({DEFAULT_NEARBY_LAYERS})", nearby_groups(profile, DEFAULT_NEARBY_LAYERS))]
+    out += [(f"threshold({mb:g} MB)", threshold_groups(profile, mb * 1e6)) for mb in SEARCH_THRESHOLDS_MB]
+    return out
+
+
+def planned(profile: Profile, cluster: Cluster) -> tuple[tuple[Operation, ...], str, float]:
+    """The candidate grouping the simulator predicts fastest: its operations, name and iteration (s).
+    Ties go to fewer operations, then candidate order."""
+    from gradsched.sim import simulate  # the simulator imports planners' types only
+
+    best: tuple[tuple[float, int, int], tuple[Operation, ...], str] | None = None
+    seen: set[tuple[tuple[int, ...], ...]] = set()
+    whole = whole_slices(profile)
+    for k, (name, groups) in enumerate(candidate_groupings(profile, cluster)):
+        key = tuple(tuple(g) for g in ready_parts(groups, profile))  # the same parts make the same plan
+        if key in seen:
+            continue
+        seen.add(key)
+        ops = two_phase_ops(groups, profile, whole)
+        trial = Plan("dear", ops, profile.fingerprint, profile.model, overlap_forward=True)
+        key = (simulate(trial, profile, cluster, timeline=False).iteration_s, len(ops), k)
+        if best is None or key < best[0]:
+            best = (key, ops, name)
+    if best is None:
+        raise GradschedError("dear: the profile has no tensors to group")
+    return best[1], best[2], best[0][0]
+
+
+@register("dear", options=OPTIONS)
+def plan(profile: Profile, cluster: Cluster, grouping: str = "planned", threshold_mb: float = DEFAULT_THRESHOLD_MB,
+         nearby_layers: int = DEFAULT_NEARBY_LAYERS) -> Plan:
+    options: dict = {"grouping": grouping}
+    if grouping == "threshold":
+        ops = two_phase_ops(threshold_groups(profile, threshold_mb * 1e6), profile)
+        options["threshold_mb"] = threshold_mb
+    elif grouping == "nearby":
+        ops = two_phase_ops(nearby_groups(profile, nearby_layers), profile)
+        options["nearby_layers"] = nearby_layers
+    elif grouping == "planned":
+        ops, chose, predicted_s = planned(profile, cluster)
+        options.update(planned_grouping=chose, predicted_iteration_s=predicted_s)
+    else:
+        raise GradschedError(f"dear: grouping must be one of {', '.join(GROUPINGS)}, got {grouping!r}")
+    return Plan("dear", ops, profile.fingerprint, profile.model, options, overlap_forward=True)

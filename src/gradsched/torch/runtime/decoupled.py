@@ -1,0 +1,183 @@
+"""Decoupled all-reduce at run time: a plan's ``reduce-scatter`` and its ``all-gather`` as one operation.
+
+A two-phase plan (``dear``) pairs each group's reduce-scatter with an all-gather of the same
+slices (docs/formats.md).  The executor knows operations that each hold their elements once,
+so :func:`executable` hands it the reduce-scatters alone, each run by one
+:class:`DecoupledAllReduce` that does both phases on the group's arena piece:
+
+1. **issue** (its gradients are complete, during backward): divide by the world size and
+   start the reduce-scatter.  On gloo that is ``all_to_all_single`` and a local sum of the p
+   pieces (gloo's ``reduce_scatter_tensor`` is an all-reduce and a slice, PyTorch PR
+   #118911: measured 1.6-2.8x slower on 2 ranks, benchmarks/gloo_reduce_scatter.py);
+   on NCCL ``reduce_scatter_tensor``.
+2. **gather** (:func:`retire_alone`, when the executor first waits for any operation after
+   backward: the first forward layer's gate with a ``DistributedOptimizer``, else the end of
+   backward): for every decoupled operation in flight, in forward order (by its first tensor,
+   the order the next forward needs them), wait for its reduce-scatter, sum this rank's
+   shard and start ``all_gather_into_tensor`` back into the piece, on a group of its own
+   (:func:`gather_group`), as DeAR's ``step()`` waits for the reduce-scatters and starts the
+   all-gathers.  One group runs its collectives one after another, so the first layers'
+   gathers end first.
+3. **wait**: the executor retires the operation the layer needs out of issue order
+   (:func:`retire_alone`: a layer's forward waits only for its own group's gather); the
+   piece then holds the averaged gradient, the all-reduce's result up to the order of the
+   additions.
+
+A piece whose length is not a multiple of the world size is padded (a copy each way, as
+DeAR pads its buffers).  Every rank ends with every gradient (DeAR's semantics: all-gather the
+gradients, every rank updates every parameter); sharded optimizer state is not done yet.
+An all-gather gated before the group's first layer (a ``gate`` other than the default) is
+refused: the executor gates each layer on the operation holding its own tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from gradsched.errors import GradschedError
+from gradsched.plan import ALL_GATHER, REDUCE_SCATTER, Operation, Plan, gate_tensor
+from gradsched.torch.runtime.groups import side_group, uses_nccl
+from gradsched.torch.runtime.layout import Piece
+from gradsched.torch.runtime.ops import OP_KINDS, wait_all
+
+GATHER_TIMEOUT_S = 1800.0  # the gather group's own timeout; each wait is bounded by the executor's
+_GATHER_GROUPS: dict[int, dist.ProcessGroup] = {}
+
+
+def executable(plan: Plan, order: list[int]) -> tuple[Plan, list[int]]:
+    """``plan`` as the executor runs it: without its all-gathers (each reduce-scatter's runner gathers),
+    with ``order`` renumbered; a plan without two-phase operations is returned as it is."""
+    gathers = plan.gathers()
+    if not gathers:
+        return plan, order
+    for j, rs in gathers.items():
+        op = plan.operations[j]
+        if gate_tensor(op) != min(s.tensor for s in op.slices):
+            raise GradschedError(f"operation {j}: the runtime runs each all-gather gated on its group's first layer; "
+                                 f"this one gates on tensor {op.gate}: leave gate out of the plan")
+    keep = [j for j, op in enumerate(plan.operations) if op.collective != ALL_GATHER]
+    new_index = {j: k for k, j in enumerate(keep)}
+    ops = tuple(plan.operations[j] for j in keep)
+    return replace(plan, operations=ops), [new_index[j] for j in order if j in new_index]
+
+
+def gather_group(group: dist.ProcessGroup) -> dist.ProcessGroup:
+    """The side group the all-gathers of ``group``'s decoupled operations run on (made once, on every
+    rank at the same point: the first decoupled operation's construction, in plan order)."""
+    key = id(group)
+    if key not in _GATHER_GROUPS:
+        _GATHER_GROUPS[key] = side_group(group, GATHER_TIMEOUT_S)
+    return _GATHER_GROUPS[key]
+
+
+class DecoupledAllReduce:
+    """A reduce-scatter during backward and its all-gather before the next forward (module docstring)."""
+
+    def __init__(self, index: int, op: Operation, pieces: tuple[Piece, ...], arenas: dict[str, torch.Tensor],
+                 group: dist.ProcessGroup, world_size: int, rank: int,
+                 on_complete: Callable[[int], None] | None = None, **_context: object) -> None:
+        if len(pieces) != 1:
+            raise GradschedError(f"operation {index}: a reduce-scatter holds one element type; this one holds "
+                                 f"{len(pieces)} (plan it with one operation per dtype, as dear does)")
+        self.index = index
+        self.piece = arenas[pieces[0].dtype][pieces[0].start:pieces[0].end]
+        self.nbytes = self.piece.numel() * self.piece.element_size()
+        self.group = group
+        self.gather_on = gather_group(group)
+        self.world_size = world_size
+        self.rank = rank
+        self.on_complete = on_complete
+        self.works: list[dist.Work] = []
+        self.nccl = uses_nccl(group, self.piece.device)
+        n = self.piece.numel()
+        self.padded = -(-n // world_size) * world_size
+        self.full = self.piece if self.padded == n else torch.zeros(self.padded, dtype=self.piece.dtype,
+                                                                     device=self.piece.device)
+        self.pieces = None if self.nccl else torch.empty_like(self.full)  # the p pieces an all-to-all brings
+        self.shard = torch.empty(self.padded // world_size, dtype=self.piece.dtype, device=self.piece.device)
+        self.phase = 0  # 0 idle, 1 reduce-scatter in flight, 2 gather in flight
+        self.first_tensor = min(s.tensor for s in op.slices)  # forward order of the gathers
+
+    def issue(self) -> None:
+        if self.full is not self.piece:
+            self.full[:self.piece.numel()].copy_(self.piece)
+        self.full.div_(self.world_size)
+        if self.nccl:
+            work = dist.reduce_scatter_tensor(self.shard, self.full, group=self.group, async_op=True)
+        else:
+            work = dist.all_to_all_single(self.pieces, self.full, group=self.group, async_op=True)
+        self.works = [work]
+        self.phase = 1
+
+    def _gather(self) -> None:
+        """The reduce-scatter is done: this rank's shard, then the all-gather into the piece."""
+        if not self.nccl:
+            torch.sum(self.pieces.view(self.world_size, -1), dim=0, out=self.shard)
+        self.works = [dist.all_gather_into_tensor(self.full, self.shard, group=self.gather_on, async_op=True)]
+        self.phase = 2
+        if self.on_complete is not None:
+            self.works[-1].get_future().add_done_callback(lambda _f: self.on_complete(self.index))
+
+    def is_done(self) -> bool:
+        # never starts the gather itself: gathers go in forward order from one place (retire_alone), so
+        # that every rank issues the same sequence on the gather group whatever the timing
+        return self.phase == 2 and _done(self.works, self.nccl)
+
+    def start_gather(self, timeout_s: float) -> None:
+        """Wait for the reduce-scatter (if in flight) and start the all-gather."""
+        if self.phase == 1:
+            wait_all(self.works, host_wait=not self.nccl, timeout_s=timeout_s, rank=self.rank,
+                     what=f"reduce-scatter of operation {self.index} ({self.nbytes} bytes)")
+            self._gather()
+
+    def wait(self, timeout_s: float) -> None:
+        what = f"operation {self.index} ({self.nbytes} bytes)"
+        self.start_gather(timeout_s)
+        wait_all(self.works, host_wait=not self.nccl, timeout_s=timeout_s, rank=self.rank,
+                 what=f"all-gather of {what}")
+        if self.full is not self.piece:
+            self.piece.copy_(self.full[:self.piece.numel()])
+        self.works = []
+        self.phase = 0
+
+
+def retire_alone(ex: Any, j: int) -> bool:
+    """The executor's hook before it waits for operation ``j`` (``Executor._drain_locked``): start the
+    gathers of every decoupled operation in flight, in forward order; if ``j`` is one, retire it now,
+    out of issue order, and return True (else False: the executor drains in issue order as usual).
+
+    Deterministic on every rank: the operations in flight at a drain are those issued and not
+    retired, and a decoupled one retires only here or after its gather started here."""
+    runners = ex.runners
+    decoupled = sorted((k for k in ex.inflight if isinstance(runners[k], DecoupledAllReduce)),
+                       key=lambda k: runners[k].first_tensor)
+    for k in decoupled:
+        runners[k].start_gather(ex.timeout_s)
+    if j not in decoupled:
+        return False
+    ex.inflight.remove(j)
+    ex._retire(j)
+    return True
+
+
+def reduce_scatter(shard: torch.Tensor, full: torch.Tensor, scratch: torch.Tensor | None,
+                   group: dist.ProcessGroup | None = None) -> None:
+    """``shard`` = this rank's part of the sum of every rank's ``full``, synchronously, as the runner does it:
+    ``reduce_scatter_tensor`` where ``scratch`` is None (NCCL), else an all-to-all into ``scratch`` (as large
+    as ``full``) and a local sum (gloo; ``gradsched netbench`` times it so)."""
+    if scratch is None:
+        dist.reduce_scatter_tensor(shard, full, group=group)
+        return
+    dist.all_to_all_single(scratch, full, group=group)
+    torch.sum(scratch.view(-1, shard.numel()), dim=0, out=shard)
+
+
+def _done(works: list[dist.Work], nccl: bool) -> bool:
+    return all(w.is_completed() if nccl else w.get_future().done() for w in works)
+
+
+OP_KINDS[REDUCE_SCATTER] = DecoupledAllReduce

@@ -1,0 +1,250 @@
+"""Decoupled all-reduce (issue 36): reduce-scatter / all-gather operations, their costs, the
+simulator on hand-made timelines of the two phases, plan checks and the ``dear`` planner.
+
+The common case of test_sim_timelines.py: tensors t0, t1, t2 (forward order) of 400, 400 and
+800 bytes, each its own layer with forward 0.1 s; backward 0.3, 0.2, 0.1 s, so gradients are
+ready at t2: 0.1, t1: 0.3, t0: 0.6.  All-reduce alpha 0.1 s, beta 1 ms/byte at 2 ranks, so
+a reduce-scatter or all-gather of n bytes (n/2 per rank) costs 0.05 + 0.0005 n:
+RS/AG(400) = 0.25, RS/AG(1200) = 0.65.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gradsched import Cluster, CollectiveCost, Profile, TensorProfile
+from gradsched.calibration import lower_bound_s
+from gradsched.errors import FormatError
+from gradsched.plan import ALL_GATHER, REDUCE_SCATTER, Operation, Plan, Slice
+from gradsched.planners import make_plan
+from gradsched.planners.auto import DECOUPLED_MARGIN
+from gradsched.planners.dear import nearby_groups, threshold_groups
+from gradsched.sim import simulate
+
+from strategies import clusters, profiles
+
+TOL = 1e-9
+
+
+@pytest.fixture
+def case():
+    profile = Profile("three", (TensorProfile("t0", 100, 400, 0.1, 0.3),
+                                TensorProfile("t1", 100, 400, 0.1, 0.2),
+                                TensorProfile("t2", 200, 800, 0.1, 0.1)))
+    return profile, Cluster.alpha_beta(0.1, 1e-3, 2)
+
+
+def whole(profile, *tensors):
+    return tuple(Slice(t, 0, profile.tensors[t].numel) for t in tensors)
+
+
+def two_phase(profile, *, priorities=(0, 1, 2, 3), gate=None, overlap=True, scheduling="fifo"):
+    """RS(t2, t1), RS(t0), AG(t0), AG(t2, t1) (the last gated on ``gate``)."""
+    ops = (Operation(whole(profile, 2, 1), REDUCE_SCATTER, priorities[0]),
+           Operation(whole(profile, 0), REDUCE_SCATTER, priorities[1]),
+           Operation(whole(profile, 0), ALL_GATHER, priorities[2]),
+           Operation(whole(profile, 2, 1), ALL_GATHER, priorities[3], gate=gate))
+    return Plan("hand", ops, profile.fingerprint, profile.model, scheduling=scheduling, overlap_forward=overlap)
+
+
+# ------------------------------------------------------------------ costs
+def test_reduce_scatter_and_all_gather_are_half_an_all_reduce_each(case):
+    _, cluster = case
+    rs, ag = cluster.operation_cost(REDUCE_SCATTER), cluster.operation_cost(ALL_GATHER)
+    assert rs.time_s(1200) == pytest.approx(0.65) and ag.time_s(400) == pytest.approx(0.25)
+    assert rs.time_s(1200) + ag.time_s(1200) == pytest.approx(cluster.cost("allreduce").time_s(1200))
+
+
+def test_a_measured_reduce_scatter_table_is_read_per_rank_and_extrapolated_by_the_ring():
+    data = {"format": "gradsched.cluster/1", "world_size": 4,
+            "collectives": {"allreduce": {"alpha_s": 1e-3, "beta_s_per_byte": 1e-9},
+                            "reducescatter": {"alpha_s": 2e-3, "beta_s_per_byte": 4e-9}},
+            "points": {"reducescatter": [[1000, 0.003], [2000, 0.005]]}}
+    cluster = Cluster.from_dict(data)
+    rs = cluster.operation_cost(REDUCE_SCATTER)
+    assert rs.time_s(4 * 1500) == pytest.approx(0.004)  # 1500 bytes per rank: inside the table
+    assert rs.time_s(4 * 10_000) == pytest.approx(2e-3 + 4e-9 * 10_000)  # beyond it: the line
+    at8 = cluster.at_world_size(8).cost("reducescatter")
+    assert at8.alpha_s == pytest.approx(2e-3 * 7 / 3) and at8.beta_s_per_byte == pytest.approx(4e-9 * 7 / 3)
+    assert Cluster.from_dict(cluster.to_dict()).cost("reducescatter") == cluster.cost("reducescatter")
+
+
+# ------------------------------------------------------------------ simulator, hand-made timelines
+def test_fifo_two_phases(case):
+    # RS(t2,t1) 0.3-0.95, RS(t0) 0.95-1.2, AG(t0) 1.2-1.45, AG(t2,t1) 1.45-2.1;
+    # forward t0 waits for AG(t0): 1.45-1.55; t1 waits for AG(t2,t1): 2.1-2.2; t2 2.2-2.3
+    profile, cluster = case
+    plan = two_phase(profile)
+    plan.check(profile)
+    r = simulate(plan, profile, cluster)
+    assert r.op_start_s == pytest.approx([0.3, 0.95, 1.2, 1.45])
+    assert r.op_end_s == pytest.approx([0.95, 1.2, 1.45, 2.1])
+    assert r.iteration_s == pytest.approx(2.3)
+    assert r.peak_extra_bytes == 1600  # both flat buffers live until their all-gathers end
+    forward = {e.name: (e.start_s, e.end_s) for e in r.timeline.events if e.cat == "forward"}
+    assert forward["t0"] == pytest.approx((1.45, 1.55)) and forward["t1"] == pytest.approx((2.1, 2.2))
+
+
+def test_priority_lets_an_all_gather_overtake_a_reduce_scatter(case):
+    # AG(t2,t1) has the highest priority: unlocked at 0.95 when its RS ends, it goes before RS(t0):
+    # RS 0.3-0.95, AG(t2,t1) 0.95-1.6, RS(t0) 1.6-1.85, AG(t0) 1.85-2.1; forward 2.1-2.4
+    profile, cluster = case
+    r = simulate(two_phase(profile, priorities=(0, 1, 2, -1), scheduling="priority"), profile, cluster)
+    assert r.op_start_s == pytest.approx([0.3, 1.6, 1.85, 0.95])
+    assert r.op_end_s == pytest.approx([0.95, 1.85, 2.1, 1.6])
+    assert r.iteration_s == pytest.approx(2.4)
+
+
+def test_a_gate_on_an_earlier_layer_holds_that_forward(case):
+    # AG(t2,t1) gated on t0: t0's forward waits until 2.1, then t0, t1, t2 run 2.1-2.4
+    profile, cluster = case
+    plan = two_phase(profile, gate=0)
+    plan.check(profile)
+    r = simulate(plan, profile, cluster)
+    assert r.op_end_s == pytest.approx([0.95, 1.2, 1.45, 2.1])
+    assert r.iteration_s == pytest.approx(2.4)
+
+
+def test_without_forward_overlap_every_gather_ends_before_the_step(case):
+    # ZeRO's synchronous gather: the step waits for everything (2.1), then the forward 2.1-2.4
+    profile, cluster = case
+    r = simulate(two_phase(profile, overlap=False), profile, cluster)
+    assert r.iteration_s == pytest.approx(2.4)
+
+
+# ------------------------------------------------------------------ plan checks
+def test_a_two_phase_plan_round_trips(case, tmp_path):
+    profile, _ = case
+    plan = two_phase(profile, gate=0)
+    plan.save(tmp_path / "p.json")
+    again = Plan.load(tmp_path / "p.json", profile)
+    assert again == plan and again.hash == plan.hash and again.gathers() == {2: 1, 3: 0}
+
+
+@pytest.mark.parametrize("edit,words", [
+    (lambda ops: ops[1:], "all-gather without its reduce-scatter"),
+    (lambda ops: ops[:3], "reduce-scatter without its all-gather"),
+    (lambda ops: [ops[0], ops[3], ops[1], ops[2]][::-1], "all-gather without its reduce-scatter"),
+    (lambda ops: ops[:3] + [Operation(ops[3].slices, ALL_GATHER, 3, gate=7)], "no such layer"),
+    (lambda ops: ops[:2] + [Operation(ops[2].slices, ALL_GATHER, 2, gate=2)] + ops[3:], "un-gathered"),
+])
+def test_bad_two_phase_plans_name_the_cause(case, edit, words):
+    profile, _ = case
+    good = two_phase(profile)
+    bad = Plan("hand", tuple(edit(list(good.operations))), profile.fingerprint, overlap_forward=True)
+    with pytest.raises(FormatError, match=words):
+        bad.check(profile)
+
+
+def test_only_all_gathers_are_gated(case):
+    profile, _ = case
+    data = two_phase(profile).to_dict()
+    data["operations"][0]["gate"] = 0
+    with pytest.raises(FormatError, match="only all-gather operations are gated"):
+        Plan.from_dict(data)
+
+
+# ------------------------------------------------------------------ dear
+def test_dear_rules_group_layers_in_forward_order(case):
+    profile, _ = case
+    assert threshold_groups(profile, 800) == [[0, 1], [2]]  # 400 + 400 fits; 800 more would not
+    assert threshold_groups(profile, 100) == [[0], [1], [2]]  # a layer larger than the threshold: alone
+    assert nearby_groups(profile, 2) == [[0, 1], [2]]
+
+
+def test_dear_options_give_dears_groupings(case):
+    profile, cluster = case
+    plan = make_plan("dear", profile, cluster, grouping="threshold", threshold_mb=800e-6)
+    rs = [op.tensors() for op in plan.operations if op.collective == REDUCE_SCATTER]
+    ag = [op.tensors() for op in plan.operations if op.collective == ALL_GATHER]
+    assert rs == [(2,), (0, 1)]  # in the order they become ready
+    assert ag == [(0, 1), (2,)]  # in forward order
+    assert plan.overlap_forward
+
+
+def test_dear_planned_is_the_fastest_of_its_candidates(case):
+    profile, cluster = case
+    best = simulate(make_plan("dear", profile, cluster), profile, cluster).iteration_s
+    for grouping, opts in (("threshold", {"threshold_mb": 1e-6}), ("threshold", {"threshold_mb": 1}),
+                           ("nearby", {"nearby_layers": 2})):
+        other = make_plan("dear", profile, cluster, grouping=grouping, **opts)
+        assert best <= simulate(other, profile, cluster).iteration_s + TOL
+
+
+def test_dear_on_the_common_case_and_auto_takes_it(case):
+    # RS(t2) 0.1-0.55, RS(t0,t1) 0.6-1.05, AG(t0,t1) 1.05-1.5, AG(t2) 1.5-1.95; forward t0 1.5-1.6,
+    # t1 1.6-1.7, t2 waits for its AG: 1.95-2.05.  The best all-reduce plan takes 2.2
+    # (test_sim_timelines.py::test_auto_picks_the_fastest_candidate), more than 2% slower.
+    profile, cluster = case
+    plan = make_plan("dear", profile, cluster)
+    assert [(op.collective, op.tensors()) for op in plan.operations] == [
+        (REDUCE_SCATTER, (2,)), (REDUCE_SCATTER, (0, 1)), (ALL_GATHER, (0, 1)), (ALL_GATHER, (2,))]
+    r = simulate(plan, profile, cluster)
+    assert r.op_start_s == pytest.approx([0.1, 0.6, 1.05, 1.5]) and r.op_end_s == pytest.approx([0.55, 1.05, 1.5, 1.95])
+    assert r.iteration_s == pytest.approx(2.05)
+    chosen = make_plan("auto", profile, cluster)
+    assert chosen.options["chose"] == "dear" and chosen.options["predicted_iteration_s"] == pytest.approx(2.05)
+
+
+def test_auto_takes_dear_only_past_its_margin():
+    # a long forward to hide the all-gathers behind and a network as slow as backward: dear pays
+    tensors = tuple(TensorProfile(f"l{i}", 1_000_000, 4_000_000, 0.02, 0.01) for i in range(8))
+    profile = Profile("slow-net", tensors)
+    slow = Cluster.alpha_beta(1e-3, 5e-9, 8)
+    chosen = make_plan("auto", profile, slow)
+    dear = simulate(make_plan("dear", profile, slow), profile, slow).iteration_s
+    others = min(simulate(make_plan(s, profile, slow), profile, slow).iteration_s
+                 for s in ("wfbp", "mgwfbp", "optimal", "usbyte", "ddp", "bytescheduler"))
+    assert dear < others * (1 - DECOUPLED_MARGIN)
+    assert chosen.options["chose"] == "dear"
+    fast = Cluster.alpha_beta(1e-5, 1e-11, 8)  # communication is free: nothing to gain, dear not taken
+    assert make_plan("auto", profile, fast).options["chose"] != "dear"
+
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(profiles(max_layers=10, mixed_dtypes=True, with_update=True), clusters(),
+       st.sampled_from([{}, {"grouping": "threshold", "threshold_mb": 1.0}, {"grouping": "nearby", "nearby_layers": 3},
+                        {"grouping": "threshold", "threshold_mb": 1e-6}]))
+def test_each_element_is_reduce_scattered_and_gathered_exactly_once(profile, cluster, options):
+    plan = make_plan("dear", profile, cluster, **options)
+    plan.check(profile)
+    for kind in (REDUCE_SCATTER, ALL_GATHER):
+        spans: list[list[tuple[int, int]]] = [[] for _ in profile.tensors]
+        for op in plan.operations:
+            if op.collective == kind:
+                assert len({profile.tensors[s.tensor].element_bytes for s in op.slices}) == 1  # one dtype
+                for s in op.slices:
+                    spans[s.tensor].append((s.start, s.end))
+        for t, parts in enumerate(spans):  # sorted, the spans tile [0, numel) without gap or overlap
+            ends = [0] + [e for _, e in sorted(parts)]
+            assert [a for a, _ in sorted(parts)] == ends[:-1] and ends[-1] == profile.tensors[t].numel, kind
+    assert all(op.collective in (REDUCE_SCATTER, ALL_GATHER) for op in plan.operations)
+    r = simulate(plan, profile, cluster)
+    for ag, rs in plan.gathers().items():  # an all-gather starts once its reduce-scatter is done
+        assert r.op_start_s[ag] >= r.op_end_s[rs] - TOL
+    assert r.iteration_s >= lower_bound_s(profile, cluster)["lower_bound_s"] * (1 - 1e-9) - TOL
+
+
+@SETTINGS
+@given(profiles(max_layers=6, max_numel=20_000), clusters())
+def test_two_phase_cost_needs_no_all_reduce_figure_beyond_its_own(profile, cluster):
+    """A cluster that measured its own reduce-scatter and all-gather plans and simulates with them."""
+    ar = cluster.cost("allreduce")
+    measured = Cluster(cluster.world_size, {"allreduce": ar, "reducescatter": CollectiveCost(ar.alpha_s, 1e-9),
+                                            "allgather": CollectiveCost(ar.alpha_s, 1e-9)})
+    plan = make_plan("dear", profile, measured)
+    assert simulate(plan, profile, measured).iteration_s >= profile.compute_s - TOL
+
+
+def test_simulate_command_prints_dear_and_writes_its_trace(tmp_path, capsys):
+    from gradsched.cli import main
+
+    trace = tmp_path / "t.json"
+    assert main(["simulate", "--workers", "8", "--strategy", "dear,auto", "--trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "dear" in out and trace.exists()
