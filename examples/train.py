@@ -20,7 +20,8 @@ Stop it at any time and start the same command again: it resumes from --checkpoi
 (model, optimizer, LR schedule, step, and under a top-k plan every rank's residuals)
 and ends with exactly the parameters of an uninterrupted run; the checkpoint carries a
 checksum, and a damaged one is refused.  A rank that dies or freezes makes the others
-fail with gradsched.torch.CollectiveError within --timeout seconds.  --reference trains with PyTorch's own DistributedDataParallel
+fail with gradsched.torch.CollectiveError within --timeout seconds.
+--reference trains with PyTorch's own DistributedDataParallel
 instead, for comparison (tests/torch/test_example_torchrun.py compares the two).
 """
 

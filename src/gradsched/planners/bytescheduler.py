@@ -57,7 +57,8 @@ def _remedy(profile: Profile, partition_bytes: int) -> str:
     """What to do about too many blocks: the smallest power of two above ``partition_bytes`` that
     fits (never the value that failed), or why none can."""
     if len(profile.tensors) > MAX_OPERATIONS:
-        return f"the model has {len(profile.tensors):,} tensors, more than any partition_bytes allows; use another strategy"
+        return (f"the model has {len(profile.tensors):,} tensors, more than any partition_bytes allows; "
+                "use another strategy")
     size = 1 << max(partition_bytes, -(-profile.total_bytes // MAX_OPERATIONS)).bit_length()  # > partition_bytes
     while count_blocks(profile, size) > MAX_OPERATIONS:
         size *= 2

@@ -21,6 +21,7 @@ from gradsched.torch.measure.advisor import advise
 
 sys.modules[f"{__name__}.hooks"] = hooks  # the public path (`from gradsched.torch.hooks import fp16_hook`)
 
-__all__ = ["MODEL_NAMES", "advise", "CheckpointError", "CollectiveError", "DistributedDataParallel", "DistributedOptimizer", "ModelSpec",
+__all__ = ["MODEL_NAMES", "advise", "CheckpointError", "CollectiveError", "DistributedDataParallel",
+           "DistributedOptimizer", "ModelSpec",
            "build_model", "hooks", "load_checkpoint", "profile_from_module", "save_checkpoint",
            "trainable_parameters"]

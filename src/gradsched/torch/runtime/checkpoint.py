@@ -69,7 +69,8 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = None) -> A
 def _verified_payload(data: bytes, source: str) -> memoryview:
     end = data.find(b"\n", 0, MAX_HEADER_BYTES)
     fields = data[:end].split(b" ") if end > 0 else []
-    if len(fields) != 4 or fields[0] != MAGIC or not fields[2].startswith(b"sha256=") or not fields[3].startswith(b"bytes="):
+    if (len(fields) != 4 or fields[0] != MAGIC or not fields[2].startswith(b"sha256=")
+            or not fields[3].startswith(b"bytes=")):
         raise CheckpointError(f"{source} is not a gradsched checkpoint (no '{MAGIC.decode()}' header): write it "
                               "with gradsched.torch.save_checkpoint (a plain torch.save file loads with torch.load)")
     if fields[1] != str(VERSION).encode():

@@ -36,8 +36,8 @@ def check_module(module: nn.Module) -> None:
     check_unwrapped(module)
     meta = [n for n, t in [*module.named_parameters(), *module.named_buffers()] if t.is_meta]
     if meta:
-        raise GradschedError(f"{len(meta)} parameter(s)/buffer(s) of the module are on the meta device ({_names(meta)}): "
-                             "they have shapes but no values, so nothing would train; materialise them before "
+        raise GradschedError(f"{len(meta)} parameter(s)/buffer(s) of the module are on the meta device "
+                             f"({_names(meta)}): they have shapes but no values, so nothing would train; materialise them before "
                              "wrapping (module.to_empty(device=...) and initialise or load the weights)")
     empty = [n for n, p in module.named_parameters() if p.requires_grad and p.numel() == 0]
     if empty:
