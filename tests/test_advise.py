@@ -22,6 +22,7 @@ from gradsched.sim import simulate
 from strategies import clusters, profiles
 
 MS = 1e-3
+BUNDLED_NET = ["--cluster", "bundled:googlenet-10gbe"]  # the network, named: advise never picks one silently
 SETTINGS = settings(max_examples=30, deadline=None)
 
 
@@ -127,7 +128,7 @@ def test_small_buckets_advised_when_overlap_pays_and_large_when_start_ups_domina
 
 def test_command_prints_the_settings_and_writes_json(tmp_path, capsys):
     out = tmp_path / "advice.json"
-    assert cli(["advise", "--workers", "4", "--buckets", "1,5,25", "--json", str(out)]) == 0
+    assert cli(["advise", *BUNDLED_NET, "--workers", "4", "--buckets", "1,5,25", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "bucket_cap_mb=" in text and "ddp_bucket_cap_mb=" in text and "reduce_bucket_size" in text
     assert "within 2% of the advised one" in text
@@ -135,15 +136,15 @@ def test_command_prints_the_settings_and_writes_json(tmp_path, capsys):
     assert d["ddp_bucket_cap_mb"] in (1, 5, 25) and d["world_size"] == 4
     assert d["ddp_bucket_cap_mb"] in d["ddp_near_best_mb"]
     assert f"bucket_cap_mb={d['settings']['torch.nn.parallel.DistributedDataParallel']['bucket_cap_mb']}" in text
-    assert cli(["advise", "--workers", "4", "--buckets", "1,5,25", "--json", "-"]) == 0
+    assert cli(["advise", *BUNDLED_NET, "--workers", "4", "--buckets", "1,5,25", "--json", "-"]) == 0
     assert json.loads(capsys.readouterr().out) == d
 
 
 @pytest.mark.parametrize("argv", [["--buckets", "x"], ["--buckets", "0,5"], ["--channels", "0"],
                                   ["--ddp-first-bucket-mb", "0"]])
 def test_command_errors_are_one_line_and_exit_2(argv):
-    out = subprocess.run([sys.executable, "-m", "gradsched.cli", "advise", *argv], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-m", "gradsched.cli", "advise", *BUNDLED_NET, *argv], capture_output=True,
+                         text=True, timeout=120)
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
@@ -156,7 +157,41 @@ def test_advise_command_imports_no_torch():
             "            raise ImportError('torch is blocked')\n"
             "sys.meta_path.insert(0, Block())\n"
             "from gradsched.cli import main\n"
-            "assert main(['advise', '--workers', '2', '--buckets', '5,25', '--json', '-']) == 0\n"
+            "assert main(['advise', '--cluster', 'bundled:googlenet-10gbe', '--workers', '2', '--buckets', '5,25', "
+            "'--json', '-']) == 0\n"
             "assert not any(m == 'torch' or m.startswith('torch.') for m in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+def test_the_command_requires_a_network_instead_of_a_bundled_one(capsys):
+    """Issue 38 item 7: no silent bundled 10 GbE cluster; the error says how to give one."""
+    assert cli(["advise", "--workers", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "--cluster" in err and "gradsched netbench" in err and "bundled:googlenet-10gbe" in err
+    assert cli(["advise", "--workers", "4", "--alpha", "1e-4", "--beta", "1e-9", "--buckets", "5,25"]) == 0
+
+
+def _overlapping_and_not(profile, cluster):
+    from gradsched.planners.auto import ranked
+
+    every = ranked(profile, cluster)
+    return [r for r in every if r.plan.overlap_forward], [r for r in every if not r.plan.overlap_forward]
+
+
+@SETTINGS
+@given(profiles(max_layers=8), clusters())
+def test_a_plan_check_keeps_gradsched_best_plan_to_plans_that_run(profile, cluster):
+    """A plan the check refuses is never recommended: the best is the fastest accepted candidate, and the
+    refused faster ones are listed; with a check that accepts everything, auto's own choice."""
+    refuse_overlap = lambda plan: "overlaps" if plan.overlap_forward else None  # noqa: E731
+    a = advise(profile, cluster, (5, 25), plan_check=refuse_overlap)
+    overlapping, plain = _overlapping_and_not(profile, cluster)
+    assert a.gradsched_predicted_s == plain[0].predicted_s and not a.gradsched_overlaps_forward
+    faster = [r for r in overlapping if r.predicted_s < plain[0].predicted_s]
+    assert len(a.gradsched_rejected) >= len(faster)
+    assert all(r.endswith(": overlaps") for r in a.gradsched_rejected)
+    free = advise(profile, cluster, (5, 25), plan_check=lambda plan: None)
+    assert free.gradsched_predicted_s == simulate(make_plan("auto", profile, cluster), profile, cluster,
+                                                  timeline=False).iteration_s

@@ -18,7 +18,9 @@ import gradsched
 from gradsched.cli import _all_subparsers, build_parser, main
 
 # Subcommands that report something: each must take --json (a test below keeps the list honest).
-JSON_COMMANDS = {"simulate", "train", "compare", "bench", "testbed status", "advise"}
+JSON_COMMANDS = {"simulate", "train", "compare", "bench", "testbed status", "advise", "profile", "plan", "netbench"}
+# The commands the top-level help names as having no --json (issue 38 item 7: the help is exact).
+NO_JSON = {"testbed up", "testbed down"}
 # Subcommands that run or plan for a number of ranks: each spells it --workers.
 WORKER_COMMANDS = {"simulate", "plan", "train", "bench", "netbench", "advise"}
 
@@ -41,6 +43,35 @@ def test_every_json_flag_takes_a_path_or_dash():
     for name in with_json:
         action = _option(parsers[name], "--json")
         assert action.nargs == "?" and action.const == "-" and action.default is None, name
+
+
+def test_the_help_names_exactly_the_commands_without_json():
+    parsers = _subparsers()
+    without = {name for name, p in parsers.items() if not _option(p, "--json") and name != "testbed"}
+    assert without == NO_JSON
+    epilog = " ".join(build_parser().format_help().split())
+    assert "in every command but testbed up and testbed down" in epilog
+
+
+def test_help_texts_are_plain_text():
+    """No reST markup (``x``, :func:`x`) or backticks in any --help (issue 38 item 7)."""
+    parsers = {"gradsched": build_parser(), **_subparsers()}
+    for name, p in parsers.items():
+        text = p.format_help()
+        assert "`" not in text and ":func:" not in text and ":class:" not in text, (name, text)
+
+
+def test_plan_json_on_stdout_without_a_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", "--strategy", "mgwfbp", "--alpha", "1e-4", "--beta", "1e-9", "--json", "-"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["format"] == "gradsched.plan/1" and plan["strategy"] == "mgwfbp"
+    assert list(tmp_path.iterdir()) == []
+    assert main(["plan", "--strategy", "mgwfbp"]) == 2
+    assert "-o PLAN.json" in capsys.readouterr().err
+    out = tmp_path / "p.json"
+    assert main(["plan", "--strategy", "mgwfbp", "-o", str(out), "--json", str(tmp_path / "copy.json")]) == 0
+    assert json.loads(out.read_text()) == json.loads((tmp_path / "copy.json").read_text())
 
 
 def test_ranks_are_spelled_workers_everywhere():
@@ -87,7 +118,7 @@ def test_simulate_json_to_a_path_keeps_the_report(tmp_path, capsys):
 def test_failed_training_exits_with_the_workers_status(monkeypatch, capsys):
     from gradsched.commands import train
 
-    monkeypatch.setattr(train, "launch", lambda cfg, nproc: (3, "RuntimeError: a worker failed\n"))
+    monkeypatch.setattr(train, "launch", lambda cfg, nproc, **kw: (3, "RuntimeError: a worker failed\n"))
     assert main(["train", "--steps", "2", "--warmup", "0"]) == 3
     err = capsys.readouterr().err
     assert "training failed (workers exited with 3): RuntimeError: a worker failed" in err

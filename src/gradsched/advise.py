@@ -25,7 +25,7 @@ Torch-free: it runs on a saved profile and cluster (``gradsched advise``) or on 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 from gradsched.cluster import Cluster
 from gradsched.constants import MiB
@@ -43,6 +43,7 @@ DEEPSPEED_DEFAULT_ELEMENTS = 500_000_000
 # measured runs was 3.4% (docs/simulator.md, "Fidelity"), and differences between bucket
 # sizes of one model on one network err less than absolute times; 2% is a judgement, not a fit.
 NEAR = 0.02
+PlanCheck = Callable[[Plan], "str | None"]  # None: the plan runs on the model; else why it cannot
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,8 @@ class Advice:
     element_bytes: int
     ddp_sweep: list[Point] = field(default_factory=list)
     deepspeed_sweep: list[Point] = field(default_factory=list)
+    gradsched_overlaps_forward: bool = False  # the plan steps the optimizer during the next forward
+    gradsched_rejected: list[str] = field(default_factory=list)  # faster plans plan_check refused: "name: why"
 
     @property
     def ddp_near_best_mb(self) -> list[float]:
@@ -100,13 +103,16 @@ class Advice:
 
 
 def advise(profile: Profile, cluster: Cluster, buckets_mb: tuple[float, ...] = BUCKETS_MB,
-           channels: int = 1, ddp_first_bucket_mb: float | None = None) -> Advice:
+           channels: int = 1, ddp_first_bucket_mb: float | None = None,
+           plan_check: PlanCheck | None = None) -> Advice:
     """Simulate each tool's bucketing at ``buckets_mb`` (and its default) and return the advice.
 
     ``ddp_first_bucket_mb``: None for PyTorch's rule (a set ``bucket_cap_mb`` caps the
     first bucket too); a number for a DDP whose first bucket always has that size.
     Each tool's advice is its fastest size, or, where the cluster has contention figures,
-    the size of least worst-case regret with and without them (:func:`least_regret`)."""
+    the size of least worst-case regret with and without them (:func:`least_regret`).
+    ``plan_check(plan)``: None when the plan runs on the model, else why not; gradsched's
+    best plan is then the fastest of ``auto``'s candidates it accepts (:func:`best_plan`)."""
     if not buckets_mb or any(not mb > 0 for mb in buckets_mb):
         raise GradschedError(f"advise: bucket sizes must be positive megabytes, got {list(buckets_mb)}")
     if ddp_first_bucket_mb is not None and not ddp_first_bucket_mb > 0:
@@ -126,11 +132,32 @@ def advise(profile: Profile, cluster: Cluster, buckets_mb: tuple[float, ...] = B
     best_ddp, best_ds = least_regret(ddp_sweep), least_regret(ds_sweep)
     ds_default = _point(deepspeed_plan(profile, DEEPSPEED_DEFAULT_ELEMENTS), DEEPSPEED_DEFAULT_ELEMENTS * eb / MiB,
                         profile, cluster, channels)
-    auto = make_plan("auto", profile, cluster, channels=channels)
-    auto_s = simulate(auto, profile, cluster, channels=channels, timeline=False).iteration_s
+    auto, auto_s, rejected = best_plan(profile, cluster, channels, plan_check)
     return Advice(profile.model, cluster.world_size, best_ddp.bucket_mb, best_ddp.predicted_s,
                   ddp(DDP_DEFAULT_MB, DDP_DEFAULT_FIRST_MB).predicted_s, int(best_ds.bucket_mb * MiB) // eb, best_ds.predicted_s,
-                  ds_default.predicted_s, auto.options.get("chose", "auto"), auto_s, eb, ddp_sweep, ds_sweep)
+                  ds_default.predicted_s, auto.options.get("chose", "auto"), auto_s, eb, ddp_sweep, ds_sweep,
+                  auto.overlap_forward, rejected)
+
+
+def best_plan(profile: Profile, cluster: Cluster, channels: int = 1,
+              plan_check: PlanCheck | None = None) -> tuple[Plan, float, list[str]]:
+    """``auto``'s plan, its predicted iteration and the faster candidates ``plan_check`` refused.
+
+    Without a check: ``auto``'s own choice.  With one: ``auto``'s candidates fastest first,
+    the first the check accepts (``ddp``'s buckets run on any model, so one always is)."""
+    if plan_check is None:
+        auto = make_plan("auto", profile, cluster, channels=channels)
+        return auto, simulate(auto, profile, cluster, channels=channels, timeline=False).iteration_s, []
+    from gradsched.planners.auto import as_auto, ranked
+
+    everything = ranked(profile, cluster, channels=channels)
+    rejected: list[str] = []
+    for choice in everything:
+        why = plan_check(choice.plan)
+        if why is None:
+            return as_auto(choice, len(everything)), choice.predicted_s, rejected
+        rejected.append(f"{choice.strategy}: {why}")
+    raise GradschedError(f"advise: no plan of auto's candidates runs on this model ({rejected[0]})")
 
 
 def regrets(sweep: list[Point]) -> dict[float, float]:
@@ -247,6 +274,21 @@ def format_advice(advice: Advice) -> str:
               *([] if a.ddp_sweep[0].predicted_idle_s is None else
                 ["With contention figures the advice is the size nearest the best both with them and without "
                  "them (an idle network): they move from job to job (docs/advise.md)."]),
-              f"Switching to gradsched (`gradsched.torch.DistributedDataParallel(model, plan=\"auto\")`) is predicted "
-              f"{a.ddp_predicted_s / a.gradsched_predicted_s:.2f}x the advised DDP setting."]
+              *_gradsched_lines(a)]
     return "\n".join(lines)
+
+
+def _gradsched_lines(a: Advice) -> list[str]:
+    """What switching to gradsched would buy, and how to ask for a plan that runs on the model."""
+    excluded = sorted({r.partition(":")[0] for r in a.gradsched_rejected} - {a.gradsched_strategy})
+    how = f'plan="auto", plan_options={{"exclude": {excluded}}}' if excluded else 'plan="auto"'
+    lines = [f"Switching to gradsched (`gradsched.torch.DistributedDataParallel(model, {how})`) is predicted "
+             f"{a.ddp_predicted_s / a.gradsched_predicted_s:.2f}x the advised DDP setting."]
+    if a.gradsched_rejected:
+        more = len(a.gradsched_rejected) - 3
+        lines.append(f"Faster plans that cannot run on this model were left out: {'; '.join(a.gradsched_rejected[:3])}"
+                     + (f" (and {more} more)" if more > 0 else "") + ".")
+    elif a.gradsched_overlaps_forward:
+        lines.append("gradsched's best plan steps the optimizer during the next forward (with DistributedOptimizer); "
+                     "gradsched.torch.advise(model, batch) checks that it runs on your model.")
+    return lines

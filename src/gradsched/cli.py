@@ -15,6 +15,7 @@ import argparse
 import importlib
 import logging
 import os
+import re
 import sys
 import traceback
 
@@ -33,8 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gradsched",
         description="Schedule gradient communication for data-parallel PyTorch training: profile a model and a "
                     "network, plan, predict by simulation, run the plan, compare measured against predicted.",
-        epilog="Start with `gradsched simulate` (no PyTorch needed) or `gradsched bench` (real training). "
-               "--json PATH writes JSON (PATH '-': stdout) in every command; --workers is the number of ranks.")
+        epilog="Start with 'gradsched simulate' (no PyTorch needed) or 'gradsched bench' (real training). "
+               "--json PATH writes JSON (PATH '-': stdout) in every command but testbed up and testbed down; "
+               "--workers is the number of ranks.")
     parser.add_argument("--version", action="version", version=f"gradsched {__version__}")
     _add_log_level(parser, argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -42,7 +44,29 @@ def build_parser() -> argparse.ArgumentParser:
         importlib.import_module(f"gradsched.commands.{name}").register(sub)
     for p in _all_subparsers(sub):
         _add_log_level(p, argparse.SUPPRESS)  # before or after the subcommand, as the user likes
+    for p in (parser, *_all_subparsers(sub)):
+        _plain_help(p)
     return parser
+
+
+def plain_text(text: str) -> str:
+    """Help text without reST markup: ``:func:`x``` and ````x```` read as x (the module docstrings that
+    serve as descriptions are written for the API docs)."""
+    text = re.sub(r":[a-z]+:`~?([^`]*)`", r"\1", text)
+    return text.replace("`", "")
+
+
+def _plain_help(p: argparse.ArgumentParser) -> None:
+    """The parser's description, epilog and every option's help as plain text."""
+    for attr in ("description", "epilog"):
+        if getattr(p, attr):
+            setattr(p, attr, plain_text(getattr(p, attr)))
+    for action in p._actions:
+        if isinstance(action.help, str):
+            action.help = plain_text(action.help)
+        for choice in getattr(action, "_choices_actions", ()):  # the subcommands' one-line help
+            if isinstance(choice.help, str):
+                choice.help = plain_text(choice.help)
 
 
 def _add_log_level(p: argparse.ArgumentParser, default: object) -> None:

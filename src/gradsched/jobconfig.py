@@ -14,6 +14,9 @@ from typing import Any
 
 from gradsched.errors import InternalError
 
+ERROR_FILE = "error.rank{rank}.json"  # a failing rank's own error, in out_dir (gradsched.torch.jobs.worker)
+PROGRESS_PREFIX = "gradsched progress: "  # a line rank 0 prints while training; the command streams it
+
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
@@ -39,6 +42,7 @@ class TrainConfig:
     threads: int = 1  # compute threads per rank
     save_params: str | None = None  # rank 0 saves the trained parameters here
     trace_path: str | None = None  # rank 0 writes the merged Chrome trace here
+    progress: bool = False  # rank 0 prints progress lines (PROGRESS_PREFIX) while training
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON the workers read."""

@@ -388,7 +388,7 @@ class TestbedStatus:
         """A few lines for people."""
         if not self.switch and not self.hosts:
             return f"testbed {self.prefix}: down (nothing found)"
-        state = "up" if self.up else "incomplete (run `gradsched testbed down`, then up)"
+        state = "up" if self.up else f"incomplete (run `gradsched testbed down --prefix {self.prefix}`, then up)"
         lines = [f"testbed {self.prefix}: {state}, {len(self.hosts)} host(s)"]
         for h in self.hosts:
             rates = "/".join(
@@ -602,8 +602,14 @@ class Testbed:
         ours = "::ffff:127.0.0.1 localhost\n" + "".join(
             f"{addr} {self.prefix}-h{i}\n::ffff:{addr} {self.prefix}-h{i}\n"
             for i, addr in enumerate(self.addresses))
+        # First, this machine's hostname as this host's own address (first match wins): gloo's default
+        # device, torchrun's c10d rendezvous (is it the host?) and the address it hands the other hosts
+        # (getfqdn: the canonical name, prefix-hI) then work as on separate machines, without
+        # GLOO_SOCKET_IFNAME, --local-addr or is_host (docs/torchrun.md).
+        addr, name, me = self.addresses[index], self.namespace(index), socket.gethostname()
+        own = f"# {self.prefix}: this host's own name and address\n{addr} {name} {me}\n::ffff:{addr} {name} {me}\n"
         with open(os.path.join(directory, "hosts"), "w") as f:
-            f.write(base.rstrip("\n") + f"\n{HOSTS_MARK} {self.prefix}\n" + ours)
+            f.write(own + _without_name(base, me).rstrip("\n") + f"\n{HOSTS_MARK} {self.prefix}\n" + ours)
 
     def down(self) -> list[str]:
         """Remove everything this testbed's prefix names; returns what was removed."""
@@ -707,6 +713,22 @@ class Testbed:
             Job(procs).kill()
             raise
         return Job(procs)
+
+
+def _without_name(hosts_text: str, name: str) -> str:
+    """A hosts file's text with ``name`` taken off every line (a line left with no name goes): the
+    resolver returns every address a name has, loopback first, so the machine's own entry for its
+    hostname (often 127.0.x.1) would win over a testbed host's address."""
+    out = []
+    for line in hosts_text.splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) < 2 or name not in fields[1:]:
+            out.append(line)
+            continue
+        names = [n for n in fields[1:] if n != name]
+        if names:
+            out.append(" ".join([fields[0], *names]))
+    return "\n".join(out) + "\n"
 
 
 def check_ranks_per_host(ranks_per_host: int) -> int:

@@ -47,6 +47,40 @@ def batch_of_one_tensor(seed):
     return nn.Linear(8, 3), lambda n, g: torch.randn(n, 8, generator=g)
 
 
+def raises(seed):
+    raise ValueError("no data at /nowhere")
+
+
+def takes_two(seed, width):
+    return build(seed)
+
+
+def batch_of_one_argument(seed):
+    return nn.Linear(8, 3), lambda n: (torch.randn(n, 8), torch.zeros(n, dtype=torch.long))
+
+
+def batch_that_raises(seed):
+    def batch(n, g):
+        raise KeyError("shard 7")
+    return nn.Linear(8, 3), batch
+
+
+class _FailsAtStep3(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear, self.calls = nn.Linear(8, 3), 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls == 3:
+            raise RuntimeError("bad shape in my layer")
+        return self.linear(x)
+
+
+def fails_at_step_3(seed):
+    return _FailsAtStep3(), _batch
+
+
 NOT_A_FUNCTION = 3
 
 
@@ -89,6 +123,10 @@ def test_same_seed_same_parameters(importable):
     (f"{__name__}:returns_no_module", ["first value is a str", "torch.nn.Module"]),
     (f"{__name__}:batch_of_one_tensor", ["batch function returned a Tensor", "(inputs, targets)"]),
     (f"{__name__}:", ["MODULE:FUNCTION"]),
+    (f"{__name__}:raises", ["the factory raised ValueError at test_model_factory.py:", "no data at /nowhere"]),
+    (f"{__name__}:takes_two", ["the factory takes arguments (seed, width)", "factory(seed)"]),
+    (f"{__name__}:batch_of_one_argument", ["the batch function takes arguments (n)", "batch_fn(batch_size, generator)"]),
+    (f"{__name__}:batch_that_raises", ["the batch function raised KeyError", "shard 7"]),
 ])
 def test_factory_errors_say_what_is_missing(importable, capsys, command, model, words):
     assert main([command[0], "--model", model, *command[1:]]) == 2
@@ -108,3 +146,17 @@ def test_train_a_factory_on_two_workers(importable, capsys):
     result = json.loads(out)
     assert result["model"] == FACTORY and result["params"] == 8 * 16 + 16 + 16 * 3 + 3
     assert len(result["losses"]) == 4
+
+
+@pytest.mark.slow
+def test_a_worker_that_fails_shows_its_own_error_and_rank_and_progress_streams(importable, capsys):
+    """Issue 38 item 2: the failing rank's own error (its traceback's last lines, the rank named), not the
+    launcher's ChildFailedError; progress lines on stderr while training."""
+    code = main(["train", "--model", f"{__name__}:fails_at_step_3", "--workers", "2", "--steps", "5"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    last = err.strip().splitlines()[-1]
+    assert "training failed on rank " in last and "RuntimeError: bad shape in my layer" in last, err
+    assert "ChildFailedError" not in err
+    assert "in forward" in err and "failed; the last lines of its traceback:" in err
+    assert "step 1/5, loss " in err  # the first step's progress line came before the failure

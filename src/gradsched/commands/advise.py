@@ -2,6 +2,9 @@
 
     gradsched advise --profile my.profile.json --cluster my.cluster.json [--json PATH|-]
 
+The network is required: a measured cluster (``gradsched netbench``), a bundled one
+named as such (``--cluster bundled:googlenet-10gbe``), or ``--alpha``/``--beta``.
+
 Simulates each tool's bucketing over a sweep of bucket sizes on the profile and network
 and prints the settings with their predicted iteration times beside the tools' defaults
 and gradsched's best plan (docs/advise.md)."""
@@ -19,9 +22,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("advise", help="bucket sizes to set in PyTorch DDP, the HF Trainer and DeepSpeed",
                        description="Predict, by simulation, the iteration time of PyTorch DDP's bucket_cap_mb (also "
                                    "the HF Trainer's ddp_bucket_cap_mb) and DeepSpeed's reduce_bucket_size over a sweep "
-                                   "of sizes, and print the fastest with gradsched's best plan beside them. Without "
-                                   "--profile: the bundled GoogLeNet profile.")
+                                   "of sizes, and print the fastest with gradsched's best plan beside them. The network "
+                                   "is required (--cluster or --alpha/--beta); without --profile: the bundled "
+                                   "GoogLeNet profile.")
     add_model_args(p)
+    for group in p._action_groups:  # the network is required here, not a bundled default
+        if group.title and group.title.startswith("network"):
+            group.title = NETWORK_TITLE
     p.add_argument("--buckets", default=None, metavar="MB,MB,...",
                    help="bucket sizes to try, in MiB (default 1,2,5,10,15,25,35,50,75,100,150,250,500)")
     p.add_argument("--channels", type=int, default=1, help="parallel communication channels (default 1)")
@@ -36,9 +43,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+NETWORK_TITLE = ("network (required: the advice depends on it; a measured --cluster, a bundled:NAME one, "
+                 "or --alpha/--beta)")
+NO_NETWORK = ("advise needs the network the job runs on: give --cluster C.json (measured with "
+              "'gradsched netbench --workers N', or under torchrun on the job's hosts), --alpha/--beta, or "
+              "--cluster bundled:googlenet-10gbe for the bundled 10 GbE measurements (not your network)")
+
+
 def run(args: argparse.Namespace) -> int:
     from gradsched.advise import BUCKETS_MB, advise, format_advice
 
+    if not args.cluster and args.alpha is None and args.beta is None:
+        raise GradschedError(NO_NETWORK)
     profile = load_profile(args)
     cluster = load_cluster(args)
     if args.channels < 1:

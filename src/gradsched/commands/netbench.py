@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from gradsched.cluster import COLLECTIVES
+from gradsched.commands._output import add_json_arg, emit_json, to_stdout
 from gradsched.errors import GradschedError, WorkersFailed
 from gradsched.commands._inputs import check_processes
 from gradsched.netbench_args import MAX_BYTES, MIN_BYTES, add_arguments  # noqa: F401 (MIN/MAX_BYTES: public names)
@@ -31,6 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    f"{TESTBED_PREFIX})")
     p.add_argument("--timeout-s", type=float, default=1800.0, help="stop the testbed job after this (default 1800)")
     add_arguments(p)
+    add_json_arg(p, "the measured cluster (gradsched.cluster/1; as written to -o)")
     p.set_defaults(func=run)
 
 
@@ -57,13 +59,24 @@ TESTBED_PREFIX = "gsn"  # its own prefix: never touches a testbed the user has u
 
 def run(args: argparse.Namespace) -> int:
     check_arguments(args)
+    if to_stdout(args):
+        args.quiet = True  # stdout holds the JSON alone
     if args.rate is not None:
-        return _launch_testbed(args)
-    if args.nproc is not None:
-        return _launch_local(args)
-    from gradsched.torch.measure.netbench import run_under_launcher
+        code = _launch_testbed(args)
+    elif args.nproc is not None:
+        code = _launch_local(args)
+    else:
+        from gradsched.torch.measure.netbench import run_under_launcher
 
-    return run_under_launcher(args)
+        code = run_under_launcher(args)
+        if os.environ.get("RANK", "0") != "0":
+            return code  # rank 0 wrote the cluster
+    if code == 0 and args.json is not None:
+        import json
+
+        with open(args.output) as f:
+            emit_json(args, json.load(f))
+    return code
 
 
 def _launch_local(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from gradsched.commands._model import check_batch_memory, check_batch_size
+from gradsched.commands._output import add_json_arg, emit_json, to_stdout
 from gradsched.errors import GradschedError
 
 # Transformer shapes too large for this machine, profiled on the meta device
@@ -33,8 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --device meta: the target device's sustained TFLOP/s that turns FLOPs into seconds")
     p.add_argument("--seed", type=int, default=0, help="model and batch seed (default 0)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: PyTorch's choice)")
-    p.add_argument("-o", "--output", default="profile.json", help="where to write the profile (default profile.json)")
+    p.add_argument("-o", "--output", default=None,
+                   help="where to write the profile (default profile.json, none with --json alone)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
+    add_json_arg(p, "the profile (gradsched.profile/1)")
     p.set_defaults(func=run)
 
 
@@ -56,13 +59,17 @@ def run(args: argparse.Namespace) -> int:
     spec, default_batch = _build(args.model, args.seed, args.device)
     check_batch_memory(spec.make_batch, args.batch_size or default_batch)  # before the batch is made
     batch = spec.make_batch(args.batch_size or default_batch, torch.Generator().manual_seed(args.seed))
+    quiet = args.quiet or to_stdout(args)
+    output = args.output if args.output or args.json is not None else "profile.json"
     profile = profile_module(spec.module, batch, loss_fn=spec.loss_fn, iterations=args.iterations,
                              warmup=args.warmup, device=args.device, device_tflops=args.device_tflops,
-                             model_name=args.model, progress=not args.quiet)
+                             model_name=args.model, progress=not quiet)
     profile.extra["batch_size"] = args.batch_size or default_batch
-    profile.save(args.output)
-    if not args.quiet:
-        _summary(profile, args.output, sys.stdout)
+    if output:
+        profile.save(output)
+    if not quiet:
+        _summary(profile, output, sys.stdout)
+    emit_json(args, profile.to_dict())
     return 0
 
 
@@ -82,12 +89,12 @@ def _build(name: str, seed: int, device: str) -> tuple[Any, int]:
     return build_model(name, seed=seed), 16
 
 
-def _summary(profile: Any, path: str, out: Any) -> None:
+def _summary(profile: Any, path: str | None, out: Any) -> None:
     ms = 1e3
     how = (f"estimated from FLOPs at {profile.extra.get('device_tflops')} TFLOP/s"
            if profile.extra.get("method") == "flops" else
            f"median of {profile.extra.get('iterations')} iterations on {profile.extra.get('device')}")
-    print(f"wrote {path}: {profile.model}, {profile.num_tensors} tensors, {profile.total_numel:,} parameters "
+    print(f"{'wrote ' + path if path else 'profiled'}: {profile.model}, {profile.num_tensors} tensors, {profile.total_numel:,} parameters "
           f"({profile.total_bytes / 2**20:.1f} MiB of gradients)", file=out)
     print(f"  forward {profile.forward_s * ms:.2f} ms, backward {profile.backward_s * ms:.2f} ms, "
           f"other {profile.other_s * ms:.2f} ms ({how})", file=out)

@@ -71,8 +71,18 @@ def layout_lines(testbed: Testbed, ranks_per_host: int) -> list[str]:
         ranks = host_ranks(i, ranks_per_host)
         argv = testbed.torchrun_argv(i, ["SCRIPT"], ranks_per_host=ranks_per_host)
         lines.append(f"  {testbed.namespace(i)} ranks {ranks.start}-{ranks.stop - 1}: "
-                     f"ip netns exec {testbed.namespace(i)} env GLOO_SOCKET_IFNAME=eth0 torchrun {' '.join(argv[3:])}")
+                     f"ip netns exec {testbed.namespace(i)} torchrun {' '.join(argv[3:])}")
     return lines
+
+
+def hint_lines(testbed: Testbed, removal: str) -> list[str]:
+    """How to use this testbed (its prefix in every command): run on a host, see it, remove it."""
+    hosts = f"{testbed.namespace(0)}..{testbed.namespace(testbed.hosts - 1)}" if testbed.hosts > 1 else \
+        testbed.namespace(0)
+    return [f"  run a command on host I: ip netns exec {testbed.prefix}-hI COMMAND (hosts {hosts}; "
+            f"host 0 is {testbed.addresses[0]}: torchrun's --rdzv-endpoint {testbed.addresses[0]}:29500, "
+            "docs/torchrun.md)",
+            f"  see it: gradsched testbed status --prefix {testbed.prefix}; {removal}"]
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -84,7 +94,8 @@ def _up(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, _raise_interrupt)
         testbed.up()
         print(f"testbed {args.prefix}: up, {args.hosts} host(s) at {format_rate(testbed.rate_bps)}: "
-              f"{', '.join(testbed.addresses)}; remove with `gradsched testbed down`")
+              f"{', '.join(testbed.addresses)}")
+        print("\n".join(hint_lines(testbed, f"remove it: gradsched testbed down --prefix {args.prefix}")))
         if args.ranks_per_host > 1:
             print("\n".join(layout_lines(testbed, args.ranks_per_host)))
         return 0
@@ -92,7 +103,8 @@ def _up(args: argparse.Namespace) -> int:
     # re-delivers afterwards, so the exit status still says "terminated").
     with testbed:
         print(f"testbed {args.prefix}: up, {args.hosts} host(s) at {format_rate(testbed.rate_bps)}: "
-              f"{', '.join(testbed.addresses)}; Ctrl-C removes it", flush=True)
+              f"{', '.join(testbed.addresses)}", flush=True)
+        print("\n".join(hint_lines(testbed, "Ctrl-C removes it")), flush=True)
         if args.ranks_per_host > 1:
             print("\n".join(layout_lines(testbed, args.ranks_per_host)), flush=True)
         while True:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -24,6 +23,7 @@ from gradsched.commands._inputs import check_processes
 from gradsched.commands._model import BUILT_IN, check_model
 from gradsched.commands._model import HELP as MODEL_HELP
 from gradsched.commands._output import add_json_arg, emit_json, to_stdout
+from gradsched.commands._workers import failure_report, stream
 from gradsched.errors import GradschedError, WorkersFailed
 from gradsched.jobconfig import TrainConfig
 
@@ -74,6 +74,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--timeout-s", type=float, default=300.0, help="collective timeout (default 300)")
     p.add_argument("--save-params", default=None, metavar="PATH", help="torch.save rank 0's final parameters here")
     p.add_argument("--trace", default=None, metavar="OUT.json", help="write the measured Chrome trace of all ranks")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress lines while training (they go to stderr: --json - keeps stdout clean)")
     add_json_arg(p, "the result, one object,")
     p.set_defaults(func=run)
 
@@ -152,7 +154,8 @@ def _config(args: argparse.Namespace, out_dir: str) -> TrainConfig:
                        no_torch_ddp=args.no_torch_ddp, steps=args.steps,
                        warmup=args.warmup, batch_size=args.batch_size, optimizer=args.optimizer, lr=lr,
                        seed=args.seed, backend=args.backend, threads=args.threads, timeout_s=args.timeout_s,
-                       save_params=absolute(args.save_params), trace_path=absolute(args.trace), out_dir=out_dir)
+                       save_params=absolute(args.save_params), trace_path=absolute(args.trace), out_dir=out_dir,
+                       progress=not getattr(args, "quiet", False))
 
 
 def _check_files(args: argparse.Namespace) -> None:
@@ -171,16 +174,18 @@ def _check_files(args: argparse.Namespace) -> None:
                 raise GradschedError(f"{flag} {exc}") from None
 
 
-def launch(cfg: TrainConfig, nproc: int) -> tuple[int, str]:
-    """Run the workers under ``torch.distributed.run``; return (exit code, their combined output)."""
+def launch(cfg: TrainConfig, nproc: int, *, worker_log: bool = False) -> tuple[int, str]:
+    """Run the workers under ``torch.distributed.run``; return (exit code, the last lines of their combined
+    output).  Progress lines (``cfg.progress``) and, with ``worker_log``, the workers' log go to stderr as
+    they come."""
     from gradsched.torch.jobs.launch import loopback_command
 
     cfg_path = Path(cfg.out_dir, "config.json")
     cfg_path.write_text(json.dumps(cfg.to_dict()))
     cmd = loopback_command("gradsched.torch.jobs.trainer", nproc, cfg_path)
     env = dict(os.environ, OMP_NUM_THREADS=str(cfg.threads))
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    return proc.returncode, proc.stdout
+    code, tail = stream(cmd, env, progress=cfg.progress, worker_log=worker_log)
+    return code, "\n".join(tail)
 
 
 def launch_testbed(cfg: TrainConfig, nproc: int, rate: str, ranks_per_host: int = 1,
@@ -204,25 +209,19 @@ def launch_testbed(cfg: TrainConfig, nproc: int, rate: str, ranks_per_host: int 
     return 0, ""
 
 
-
 def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="gradsched-train-") as tmp:
         cfg = _config(args, tmp)
         if args.ranks_per_host != 1 and not args.rate:
             raise GradschedError("--ranks-per-host places ranks on testbed hosts: give --rate (as root)")
+        worker_log = bool(os.environ.get(LOG_ENV))  # --log-level: the workers' log (run-time auto's decisions)
         code, output = (launch_testbed(cfg, args.nproc, args.rate, args.ranks_per_host, args.prefix) if args.rate
-                        else launch(cfg, args.nproc))
-        lines = [ln for ln in output.splitlines() if ln.strip()]
-        if os.environ.get(LOG_ENV):  # --log-level: the workers' log (run-time auto's decisions)
-            for ln in lines:
-                if ln.startswith("gradsched[rank"):
-                    print(ln, file=sys.stderr)
+                        else launch(cfg, args.nproc, worker_log=worker_log))
         result_path = Path(tmp, "result.json")
         if code != 0 or not result_path.exists():
-            errors = [ln for ln in lines if "Error" in ln and "Traceback" not in ln]
-            print("\n".join(lines[-25:]), file=sys.stderr)
-            raise WorkersFailed(f"training failed (workers exited with {code})"
-                                + (f": {errors[-1].strip()}" if errors else ""), code)
+            detail, summary = failure_report(tmp, code, output.splitlines())
+            print("\n".join(detail), file=sys.stderr)
+            raise WorkersFailed(f"training failed {summary}", code)
         result = json.loads(result_path.read_text())
     if to_stdout(args):
         emit_json(args, result, indent=None)

@@ -27,6 +27,8 @@ import importlib
 import inspect
 import os
 import sys
+import traceback
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -96,8 +98,8 @@ def build_from_factory(spec: str, seed: int = 0) -> tuple[nn.Module, Callable[..
     (:func:`gradsched.torch.jobs.models.build_model` wraps them in a ``ModelSpec``.)"""
     fn = load_factory(spec)
     torch.manual_seed(seed)
-    takes_seed = bool(inspect.signature(fn).parameters)
-    out = fn(seed) if takes_seed else fn()
+    args = _factory_args(spec, fn, seed)
+    out = _call_user(spec, "the factory", fn, args)
     if not (isinstance(out, tuple) and len(out) in (2, 3)):
         raise GradschedError(f"--model {spec}: the factory returned {_kind(out)}; expected {SIGNATURE}")
     module, batch_fn = out[0], out[1]
@@ -123,14 +125,59 @@ def default_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def _checked_batches(spec: str, batch_fn: Callable[..., Any]) -> Callable[[int, torch.Generator], tuple[Any, Any]]:
+    if not _accepts(batch_fn, 2):
+        raise GradschedError(f"--model {spec}: the batch function takes {_arity(batch_fn)}; expected "
+                             "batch_fn(batch_size, generator) -> (inputs, targets)")
+
     def make(batch_size: int, generator: torch.Generator) -> tuple[Any, Any]:
-        batch = batch_fn(batch_size, generator)
+        batch = _call_user(spec, "the batch function", batch_fn, (batch_size, generator))
         if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
             raise GradschedError(f"--model {spec}: the batch function returned {_kind(batch)}; expected "
                                  "(inputs, targets)")
         return batch[0], batch[1]
 
     return make
+
+
+def _factory_args(spec: str, fn: Callable[..., Any], seed: int) -> tuple[Any, ...]:
+    """``(seed,)`` or ``()``, as the factory's signature takes it; another signature is the user's error."""
+    if _accepts(fn, 1):
+        return (seed,)
+    if _accepts(fn, 0):
+        return ()
+    raise GradschedError(f"--model {spec}: the factory takes {_arity(fn)}; expected {SIGNATURE} "
+                         "(the seed argument may be left out)")
+
+
+def _accepts(fn: Callable[..., Any], n: int) -> bool:
+    """True when ``fn`` can be called with ``n`` positional arguments (or its signature cannot be read)."""
+    try:
+        inspect.signature(fn).bind(*range(n))
+    except TypeError:
+        return False
+    except ValueError:  # a builtin without a signature: let the call tell
+        return True
+    return True
+
+
+def _arity(fn: Callable[..., Any]) -> str:
+    try:
+        return f"arguments {inspect.signature(fn)}"
+    except (TypeError, ValueError):
+        return "other arguments"
+
+
+def _call_user(spec: str, what: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """``fn(*args)``; an exception the user's code raises is a one-line user error naming where it was raised."""
+    try:
+        return fn(*args)
+    except GradschedError:
+        raise
+    except Exception as exc:
+        tb = traceback.extract_tb(exc.__traceback__)
+        where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if len(tb) > 1 else ""
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise GradschedError(f"--model {spec}: {what} raised {type(exc).__name__}{where}: {first}") from None
 
 
 def _kind(x: Any) -> str:

@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from gradsched.cluster import Cluster
-from gradsched.jobconfig import TrainConfig
+from gradsched.jobconfig import PROGRESS_PREFIX, TrainConfig
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.torch.jobs.models import build_model
@@ -60,6 +60,7 @@ def train(raw: dict[str, Any]) -> dict[str, Any]:
     batches = [spec.make_batch(cfg.batch_size, gen) for _ in range(min(cfg.steps, 8))]  # data off the clock
     losses: list[float] = []
     starts: list[float] = []
+    progress = Progress(cfg.steps, starts)
     dist.barrier()
     for step in range(cfg.steps):
         starts.append(time.perf_counter())
@@ -70,6 +71,8 @@ def train(raw: dict[str, Any]) -> dict[str, Any]:
         loss.backward()
         opt.step()
         losses.append(float(loss.detach()))
+        if rank == 0 and cfg.progress:
+            progress.step(step, losses[-1])
     model.synchronize()
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -116,6 +119,24 @@ def train(raw: dict[str, Any]) -> dict[str, Any]:
         torch.save({n: p.detach().cpu().clone() for n, p in module.named_parameters()}, cfg.save_params)
         result["saved_params"] = cfg.save_params
     return result
+
+
+class Progress:
+    """Rank 0's progress lines (:data:`PROGRESS_PREFIX`), streamed by ``gradsched train``: the first
+    step, then one at most every ``every_s`` seconds, and the last."""
+
+    def __init__(self, steps: int, starts: list[float], every_s: float = 2.0) -> None:
+        self.steps, self.starts, self.every_s = steps, starts, every_s
+        self.last_s = float("-inf")
+
+    def step(self, step: int, loss: float) -> None:
+        now = time.perf_counter()
+        if step not in (0, self.steps - 1) and now - self.last_s < self.every_s:
+            return
+        self.last_s = now
+        ms = (now - self.starts[0]) / (step + 1) * 1e3
+        print(f"{PROGRESS_PREFIX}step {step + 1}/{self.steps}, loss {loss:.4f} (rank 0), {ms:.1f} ms/step so far",
+              flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

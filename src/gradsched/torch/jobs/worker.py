@@ -3,7 +3,9 @@
 A worker reads its JSON config, joins the process group, runs its body, has rank 0
 write the body's result as JSON into the config's ``out_dir``, and shuts down
 cleanly; the module's ``__main__`` then leaves without interpreter finalisation
-(:mod:`gradsched.torch.runtime.shutdown`).
+(:mod:`gradsched.torch.runtime.shutdown`).  A rank that fails writes its own error
+(:data:`gradsched.jobconfig.ERROR_FILE`) into ``out_dir`` before it exits, so the
+command shows the user that error and its rank, not the launcher's summary.
 """
 
 from __future__ import annotations
@@ -12,12 +14,16 @@ import json
 import logging
 import os
 import sys
+import time
+import traceback
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
+
+from gradsched.jobconfig import ERROR_FILE
 
 
 def run_worker(body: Callable[[dict[str, Any]], dict[str, Any] | None], result_name: str,
@@ -35,12 +41,29 @@ def run_worker(body: Callable[[dict[str, Any]], dict[str, Any] | None], result_n
     cfg = json.loads(Path(argv[0]).read_text())
     torch.set_num_threads(cfg.get("threads", 1))
     backend = cfg.get("backend") or ("nccl" if torch.cuda.is_available() else "gloo")
-    dist.init_process_group(backend, timeout=timedelta(seconds=cfg["timeout_s"]))
     try:
-        result = body(cfg)
-        if dist.get_rank() == 0 and result is not None:
-            Path(cfg["out_dir"], result_name).write_text(json.dumps(result))
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+        dist.init_process_group(backend, timeout=timedelta(seconds=cfg["timeout_s"]))
+        try:
+            result = body(cfg)
+            if dist.get_rank() == 0 and result is not None:
+                Path(cfg["out_dir"], result_name).write_text(json.dumps(result))
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
+    except Exception as exc:
+        write_error(cfg["out_dir"], exc)
+        raise
     return 0
+
+
+def write_error(out_dir: str, exc: BaseException, *, tail_lines: int = 8) -> None:
+    """This rank's own error (type, message, the traceback's last lines, when) in ``out_dir``: the command
+    that launched the workers shows the first rank's, instead of the launcher's summary."""
+    rank = int(os.environ.get("RANK", "0"))
+    lines = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip().splitlines()
+    record = {"rank": rank, "time": time.time(), "type": type(exc).__name__,
+              "message": str(exc), "tail": lines[-tail_lines:]}
+    try:
+        Path(out_dir, ERROR_FILE.format(rank=rank)).write_text(json.dumps(record))
+    except OSError:
+        pass  # the launcher's own report still says that this rank failed

@@ -43,14 +43,23 @@ def advise(model: nn.Module, batch: Any | Callable[[], Any], *, loss_fn: Callabl
     ``contention``: also run ``gradsched bench``'s contention probe (on a copy of the model)
     so the simulation slows compute and collectives that overlap, as they do where gloo's
     threads share CPU cores with compute (docs/simulator.md, "Contention"); not needed on
-    GPUs.  ``print_advice``: rank 0 prints the table ``gradsched advise`` prints."""
+    GPUs.  ``print_advice``: rank 0 prints the table ``gradsched advise`` prints.  gradsched's best plan
+    is one that runs on ``model`` (:mod:`gradsched.torch.measure.outside_reads`): faster plans that
+    cannot are listed in ``Advice.gradsched_rejected``.
+
+    A Hugging Face model: ``batch`` a dict of its inputs with ``labels`` and no ``loss_fn``
+    (the model's own loss is used), e.g. ``advise(model, tokenizer(texts, return_tensors="pt")
+    | {"labels": ids})``."""
     from gradsched.advise import format_advice
+
+    from gradsched.torch.measure.outside_reads import plan_check
 
     profile, cluster = measure(model, batch, loss_fn=loss_fn, iterations=iterations, net_reps=net_reps,
                                contention=contention)
     box: list[Advice | None] = [None]
     if cluster is not None:  # rank 0
-        box[0] = advise_offline(profile, cluster, buckets_mb, ddp_first_bucket_mb=ddp_first_bucket_mb())
+        box[0] = advise_offline(profile, cluster, buckets_mb, ddp_first_bucket_mb=ddp_first_bucket_mb(),
+                                plan_check=plan_check(model, batch, loss_fn))
         if print_advice:
             print(format_advice(box[0]), flush=True)
     advice = broadcast_object(box[0], 0, dist.group.WORLD, ADVICE_TIMEOUT_S, "the advice's broadcast from rank 0")

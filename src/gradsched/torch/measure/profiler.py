@@ -97,7 +97,8 @@ def profile_module(module: nn.Module, batch: Batch | Callable[[], Batch], *,
 
     ``batch`` is an example batch or a callable returning one per iteration: with a
     ``loss_fn``, an ``(inputs, targets)`` pair and the loss is ``loss_fn(module(inputs),
-    targets)``; without, the inputs alone and the loss is the output's sum.  Inputs
+    targets)``; without, the inputs alone and the loss is the output's own ``loss`` (a
+    Hugging Face model given ``labels`` in a dict batch) or else the output's sum.  Inputs
     that are a tuple/list are passed as positional arguments, a dict as keywords.
 
     ``device``: where to run (default: where the module's parameters are).  The module
@@ -188,7 +189,7 @@ class _Step:
         it.fwd_start = clock()
         out = _call(self.module, inputs)
         it.fwd_end = clock()
-        loss = _sum_output(out) if self.loss_fn is None else self.loss_fn(out, targets)
+        loss = model_loss(out) if self.loss_fn is None else self.loss_fn(out, targets)
         if not (isinstance(loss, torch.Tensor) and loss.numel() == 1):
             raise GradschedError("the loss must be a single-element tensor; check loss_fn")
         it.bwd_start = clock()
@@ -431,6 +432,15 @@ def _call(module: nn.Module, inputs: Any) -> Any:
     if isinstance(inputs, (tuple, list)):
         return module(*inputs)
     return module(inputs)
+
+
+def model_loss(out: Any) -> torch.Tensor:
+    """The loss of a model's output without a ``loss_fn``: a Hugging Face output's own ``loss`` (the batch
+    carried ``labels``), else the sum of the outputs."""
+    loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+        return loss
+    return _sum_output(out)
 
 
 def _sum_output(out: Any) -> torch.Tensor:

@@ -239,3 +239,33 @@ def _flush_merged(state: TopKState) -> None:
             fut.set_result(b)
 
     done.then(scatter)
+
+
+def register_hook(model: Any, state: Any, hook: Hook) -> Any:
+    """``model.register_comm_hook(state, hook)`` on what a framework prepared (Accelerate's
+    ``accelerator.prepare(model)``); returns the DDP it registered on, or None with one process.
+
+    With one process Accelerate returns the bare module (no DDP, nothing to communicate):
+    nothing is registered, and a warning says so, since ``accelerate launch --cpu
+    --num_processes 2`` starts one process.  With several ranks launched (``WORLD_SIZE`` > 1)
+    and no DDP, every rank would train alone: that is an error that says how to start
+    Accelerate's distributed mode on CPUs."""
+    import logging
+    import os
+
+    from torch.nn.parallel import DistributedDataParallel as TorchDDP
+
+    if isinstance(model, TorchDDP):
+        model.register_comm_hook(state, hook)
+        return model
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world > 1:
+        raise GradschedError(
+            f"{world} processes were launched but the model is a {type(model).__name__}, not PyTorch's "
+            "DistributedDataParallel: Accelerate did not start distributed training, so each process would train "
+            "alone. On CPUs create Accelerator(cpu=True) (or set ACCELERATE_USE_CPU=1) under `accelerate launch "
+            "--multi_gpu --num_processes N` or torchrun (docs/integrations.md)")
+    logging.getLogger(__name__).warning(
+        "one process, no DDP: the communication hook is not registered (nothing to communicate). `accelerate "
+        "launch --cpu` starts one process whatever --num_processes says; see docs/integrations.md for a CPU launch")
+    return None
