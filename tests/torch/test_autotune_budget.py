@@ -121,7 +121,8 @@ def test_when_pytorch_ddp_wins_every_window_the_trials_end_after_one_round(world
     # bucket sizes runs as fast as the baseline here: it may win a round by chance, and take another)
     others = [s.plan_hash for s in trials if not is_torch_ddp(tuner._tried[s.plan_hash][1])]
     assert len(others) == len(set(others)) >= 2 and set(others) <= set(tuner.trial_decision["dropped"])
-    assert tuner.trial_decision["kept"] == base and model.plan.hash == base and tuner.done
+    # PyTorch's DDP stays (at the user's bucket size, or another that measured as fast: they differ in noise here)
+    assert is_torch_ddp(model.plan) and model.plan.hash == tuner.trial_decision["kept"] and tuner.done
     fixed = AutoTuneConfig.from_options({**BUDGETED, "trial_share": 0}).tuning_iterations_for(tuner.trial_window)
     assert tuner.settled_at is not None and tuner.settled_at < fixed  # sooner than every round back to back
     assert tuner.summary()["settled_at"] == tuner.settled_at
@@ -144,7 +145,7 @@ def test_a_candidate_window_waits_until_the_trials_fit_their_share(world_of_one)
     spent, elapsed = tuner.trial_decision["cost_s"], tuner._tracer.now() - tuner._start_s
     base_s = tuner.trial_decision["measured"][tuner.trial_decision["baseline"]]
     assert spent <= 0.5 * elapsed + (tuner.trial_window + 1) * (10.0 + base_s)
-    assert tuner.trial_decision["kept"] == tuner.trial_decision["baseline"]
+    assert is_torch_ddp(model.plan)  # PyTorch's DDP stays (at the user's bucket size or another as fast)
 
 
 def test_a_clearly_faster_plan_is_still_found_and_kept(world_of_one):
