@@ -30,7 +30,11 @@
    at another bucket size by ``resize_min_gain`` and in most rounds) and the
    strategies that lost are excluded.  Taking turns spreads each plan's iterations over
    the machine's slow and fast phases; one window per plan let a lucky window pick the
-   winner.
+   winner.  By default (``trial_share`` > 0) the trials cost at most that share of the time
+   trained so far (:mod:`gradsched.calibration.budget`): the baseline runs first and, as a
+   rest, between candidate windows until the next one fits; a candidate that can no longer
+   win is dropped; candidates predicted clearly slower are not tried; rank 0 broadcasts each
+   next window.  ``trials=off``: no trials (nor re-plans, unless ``max_replans`` is given).
 4. **Re-plan.**  Every ``patience`` iterations after the trials (again at iterations
    known in advance) rank 0 compares the median of the last ``patience`` measured
    iterations with what the plan is expected to take (what the trials' winner measured
@@ -60,7 +64,8 @@ sizes for a line, a few probe all-reduces of known sizes at start-up supply the 
 
 Options (``plan_options`` of ``"auto"``; ``gradsched train --opt KEY=VALUE``):
 ``switch_iteration`` (5), ``initial`` ("wfbp"), ``initial_options`` ({}), ``trials``
-(3), ``trial_iterations`` (12), ``trial_rounds`` (3), ``trial_window_s`` (0.3), ``min_gain``
+(3; 0 or off: none), ``trial_iterations`` (12), ``trial_rounds`` (3), ``trial_window_s`` (0.3),
+``trial_share`` (0.01), ``min_gain``
 (0.03), ``resize_min_gain`` (0.01), ``runoff_rounds`` (4), ``runoff_margin`` (0.05),
 ``replan_threshold`` (0.15), ``patience`` (10), ``max_replans`` (3), ``adaptive`` (true;
 false plans ``auto`` once at start-up from ``profile=``/``cluster=``, as any other
