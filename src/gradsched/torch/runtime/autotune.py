@@ -523,7 +523,8 @@ class AutoTuner:
             cost = (f"; {len(self._budget.windows)} trial windows of other plans, {len(self._dropped)} plans "
                     f"dropped early, cost {self._budget.spent_s(base) * 1e3:.0f} ms beyond the baseline in "
                     f"{self._tracer.now() - self._budget.start_s:.1f} s")
-        logger.info("auto: settled on %s at iteration %d, %s%s", self.switches[-1].strategy, step, how, cost)
+        if self._is_root:
+            logger.info("auto: settled on %s at iteration %d, %s%s", self.switches[-1].strategy, step, how, cost)
 
     def _budgeted_trial(self, step: int) -> None:
         """Every rank, trials within :attr:`AutoTuneConfig.trial_share`: rank 0 measures the window that ended and
@@ -565,7 +566,7 @@ class AutoTuner:
             self._budget.windows.append((now - self._window_start[0], step - self._window_start[1]))
         rounds = self.config.trial_rounds + (self.config.runoff_rounds if self._runoff else 0)
         resized = self._resized(base, self._taken())
-        for h in self._alive(base):
+        for h in self._alive(base) if base is not None else []:  # (no baseline: nothing to lose a round to)
             wins = [a < b for a, b in zip(self._rounds_by_plan.get(h, []), self._paired.get(h, []))]
             if out_of_the_running(wins, rounds, h in resized):
                 self._dropped.append(h)
