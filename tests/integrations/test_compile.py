@@ -85,7 +85,7 @@ class _Net(nn.Module):
 
 
 AUTO_QUICK = {"switch_iteration": 2, "trial_iterations": 2, "trial_rounds": 2, "trial_window_s": 0,
-              "runoff_rounds": 0}
+              "runoff_rounds": 0, "trial_share": 0}  # every trial window back to back: it settles within the test
 
 
 def _graphs_per_step(rank: int, world: int, plan: str | None, steps: int) -> dict:
