@@ -7,10 +7,12 @@ What a user pays: a job of ``steps`` steps from wrapping the model to the last s
 trials, docs/autotune.md) against ``torch.nn.parallel.DistributedDataParallel(module)``
 (PyTorch's default buckets), 2 ranks, gloo over loopback, one compute thread per rank,
 plain ``torch.optim.SGD`` (momentum) over ``model.parameters()`` as a DDP script has it.
-The machine is shared, so the two take turns in the same processes, job after job
-(``pairs`` pairs per job length, which one goes first alternating, after one short job of
-each, unrecorded: a process's first job pays one-time costs, 8 s once); the ratio reported is the median
-of the pairs' ratios (auto's job time / DDP's).  ``--variants`` adds ``auto``
+The machine is shared and loaded (whole jobs run one after another differed 2x at load
+25), so the two jobs run in lock-step in the same processes: step k of one, then step k of
+the other, which goes first alternating every step; a job's time is its wrapping (start-up)
+plus the sum of its steps.  ``pairs`` pairs per job length, after a short unrecorded pair (a
+process's first job pays one-time costs, 8 s once); the ratio reported is the median of the
+pairs' ratios (auto's job time / DDP's).  ``--variants`` adds ``auto``
 (``strategy="auto"``: starts on ``wfbp``, re-plans allowed) and ``auto-off``
 (``plan_options={"trials": "off"}``).  Target: at most 1.02.
 
@@ -32,7 +34,8 @@ TARGET = 1.02
 VARIANTS = {"default": None, "auto": {"strategy": "auto"}, "auto-off": {"plan_options": {"trials": "off"}}}
 
 
-def _job(model_name: str, variant: str, steps: int, batch_size: int, rank: int) -> dict:
+def _build(model_name: str, variant: str, batch_size: int, rank: int) -> dict:
+    """One job's model, optimizer and batches; ``build_s``: wrapping it (DDP's start-up, or gradsched's)."""
     import torch
 
     import gradsched.torch as gt
@@ -48,26 +51,40 @@ def _job(model_name: str, variant: str, steps: int, batch_size: int, rank: int) 
     else:
         how = VARIANTS[variant] or {}
         model = gt.DistributedDataParallel(spec.module, how.get("strategy"), plan_options=how.get("plan_options"))
+    build_s = time.perf_counter() - t0
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    step_s = []
+    return {"variant": variant, "model": model, "opt": opt, "spec": spec, "batches": batches, "build_s": build_s,
+            "step_s": []}
+
+
+def _step(job: dict, k: int) -> None:
+    s0 = time.perf_counter()
+    x, y = job["batches"][k % 8]
+    job["opt"].zero_grad()
+    job["spec"].loss_fn(job["model"](x), y).backward()
+    job["opt"].step()
+    job["step_s"].append(time.perf_counter() - s0)
+
+
+def _pair(model_name: str, variant: str, steps: int, batch_size: int, rank: int, flip: bool) -> dict:
+    """Two whole jobs in lock-step: step k of one, then step k of the other (which goes first alternates), so
+    that the machine's slow and fast phases fall on both alike."""
+    names = [variant, "ddp"] if flip else ["ddp", variant]
+    jobs = {v: _build(model_name, v, batch_size, rank) for v in names}
     for k in range(steps):
-        s0 = time.perf_counter()
-        x, y = batches[k % 8]
-        opt.zero_grad()
-        spec.loss_fn(model(x), y).backward()
-        opt.step()
-        step_s.append(time.perf_counter() - s0)
-    if variant != "ddp":
-        model.synchronize()
-    total = time.perf_counter() - t0
-    out = {"variant": variant, "total_s": total, "step_median_s": statistics.median(step_s),
-           "last_half_median_s": statistics.median(step_s[steps // 2:]),
-           "step_s": [round(t, 5) for t in step_s]}
-    tuner = getattr(model, "autotuner", None)
-    if tuner is not None:
-        sw = tuner.switches
-        out.update(settled_on=sw[-1].strategy, settled_at=getattr(tuner, "settled_at", None), done=tuner.done,
-                   switches=[(s.iteration, s.strategy, s.reason) for s in sw])
+        for v in (names if k % 2 == 0 else names[::-1]):
+            _step(jobs[v], k)
+    out = {}
+    for v, job in jobs.items():
+        step_s = job["step_s"]
+        row = {"variant": v, "total_s": job["build_s"] + sum(step_s), "build_s": job["build_s"],
+               "step_median_s": statistics.median(step_s), "step_s": [round(t, 5) for t in step_s]}
+        tuner = getattr(job["model"], "autotuner", None)
+        if tuner is not None:
+            sw = tuner.switches
+            row.update(settled_on=sw[-1].strategy, settled_at=tuner.settled_at, done=tuner.done,
+                       switches=[(s.iteration, s.strategy, s.reason) for s in sw])
+        out["auto" if v != "ddp" else "ddp"] = row
     return out
 
 
@@ -76,17 +93,15 @@ def _worker(rank: int, world: int, model_name: str, steps_list: list[int], pairs
     import torch
 
     torch.set_num_threads(1)
-    for variant in ["ddp", *variants]:  # the first job of a process pays one-time costs (imports, first use)
-        _job(model_name, variant, 3, batch_size, rank)
+    for variant in variants:  # the first job of a process pays one-time costs (imports, first use)
+        _pair(model_name, variant, 3, batch_size, rank, False)
     rows = []
     for steps, n in zip(steps_list, pairs):
         for p in range(n):
             for variant in variants:
-                order = ["ddp", variant] if p % 2 == 0 else [variant, "ddp"]
-                jobs = {v: _job(model_name, v, steps, batch_size, rank) for v in order}
-                rows.append({"model": model_name, "steps": steps, "pair": p, "first": order[0],
-                             "ddp": jobs["ddp"], "auto": jobs[variant], "variant": variant,
-                             "ratio": jobs[variant]["total_s"] / jobs["ddp"]["total_s"]})
+                jobs = _pair(model_name, variant, steps, batch_size, rank, p % 2 == 1)
+                rows.append({"model": model_name, "steps": steps, "pair": p, "variant": variant, **jobs,
+                             "ratio": jobs["auto"]["total_s"] / jobs["ddp"]["total_s"]})
     return rows
 
 
@@ -112,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     for model in args.models.split(","):
         got = spawn_local(_worker, 2, model, steps_list, pairs, variants, args.batch_size, timeout_s=7200)[0]
         rows.extend(got)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"partial": True, "rows": rows}, indent=1))  # kept if a later model fails
         for steps in steps_list:
             for variant in variants:
                 mine = [r for r in got if r["steps"] == steps and r["variant"] == variant]
