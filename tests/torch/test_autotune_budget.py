@@ -31,9 +31,10 @@ BUDGETED = {"switch_iteration": 3, "trials": 2, "trial_iterations": 2, "trial_ro
 
 
 # --------------------------------------------------------------------------- the rules, on numbers
-def test_the_cost_is_time_beyond_the_baseline():
+def test_the_cost_is_time_beyond_the_baseline_never_a_credit():
     budget = TrialBudget(0.1, start_s=0.0, before_s=1.0, before_iterations=5, windows=[(1.2, 10), (0.9, 10)])
-    assert budget.spent_s(0.1) == pytest.approx((1.0 - 0.5) + (1.2 - 1.0) + (0.9 - 1.0))
+    assert budget.spent_s(0.1) == pytest.approx((1.0 - 0.5) + (1.2 - 1.0))  # the faster window counts 0
+    assert TrialBudget(0.1, start_s=0.0, before_s=0.1, before_iterations=5).spent_s(0.1) == 0
     assert budget.slowdown(0.1) == pytest.approx(0.05)  # median of +20% and -10%, at least MIN_SLOWDOWN
 
 

@@ -38,9 +38,11 @@ class TrialBudget:
 
     def spent_s(self, baseline_s: float) -> float:
         """What the trials cost so far beyond running the baseline (``baseline_s`` per iteration) throughout:
-        the time before them and every candidate window, less as many baseline iterations."""
-        before = self.before_s - self.before_iterations * baseline_s
-        return before + sum(seconds - n * baseline_s for seconds, n in self.windows)
+        the time before them and every candidate window, less as many baseline iterations, each at least 0.
+        No credit for what measured faster: over loopback at load 25 a baseline window measured in a slow
+        phase made the profiling look free, and three candidate windows ran inside a 100-step job."""
+        before = max(0.0, self.before_s - self.before_iterations * baseline_s)
+        return before + sum(max(0.0, seconds - n * baseline_s) for seconds, n in self.windows)
 
     def slowdown(self, baseline_s: float) -> float:
         """Expected extra time of a candidate iteration over the baseline's, as a fraction of it: the median of
