@@ -30,7 +30,8 @@ from gradsched.torch.runtime.torch_ddp import (TORCH_DDP, TorchDDPPool, candidat
 
 PENALTY_S = 10.0  # what a slow plan's iteration takes on the injected clock, beyond its real time
 OPTIONS = {"switch_iteration": 3, "trials": 2, "trial_iterations": 2, "trial_rounds": 2, "trial_window_s": 0,
-           "min_gain": 0, "patience": 3, "max_replans": 1, "runoff_rounds": 0}
+           "min_gain": 0, "patience": 3, "max_replans": 1, "runoff_rounds": 0,
+           "trial_share": 0}  # back to back at iterations fixed in advance (test_autotune_budget.py: within a share)
 TOLERANCE = 1e-5
 
 

@@ -37,7 +37,7 @@ def decide(current: str, measured_s: float, expected_s: float, measured_by_plan:
 
 def fastest(measured_by_plan: dict[str, float], baseline: str | None, min_gain: float,
             rounds: dict[str, list[float]] | None = None, resized: Collection[str] = (),
-            resized_min_gain: float | None = None) -> str:
+            resized_min_gain: float | None = None, paired: dict[str, list[float]] | None = None) -> str:
     """The plan the trials keep: the fastest of those that beat DDP's buckets (``baseline``) by
     ``min_gain`` and, given ``rounds`` (each plan's window medians, round by round), in every
     round; the baseline if none does.
@@ -53,14 +53,19 @@ def fastest(measured_by_plan: dict[str, float], baseline: str | None, min_gain: 
     ``min_gain``), and in most rounds rather than every one.  Nothing else changes between
     them, so a noisy pick costs nothing on average, while a real gain of a few % (one
     bucket over DDP's default for a small CNN over loopback: 4-8%) would rarely clear 3% in
-    every one of several rounds of 5-10% noise."""
+    every one of several rounds of 5-10% noise.
+
+    ``paired``: per plan, the baseline's window medians to compare its windows with, one each
+    (the budgeted trials compare each window with the baseline's window just before it);
+    default: the baseline's own ``rounds``, round by round."""
     if baseline not in measured_by_plan:
         return min(measured_by_plan, key=measured_by_plan.__getitem__)
     base, rounds = measured_by_plan[baseline], rounds or {}
     small = min_gain if resized_min_gain is None else resized_min_gain
 
     def beats(plan: str) -> bool:
-        wins = [a < b for a, b in zip(rounds.get(plan, []), rounds.get(baseline, []))]
+        against = (paired or {}).get(plan, rounds.get(baseline, []))
+        wins = [a < b for a, b in zip(rounds.get(plan, []), against)]
         if plan in resized:
             return measured_by_plan[plan] <= base * (1 - small) and (not wins or 2 * sum(wins) > len(wins))
         return measured_by_plan[plan] <= base * (1 - min_gain) and all(wins)

@@ -250,9 +250,11 @@ def _build_entry(entry: dict[str, Any], cfg: BenchConfig, profile: Profile, clus
         model = DistributedDataParallel(spec.module, "ddp", profile=profile, cluster=cluster,
                                         timeout_s=cfg.timeout_s, ddp_kwargs=entry.get("ddp_kwargs") or None)
     else:
+        options = entry.get("options") or None
+        if entry["strategy"] == "auto":  # the rounds time the plan it settles on: its trials back to back, off the clock
+            options = {"trial_share": 0, **(options or {})}
         model = DistributedDataParallel(spec.module, entry["strategy"], profile=profile, cluster=cluster,
-                                        plan_options=entry.get("options") or None, timeout_s=cfg.timeout_s,
-                                        use_torch_ddp=False)
+                                        plan_options=options, timeout_s=cfg.timeout_s, use_torch_ddp=False)
     opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9), model)
     return model, opt
 

@@ -30,7 +30,11 @@
    at another bucket size by ``resize_min_gain`` and in most rounds) and the
    strategies that lost are excluded.  Taking turns spreads each plan's iterations over
    the machine's slow and fast phases; one window per plan let a lucky window pick the
-   winner.
+   winner.  By default (``trial_share`` > 0) the trials cost at most that share of the time
+   trained so far (:mod:`gradsched.calibration.budget`): the baseline runs first and, as a
+   rest, between candidate windows until the next one fits; a candidate that can no longer
+   win is dropped; candidates predicted clearly slower are not tried; rank 0 broadcasts each
+   next window.  ``trials=off``: no trials (nor re-plans, unless ``max_replans`` is given).
 4. **Re-plan.**  Every ``patience`` iterations after the trials (again at iterations
    known in advance) rank 0 compares the median of the last ``patience`` measured
    iterations with what the plan is expected to take (what the trials' winner measured
@@ -60,7 +64,8 @@ sizes for a line, a few probe all-reduces of known sizes at start-up supply the 
 
 Options (``plan_options`` of ``"auto"``; ``gradsched train --opt KEY=VALUE``):
 ``switch_iteration`` (5), ``initial`` ("wfbp"), ``initial_options`` ({}), ``trials``
-(3), ``trial_iterations`` (12), ``trial_rounds`` (3), ``trial_window_s`` (0.3), ``min_gain``
+(3; 0 or off: none), ``trial_iterations`` (12), ``trial_rounds`` (3), ``trial_window_s`` (0.3),
+``trial_share`` (0.01), ``min_gain``
 (0.03), ``resize_min_gain`` (0.01), ``runoff_rounds`` (4), ``runoff_margin`` (0.05),
 ``replan_threshold`` (0.15), ``patience`` (10), ``max_replans`` (3), ``adaptive`` (true;
 false plans ``auto`` once at start-up from ``profile=``/``cluster=``, as any other
@@ -81,11 +86,12 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 import torch.distributed as dist
 
-from gradsched.calibration import (IssueTimes, StepRecord, decide, fastest, fit_cluster, issue_times,
-                                   measured_profile, runoff_plans, service_points)
+from gradsched.calibration import (IssueTimes, StepRecord, TrialBudget, decide, fastest, fit_cluster, issue_times,
+                                   measured_profile, out_of_the_running, runoff_plans, service_points)
 from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
+from gradsched.planners.options import Option, coerce
 from gradsched.profile import Profile
 from gradsched.timeline import Event
 from gradsched.torch.runtime.groups import backend_of
@@ -106,6 +112,7 @@ OFFLINE_TRIALS = 1  # best plans of a given profile and cluster added to the tri
 SAMPLES_KEPT = 200  # iteration times kept per plan tried (most recent): its measurement is their median
 MAX_TRIAL_WINDOW = 64  # measured iterations of one trial window at most (AutoTuneConfig.window_for)
 RUNOFF_PLANS = 4  # plans in the run-off at most, the baseline among them (AutoTuner._runoff_plans)
+PREDICTED_SLOWER = 0.25  # budgeted trials skip candidates predicted this much slower than the fastest prediction
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,10 +123,12 @@ class AutoTuneConfig:
     switch_iteration: int = 5  # iterations under `initial` before the first plan (iteration 0 is a warm-up)
     initial: str = "wfbp"  # the safe default that runs while profiling
     initial_options: dict[str, Any] = field(default_factory=dict)
-    trials: int = 3  # best predicted plans (one per strategy) measured before settling; 1: trust the simulator
+    trials: int = 3  # best predicted plans (one per strategy) measured before settling; 1: trust the simulator;
+    # 0 ("off"): no trials and, unless max_replans is given, no re-plans: the plan from the profile and cluster stays
     trial_iterations: int = 12  # iterations each trial plan runs in all (the median of them is its measurement) ...
     trial_rounds: int = 3  # ... in this many windows, the candidates taking turns (see trial_window)
     trial_window_s: float = 0.3  # ... each window at least this long (more iterations where steps are short)
+    trial_share: float = 0.01  # the trials cost at most this share of the time trained so far (0: back to back)
     min_gain: float = 0.03  # a trial plan replaces DDP (the baseline) only if it measured at least this much faster
     resize_min_gain: float = 0.01  # ... PyTorch's DDP at another bucket size: at least this much (nothing else differs)
     runoff_rounds: int = 4  # then the plans the rounds could not tell apart take this many more turns (0: none)
@@ -135,6 +144,10 @@ class AutoTuneConfig:
         """Split ``plan_options`` of ``"auto"`` into tuner settings and planner options; check them."""
         opts = dict(options or {})
         planner = {k: opts.pop(k) for k in PLANNER_KEYS if k in opts}
+        if "trials" in opts:
+            opts["trials"] = trials_option(opts["trials"])
+            if opts["trials"] == 0:  # "don't try": nor re-plan to a plan nobody measured, unless asked to
+                opts.setdefault("max_replans", 0)
         from gradsched.planners.registry import check_options
 
         planner = check_options("auto", planner)  # typed and range-checked as the auto planner declares them
@@ -162,8 +175,9 @@ class AutoTuneConfig:
         if not isinstance(self.switch_iteration, int) or self.switch_iteration < 2:
             raise GradschedError(f"auto: switch_iteration must be an integer >= 2 (iteration 0 is a warm-up, at least "
                                  f"one more is measured), got {self.switch_iteration!r}")
-        if not isinstance(self.trials, int) or self.trials < 1:
-            raise GradschedError(f"auto: trials must be a positive integer (1: no trials), got {self.trials!r}")
+        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 0:
+            raise GradschedError(f"auto: trials must be a whole number (0 or off: no trials, 1: the simulator's "
+                                 f"choice with re-plans), got {self.trials!r}")
         if not isinstance(self.trial_iterations, int) or self.trial_iterations < 1:
             raise GradschedError(f"auto: trial_iterations must be a positive integer, got {self.trial_iterations!r}")
         if not isinstance(self.trial_rounds, int) or self.trial_rounds < 1:
@@ -177,7 +191,7 @@ class AutoTuneConfig:
             raise GradschedError(f"auto: patience must be a positive integer, got {self.patience!r}")
         if not isinstance(self.max_replans, int) or self.max_replans < 0:
             raise GradschedError(f"auto: max_replans must be a non-negative integer, got {self.max_replans!r}")
-        for name in ("min_gain", "resize_min_gain", "runoff_margin"):
+        for name in ("min_gain", "resize_min_gain", "runoff_margin", "trial_share"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
                 raise GradschedError(f"auto: {name} must be a fraction in [0, 1), got {value!r}")
@@ -190,6 +204,12 @@ class AutoTuneConfig:
         get_planner(self.initial)  # unknown name: an error that lists the known ones
         if is_sparse(self.initial):
             raise GradschedError(f"auto: initial strategy {self.initial!r} compresses gradients; choose a dense one")
+
+    @property
+    def budgeted(self) -> bool:
+        """The trials run within :attr:`trial_share` of the time trained (rank 0 schedules each window; the
+        baseline runs first and between them); otherwise back to back at iterations fixed in advance."""
+        return self.trial_share > 0
 
     @property
     def trial_window(self) -> int:
@@ -222,6 +242,29 @@ class AutoTuneConfig:
         checks = 2 * self.max_replans + (1 if self.max_replans else 0)
         return self.switch_iteration + 1 + (candidates * self.trial_rounds + runoff + 1) * (window + 1) \
             + checks * (self.patience + 1)
+
+
+TRIALS = Option("trials", int, 3, low=0, doc="plans measured before settling; 0 or off: none")
+
+
+def trials_option(value: Any) -> int:
+    """``trials`` as given (``--opt trials=off``, ``plan_options={"trials": 3}``): a whole number, ``off`` for 0."""
+    if value is False or (isinstance(value, str) and value.strip().lower() in ("off", "false", "no", "none")):
+        return 0
+    try:
+        return coerce("auto", TRIALS, value, list)
+    except GradschedError as exc:
+        raise GradschedError(f"{exc} (or off: no trials)") from None
+
+
+def not_clearly_slower(best: "Ranked", trials: list["Ranked"]) -> list["Ranked"]:
+    """The trial candidates worth a window: those predicted within :data:`PREDICTED_SLOWER` of the fastest
+    prediction, and DDP's buckets whatever their prediction (the baseline, PyTorch's DDP at other bucket
+    sizes, which differ from it in their buckets only: over loopback one bucket measured fastest where the
+    simulator had not named it, docs/autotune.md).  A plan predicted clearly slower is the simulator's
+    verdict that measuring it is likely to cost a window for nothing."""
+    fastest_s = min([best.predicted_s] + [r.predicted_s for r in trials])
+    return [r for r in trials if r.strategy in (TORCH_DDP, "ddp") or r.predicted_s <= fastest_s * (1 + PREDICTED_SLOWER)]
 
 
 def _label(strategy: str, plan: Plan) -> str:
@@ -333,6 +376,16 @@ class AutoTuner:
         self._runoff: list[str] | None = None  # the plans of the run-off, once the rounds have ended
         self.trial_window = config.trial_window  # iterations a trial window measures (rank 0's, at the first plan)
         self._next_trial: int | None = None
+        # budgeted trials (AutoTuneConfig.trial_share); rank 0 decides, every rank follows its broadcast
+        self.settled_at: int | None = None  # iteration at which the plan was chosen (trials decided, or none)
+        self._start_s: float | None = None  # rank 0: when the first iteration started
+        self._budget: TrialBudget | None = None  # rank 0: what the trials cost so far
+        self._window_start: tuple[float, int] | None = None  # rank 0: time and iteration the current window started
+        self._window_len = config.trial_window  # measured iterations of the window running
+        self._resting = False  # the window running is a rest: the baseline, outside the rounds
+        self._paired: dict[str, list[float]] = {}  # rank 0: per candidate, the baseline's window before each of its
+        self._last_base_s: float | None = None  # rank 0: the baseline's latest window median
+        self._dropped: list[str] = []  # rank 0: candidates out of the running (lost a round they had to win)
         self._root = dist.get_global_rank(model.group, 0)
         sizes = set(model.plan().op_bytes(model.profile))
         self._probes = self._probe() if len(sizes) < MIN_SIZES else []
@@ -342,6 +395,8 @@ class AutoTuner:
         """Called by the wrapper at the start of every gradient-synchronising forward: an
         iteration boundary (the previous step's update is done or due)."""
         now = self._tracer.now()
+        if self._start_s is None:
+            self._start_s = now
         if self._steps and self._steps[-1].end_s is None:
             prev = self._steps[-1]
             prev.end_s = now
@@ -416,6 +471,9 @@ class AutoTuner:
         """Every rank: the current trial plan has run its iterations; switch to the next one, or,
         when all have run, to the one that measured fastest (rank 0's measurement, broadcast)."""
         self._model.synchronize()
+        if self.config.budgeted:
+            self._budgeted_trial(step)
+            return
         window = self._window(self.trial_window)
         measured_before = statistics.median(s.duration_s for s in window) if window else None
         if self._is_root and measured_before is not None:
@@ -440,7 +498,10 @@ class AutoTuner:
             self.trial_decision = {"measured": dict(taken), "rounds": rounds, "baseline": baseline, "kept": best,
                                    "resized": sorted(resized), "plans": {h: _label(*self._tried[h][:2]) for h in taken},
                                    "runoff": list(self._runoff or [])}
-        best = self._broadcast(best)
+        self._keep(step, self._broadcast(best), measured_before)
+
+    def _keep(self, step: int, best: str, measured_before: float | None) -> None:
+        """Every rank, when the trials are decided: run ``best`` from now on; the other strategies are out."""
         strategy, plan, order, predicted = self._tried[best]  # every candidate has a prediction
         # measured slower than the winner: the simulator's ranking does not hold here, keep them out
         self.rejected.extend(sorted({s for s, *_ in self._tried.values() if s != strategy} - set(self.rejected)))
@@ -450,7 +511,98 @@ class AutoTuner:
         if self._is_root:  # checks look for drift from what the winner measured, not from the simulator
             self._expected_s = self._measured_by_plan[best]
         logger.info("auto: iteration %d: of the plans tried, %s measured fastest; it stays", step, strategy)
+        self._settled(step, "after trials")
         self._schedule_check(step)
+
+    def _settled(self, step: int, how: str) -> None:
+        """Every rank: the plan is chosen (later checks may still re-plan, up to ``max_replans``); say so."""
+        self.settled_at = step
+        cost = ""
+        if self._is_root and self._budget is not None and self._measured_by_plan.get(self._baseline() or ""):
+            base = self._measured_by_plan[self._baseline()]
+            cost = (f"; {len(self._budget.windows)} trial windows of other plans, {len(self._dropped)} plans "
+                    f"dropped early, cost {self._budget.spent_s(base) * 1e3:.0f} ms beyond the baseline in "
+                    f"{self._tracer.now() - self._budget.start_s:.1f} s")
+        if self._is_root:
+            logger.info("auto: settled on %s at iteration %d, %s%s", self.switches[-1].strategy, step, how, cost)
+
+    def _budgeted_trial(self, step: int) -> None:
+        """Every rank, trials within :attr:`AutoTuneConfig.trial_share`: rank 0 measures the window that ended and
+        decides what runs next (:meth:`_next_window`): a candidate's window, a rest on the baseline, or the end."""
+        window = self._window(self._window_len)
+        measured_before = statistics.median(s.duration_s for s in window) if window else None
+        decision = self._broadcast(self._next_window(step, window) if self._is_root else None)
+        self._trial_turns = list(decision["turns"])
+        if decision.get("runoff") is not None:
+            self._runoff = list(decision["runoff"])
+        if decision["kind"] == "end":
+            self._next_trial = None
+            self._keep(step, decision["plan"], measured_before)
+            return
+        strategy, plan, order, predicted = self._tried[decision["plan"]]
+        if plan.hash != self._model.plan().hash:
+            self._switch(step, strategy, plan, order, predicted, measured_before, "trial")
+        self._resting = decision["kind"] == "rest"
+        self._window_len = decision["iterations"]
+        self._next_trial = step + decision["iterations"] + 1
+        if self._is_root:
+            self._window_start = (self._tracer.now(), step)
+
+    def _next_window(self, step: int, window: list[StepRecord]) -> dict[str, Any]:
+        """Rank 0, budgeted trials: record the window that ended (a candidate's is compared with the baseline's
+        window just before it), drop the candidates that can no longer be kept, and say what runs next."""
+        current, base = self._model.plan().hash, self._baseline()
+        now = self._tracer.now()
+        if window:
+            self._record(current, window)
+            median = statistics.median(s.duration_s for s in window)
+            if current == base:
+                self._last_base_s = median
+            if not self._resting:
+                self._rounds_by_plan.setdefault(current, []).append(median)
+                if current != base:
+                    self._paired.setdefault(current, []).append(self._last_base_s or median)
+        if current != base and self._window_start is not None:
+            self._budget.windows.append((now - self._window_start[0], step - self._window_start[1]))
+        rounds = self.config.trial_rounds + (self.config.runoff_rounds if self._runoff else 0)
+        resized = self._resized(base, self._taken())
+        for h in self._alive(base) if base is not None else []:  # (no baseline: nothing to lose a round to)
+            wins = [a < b for a, b in zip(self._rounds_by_plan.get(h, []), self._paired.get(h, []))]
+            if out_of_the_running(wins, rounds, h in resized):
+                self._dropped.append(h)
+        turns = [h for h in self._trial_turns if h not in self._dropped]
+        runoff = None
+        if not any(h != base for h in turns) and self._runoff is None and self.config.runoff_rounds:
+            close = runoff_plans({h: t for h, t in self._taken().items() if h not in self._dropped}, base,
+                                 self.config.runoff_margin, RUNOFF_PLANS)
+            runoff = sorted(close, key=lambda h: h != base)  # the baseline first, as in the rounds
+            turns = runoff * self.config.runoff_rounds if any(h != base for h in runoff) else []
+        if not any(h != base for h in turns):
+            return {"kind": "end", "plan": self._decide(base), "turns": [], "runoff": runoff}
+        nxt = turns[0]
+        rest = self._budget.rest_before(now, self._measured_by_plan.get(base, 0.0), self.trial_window + 1)
+        if nxt != base and rest:
+            return {"kind": "rest", "plan": base, "iterations": max(rest, self.trial_window), "turns": turns,
+                    "runoff": runoff}
+        return {"kind": "window", "plan": nxt, "iterations": self.trial_window, "turns": turns[1:], "runoff": runoff}
+
+    def _alive(self, base: str | None) -> list[str]:
+        """Rank 0: the trial candidates still in the running (the baseline aside)."""
+        return [h for h in self._trial_candidates if h != base and h not in self._dropped]
+
+    def _decide(self, base: str | None) -> str:
+        """Rank 0, at the end of budgeted trials: the plan kept (:func:`~gradsched.calibration.fastest` over the
+        candidates still in the running, each window against the baseline's before it)."""
+        taken = {h: t for h, t in self._taken().items() if h == base or h not in self._dropped}
+        rounds = {h: list(self._rounds_by_plan.get(h, [])) for h in taken}
+        resized = self._resized(base, taken)
+        best = fastest(taken, base, self.config.min_gain, rounds, resized, self.config.resize_min_gain, self._paired)
+        self.trial_decision = {"measured": dict(taken), "rounds": rounds, "baseline": base, "kept": best,
+                               "resized": sorted(resized), "plans": {h: _label(*self._tried[h][:2]) for h in taken},
+                               "runoff": list(self._runoff or []), "paired": dict(self._paired),
+                               "dropped": list(self._dropped),
+                               "cost_s": self._budget.spent_s(self._measured_by_plan.get(base or "", 0.0))}
+        return best
 
     def _runoff_plans(self) -> list[str] | None:
         """Rank 0 (others: None), when the rounds end: the plans that take ``runoff_rounds`` more turns
@@ -517,7 +669,14 @@ class AutoTuner:
         self._tracer.completions = self._keep_events
         if self._trial_turns:
             self._next_trial = step + self.trial_window + 1
+            self._window_len = self.trial_window
+            if self._is_root and self.config.budgeted:  # what came before the trials counts against them
+                now = self._tracer.now()
+                self._budget = TrialBudget(self.config.trial_share, self._start_s, now - self._start_s, step)
+                self._window_start = (now, step)
         else:
+            if reason == "profiled":
+                self._settled(step, "without trials" if self.config.trials <= 1 else "no other plan to try")
             self._schedule_check(step, after_replan=reason == "replan")
 
     def _schedule_check(self, step: int, after_replan: bool = False) -> None:
@@ -575,6 +734,8 @@ class AutoTuner:
         if reason == "profiled" and self.config.trials > 1:
             trials = self._trials(results, with_defaults, lambda p, c: runnable(ranked(p, c, **opts)))
             trials += self._torch_ddp_trials(profile, cluster)
+            if self.config.budgeted:
+                trials = not_clearly_slower(results[0], trials)
         trial_plans = [(r.strategy, r.plan if r.strategy == TORCH_DDP else as_auto(r, len(results)), r.predicted_s)
                        for r in trials]
         # the initial plan takes turns too (trials come only at the first plan, which leaves the initial one)
@@ -665,40 +826,54 @@ class AutoTuner:
 
     def _apply(self, step: int, payload: dict[str, Any], reason: str) -> None:
         plan: Plan = payload["plan"]
-        self.predicted_iteration_s = payload["predicted_s"]
         self._expected_s = payload.get("expected_s")
         self.profile, self.cluster = payload["profile"], payload["cluster"]
         self.trial_window = payload.get("trial_window", self.trial_window)
         model = self._model
-        if plan.hash != model.plan().hash or payload["order"] != model.order():
-            plan.check(model.profile, "auto plan")
-            model.switch_plan(plan, payload["order"])
-        self._recent_s.clear()
+        plan.check(model.profile, "auto plan")
         chose = plan.options.get("chose", plan.strategy)
         self._tried[plan.hash] = (chose, plan, list(payload["order"]), payload["predicted_s"])
-        self.switches.append(Switch(step, chose, plan.hash, payload["predicted_s"], payload["measured_s"], reason))
-        turn = [plan.hash]
+        turn = self._turn(plan.hash, payload)
+        first = turn[0] if turn else plan.hash
+        if turn and self.config.budgeted and self._baseline() in turn:
+            # the baseline first: each candidate's window is then compared with it as soon as it ends
+            first = self._baseline()
+            turn.remove(first)
+            turn.insert(0, first)
+        name, run, order, predicted = self._tried[first]
+        if run.hash != model.plan().hash or order != model.order():
+            model.switch_plan(run, order)
+        self.predicted_iteration_s = predicted
+        self._recent_s.clear()
+        self.switches.append(Switch(step, name, run.hash, predicted, payload["measured_s"], reason))
+        if turn:
+            self._trial_candidates = turn
+            self._runoff = None
+        # the candidates take turns, trial_rounds times over; the first window starts now
+        self._trial_turns = (turn * self.config.trial_rounds)[1:]
+
+    def _turn(self, planned: str, payload: dict[str, Any]) -> list[str]:
+        """Every rank, at a plan: the trial candidates in their order (none without trials), the planned plan
+        first and the initial plan last; what they measured before is forgotten (only windows taken in turn
+        count: the initial's profiling window was its own phase of the machine)."""
+        turn = [planned]
         for name, trial_plan, order, predicted in payload.get("trials", []):
-            trial_plan.check(model.profile, "auto trial plan")
+            trial_plan.check(self._model.profile, "auto trial plan")
             if trial_plan.hash not in self._tried:  # one plan under two names is measured once
                 self._tried[trial_plan.hash] = (name, trial_plan, list(order), predicted)
                 turn.append(trial_plan.hash)
         if len(turn) == 1:
-            self._trial_turns = []
-            return
+            return []
         initial = self.switches[0].plan_hash
         name, initial_plan, initial_order, _ = self._tried[initial]
         self._tried[initial] = (name, initial_plan, initial_order, payload.get("initial_predicted_s"))
         if initial not in turn:
             turn.append(initial)  # the safe default competes on the same terms
-        for h in turn:  # only windows taken in turn count (the initial's profiling window was its own phase)
+        for h in turn:
             self._samples_by_plan.pop(h, None)
             self._measured_by_plan.pop(h, None)
             self._rounds_by_plan.pop(h, None)
-        self._trial_candidates = turn
-        self._runoff = None
-        # the candidates take turns, trial_rounds times over; the first window (this plan's) starts now
-        self._trial_turns = (turn * self.config.trial_rounds)[1:]
+        return turn
 
     # ------------------------------------------------------------------ measurements
     def _events(self) -> list[Event]:
@@ -761,6 +936,7 @@ class AutoTuner:
     def summary(self) -> dict[str, Any]:
         """JSON-ready state: switches, prediction and this rank's measurements."""
         return {"predicted_iteration_s": self.predicted_iteration_s, "expected_iteration_s": self._expected_s,
+                "settled_at": self.settled_at,
                 "measured_iteration_s": self.measured_iteration_s, "replans": self.replans,
                 "trial_decision": self.trial_decision,
                 "switches": [s.to_dict() for s in self.switches],

@@ -351,56 +351,82 @@ class DistributedDataParallel(nn.Module):
         return self._world
 
     # ------------------------------------------------------------------ training
+    @torch._disable_dynamo(recursive=False)
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        # torch.compile of the wrapper compiles what this calls (the module, or the module under
+        # PyTorch's DDP) and none of this bookkeeping, as PyTorch's DDP keeps its own forward out
+        # of dynamo: traced, it guarded on the tracer's iteration counter and recompiled every step
+        # until dynamo's limit (docs/integrations.md, "torch.compile").
+        run, args, kwargs, t0 = self._before_forward(args, kwargs, _compiling())
+        if run is self._ddp:
+            try:
+                out = run(*args, **kwargs)
+            except Exception as exc:  # a failure of DDP's forward collectives (buffer broadcast)
+                failure = self._ddp_forward_failure(exc)
+                if failure is exc:
+                    raise
+                raise failure from exc
+        else:
+            with self._gate.first_use() if self._gate is not None else contextlib.nullcontext():
+                out = run(*args, **kwargs)  # pending updates applied at each parameter's first read
+        self._after_forward(out, t0)
+        return out
+
+    @torch._disable_dynamo
+    def _before_forward(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                        compiling: bool) -> tuple[Any, tuple[Any, ...], dict[str, Any], float | None]:
+        """Everything before the module's forward: what to call with which inputs, and the forward's start
+        time (``None``: not traced).  ``compiling``: the wrapper itself is being compiled."""
         if self._ddp is not None and (self.autotuner is None or self._settled_on_torch_ddp()):
-            out = self._torch_ddp_forward(args, kwargs)
-            if self.autotuner is not None:  # auto's DDP: every backward averaged, as under the executor
-                reduce_every_backward(self._ddp, out, self._find_unused_arg)
-            return out
+            self._install_ddp_deadline()
+            return self._ddp, args, kwargs, None
         tracer = self._tracer
         if tracer is not None:
             tracer.next_iteration()
         if self.autotuner is not None and torch.is_grad_enabled() and self._sync_enabled:
             self.autotuner.on_iteration_start()  # an iteration boundary: the plan may switch here
-        t0 = tracer.now() if tracer is not None else 0.0
+        t0 = tracer.now() if tracer is not None else None
         if self._ddp is not None:  # run-time auto runs PyTorch's DDP (a candidate, or what it settled on)
-            out = self._ddp(*args, **kwargs)
-            reduce_every_backward(self._ddp, out, self._find_unused_arg)
-            if tracer is not None:
-                tracer.span("forward", FORWARD, t0)
-            return out
+            return self._ddp, args, kwargs, t0
         if self._input_device is not None:  # device_ids=[d]: inputs go to d, as DDP moves them
             args, kwargs = to_device(args, self._input_device), to_device(kwargs, self._input_device)
         syncing = torch.is_grad_enabled() and self._executor is not None and self._executor.enabled
         self._finish_unstepped()
         if self._broadcast_buffers and self._ctrl is not None and syncing:
             self._sync_buffers()
-        if self._compiled and self._optimizer is not None and self._optimizer.pending:
+        if (self._compiled or compiling) and self._optimizer is not None and self._optimizer.pending:
             # A compiled module runs its layers as one graph, with no per-layer gate in between:
             # its parameters must all be updated before it starts (docs/integrations.md).
             self._optimizer.flush()
-        with self._gate.first_use() if self._gate is not None else contextlib.nullcontext():
-            out = self.module(*args, **kwargs)  # pending updates applied at each parameter's first read
-        if syncing and self._executor.laysa and self._executor.mirror is not None:
-            inflight.refuse_second_backward(self._executor, out)  # the weights change during its backward
-        if self._optimizer is not None and self._optimizer.pending:
-            self._optimizer.flush()  # parameters the forward did not reach
-        if tracer is not None:
-            tracer.span("forward", FORWARD, t0)
-        return out
+        return self.module, args, kwargs, t0
 
-    def _torch_ddp_forward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """PyTorch's DDP forward; a failure of its collectives (buffer broadcast) as a CollectiveError."""
-        if getattr(self, "_deadline_due", False):  # after any hook of the user's (the Lightning strategy's)
+    @torch._disable_dynamo
+    def _after_forward(self, out: Any, t0: float | None) -> None:
+        """Everything after the module's forward: hooks on its output, updates it did not reach, the trace."""
+        if self._ddp is not None:
+            if self.autotuner is not None:  # auto's DDP: every backward averaged, as under the executor
+                reduce_every_backward(self._ddp, out, self._find_unused_arg)
+        else:
+            ex = self._executor
+            if torch.is_grad_enabled() and ex is not None and ex.enabled and ex.laysa and ex.mirror is not None:
+                inflight.refuse_second_backward(ex, out)  # the weights change during its backward
+        if self._ddp is None and self._optimizer is not None and self._optimizer.pending:
+            self._optimizer.flush()  # parameters the forward did not reach
+        if t0 is not None and self._tracer is not None:
+            self._tracer.span("forward", FORWARD, t0)
+
+    def _install_ddp_deadline(self) -> None:
+        """The deadline hook on PyTorch's DDP (``plan="ddp"``), after any hook of the user's (the Lightning
+        strategy's)."""
+        if getattr(self, "_deadline_due", False):
             ddp_errors.install(self._ddp, self._group, self._timeout_s)
             self._deadline_due = False
-        try:
-            return self._ddp(*args, **kwargs)
-        except Exception as exc:
-            if not ddp_errors.is_backend_failure(exc):
-                raise
-            raise ddp_errors.collective_error(self._rank, "PyTorch DDP's forward collectives", self._timeout_s,
-                                              exc) from exc
+
+    def _ddp_forward_failure(self, exc: Exception) -> Exception:
+        """A failure of PyTorch DDP's forward: a CollectiveError where the backend failed, else ``exc``."""
+        if not ddp_errors.is_backend_failure(exc):
+            return exc
+        return ddp_errors.collective_error(self._rank, "PyTorch DDP's forward collectives", self._timeout_s, exc)
 
     def hooks_parameters(self) -> bool:
         """Whether this wrapper's gradient hooks are on its parameters: PyTorch's DDP's, or an executor's
@@ -566,6 +592,14 @@ class DistributedDataParallel(nn.Module):
             meta["plan_hash"] = self.plan.hash
             meta["operations"] = len(self.plan.operations)
         return meta
+
+
+def _compiling() -> bool:
+    """Whether this frame runs under ``torch.compile`` (the wrapper compiled as a whole): dynamo's frame
+    callback is set (it is not in eager code, nor inside a function dynamo is told to skip entirely)."""
+    eval_frame = sys.modules.get("torch._C._dynamo.eval_frame")
+    get = getattr(eval_frame, "get_eval_frame_callback", None)
+    return get is not None and get() not in (None, False)
 
 
 def is_compiled(module: nn.Module) -> bool:

@@ -1,0 +1,169 @@
+"""Run-time auto's trials within a budget (issue 38, item 3): cheap where PyTorch's DDP is clearly best.
+
+The rules are plain functions (:mod:`gradsched.calibration.budget`), tested on numbers; the
+tuner is tested on one rank in this process with the clock injected as in
+``test_autotune_torch_ddp.py`` (an iteration under a plan the test calls slow takes that much
+longer on the tracer's clock), so which plan wins, and what the trials cost, is deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gradsched.calibration import TrialBudget, fastest, out_of_the_running
+from gradsched.calibration.budget import MAX_REST
+from gradsched.errors import GradschedError
+
+torch = pytest.importorskip("torch")
+
+from gradsched.torch import DistributedDataParallel  # noqa: E402
+from gradsched.torch.runtime.autotune import AutoTuneConfig, not_clearly_slower  # noqa: E402
+from gradsched.torch.runtime.torch_ddp import TORCH_DDP, is_torch_ddp  # noqa: E402
+
+from tests.torch.test_autotune_torch_ddp import _net, _train, delay, world_of_one  # noqa: E402,F401
+
+BUDGETED = {"switch_iteration": 3, "trials": 2, "trial_iterations": 2, "trial_rounds": 2, "trial_window_s": 0,
+            "min_gain": 0, "max_replans": 0, "runoff_rounds": 0}
+
+
+# --------------------------------------------------------------------------- the rules, on numbers
+def test_the_cost_is_time_beyond_the_baseline_never_a_credit():
+    budget = TrialBudget(0.1, start_s=0.0, before_s=1.0, before_iterations=5, windows=[(1.2, 10), (0.9, 10)])
+    assert budget.spent_s(0.1) == pytest.approx((1.0 - 0.5) + (1.2 - 1.0))  # the faster window counts 0
+    assert TrialBudget(0.1, start_s=0.0, before_s=0.1, before_iterations=5).spent_s(0.1) == 0
+    assert budget.slowdown(0.1) == pytest.approx(0.05)  # median of +20% and -10%, at least MIN_SLOWDOWN
+
+
+@given(share=st.floats(0.005, 0.5), before_s=st.floats(0, 10), base_s=st.floats(1e-3, 1), now_s=st.floats(0, 100),
+       window=st.integers(1, 64), slow=st.floats(0, 3))
+def test_a_rest_is_exactly_as_long_as_the_budget_needs(share, before_s, base_s, now_s, window, slow):
+    """After the rest the next window fits (its expected cost included); two iterations less (one: rounding)
+    and it would not."""
+    budget = TrialBudget(share, start_s=0.0, before_s=before_s, before_iterations=2,
+                         windows=[(window * base_s * (1 + slow), window)])
+    rest = budget.rest_before(now_s, base_s, window)
+    expected = window * base_s * budget.slowdown(base_s)
+
+    def fits(n: int) -> bool:
+        return budget.spent_s(base_s) + expected <= share * (now_s + (n + window) * base_s) * (1 + 1e-9) + 1e-12
+
+    assert 0 <= rest <= MAX_REST and (fits(rest) or rest == MAX_REST)
+    assert rest <= 1 or not fits(rest - 2)
+
+
+def test_a_plan_that_lost_a_round_is_out_a_resized_ddp_once_it_cannot_win_most():
+    assert not out_of_the_running([True], 3, resized=False)
+    assert out_of_the_running([True, False], 3, resized=False)  # fastest() wants every round
+    assert not out_of_the_running([False], 3, resized=True)  # 2 of the 3 may still be won
+    assert out_of_the_running([False, False], 3, resized=True)
+    assert out_of_the_running([False], 2, resized=True)  # 1 of 2 is no majority
+
+
+def test_fastest_compares_each_window_with_the_baselines_window_before_it():
+    measured = {"base": 1.0, "x": 0.8}
+    rounds = {"base": [1.0, 0.5], "x": [0.8, 0.8]}  # round by round x lost the second
+    assert fastest(measured, "base", 0.03, rounds) == "base"
+    # paired with the baseline's window just before each of its own (1.0 and 0.9): x won both
+    assert fastest(measured, "base", 0.03, rounds, paired={"x": [1.0, 0.9]}) == "x"
+
+
+def test_candidates_predicted_clearly_slower_are_not_tried_ddps_buckets_are():
+    from gradsched.planners.auto import Ranked
+
+    best = Ranked(1.0, "usbyte", None)
+    trials = [Ranked(1.1, "wfbp", None), Ranked(1.5, "sync", None), Ranked(2.0, TORCH_DDP, None),
+              Ranked(3.0, "ddp", None)]
+    assert [r.strategy for r in not_clearly_slower(best, trials)] == ["wfbp", TORCH_DDP, "ddp"]
+
+
+def test_trials_off_is_no_trials_and_no_replans_unless_asked():
+    off = AutoTuneConfig.from_options({"trials": "off"})
+    assert off.trials == 0 and off.max_replans == 0
+    assert AutoTuneConfig.from_options({"trials": "OFF", "max_replans": 2}).max_replans == 2
+    assert AutoTuneConfig.from_options({"trials": False}).trials == 0
+    assert AutoTuneConfig.from_options({"trials": "4"}).trials == 4
+    with pytest.raises(GradschedError, match="off"):
+        AutoTuneConfig.from_options({"trials": "sometimes"})
+
+
+# --------------------------------------------------------------------------- the tuner, one rank
+MAX_STEPS = 300
+
+
+def _budgeted(slow_s, options: dict):
+    """Auto with the budgeted trials, trained until they are decided; ``slow_s(plan, tuner)``: what an
+    iteration under ``plan`` takes more on the tracer's clock."""
+    model = DistributedDataParallel(_net(), "auto", plan_options={**BUDGETED, **options}, bucket_cap_mb=0.01)
+    delay(model, lambda plan: slow_s(plan, model.autotuner))
+    for _ in range(MAX_STEPS // 10):
+        _train(model, 0, 1, 10)
+        if model.autotuner.trials_done:
+            break
+    assert model.autotuner.trials_done
+    return model
+
+
+def _profiling(tuner) -> bool:
+    return tuner.iteration <= tuner.config.switch_iteration
+
+
+def test_when_pytorch_ddp_wins_every_window_the_trials_end_after_one_round(world_of_one):
+    # every iteration 0.5 s, 1 s under a plan other than PyTorch's DDP: the trials fit a share of 0.99 without rests
+    model = _budgeted(lambda plan, t: 0.5 if is_torch_ddp(plan) or _profiling(t) else 1.0, {"trial_share": 0.99})
+    tuner = model.autotuner
+    trials = [s for s in tuner.switches if s.reason in ("profiled", "trial")]
+    base = tuner.trial_decision["baseline"]
+    assert trials[0].plan_hash == base and trials[0].reason == "profiled"  # the baseline runs first
+    # each plan other than PyTorch's DDP ran one window, lost it and was dropped: no second round (DDP at other
+    # bucket sizes runs as fast as the baseline here: it may win a round by chance, and take another)
+    others = [s.plan_hash for s in trials if not is_torch_ddp(tuner._tried[s.plan_hash][1])]
+    assert len(others) == len(set(others)) >= 2 and set(others) <= set(tuner.trial_decision["dropped"])
+    # PyTorch's DDP stays (at the user's bucket size, or another that measured as fast: they differ in noise here)
+    assert is_torch_ddp(model.plan) and model.plan.hash == tuner.trial_decision["kept"] and tuner.done
+    fixed = AutoTuneConfig.from_options({**BUDGETED, "trial_share": 0}).tuning_iterations_for(tuner.trial_window)
+    assert tuner.settled_at is not None and tuner.settled_at < fixed  # sooner than every round back to back
+    assert tuner.summary()["settled_at"] == tuner.settled_at
+
+
+def test_a_candidate_window_waits_until_the_trials_fit_their_share(world_of_one):
+    """Profiling cost ~27 s more than 3 baseline iterations of ~1 s: at a share of 0.5 the first other
+    candidate waits until about 54 s have passed, a rest of the baseline in between."""
+    def slow_s(plan, tuner) -> float:
+        return 1.0 if is_torch_ddp(plan) and not _profiling(tuner) else 10.0
+
+    model = _budgeted(slow_s, {"trial_share": 0.5})
+    tuner = model.autotuner
+    sw = [s for s in tuner.switches if s.reason in ("profiled", "trial")]
+    assert is_torch_ddp(tuner._tried[sw[0].plan_hash][1])
+    first_other = next(s for s in sw if not is_torch_ddp(tuner._tried[s.plan_hash][1]))
+    waited = first_other.iteration - sw[0].iteration  # the baseline's window, then its rest
+    assert waited > 2 * (tuner.trial_window + 1)
+    # what the trials cost stays within the share of the time trained, but for the last window's own cost
+    spent, elapsed = tuner.trial_decision["cost_s"], tuner._tracer.now() - tuner._start_s
+    base_s = tuner.trial_decision["measured"][tuner.trial_decision["baseline"]]
+    assert spent <= 0.5 * elapsed + (tuner.trial_window + 1) * (10.0 + base_s)
+    assert is_torch_ddp(model.plan)  # PyTorch's DDP stays (at the user's bucket size or another as fast)
+
+
+def test_a_clearly_faster_plan_is_still_found_and_kept(world_of_one):
+    def slow_s(plan, tuner) -> float:
+        return 0.5 if is_torch_ddp(plan) or plan.strategy == "wfbp" else 0.0
+
+    model = _budgeted(slow_s, {"trial_share": 0.99})
+    tuner = model.autotuner
+    kept = tuner.trial_decision["kept"]
+    assert kept != tuner.trial_decision["baseline"] and not is_torch_ddp(model.plan) and model.plan.hash == kept
+    assert len(tuner.trial_decision["rounds"][kept]) == BUDGETED["trial_rounds"]  # it won every round
+    assert tuner.settled_at is not None
+
+
+def test_trials_off_plans_once_and_settles_at_the_switch(world_of_one):
+    model = DistributedDataParallel(_net(), "auto", plan_options={"switch_iteration": 3, "trials": "off"})
+    _train(model, 0, 1, 8)
+    tuner = model.autotuner
+    assert [s.reason for s in tuner.switches] == ["initial", "profiled"]
+    assert tuner.settled_at == 3 and tuner.done and tuner.trial_decision is None
