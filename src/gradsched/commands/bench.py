@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gradsched.bench_memory import check_memory, phase_lines
 from gradsched.calibration import contention_history
 from gradsched.commands._model import BUILT_IN, check_model
 from gradsched.commands._model import HELP as MODEL_HELP
@@ -232,33 +233,12 @@ def replay_model(source: str, dilate: float, out_dir: str) -> tuple[str, "Profil
     return f"{REPLAY_PREFIX}{path}", profile
 
 
-RANK_BASE_BYTES = 450e6  # one rank's torch, gloo and gradsched before any model
-COPY_BYTES_PER_BYTE = 4  # parameters, gradients, momentum and the runtime's buckets, per byte of parameters
-MEMORY_SHARE = 0.8  # of the free memory, what a replay may plan to use (the rest: the estimate's error, the OS)
-
-
-def check_memory(model_bytes: int, entries: int, ranks: int) -> None:
-    """Refuse a replay whose model copies would not fit in this machine's memory.
-
-    Each rank holds one copy per entry, the compute-only one and the probes' four, each
-    about 4x the parameters' bytes, beside its own 0.45 GB.  Fitted to two runs' peak RSS:
-    GoogLeNet (53.5 MB, 9 rows) took 3.26 GB per rank, and at 8 ranks it was killed for
-    memory (docs/testbed.md); ResNet-50 (102 MB, 4 rows) ran on 4 ranks."""
-    need = (RANK_BASE_BYTES + COPY_BYTES_PER_BYTE * model_bytes * (entries + 5)) * ranks
-    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    if need > MEMORY_SHARE * have:
-        raise GradschedError(f"replaying {model_bytes / 1e6:.0f} MB of parameters in {entries} rows on {ranks} ranks "
-                             f"needs about {need / 1e9:.1f} GB, more than {MEMORY_SHARE:.0%} of what this "
-                             f"machine has free ({have / 1e9:.1f} GB, so {MEMORY_SHARE * have / 1e9:.1f} GB): use fewer "
-                             f"--strategies/--ddp-buckets, hosts or ranks per host, or a smaller profile")
-
-
 def undilate(result: dict[str, Any], dilate: float) -> dict[str, Any]:
     """``result`` with every time in emulated seconds: each figure whose name has an ``s``
     unit (``lower_bound_s``, ``iteration_s_median``, ``step_s`` lists) divided by ``dilate``,
     except the job's own durations.  The measured profile and cluster stay in the run's
     own seconds (``dilate`` says by how much they are stretched)."""
-    keep = {"job_s", "resample_s", "measured", "cluster", "peak_rss_bytes"}
+    keep = {"job_s", "resample_s", "measured", "cluster", "peak_rss_bytes", "phases"}  # the job's own
     seconds = re.compile(r"(?:^|_)s(?:_|$)")
 
     def scale(value: Any, key: str) -> Any:
@@ -370,7 +350,7 @@ def rows_for_json(result: dict[str, Any], meta: dict[str, Any]) -> list[dict[str
     shared = {**meta, "world_size": result["world_size"], "backend": result["backend"], "machine": result["machine"],
               "profile": result["profile"], "cluster": result["cluster"], "lower_bound": result["lower_bound"], "contention": result["contention"],
               "compute_only": result.get("compute_only"), "best_ddp": result["best_ddp"], "job_s": result["job_s"],
-              "peak_rss_bytes": result.get("peak_rss_bytes")}
+              "peak_rss_bytes": result.get("peak_rss_bytes"), "phases": result.get("phases")}
     return [{**row, **shared} for row in result["rows"]]
 
 
@@ -399,6 +379,7 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"lower bound with the measured contention {cb * 1e3:.1f} ms (overlap is not free here); "
                      f"the fastest row, {best['strategy']}, is {best['iteration_s_median'] / cb:.2f}x it")
     lines += _auto_lines(result["rows"]) + _contention_lines(result.get("contention"))
+    lines += phase_lines(result.get("phases"), result.get("profile", {}).get("total_bytes"))
     return "\n".join(lines)
 
 
@@ -490,7 +471,7 @@ def run(args: argparse.Namespace) -> int:
             model, profile = replay_model(args.replay, args.dilate, tmp)
         cfg = _config(args, tmp, history, model)
         if args.replay is not None:
-            check_memory(profile.total_bytes, len(cfg.entries), args.hosts * args.ranks_per_host)
+            check_memory(profile.total_bytes, max(t.bytes for t in profile.tensors), args.hosts * args.ranks_per_host)
         cfg_path = Path(tmp, "config.json")
         cfg_path.write_text(json.dumps(cfg.to_dict()))
         if shaped is None:
