@@ -17,6 +17,7 @@ gradsched's executor.  docs/bench.md explains each figure.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import math
@@ -28,7 +29,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gradsched.bench_memory import check_memory, phase_lines
+from gradsched.bench_memory import phase_lines
+from gradsched.byte_scaling import add_scale_arg
 from gradsched.calibration import contention_history
 from gradsched.commands._model import BUILT_IN, check_model
 from gradsched.commands._model import HELP as MODEL_HELP
@@ -65,6 +67,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--dilate", type=float, default=1.0, metavar="K",
                    help="with --replay on the testbed: links shaped at --rate/K, compute times x K, reported times "
                    "/ K, to emulate a cluster faster than these cores can move (default 1)")
+    add_scale_arg(p)
     p.add_argument("--prefix", default=TESTBED_PREFIX, help=f"testbed name prefix (default {TESTBED_PREFIX})")
     p.add_argument("--workers", "--hosts", dest="hosts", type=int, default=2, metavar="N",
                    help="hosts: testbed hosts (or nodes of local processes with --loopback), each running "
@@ -200,9 +203,9 @@ def _network(args: argparse.Namespace) -> str | None:
     return DEFAULT_RATE
 
 
-def shaped_rate(rate: str | None, hosts: int, dilate: float, replay: bool) -> int | None:
-    """Bits per second to shape each testbed link at: ``rate / dilate``, refused beyond what
-    the machine moves faithfully (``FAITHFUL_AGGREGATE_BPS`` over all hosts' links)."""
+def shaped_rate(rate: str | None, hosts: int, dilate: float, replay: bool, scale: int = 1) -> int | None:
+    """Bits per second to shape each testbed link at: ``rate / dilate / scale`` (``scale``: --scale-bytes),
+    refused beyond what the machine moves faithfully (``FAITHFUL_AGGREGATE_BPS`` over all hosts' links)."""
     from gradsched.testbed import format_rate, parse_rate_bps
 
     if not dilate >= 1 or not math.isfinite(dilate):
@@ -213,9 +216,9 @@ def shaped_rate(rate: str | None, hosts: int, dilate: float, replay: bool) -> in
         if dilate != 1:
             raise GradschedError("--dilate scales the testbed's links: give --rate (as root), not --loopback")
         return None
-    bps = int(parse_rate_bps(rate) / dilate)
+    bps = int(parse_rate_bps(rate) / dilate / scale)
     if replay and bps * hosts > FAITHFUL_AGGREGATE_BPS:
-        need = parse_rate_bps(rate) * hosts / FAITHFUL_AGGREGATE_BPS
+        need = parse_rate_bps(rate) / scale * hosts / FAITHFUL_AGGREGATE_BPS
         raise GradschedError(f"--rate {rate} over {hosts} hosts at --dilate {dilate:g} shapes {hosts} links at "
                              f"{format_rate(bps)}, above the {format_rate(FAITHFUL_AGGREGATE_BPS)} in all that this "
                              f"machine moves faithfully (docs/bench.md): use --dilate {math.ceil(need * 10) / 10:g} "
@@ -223,13 +226,15 @@ def shaped_rate(rate: str | None, hosts: int, dilate: float, replay: bool) -> in
     return bps
 
 
-def replay_model(source: str, dilate: float, out_dir: str) -> tuple[str, "Profile"]:
+def replay_model(source: str, dilate: float, out_dir: str, scale: int = 1) -> tuple[str, "Profile"]:
     """The model name the workers build for ``--replay source`` (its profile, times x
-    ``dilate``, written into ``out_dir``) and the profile as given."""
+    ``dilate``, tensors / ``scale``, written into ``out_dir``) and the profile as given."""
+    from gradsched.byte_scaling import scale_profile
+
     profile = load_profile(source)
     check_replayable(profile)
     path = Path(out_dir, "replay.profile.json")
-    profile.with_times(dilate).save(path)
+    scale_profile(profile.with_times(dilate), scale).save(path)
     return f"{REPLAY_PREFIX}{path}", profile
 
 
@@ -457,7 +462,8 @@ def plot(result: dict[str, Any], path: str, title: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rate = _network(args)
-    shaped = shaped_rate(rate, args.hosts, args.dilate, args.replay is not None)
+    scale = _scale(args, rate)
+    shaped = shaped_rate(rate, args.hosts, args.dilate, args.replay is not None, scale)
     network = f"testbed {rate}" if rate else "loopback"
     name = f"replay:{args.replay}" if args.replay is not None else args.model
     job = {"model": name, "hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "network": network, "rate": rate,
@@ -468,10 +474,12 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="gradsched-bench-") as tmp:
         model = args.model
         if args.replay is not None:
-            model, profile = replay_model(args.replay, args.dilate, tmp)
+            model, profile = replay_model(args.replay, args.dilate, tmp, scale)
         cfg = _config(args, tmp, history, model)
-        if args.replay is not None:
-            check_memory(profile.total_bytes, max(t.bytes for t in profile.tensors), args.hosts * args.ranks_per_host)
+        if scale > 1:
+            from gradsched.byte_scaling import scale_ddp_entries
+
+            cfg = dataclasses.replace(cfg, entries=scale_ddp_entries(cfg.entries, scale))
         cfg_path = Path(tmp, "config.json")
         cfg_path.write_text(json.dumps(cfg.to_dict()))
         if shaped is None:
@@ -482,7 +490,7 @@ def run(args: argparse.Namespace) -> int:
         if not out.exists():
             raise GradschedError("the benchmark's workers exited without writing results; see their output above")
         result = undilate(json.loads(out.read_text()), args.dilate)
-    meta = {"model": name, "hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "network": network, "rate": rate, "dilate": args.dilate,
+    meta = {"scale_bytes": scale, "model": name, "hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "network": network, "rate": rate, "dilate": args.dilate,
             "compute": "emulated (replayed profile, waiting)" if args.replay is not None else "real (CPU)",
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "steps_per_round": args.steps, "rounds": args.rounds, "batch_size": args.batch_size,
@@ -492,11 +500,38 @@ def run(args: argparse.Namespace) -> int:
     print(f"{title}: {args.rounds - args.warmup_rounds} counted rounds x {args.steps} steps, batch {args.batch_size}",
           file=report)
     print(table(result), file=report)
+    if scale > 1:
+        print(_scale_line(scale), file=report)
     emit_json(args, rows_for_json(result, meta))
     if args.plot:
         plot(result, args.plot, title)
         print(f"wrote {args.plot}")
     return 0
+
+
+def _scale(args: argparse.Namespace, rate: str | None) -> int:
+    """The byte scale (--scale-bytes, or the smallest that fits), said when picked; 1 without --replay."""
+    from gradsched.byte_scaling import check_scale, pick_scale
+
+    given = check_scale(args.scale_bytes) if args.scale_bytes is not None else None
+    if args.replay is None:
+        if given is not None:
+            raise GradschedError("--scale-bytes shrinks a replayed profile's tensors: use it with --replay PROFILE")
+        return 1
+    profile = load_profile(args.replay)
+    check_replayable(profile)
+    scale = pick_scale(profile, args.hosts * args.ranks_per_host, given, rate is not None)
+    if given is None and scale > 1:
+        print(f"{profile.total_bytes / 1e6:.0f} MB of parameters on {args.hosts * args.ranks_per_host} ranks do "
+              f"not fit this machine's memory: replaying at --scale-bytes {scale}, the smallest that fits",
+              file=sys.stderr)
+    return scale
+
+
+def _scale_line(scale: int) -> str:
+    return (f"byte scaling {scale}: every tensor 1/{scale} of its elements on links at rate/{scale}, so each "
+            f"operation's bandwidth time is the emulated one; per-message latency is not scaled (it weighs "
+            f"{scale}x more against the bytes than in the cluster emulated); sizes above are the scaled ones")
 
 
 def _title(args: argparse.Namespace, network: str) -> str:
