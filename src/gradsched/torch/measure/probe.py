@@ -52,7 +52,8 @@ class TrainableModel(Protocol):
 SMALL_OPS = 8  # the busy-latency probe: this many all-reduces ...
 SMALL_NUMEL = 1024  # ... of 4 KiB each, issued at once as the runtime issues ready operations
 PROBE_BUDGET_S = 10.0  # the start-up contention probe takes about this long ...
-PROBE_REPS = (5, 30)  # ... with at least and at most this many repetitions
+PROBE_REPS = (3, 30)  # ... with at least and at most this many repetitions (3: a replay at dilation 20 steps in
+# seconds, 5 repetitions took minutes of start-up; its figures are sampled again between the rounds and pooled)
 COPY_CHUNK_NUMEL = 1 << 24  # the bucket pass copies all gradients from a source of this many floats (64 MiB), chunk by chunk
 RESAMPLE_MAX_BYTES = 4 << 20  # the network sizes sampled again: the latency-bound ones, whose times drift most
 
