@@ -65,10 +65,10 @@ def vgg16_module() -> nn.Module:
 
 
 def _batch(batch_size: int, generator: torch.Generator | None = None,
-           device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+           device: str = "cpu", image: tuple[int, int, int] = IMAGE) -> tuple[torch.Tensor, torch.Tensor]:
     if device == "meta":
-        return torch.empty(batch_size, *IMAGE, device="meta"), torch.zeros(batch_size, dtype=torch.long, device="meta")
-    return (torch.randn(batch_size, *IMAGE, generator=generator),
+        return torch.empty(batch_size, *image, device="meta"), torch.zeros(batch_size, dtype=torch.long, device="meta")
+    return (torch.randn(batch_size, *image, generator=generator),
             torch.randint(0, CLASSES, (batch_size,), generator=generator))
 
 
@@ -111,6 +111,67 @@ def densenet201_module(growth: int = 32, blocks: tuple[int, ...] = (6, 12, 48, 3
     return nn.Sequential(*layers)
 
 
+def _c(c_in: int, c_out: int, k: Any, s: int = 1, p: Any = 0) -> nn.Module:
+    """Convolution (no bias), batch norm, ReLU: Inception-v4's unit."""
+    return nn.Sequential(nn.Conv2d(c_in, c_out, k, s, p, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True))
+
+
+class _Branches(nn.Module):
+    """Branches run on the same input, their outputs concatenated (a branch may fork into a group of its own)."""
+
+    def __init__(self, *branches: nn.Module) -> None:
+        super().__init__()
+        self.branches = nn.ModuleList(branches)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([b(x) for b in self.branches], 1)
+
+
+def _then(first: nn.Module, second: nn.Module) -> nn.Module:
+    return nn.Sequential(first, second)
+
+
+def _inception_a() -> nn.Module:
+    return _Branches(nn.Sequential(nn.AvgPool2d(3, 1, 1), _c(384, 96, 1)), _c(384, 96, 1),
+                     nn.Sequential(_c(384, 64, 1), _c(64, 96, 3, p=1)),
+                     nn.Sequential(_c(384, 64, 1), _c(64, 96, 3, p=1), _c(96, 96, 3, p=1)))
+
+
+def _inception_b() -> nn.Module:
+    return _Branches(nn.Sequential(nn.AvgPool2d(3, 1, 1), _c(1024, 128, 1)), _c(1024, 384, 1),
+                     nn.Sequential(_c(1024, 192, 1), _c(192, 224, (1, 7), p=(0, 3)), _c(224, 256, (7, 1), p=(3, 0))),
+                     nn.Sequential(_c(1024, 192, 1), _c(192, 192, (1, 7), p=(0, 3)), _c(192, 224, (7, 1), p=(3, 0)),
+                                   _c(224, 224, (1, 7), p=(0, 3)), _c(224, 256, (7, 1), p=(3, 0))))
+
+
+def _inception_c() -> nn.Module:
+    def fork(c_in: int) -> nn.Module:
+        return _Branches(_c(c_in, 256, (1, 3), p=(0, 1)), _c(c_in, 256, (3, 1), p=(1, 0)))
+
+    return _Branches(nn.Sequential(nn.AvgPool2d(3, 1, 1), _c(1536, 256, 1)), _c(1536, 256, 1),
+                     _then(_c(1536, 384, 1), fork(384)),
+                     nn.Sequential(_c(1536, 384, 1), _c(384, 448, (3, 1), p=(1, 0)), _c(448, 512, (1, 3), p=(0, 1)),
+                                   fork(512)))
+
+
+def inception_v4_module() -> nn.Module:
+    """Szegedy et al. 2017, Inception-v4 (299x299 inputs): stem, 4 A, reduction A, 7 B, reduction B, 3 C."""
+    stem = nn.Sequential(_c(3, 32, 3, 2), _c(32, 32, 3), _c(32, 64, 3, p=1),
+                         _Branches(nn.MaxPool2d(3, 2), _c(64, 96, 3, 2)),
+                         _Branches(nn.Sequential(_c(160, 64, 1), _c(64, 96, 3)),
+                                   nn.Sequential(_c(160, 64, 1), _c(64, 64, (7, 1), p=(3, 0)),
+                                                 _c(64, 64, (1, 7), p=(0, 3)), _c(64, 96, 3))),
+                         _Branches(_c(192, 192, 3, 2), nn.MaxPool2d(3, 2)))
+    reduce_a = _Branches(nn.MaxPool2d(3, 2), _c(384, 384, 3, 2),
+                         nn.Sequential(_c(384, 192, 1), _c(192, 224, 3, p=1), _c(224, 256, 3, 2)))
+    reduce_b = _Branches(nn.MaxPool2d(3, 2), nn.Sequential(_c(1024, 192, 1), _c(192, 192, 3, 2)),
+                         nn.Sequential(_c(1024, 256, 1), _c(256, 256, (1, 7), p=(0, 3)), _c(256, 320, (7, 1), p=(3, 0)),
+                                       _c(320, 320, 3, 2)))
+    return nn.Sequential(stem, *(_inception_a() for _ in range(4)), reduce_a, *(_inception_b() for _ in range(7)),
+                         reduce_b, *(_inception_c() for _ in range(3)), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(1536, CLASSES))
+
+
 VOCAB, SEQ = 30522, 64  # BERT's WordPiece vocabulary; DeAR's sequence length
 
 
@@ -151,6 +212,7 @@ def _tokens(batch_size: int, generator: torch.Generator | None = None,
 
 
 BUILDERS = {"resnet50": resnet50_module, "vgg16": vgg16_module, "densenet201": densenet201_module,
+            "inception-v4": inception_v4_module,
             "bert-base": lambda: Bert(768, 12, 12), "bert-large": lambda: Bert(1024, 24, 16)}
 TOKEN_MODELS = ("bert-base", "bert-large")
 
@@ -164,7 +226,9 @@ def meta_profile(name: str, batch_size: int, tflops: float, path: Path) -> Path:
     with torch.device("meta"):
         module = BUILDERS[name]()
     tokens = name in TOKEN_MODELS
-    prof = profile_module(module, (_tokens if tokens else _batch)(batch_size, device="meta"),
+    batch = (_tokens(batch_size, device="meta") if tokens else
+             _batch(batch_size, device="meta", image=(3, 299, 299) if name == "inception-v4" else IMAGE))
+    prof = profile_module(module, batch,
                           loss_fn=_mlm_loss if tokens else nn.functional.cross_entropy,
                           iterations=1, warmup=0, device="meta", device_tflops=tflops, model_name=name)
     prof.extra.update(batch_size=batch_size, device_tflops=tflops,
