@@ -62,5 +62,6 @@ def phase_lines(phases: list[dict] | None, model_bytes: int | None) -> list[str]
     peak = phases[-1]["peak_rss_bytes"]
     line = f"start-up {start:.1f} s; peak memory per rank {peak / 1e9:.2f} GB (VmHWM)"
     if model_bytes:
-        line += f", {(peak - RANK_BASE_BYTES) / model_bytes:.1f}x the parameters' bytes beyond {RANK_BASE_BYTES / 1e9:.2f} GB"
+        target = COPIES * model_bytes + 0.5e9
+        line += f" against {target / 1e9:.2f} GB for {COPIES}x the parameters' {model_bytes / 1e6:.0f} MB + 0.5 GB"
     return lines + [line]
