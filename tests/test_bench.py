@@ -91,22 +91,25 @@ def test_bytes_cost_no_less_than_the_cheapest_larger_operation_that_carries_them
     assert least_time_s(table, 1e3, largest=1.5e3) == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("model_mb,rows,ranks,free_gb,fits", [
-    (53.5, 9, 4, 21.5, True),    # GoogLeNet, 2 hosts x 2 ranks: ran, 3.26 GB per rank
-    (53.5, 9, 8, 21.5, False),   # ... 4 hosts x 2 ranks: killed for memory before this check caught it
-    (102, 4, 4, 21.5, True),     # ResNet-50 on 4 hosts: ran
-    (102, 4, 8, 21.5, False),    # ... on 8: refused
+@pytest.mark.parametrize("model_mb,largest_mb,ranks,free_gb,fits", [
+    (53.5, 4.1, 8, 21.5, True),   # GoogLeNet on 8 hosts: refused when every row held its own copy
+    (102, 9.4, 8, 21.5, True),    # ResNet-50 on 8 hosts: the same
+    (553, 411, 4, 21.5, True),    # VGG-16 on 4 hosts (on 8 it needs --scale-bytes)
+    (553, 411, 8, 21.5, False),
+    (2000, 200, 8, 21.5, False),  # 2 GB of parameters on 8 ranks: 52 GB
+    (553, 411, 8, 8.0, False),    # VGG-16 on 8 hosts of a machine with 8 GB available
 ])
-def test_memory_check_allows_what_ran_and_refuses_what_did_not_fit(monkeypatch, model_mb, rows, ranks, free_gb, fits):
-    from gradsched.commands.bench import check_memory
+def test_memory_check_does_not_count_rows_and_names_its_margin(model_mb, largest_mb, ranks, free_gb, fits):
+    from gradsched.bench_memory import COPIES, check_memory, rank_bytes
 
-    pages = {"SC_PAGE_SIZE": 4096, "SC_AVPHYS_PAGES": int(free_gb * 1e9 / 4096)}
-    monkeypatch.setattr(os, "sysconf", lambda name: pages[name])
+    have = int(free_gb * 1e9)
+    model, largest = int(model_mb * 1e6), int(largest_mb * 1e6)
     if fits:
-        check_memory(int(model_mb * 1e6), rows, ranks)
+        assert check_memory(model, largest, ranks, have) == pytest.approx(ranks * rank_bytes(model, largest))
     else:
-        with pytest.raises(GradschedError, match=f"in {rows} rows on {ranks} ranks needs about"):
-            check_memory(int(model_mb * 1e6), rows, ranks)
+        with pytest.raises(GradschedError, match=f"on {ranks} ranks needs about .*{COPIES}x the parameters.* "
+                                                 "80% of the available .* the rest is the margin"):
+            check_memory(model, largest, ranks, have)
 
 
 def test_rate_without_root_says_what_to_do(monkeypatch, capsys):

@@ -17,6 +17,7 @@ gradsched's executor.  docs/bench.md explains each figure.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import math
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gradsched._signals import sigterm_unwinds
+from gradsched.bench_memory import phase_lines
+from gradsched.byte_scaling import add_scale_arg
 from gradsched.calibration import contention_history
 from gradsched.commands._inputs import check_processes
 from gradsched.commands._model import BUILT_IN, check_model
@@ -66,6 +69,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--dilate", type=float, default=1.0, metavar="K",
                    help="with --replay on the testbed: links shaped at --rate/K, compute times x K, reported times "
                    "/ K, to emulate a cluster faster than these cores can move (default 1)")
+    add_scale_arg(p)
     p.add_argument("--prefix", default=TESTBED_PREFIX, help=f"testbed name prefix (default {TESTBED_PREFIX})")
     p.add_argument("--workers", "--hosts", dest="hosts", type=int, default=2, metavar="N",
                    help="hosts: testbed hosts (or nodes of local processes with --loopback), each running "
@@ -201,9 +205,9 @@ def _network(args: argparse.Namespace) -> str | None:
     return DEFAULT_RATE
 
 
-def shaped_rate(rate: str | None, hosts: int, dilate: float, replay: bool) -> int | None:
-    """Bits per second to shape each testbed link at: ``rate / dilate``, refused beyond what
-    the machine moves faithfully (``FAITHFUL_AGGREGATE_BPS`` over all hosts' links)."""
+def shaped_rate(rate: str | None, hosts: int, dilate: float, replay: bool, scale: int = 1) -> int | None:
+    """Bits per second to shape each testbed link at: ``rate / dilate / scale`` (``scale``: --scale-bytes),
+    refused beyond what the machine moves faithfully (``FAITHFUL_AGGREGATE_BPS`` over all hosts' links)."""
     from gradsched.testbed import format_rate, parse_rate_bps
 
     if not dilate >= 1 or not math.isfinite(dilate):
@@ -214,9 +218,9 @@ def shaped_rate(rate: str | None, hosts: int, dilate: float, replay: bool) -> in
         if dilate != 1:
             raise GradschedError("--dilate scales the testbed's links: give --rate (as root), not --loopback")
         return None
-    bps = int(parse_rate_bps(rate) / dilate)
+    bps = int(parse_rate_bps(rate) / dilate / scale)
     if replay and bps * hosts > FAITHFUL_AGGREGATE_BPS:
-        need = parse_rate_bps(rate) * hosts / FAITHFUL_AGGREGATE_BPS
+        need = parse_rate_bps(rate) / scale * hosts / FAITHFUL_AGGREGATE_BPS
         raise GradschedError(f"--rate {rate} over {hosts} hosts at --dilate {dilate:g} shapes {hosts} links at "
                              f"{format_rate(bps)}, above the {format_rate(FAITHFUL_AGGREGATE_BPS)} in all that this "
                              f"machine moves faithfully (docs/bench.md): use --dilate {math.ceil(need * 10) / 10:g} "
@@ -224,35 +228,16 @@ def shaped_rate(rate: str | None, hosts: int, dilate: float, replay: bool) -> in
     return bps
 
 
-def replay_model(source: str, dilate: float, out_dir: str) -> tuple[str, "Profile"]:
+def replay_model(source: str, dilate: float, out_dir: str, scale: int = 1) -> tuple[str, "Profile"]:
     """The model name the workers build for ``--replay source`` (its profile, times x
-    ``dilate``, written into ``out_dir``) and the profile as given."""
+    ``dilate``, tensors / ``scale``, written into ``out_dir``) and the profile as given."""
+    from gradsched.byte_scaling import scale_profile
+
     profile = load_profile(source)
     check_replayable(profile)
     path = Path(out_dir, "replay.profile.json")
-    profile.with_times(dilate).save(path)
+    scale_profile(profile.with_times(dilate), scale).save(path)
     return f"{REPLAY_PREFIX}{path}", profile
-
-
-RANK_BASE_BYTES = 450e6  # one rank's torch, gloo and gradsched before any model
-COPY_BYTES_PER_BYTE = 4  # parameters, gradients, momentum and the runtime's buckets, per byte of parameters
-MEMORY_SHARE = 0.8  # of the free memory, what a replay may plan to use (the rest: the estimate's error, the OS)
-
-
-def check_memory(model_bytes: int, entries: int, ranks: int) -> None:
-    """Refuse a replay whose model copies would not fit in this machine's memory.
-
-    Each rank holds one copy per entry, the compute-only one and the probes' four, each
-    about 4x the parameters' bytes, beside its own 0.45 GB.  Fitted to two runs' peak RSS:
-    GoogLeNet (53.5 MB, 9 rows) took 3.26 GB per rank, and at 8 ranks it was killed for
-    memory (docs/testbed.md); ResNet-50 (102 MB, 4 rows) ran on 4 ranks."""
-    need = (RANK_BASE_BYTES + COPY_BYTES_PER_BYTE * model_bytes * (entries + 5)) * ranks
-    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    if need > MEMORY_SHARE * have:
-        raise GradschedError(f"replaying {model_bytes / 1e6:.0f} MB of parameters in {entries} rows on {ranks} ranks "
-                             f"needs about {need / 1e9:.1f} GB, more than {MEMORY_SHARE:.0%} of what this "
-                             f"machine has free ({have / 1e9:.1f} GB, so {MEMORY_SHARE * have / 1e9:.1f} GB): use fewer "
-                             f"--strategies/--ddp-buckets, hosts or ranks per host, or a smaller profile")
 
 
 def undilate(result: dict[str, Any], dilate: float) -> dict[str, Any]:
@@ -260,7 +245,7 @@ def undilate(result: dict[str, Any], dilate: float) -> dict[str, Any]:
     unit (``lower_bound_s``, ``iteration_s_median``, ``step_s`` lists) divided by ``dilate``,
     except the job's own durations.  The measured profile and cluster stay in the run's
     own seconds (``dilate`` says by how much they are stretched)."""
-    keep = {"job_s", "resample_s", "measured", "cluster", "peak_rss_bytes"}
+    keep = {"job_s", "resample_s", "measured", "cluster", "peak_rss_bytes", "phases"}  # the job's own
     seconds = re.compile(r"(?:^|_)s(?:_|$)")
 
     def scale(value: Any, key: str) -> Any:
@@ -373,7 +358,7 @@ def rows_for_json(result: dict[str, Any], meta: dict[str, Any]) -> list[dict[str
     shared = {**meta, "world_size": result["world_size"], "backend": result["backend"], "machine": result["machine"],
               "profile": result["profile"], "cluster": result["cluster"], "lower_bound": result["lower_bound"], "contention": result["contention"],
               "compute_only": result.get("compute_only"), "best_ddp": result["best_ddp"], "job_s": result["job_s"],
-              "peak_rss_bytes": result.get("peak_rss_bytes")}
+              "peak_rss_bytes": result.get("peak_rss_bytes"), "phases": result.get("phases")}
     return [{**row, **shared} for row in result["rows"]]
 
 
@@ -418,6 +403,7 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"lower bound with the measured contention {cb * 1e3:.1f} ms (overlap is not free here); "
                      f"the fastest row, {best['strategy']}, is {best['iteration_s_median'] / cb:.2f}x it")
     lines += _auto_lines(result["rows"]) + _contention_lines(result.get("contention"))
+    lines += phase_lines(result.get("phases"), result.get("profile", {}).get("total_bytes"))
     return "\n".join(lines)
 
 
@@ -495,7 +481,8 @@ def plot(result: dict[str, Any], path: str, title: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rate = _network(args)
-    shaped = shaped_rate(rate, args.hosts, args.dilate, args.replay is not None)
+    scale = _scale(args, rate)
+    shaped = shaped_rate(rate, args.hosts, args.dilate, args.replay is not None, scale)
     network = f"testbed {rate}" if rate else "loopback"
     name = f"replay:{args.replay}" if args.replay is not None else args.model
     job = {"model": name, "hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "network": network, "rate": rate,
@@ -506,10 +493,12 @@ def run(args: argparse.Namespace) -> int:
     with sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="gradsched-bench-") as tmp:  # SIGTERM: removed too
         model = args.model
         if args.replay is not None:
-            model, profile = replay_model(args.replay, args.dilate, tmp)
+            model, profile = replay_model(args.replay, args.dilate, tmp, scale)
         cfg = _config(args, tmp, history, model)
-        if args.replay is not None:
-            check_memory(profile.total_bytes, len(cfg.entries), args.hosts * args.ranks_per_host)
+        if scale > 1:
+            from gradsched.byte_scaling import scale_ddp_entries
+
+            cfg = dataclasses.replace(cfg, entries=scale_ddp_entries(cfg.entries, scale))
         cfg_path = Path(tmp, "config.json")
         cfg_path.write_text(json.dumps(cfg.to_dict()))
         if shaped is None:
@@ -520,7 +509,7 @@ def run(args: argparse.Namespace) -> int:
         if not out.exists():
             raise GradschedError("the benchmark's workers exited without writing results; see their output above")
         result = with_bound_checks(undilate(json.loads(out.read_text()), args.dilate))
-    meta = {"model": name, "hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "network": network, "rate": rate, "dilate": args.dilate,
+    meta = {"scale_bytes": scale, "model": name, "hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "network": network, "rate": rate, "dilate": args.dilate,
             "compute": "emulated (replayed profile, waiting)" if args.replay is not None else "real (CPU)",
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "steps_per_round": args.steps, "rounds": args.rounds, "batch_size": args.batch_size,
@@ -530,11 +519,38 @@ def run(args: argparse.Namespace) -> int:
     print(f"{title}: {args.rounds - args.warmup_rounds} counted rounds x {args.steps} steps, batch {args.batch_size}",
           file=report)
     print(table(result), file=report)
+    if scale > 1:
+        print(_scale_line(scale), file=report)
     emit_json(args, rows_for_json(result, meta))
     if args.plot:
         plot(result, args.plot, title)
         print(f"wrote {args.plot}")
     return 0
+
+
+def _scale(args: argparse.Namespace, rate: str | None) -> int:
+    """The byte scale (--scale-bytes, or the smallest that fits), said when picked; 1 without --replay."""
+    from gradsched.byte_scaling import check_scale, pick_scale
+
+    given = check_scale(args.scale_bytes) if args.scale_bytes is not None else None
+    if args.replay is None:
+        if given is not None:
+            raise GradschedError("--scale-bytes shrinks a replayed profile's tensors: use it with --replay PROFILE")
+        return 1
+    profile = load_profile(args.replay)
+    check_replayable(profile)
+    scale = pick_scale(profile, args.hosts * args.ranks_per_host, given, rate is not None)
+    if given is None and scale > 1:
+        print(f"{profile.total_bytes / 1e6:.0f} MB of parameters on {args.hosts * args.ranks_per_host} ranks do "
+              f"not fit this machine's memory: replaying at --scale-bytes {scale}, the smallest that fits",
+              file=sys.stderr)
+    return scale
+
+
+def _scale_line(scale: int) -> str:
+    return (f"byte scaling {scale}: every tensor 1/{scale} of its elements on links at rate/{scale}, so each "
+            f"operation's bandwidth time is the emulated one; per-message latency is not scaled (it weighs "
+            f"{scale}x more against the bytes than in the cluster emulated); sizes above are the scaled ones")
 
 
 def _title(args: argparse.Namespace, network: str) -> str:

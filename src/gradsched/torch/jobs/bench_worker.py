@@ -61,10 +61,13 @@ import torch.distributed as dist
 from gradsched.calibration import across_jobs, calibrate, lower_bound_s, runtime_name, this_machine, with_runtime_costs
 from gradsched.cluster import Cluster, Contention
 from gradsched.constants import MiB
+from gradsched.costs import CollectiveCost
+from gradsched.net_extend import MEASURED_MAX_BYTES, extend_points
 from gradsched.jobconfig import BenchConfig
 from gradsched.plan import Plan
 from gradsched.profile import Profile
-from gradsched.torch.jobs.models import build_model
+from gradsched.torch.jobs.phases import Phases
+from gradsched.torch.jobs.shared_model import SharedModel, row_buffers, track
 from gradsched.torch.runtime.optim import DistributedOptimizer
 from gradsched.torch.measure.probe import (PROBE_BUDGET_S, ContentionProbe, NetworkResampler, slowest,
                                            slowest_median)
@@ -72,7 +75,7 @@ from gradsched.torch.jobs.worker import run_worker
 from gradsched.torch.runtime.wrapper import DistributedDataParallel
 
 OVERHEAD_BUDGET_S = 12.0  # the runtimes' overhead probe takes about this long (by default) ...
-OVERHEAD_REPS = (3, 20)  # ... in this many rotations of short bursts
+OVERHEAD_REPS = (2, 20)  # ... in this many rotations of short bursts (at least 2: slow steps; resampled later)
 
 
 def _share(cfg: BenchConfig, default_s: float) -> float:
@@ -87,16 +90,22 @@ def _broadcast(obj: Any) -> Any:
     return box[0]
 
 
-def _measure_profile(cfg: BenchConfig) -> Profile:
+def _measure_profile(cfg: BenchConfig, shared: SharedModel) -> Profile:
+    from gradsched.torch.jobs.shared_model import RowBuffers
     from gradsched.torch.measure.profiler import profile_module
 
-    spec = build_model(cfg.model, seed=cfg.seed)
+    spec = shared.copy_spec()
     gen = torch.Generator().manual_seed(cfg.seed * 1000 + 999)
     batch = spec.make_batch(cfg.batch_size, gen)
     dist.barrier()
-    opt = torch.optim.SGD(spec.module.parameters(), lr=cfg.lr, momentum=0.9)  # the rounds' optimizer
-    prof = profile_module(spec.module, batch, loss_fn=spec.loss_fn, iterations=cfg.profile_iterations,
+    opt = shared.sgd(spec.module, cfg.lr)  # the rounds' optimizer
+    # a replayed model waits out its profile's times: two iterations tell its layers apart (the rounds' compute-only
+    # row sets the scale later); each further one costs dilated time at start-up
+    replay = bool(getattr(spec.module, "hides_host_work", False))
+    prof = profile_module(spec.module, batch, loss_fn=spec.loss_fn,
+                          iterations=min(cfg.profile_iterations, 2) if replay else cfg.profile_iterations,
                           warmup=1, model_name=cfg.model, optimizer=opt)
+    RowBuffers(spec.module).release()  # its gradients
     dist.barrier()
     return _broadcast(prof)
 
@@ -107,8 +116,16 @@ def _measure_cluster(total_bytes: int, cfg: BenchConfig) -> Cluster:
     # One size beyond the gradients' (rounded up to a power of two): the table is read through its
     # lower monotone envelope, which bounds a size only by larger ones, and the all-reduce of all
     # gradients sits near the top (cnn: its time came out 3.9 ms in one job, 1.0 ms in the next).
+    # Sizes above MEASURED_MAX_BYTES are bandwidth-bound: on the line through the largest measured
+    # ones (gradsched.net_extend), not timed at the shaped (dilated) rate.
     top = 2 << max(12, math.ceil(math.log2(max(total_bytes, 4096))))
-    cluster = benchmark(min_bytes=4096, max_bytes=top, reps=cfg.net_reps, warmup=1, collectives=["allreduce"])
+    cluster = benchmark(min_bytes=4096, max_bytes=min(top, MEASURED_MAX_BYTES), reps=cfg.net_reps, warmup=1,
+                        collectives=["allreduce"])
+    if cluster is not None and top > MEASURED_MAX_BYTES:
+        measured = [tuple(p) for p in cluster.extra["measured_points"]["allreduce"]]
+        cost = CollectiveCost.fit(extend_points(measured, top), envelope=True)
+        cluster = dataclasses.replace(cluster, collectives={**cluster.collectives, "allreduce": cost},
+                                      extra={**cluster.extra, "extended_beyond_bytes": MEASURED_MAX_BYTES})
     return _broadcast(cluster)
 
 
@@ -183,14 +200,16 @@ class _RuntimeOverheads:
     MANY_OPS = {"strategy": "wfbp", "torch_ddp": False}
     STEPS = 2  # counted per burst; one more runs on each side (see _burst)
 
-    def __init__(self, cfg: BenchConfig, profile: Profile, cluster: Cluster, probe: dict[str, Any]) -> None:
-        spec = build_model(cfg.model, seed=cfg.seed)
+    def __init__(self, cfg: BenchConfig, profile: Profile, cluster: Cluster, probe: dict[str, Any],
+                 shared: SharedModel) -> None:
+        spec = shared.spec
         gen = torch.Generator().manual_seed(cfg.seed * 1000 + 997 + dist.get_rank())
         self._batches = [spec.make_batch(cfg.batch_size, gen) for _ in range(4)]
         self._loss_fn = spec.loss_fn
-        reference = _ComputeOnly(cfg)
+        reference = _ComputeOnly(cfg, shared)
         self.runs = [(reference, reference)] + [
-            _build_entry(e, cfg, with_runtime_costs(profile, probe, e["torch_ddp"]), cluster)
+            _build_entry(e, cfg, with_runtime_costs(profile, probe, e["torch_ddp"]), cluster, shared,
+                         (self._loss_fn, self._batches[0]))
             for e in (*self.ENTRIES, self.MANY_OPS)]
         self.bursts: list[list[float]] = [[] for _ in self.runs]  # per run, each rotation's median step
         one_op, many_ops = self.runs[1][0], self.runs[-1][0]
@@ -244,18 +263,37 @@ class _RuntimeOverheads:
         return out
 
 
-def _build_entry(entry: dict[str, Any], cfg: BenchConfig, profile: Profile, cluster: Cluster) -> tuple[Any, Any]:
-    spec = build_model(cfg.model, seed=cfg.seed)
+def _build_entry(entry: dict[str, Any], cfg: BenchConfig, profile: Profile, cluster: Cluster,
+                 shared: SharedModel, prime: tuple[Any, Any] | None = None) -> tuple[Any, Any]:
+    """One row: a copy of the rank's model (shared parameters and momentum, :mod:`.shared_model`), wrapped.
+
+    Every row makes ``.grad`` a view of its buckets (PyTorch DDP's ``gradient_as_bucket_view``;
+    gradsched's runtime does so wherever its plan allows), so that the buckets are all a row
+    holds between its bursts, and released there; and none copies rank 0's parameters at
+    start-up (``init_sync=False``: every rank built them from the same seed).  ``prime``, a loss
+    function and a batch: two steps, off the clock, so that ``.grad`` shows the buckets the
+    runtime allocated at construction, released before the next row is built (run-time
+    ``auto`` is not primed: its warm-up bursts count its iterations from the first)."""
+    module = shared.copy()
+    common = {"profile": profile, "cluster": cluster, "timeout_s": cfg.timeout_s, "init_sync": False,
+              "gradient_as_bucket_view": True}
     if entry["torch_ddp"]:
-        model = DistributedDataParallel(spec.module, "ddp", profile=profile, cluster=cluster,
-                                        timeout_s=cfg.timeout_s, ddp_kwargs=entry.get("ddp_kwargs") or None)
+        model = DistributedDataParallel(module, "ddp", ddp_kwargs=entry.get("ddp_kwargs") or None, **common)
     else:
         options = entry.get("options") or None
         if entry["strategy"] == "auto":  # the rounds time the plan it settles on: its trials back to back, off the clock
             options = {"trial_share": 0, **(options or {})}
-        model = DistributedDataParallel(spec.module, entry["strategy"], profile=profile, cluster=cluster,
-                                        plan_options=options, timeout_s=cfg.timeout_s, use_torch_ddp=False)
-    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9), model)
+        model = DistributedDataParallel(module, entry["strategy"], plan_options=options, use_torch_ddp=False, **common)
+    opt = DistributedOptimizer(shared.sgd(module, cfg.lr), model)
+    track(model, module, opt)
+    if prime is not None and getattr(model, "autotuner", None) is None:
+        loss_fn, (x, y) = prime
+        for _ in range(2):  # PyTorch DDP rebuilds its buckets in its second step: before they are released
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            opt.step()
+        model.synchronize()
+        row_buffers(model).release()
     return model, opt
 
 
@@ -279,10 +317,11 @@ class _ComputeOnly:
 
     label = "compute only"
 
-    def __init__(self, cfg: BenchConfig) -> None:
-        self.module = build_model(cfg.model, seed=cfg.seed).module
-        self.optimizer = torch.optim.SGD(self.module.parameters(), lr=cfg.lr, momentum=0.9)
+    def __init__(self, cfg: BenchConfig, shared: SharedModel) -> None:
+        self.module = shared.copy()
+        self.optimizer = shared.sgd(self.module, cfg.lr)
         self._meet = torch.zeros(1)
+        track(self, self.module)
 
     def __call__(self, x: Any) -> Any:
         return self.module(x)
@@ -319,6 +358,9 @@ def _burst(model: Any, opt: Any, spec_loss: Any, batches: list[Any], steps: int,
     step after the barrier has no communication of an earlier step still in flight
     (too fast for a plan that overlaps the next forward) and the last one has no next
     forward to hide its communication behind (too slow); training is neither."""
+    buffers = row_buffers(model)
+    if buffers is not None:  # the row's buckets, released after its last burst (shared_model.RowBuffers)
+        buffers.restore()
     dist.barrier()
     starts = []
     for k in range(steps + 2):
@@ -328,6 +370,8 @@ def _burst(model: Any, opt: Any, spec_loss: Any, batches: list[Any], steps: int,
         spec_loss(model(x), y).backward()
         opt.step()
     model.synchronize()
+    if buffers is not None:
+        buffers.release()
     starts = starts[1:]  # steps 1 .. steps: each ends where the next one starts
     return [b - a for a, b in zip(starts, starts[1:])]
 
@@ -367,15 +411,19 @@ def run_bench(raw: dict[str, Any]) -> dict[str, Any] | None:
     cfg = BenchConfig.from_dict(raw)
     rank, world = dist.get_rank(), dist.get_world_size()
     t_start = time.time()
-    profile = _measure_profile(cfg)
+    phases = Phases()
+    shared = SharedModel(cfg.model, cfg.seed)  # the rank's one model: every row shares its parameters
+    profile = _measure_profile(cfg, shared)
+    phases.end("profiling")
     cluster = _measure_cluster(profile.total_bytes, cfg)
+    phases.end("network table")
     hooked = profile
     probe, samplers = None, None
     history = cfg.contention_history  # earlier jobs' figures (gradsched bench --contention-from)
     if cfg.probe:
-        spec = build_model(cfg.model, seed=cfg.seed)
+        spec = shared.copy_spec()
         contention = ContentionProbe(spec, profile.total_bytes, lr=cfg.lr, seed=cfg.seed, batch_size=cfg.batch_size,
-                                     budget_s=_share(cfg, PROBE_BUDGET_S))
+                                     budget_s=_share(cfg, PROBE_BUDGET_S), optimizer=shared.sgd(spec.module, cfg.lr))
         network = NetworkResampler(cluster)
         t0 = time.perf_counter()
         probe = _startup_probe(contention, cluster, cfg)
@@ -383,29 +431,28 @@ def run_bench(raw: dict[str, Any]) -> dict[str, Any] | None:
         probe_rep_s = (time.perf_counter() - t0) / probe["startup_reps"]
         cluster = _with_contention(cluster, across_jobs(probe["fitted"], history))
         profile = calibrate(profile, probe["compute_alone_s"])
-        overheads = _RuntimeOverheads(cfg, profile, cluster, probe)
+        overheads = _RuntimeOverheads(cfg, profile, cluster, probe, shared)
         rotation_s = overheads.measure(overheads.start_reps) / overheads.start_reps
         probe["op_host"] = overheads.op_host()
         probe["runtime_overhead_s"] = overheads.figures(profile, cluster, probe)
         samplers = _Resampling([network.measure, lambda: contention.measure(1), lambda: overheads.measure(1)],
                                cfg.resample_share,
                                network.estimate_s() + probe_rep_s + rotation_s)
+        phases.end("probe")
 
     entries = cfg.entries
-    models = []
-    for entry in entries:
-        models.append(_build_entry(entry, cfg, with_runtime_costs(profile, probe, entry["torch_ddp"]), cluster))
-    spec = build_model(cfg.model, seed=cfg.seed)  # for its batch maker and loss only
     gen = torch.Generator().manual_seed(cfg.seed * 1000 + rank)
-    batches = [spec.make_batch(cfg.batch_size, gen) for _ in range(4)]
-    loss_fn = spec.loss_fn
-    del spec
-    reference = _ComputeOnly(cfg)
-    models.append((reference, reference))  # timed last in every round's rotation of ``entries``
-    # Run-time ``auto`` (gradsched.torch.runtime.autotune) profiles itself under a safe default for its
-    # first iterations, then switches plans: let it do so off the clock, so that the rounds
-    # measure the plan it settled on (later re-plans, if any, are part of what it costs).
-    for model, opt in models[:-1]:
+    batches = [shared.spec.make_batch(cfg.batch_size, gen) for _ in range(4)]
+    loss_fn = shared.spec.loss_fn
+    models = []
+    # one row at a time: built, primed or warmed up, its buckets released before the next is built
+    for entry in entries:
+        model, opt = _build_entry(entry, cfg, with_runtime_costs(profile, probe, entry["torch_ddp"]), cluster,
+                                  shared, (loss_fn, batches[0]))
+        models.append((model, opt))
+        # Run-time ``auto`` (gradsched.torch.runtime.autotune) profiles itself under a safe default for its
+        # first iterations, then switches plans: let it do so off the clock, so that the rounds
+        # measure the plan it settled on (later re-plans, if any, are part of what it costs).
         tuner = getattr(model, "autotuner", None)
         if tuner is not None:
             # profiling, the switch, the trials and every re-plan check, all off the clock; the first plan
@@ -413,7 +460,10 @@ def run_bench(raw: dict[str, Any]) -> dict[str, Any] | None:
             first = tuner.config.switch_iteration + 1
             _burst(model, opt, loss_fn, batches, first, 0)
             _burst(model, opt, loss_fn, batches, tuner.tuning_iterations - first, 0)
+    reference = _ComputeOnly(cfg, shared)
+    models.append((reference, reference))  # timed last in every round's rotation of ``entries``
 
+    phases.end("rows (built, primed, auto warmed up)")
     steps, rounds, warm = cfg.steps, cfg.rounds, cfg.warmup_rounds
     bar = None
     if rank == 0 and cfg.progress:
@@ -434,8 +484,7 @@ def run_bench(raw: dict[str, Any]) -> dict[str, Any] | None:
                              samplers.after_round if samplers is not None else None)
     if bar is not None:
         bar.close()
-    peak_rss = torch.tensor([_peak_rss_bytes()], dtype=torch.float64)
-    dist.all_reduce(peak_rss, op=dist.ReduceOp.MAX)  # the largest rank's: what check_memory must allow for
+    phases.end("rounds")  # its peak RSS is the largest rank's over the whole job: what check_memory allows for
     if rank != 0:
         return None
     if samplers is not None:  # predictions from the medians over every sample, start-up and between rounds
@@ -496,14 +545,8 @@ def run_bench(raw: dict[str, Any]) -> dict[str, Any] | None:
             "cluster": cluster.to_dict(), "lower_bound": bound, "contention": probe,
             "best_ddp": best_ddp["strategy"] if best_ddp else None, "world_size": world,
             "backend": dist.get_backend(), "machine": f"{this_machine()}, torch {torch.__version__}",
-            "peak_rss_bytes": int(peak_rss.item()), "job_s": time.time() - t_start}
-
-
-def _peak_rss_bytes() -> int:
-    """This process's peak resident memory (Linux reports kilobytes)."""
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            "peak_rss_bytes": phases.records[-1]["peak_rss_bytes"], "phases": phases.records,
+            "job_s": time.time() - t_start}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -77,7 +77,9 @@ def build_model(name: str, *, seed: int = 0) -> ModelSpec:
 def _teacher(seed: int, in_features: int, out_features: int) -> torch.Tensor:
     """A fixed random linear map that labels the synthetic inputs (independent of ``seed``'s model init)."""
     g = torch.Generator().manual_seed(1_000_003 + seed)
-    return torch.randn(in_features, out_features, generator=g)
+    # on the CPU always, like the batches it labels: a model built under ``torch.device("meta")``
+    # (``gradsched profile --device meta``) still makes real CPU batches
+    return torch.randn(in_features, out_features, generator=g, device="cpu")
 
 
 def _classify(teacher: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -88,7 +90,7 @@ def _image_batch(teacher: torch.Tensor) -> Callable[[int, torch.Generator], tupl
     label = _classify(teacher)
 
     def make(batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.randn(batch_size, 3, _IMAGE_SIZE, _IMAGE_SIZE, generator=generator)
+        x = torch.randn(batch_size, 3, _IMAGE_SIZE, _IMAGE_SIZE, generator=generator, device="cpu")
         # Teacher sees a pooled 8x8 view so that the labels depend on coarse structure.
         return x, label(F.avg_pool2d(x, 4))
 
@@ -103,7 +105,7 @@ def _mlp(seed: int) -> ModelSpec:
     label = _classify(_teacher(seed, _MLP_IN, _NUM_CLASSES))
 
     def make(batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.randn(batch_size, _MLP_IN, generator=generator)
+        x = torch.randn(batch_size, _MLP_IN, generator=generator, device="cpu")
         return x, label(x)
 
     return ModelSpec("mlp", module, make, F.cross_entropy)
@@ -199,12 +201,12 @@ class _Logits(nn.Module):
 def _token_batch(seed: int, per_token: bool) -> Callable[[int, torch.Generator], tuple[torch.Tensor, torch.Tensor]]:
     """Sequences from a fixed random bigram teacher: learnable next-token / class targets."""
     g = torch.Generator().manual_seed(2_000_003 + seed)
-    successor = torch.randint(0, _VOCAB, (_VOCAB,), generator=g)
+    successor = torch.randint(0, _VOCAB, (_VOCAB,), generator=g, device="cpu")  # CPU even under a meta device
 
     def make(batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        first = torch.randint(0, _VOCAB, (batch_size, 1), generator=generator)
-        noise = torch.rand(batch_size, _SEQ_LEN, generator=generator) < 0.1
-        rand = torch.randint(0, _VOCAB, (batch_size, _SEQ_LEN), generator=generator)
+        first = torch.randint(0, _VOCAB, (batch_size, 1), generator=generator, device="cpu")
+        noise = torch.rand(batch_size, _SEQ_LEN, generator=generator, device="cpu") < 0.1
+        rand = torch.randint(0, _VOCAB, (batch_size, _SEQ_LEN), generator=generator, device="cpu")
         cols = [first[:, 0]]
         for j in range(1, _SEQ_LEN + 1):
             nxt = successor[cols[-1]]

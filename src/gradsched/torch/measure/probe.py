@@ -36,6 +36,7 @@ import torch.distributed as dist
 
 from gradsched.calibration import contention_from_probe, median_se
 from gradsched.cluster import Cluster, CollectiveCost
+from gradsched.net_extend import extend_points
 from gradsched.torch.measure.netbench import measure_points, operations_for
 from gradsched.torch.runtime.wrapper import broadcast_buffers
 
@@ -51,7 +52,9 @@ class TrainableModel(Protocol):
 SMALL_OPS = 8  # the busy-latency probe: this many all-reduces ...
 SMALL_NUMEL = 1024  # ... of 4 KiB each, issued at once as the runtime issues ready operations
 PROBE_BUDGET_S = 10.0  # the start-up contention probe takes about this long ...
-PROBE_REPS = (5, 30)  # ... with at least and at most this many repetitions
+PROBE_REPS = (3, 30)  # ... with at least and at most this many repetitions (3: a replay at dilation 20 steps in
+# seconds, 5 repetitions took minutes of start-up; its figures are sampled again between the rounds and pooled)
+COPY_CHUNK_NUMEL = 1 << 24  # the bucket pass copies all gradients from a source of this many floats (64 MiB), chunk by chunk
 RESAMPLE_MAX_BYTES = 4 << 20  # the network sizes sampled again: the latency-bound ones, whose times drift most
 
 
@@ -96,9 +99,10 @@ class ContentionProbe:
              "small_ops_alone_s", "small_ops_busy_s")
 
     def __init__(self, spec: "TrainableModel", total_bytes: int, *, lr: float, seed: int, batch_size: int,
-                 budget_s: float = PROBE_BUDGET_S) -> None:
+                 budget_s: float = PROBE_BUDGET_S, optimizer: torch.optim.Optimizer | None = None) -> None:
         self.module, self._loss_fn = spec.module, spec.loss_fn
-        self._opt = torch.optim.SGD(self.module.parameters(), lr=lr, momentum=0.9)
+        self._opt = optimizer if optimizer is not None else torch.optim.SGD(self.module.parameters(), lr=lr,
+                                                                            momentum=0.9)
         gen = torch.Generator().manual_seed(seed * 1000 + 998)
         self._x, self._y = spec.make_batch(batch_size, gen)
         self.total_bytes = total_bytes
@@ -112,7 +116,17 @@ class ContentionProbe:
         self.start_reps = probe_reps(step_s, allreduce_s, budget_s)
         # a queue longer than a step, so that compute is slowed all along
         self._queue = [self._big] * (math.ceil(step_s / max(allreduce_s, 1e-9)) + 1)
+        self._release()
 
+    def _release(self) -> None:
+        """Between measurements, the all-gradients buffer and the step's gradients hold no memory
+        (a bench's rows take turns with the probe: gradsched.torch.jobs.shared_model)."""
+        self._opt.zero_grad(set_to_none=True)
+        self._big.untyped_storage().resize_(0)
+
+    def _restore(self) -> None:
+        self._big.untyped_storage().resize_(self._big.numel() * self._big.element_size())
+        self._big.zero_()
     def _compute(self) -> None:
         self._opt.zero_grad(set_to_none=True)
         self._loss_fn(self.module(self._x), self._y).backward()
@@ -153,6 +167,7 @@ class ContentionProbe:
     def measure(self, reps: int) -> float:
         """``reps`` more repetitions of every measurement; returns the seconds they took (slowest rank)."""
         t0 = time.perf_counter()
+        self._restore()
         per_rep: dict[str, list[float]] = {k: [] for k in self.TIMES}
         for _ in range(reps):
             per_rep["compute_alone_s"].append(self._timed(self._compute))
@@ -164,6 +179,7 @@ class ContentionProbe:
                            ("small_ops_busy_s", lambda: self._comm_while(self._smalls, True))):
                 dist.barrier()
                 per_rep[key].append(f())
+        self._release()
         for k, v in per_rep.items():
             self.samples[k].extend(slowest(v))
         return slowest([time.perf_counter() - t0])[0]
@@ -188,18 +204,24 @@ class ContentionProbe:
 
         What a runtime does to every gradient on the compute stream besides computing it
         (:meth:`Profile.with_bucket_costs`); timed on every rank at once, as training runs."""
+        self._restore()
         buf = self._big
-        src = torch.ones_like(buf)
+        # copied in chunks from one source chunk (as large as the last-level cache many times over),
+        # so that the pass needs no second buffer as large as the gradients
+        src = torch.ones(min(buf.numel(), COPY_CHUNK_NUMEL))
+        chunks = [buf[i:i + src.numel()] for i in range(0, buf.numel(), src.numel())]
         copies, scales = [], []
         dist.barrier()
         for _ in range(reps):
             t0 = time.perf_counter()
-            buf.copy_(src)
+            for chunk in chunks:
+                chunk.copy_(src[:chunk.numel()])
             t1 = time.perf_counter()
             buf.div_(dist.get_world_size())
             copies.append(t1 - t0)
             scales.append(time.perf_counter() - t1)
-        buf.zero_()
+        del chunks
+        self._release()
         return slowest_median(copies), slowest_median(scales)
 
     def buffer_sync_s(self, reps: int, timeout_s: float) -> float:
@@ -247,7 +269,10 @@ class NetworkResampler:
         if not self.sizes:
             return self.cluster
         points = [(float(b), statistics.median(ts)) for b, ts in sorted(self.samples.items())]
-        cost = CollectiveCost.fit(points, envelope=True)
+        table = points
+        if "extended_beyond_bytes" in self.cluster.extra:  # sizes the start-up table put on its line, again
+            table = extend_points(points, int(self.cluster.collectives["allreduce"].points[-1][0]))
+        cost = CollectiveCost.fit(table, envelope=True)
         measured = self.cluster.extra["measured_points"]
         extra = {**self.cluster.extra, "measured_points": {**measured, "allreduce": [list(p) for p in points]},
                  "startup_measured_points": measured, "samples": max(len(ts) for ts in self.samples.values())}

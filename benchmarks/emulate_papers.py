@@ -1,0 +1,96 @@
+"""The papers' models replayed on 8 emulated hosts: ``ddp,auto`` and DDP's bucket sweep, one bench each.
+
+    sudo python benchmarks/emulate_papers.py [--models resnet50,vgg16,...] [--hosts 8] [--rate 10gbit]
+
+US-Byte's ResNet-50 and VGG-16 and DeAR's ResNet-50, DenseNet-201, Inception-v4, BERT-Base and
+BERT-Large (``paper_models.py``, meta profiles at 10 TFLOP/s, a V100-class sustained fp32
+rate, DeAR's batch per GPU), each ``gradsched bench --replay`` on the testbed (prefix ``gse``)
+at ``--rate`` (DeAR's 10 GbE), the links shaped at rate / (dilation x byte scale) within
+what this machine moves faithfully: ``SETTINGS`` gives each model's dilation and byte scale
+(``--scale-bytes``: the model's memory; dilation: the links' aggregate rate).  Prints a
+table (auto against DDP's default and best bucket and the lower bound, the simulator's
+errors, start-up, peak memory) and writes ``benchmarks/results/emulate_papers.json`` and each
+bench's JSON beside it (``emulate_papers_MODEL_8h.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+RESULTS = HERE / "results"
+# model: (profile, dilation, byte scale); shaped link = 10 Gbit/s / (dilation x scale) = 250 Mbit/s at 8 hosts
+SETTINGS = {
+    "resnet50": ("resnet50-b64-10tflops", 5, 8),
+    "vgg16": ("vgg16-b64-10tflops", 2.5, 16),
+    "densenet201": ("densenet201-b32-10tflops", 5, 8),
+    "inception-v4": ("inception-v4-b64-10tflops", 2.5, 16),
+    "bert-base": ("bert-base-b64-10tflops", 2.5, 16),
+    "bert-large": ("bert-large-b32-10tflops", 2.5, 16),
+}
+
+
+def _run(model: str, args: argparse.Namespace) -> dict:
+    profile, dilate, scale = SETTINGS[model]
+    out = RESULTS / f"emulate_papers_{model.replace('-', '_')}_{args.hosts}h.json"
+    cmd = ["gradsched", "bench", "--replay", str(HERE / "profiles" / f"{profile}.profile.json"), "--hosts",
+           str(args.hosts), "--rate", args.rate, "--dilate", str(dilate), "--scale-bytes", str(scale), "--prefix",
+           args.prefix, "--strategies", "ddp,auto", "--rounds", str(args.rounds), "-q", "--json", str(out)]
+    t0, load = time.time(), os.getloadavg()[0]
+    done = subprocess.run([sys.executable, "-m", "gradsched.cli", *cmd[1:]], capture_output=True, text=True)
+    wall = time.time() - t0
+    if done.returncode != 0:
+        return {"model": model, "command": " ".join(cmd), "failed": done.stderr.strip().splitlines()[-1:],
+                "wall_s": wall}
+    rows = json.loads(out.read_text())
+    auto = next(r for r in rows if r["strategy"] == "auto")
+    errors = [abs(r["prediction_error"]) for r in rows]
+    phases = rows[0]["phases"]
+    return {"model": model, "command": " ".join(cmd), "wall_s": wall, "load_before": load,
+            "load_after": os.getloadavg()[0], "dilate": dilate, "scale_bytes": scale,
+            "auto_vs_ddp": auto["speedup_vs_ddp"], "auto_vs_best_ddp": auto["speedup_vs_best_ddp"],
+            "best_ddp": rows[0]["best_ddp"], "auto_vs_lower_bound": auto["vs_lower_bound"],
+            "median_abs_error": statistics.median(errors), "worst_abs_error": max(errors),
+            "startup_s": sum(p["s"] for p in phases if p["phase"] != "rounds"),
+            "peak_rss_bytes": rows[0]["peak_rss_bytes"],
+            "compute_s": rows[0]["lower_bound"]["compute_s"],
+            "allreduce_all_s": rows[0]["lower_bound"]["allreduce_all_s"]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default=",".join(SETTINGS))
+    p.add_argument("--hosts", type=int, default=8)
+    p.add_argument("--rate", default="10gbit")
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--prefix", default="gse")
+    args = p.parse_args()
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / "emulate_papers.json"
+    runs = json.loads(path.read_text())["runs"] if path.exists() else {}
+    for model in args.models.split(","):
+        runs[model] = _run(model, args)
+        path.write_text(json.dumps({"hosts": args.hosts, "rate": args.rate, "runs": runs}, indent=1))
+    print(f"{'model':13s} {'S':>3s} {'K':>4s} {'compute':>8s} {'allred':>7s} {'vs ddp':>7s} {'vs best':>8s} "
+          f"{'/ bound':>8s} {'med err':>8s} {'worst':>6s} {'start s':>8s} {'wall s':>7s} {'GB/rank':>8s}")
+    for model, r in runs.items():
+        if "failed" in r:
+            print(f"{model:13s} failed: {r['failed']}")
+            continue
+        print(f"{model:13s} {r['scale_bytes']:3d} {r['dilate']:4g} {r['compute_s'] * 1e3:8.0f} "
+              f"{r['allreduce_all_s'] * 1e3:7.0f} {r['auto_vs_ddp']:6.2f}x {r['auto_vs_best_ddp']:7.2f}x "
+              f"{r['auto_vs_lower_bound']:7.2f}x {r['median_abs_error'] * 100:7.1f}% {r['worst_abs_error'] * 100:5.1f}% "
+              f"{r['startup_s']:8.0f} {r['wall_s']:7.0f} {r['peak_rss_bytes'] / 1e9:8.2f}")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""How much memory a replayed bench needs per rank, and the check that refuses one that would not fit.
+
+Since the rows share one model per rank (:mod:`gradsched.torch.jobs.shared_model`), a
+rank holds, whatever the number of rows: the parameters, the shared momentum, the
+buckets of the one row that runs (``COPIES`` times the parameters' bytes in all), the
+largest tensor's gradient as autograd hands it over, and its own torch, gloo and
+gradsched.  Measured with ``gradsched bench --json`` (``peak_rss_bytes``, the largest
+rank's VmHWM): docs/bench.md, "Memory".
+"""
+
+from __future__ import annotations
+
+import os
+
+from gradsched.errors import GradschedError
+
+RANK_BASE_BYTES = 450e6  # one rank's torch, gloo and gradsched before any model
+COPIES = 3  # parameters, momentum, one row's buckets (gradients are views of them), per byte of parameters
+MEMORY_SHARE = 0.8  # of the available memory, what a replay may plan to use (the rest: the estimate's error, the OS)
+
+
+def rank_bytes(model_bytes: int, largest_bytes: int) -> float:
+    """The peak resident bytes of one rank replaying a model of ``model_bytes`` (largest tensor ``largest_bytes``)."""
+    return RANK_BASE_BYTES + COPIES * model_bytes + largest_bytes
+
+
+def available_bytes() -> int:
+    """Memory the machine can give without swapping: ``MemAvailable`` (free pages where it is not reported)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def check_memory(model_bytes: int, largest_bytes: int, ranks: int, have: int | None = None) -> float:
+    """Refuse a replay whose ranks would not fit in ``MEMORY_SHARE`` of the available memory; returns the need."""
+    have = available_bytes() if have is None else have
+    per_rank = rank_bytes(model_bytes, largest_bytes)
+    need = per_rank * ranks
+    if need > MEMORY_SHARE * have:
+        raise GradschedError(
+            f"replaying {model_bytes / 1e6:.0f} MB of parameters on {ranks} ranks needs about {need / 1e9:.1f} GB "
+            f"({per_rank / 1e9:.2f} GB a rank: {RANK_BASE_BYTES / 1e9:.2f} GB of runtime, {COPIES}x the parameters "
+            f"and the largest tensor once, whatever the rows), more than the {MEMORY_SHARE:.0%} of the available "
+            f"{have / 1e9:.1f} GB that a replay may use ({MEMORY_SHARE * have / 1e9:.1f} GB; the rest is the "
+            f"margin): use fewer hosts or ranks per host, or a smaller profile")
+    return need
+
+
+def phase_lines(phases: list[dict] | None, model_bytes: int | None) -> list[str]:
+    """A line per phase of a bench job (wall seconds, the largest rank's peak RSS so far), then the peak
+    against this module's estimate of it."""
+    if not phases:
+        return []
+    lines = ["phases (wall seconds; peak memory of the largest rank so far): " + ", ".join(
+        f"{p['phase']} {p['s']:.1f} s ({p['peak_rss_bytes'] / 1e9:.2f} GB)" for p in phases)]
+    start = sum(p["s"] for p in phases if p["phase"] != "rounds")
+    peak = phases[-1]["peak_rss_bytes"]
+    line = f"start-up {start:.1f} s; peak memory per rank {peak / 1e9:.2f} GB (VmHWM)"
+    if model_bytes:
+        target = COPIES * model_bytes + 0.5e9
+        line += f" against {target / 1e9:.2f} GB for {COPIES}x the parameters' {model_bytes / 1e6:.0f} MB + 0.5 GB"
+    return lines + [line]

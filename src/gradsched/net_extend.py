@@ -1,0 +1,30 @@
+"""A measured all-reduce table extended to large sizes along its bandwidth line, not measured there.
+
+``gradsched bench`` needs the all-reduce's cost up to about twice the model's
+gradients.  Measuring those sizes on shaped links takes dilated time (a 1 GiB
+all-reduce at 1 Gbit/s: about 9 s a repetition) and a buffer as large; beyond a few
+MiB an all-reduce is bandwidth-bound, so its time grows linearly with its bytes.  The
+bench measures up to :data:`MEASURED_MAX_BYTES` and adds each larger power of two on
+the line through the two largest measured sizes (:func:`extend_points`); the table is
+then read as a measured one (docs/bench.md, "Start-up").
+"""
+
+from __future__ import annotations
+
+MEASURED_MAX_BYTES = 32 << 20  # the largest all-reduce the bench times; larger ones are on the line
+
+
+def extend_points(points: list[tuple[float, float]], top_bytes: int) -> list[tuple[float, float]]:
+    """``points`` (``(bytes, seconds)``, at least two) with each power of two above the largest up to
+    ``top_bytes`` added on the line through the largest point and the third largest (the second where
+    there are two: a wider base than neighbours, less moved by one's noise; never a slope below 0)."""
+    table = sorted(points)
+    if len(table) < 2:
+        return table
+    (b0, t0), (b1, t1) = table[-min(3, len(table))], table[-1]
+    slope = max(0.0, (t1 - t0) / (b1 - b0))
+    size = b1 * 2
+    while size <= top_bytes:
+        table.append((size, t1 + slope * (size - b1)))
+        size *= 2
+    return table

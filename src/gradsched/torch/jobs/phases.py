@@ -1,0 +1,44 @@
+"""Where a bench's time and memory go: one record per phase of the job.
+
+``gradsched bench`` prints a line per phase (profiling, network table, probe, rows,
+rounds) and puts the records into its JSON, so that start-up can be told from the
+rounds, and the phase that sets a rank's peak memory is known."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch.distributed as dist
+
+
+def vm_hwm_bytes() -> int:
+    """This process's peak resident memory (``VmHWM`` of /proc/self/status; 0 where there is none)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class Phases:
+    """Seconds (the slowest rank's) and peak RSS (the largest rank's, so far) at the end of each phase.
+
+    A collective: every rank calls :meth:`end` with the same names in the same order."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self._t0 = time.perf_counter()
+
+    def end(self, name: str) -> None:
+        """The phase ``name`` ends now; the next one starts."""
+        import torch
+
+        now = time.perf_counter()
+        figures = torch.tensor([now - self._t0, float(vm_hwm_bytes())], dtype=torch.float64)
+        dist.all_reduce(figures, op=dist.ReduceOp.MAX)
+        self.records.append({"phase": name, "s": float(figures[0]), "peak_rss_bytes": int(figures[1])})
+        self._t0 = time.perf_counter()

@@ -1,0 +1,70 @@
+"""A bench's memory per rank does not grow with its rows (gradsched.torch.jobs.shared_model)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gradsched.profile import Profile  # noqa: E402
+from gradsched.torch.jobs.shared_model import RowBuffers, SharedModel  # noqa: E402
+
+TENSOR_NUMEL = 5_000_000  # 20 MB of float32 per tensor: rows that copied the model would show
+TENSORS = 4
+
+
+def _big_profile(path) -> int:
+    """A replay profile of 80 MB of parameters and little compute; returns its bytes."""
+    tensors = [{"name": f"l{i}.w", "numel": TENSOR_NUMEL, "bytes": 4 * TENSOR_NUMEL, "forward_s": 0.002,
+                "backward_s": 0.004} for i in range(TENSORS)]
+    data = {"format": "gradsched.profile/1", "model": "big", "tensors": tensors,
+            "ready_order": list(range(TENSORS))[::-1], "other_s": 0.001}
+    Profile.from_dict(data).save(path)
+    return 4 * TENSOR_NUMEL * TENSORS
+
+
+def test_copies_share_parameters_and_momentum_but_not_gradients(tmp_path):
+    path = tmp_path / "big.profile.json"
+    _big_profile(path)
+    shared = SharedModel(f"replay:{path}", seed=0)
+    a, b = shared.copy(), shared.copy()
+    for p, q, r in zip(shared.spec.module.parameters(), a.parameters(), b.parameters()):
+        assert p.data_ptr() == q.data_ptr() == r.data_ptr() and q is not r  # one storage, distinct tensors
+    opt = shared.sgd(a, lr=0.1)
+    x, y = shared.spec.make_batch(4, torch.Generator().manual_seed(0))
+    shared.spec.loss_fn(a(x), y).backward()
+    assert all(p.grad is not None for p in a.parameters()) and all(p.grad is None for p in b.parameters())
+    opt.step()
+    bufs = [opt.state[p]["momentum_buffer"] for p in a.parameters()]
+    assert [t.data_ptr() for t in bufs] == [t.data_ptr() for t in shared.momentum]
+    buffers = RowBuffers(a, opt)
+    assert buffers.release() == 4 * TENSOR_NUMEL * TENSORS  # the gradients' storages, then gone
+    assert all(p.grad is None for p in a.parameters())
+
+
+def _bench(path, out, strategies: str, buckets: str) -> dict:
+    cmd = [sys.executable, "-m", "gradsched.cli", "bench", "--replay", str(path), "--loopback", "--hosts", "2",
+           "--strategies", strategies, "--ddp-buckets", buckets, "--no-probe", "--rounds", "2", "--warmup-rounds",
+           "1", "--steps", "1", "--profile-iterations", "1", "--net-reps", "1", "-q", "--json", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_memory_per_rank_does_not_grow_with_rows(tmp_path):
+    """2 rows and 6 rows of an 80 MB model: the same peak RSS per rank (each row used to hold
+    about 4x the parameters: 6 rows took 1.3 GB more than 2)."""
+    path = tmp_path / "big.profile.json"
+    model_bytes = _big_profile(path)
+    two = _bench(path, tmp_path / "two.json", "ddp,sync", "none")
+    six = _bench(path, tmp_path / "six.json", "ddp,sync,wfbp,mgwfbp", "1,100")
+    assert len(two) == 2 and len(six) == 6
+    peak_two, peak_six = two[0]["peak_rss_bytes"], six[0]["peak_rss_bytes"]
+    assert peak_six - peak_two < model_bytes, (peak_two, peak_six)  # was 18x that: 1.39 GB, then 2.82 GB
+    assert peak_six <= 3 * model_bytes + 0.5e9  # the issue's target
+    assert [p["phase"] for p in six[0]["phases"]][-1] == "rounds" and six[0]["phases"][-1]["peak_rss_bytes"] == peak_six
