@@ -60,7 +60,6 @@ import torch.distributed as dist
 
 from gradsched.calibration import across_jobs, calibrate, lower_bound_s, runtime_name, this_machine, with_runtime_costs
 from gradsched.cluster import Cluster, Contention
-from gradsched.constants import MiB
 from gradsched.costs import CollectiveCost
 from gradsched.net_extend import MEASURED_MAX_BYTES, extend_points
 from gradsched.jobconfig import BenchConfig
