@@ -305,7 +305,7 @@ def test_utf8_byte_order_mark_and_large_float_exponents_are_read(tmp_path):
     ["simulate", "--alpha", "1e-4", "--beta", "1e-9", "--strategy", "wfbp", "--json", "/dev/full"],
     ["simulate", "--alpha", "1e-4", "--beta", "1e-9", "--strategy", "wfbp", "--trace", "/dev/full"],
     ["plan", "--strategy", "wfbp", "--alpha", "1e-4", "--beta", "1e-9", "-o", "/dev/full"],
-    ["advise", "--json", "/dev/full"],
+    ["advise", "--alpha", "1e-4", "--beta", "1e-9", "--json", "/dev/full"],
     ["plan", "--strategy", "wfbp", "--alpha", "1e-4", "--beta", "1e-9", "-o", "/proc/version"],
     ["simulate", "--alpha", "1e-4", "--beta", "1e-9", "--strategy", "wfbp", "--json", "/etc/hostname/out.json"],
 ], ids=["simulate-json", "simulate-trace", "plan-output", "advise-json", "plan-output-refused", "json-folder-is-a-file"])

@@ -336,7 +336,8 @@ def test_hold_removes_the_testbed_on_ctrl_c_and_sigterm(clean, sig, code):
     proc = subprocess.Popen([*GRADSCHED, "testbed", "up", "--hold", "--hosts", "2", "--prefix", PREFIX],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    assert "Ctrl-C removes it" in proc.stdout.readline()
+    said = "".join(proc.stdout.readline() for _ in range(3))  # the state, how to use it, how it ends
+    assert "Ctrl-C removes it" in said
     assert read_status(PREFIX).up
     proc.send_signal(sig)
     assert proc.wait(timeout=15) == code

@@ -147,7 +147,8 @@ CASES = {
     # given a profile and cluster (slow network: another best plan), their best plan is measured too
     # one round of windows, so that the trials end within STEPS (three rounds of 4-5 candidates did not)
     "trials-offline/sgd": ("sgd", {"switch_iteration": 3, "trials": 2, "trial_iterations": 2, "trial_rounds": 1,
-                                   "trial_window_s": 0, "max_replans": 0, "trial_share": 0}, True),
+                                   "trial_window_s": 0, "max_replans": 0, "trial_share": 0,
+                                   "runoff_rounds": 0}, True),  # no run-off: close plans measured again ran past STEPS
     # every check is off by more than 1e-9: checks at 3+4+1 = 8 and 18, each followed by a measuring
     # window and a re-plan at 13 and 23 (or a revert at the check itself), then stop (cap) but for one
     # check of the last re-plan's plan (at 28)

@@ -157,7 +157,8 @@ def test_the_users_unset_bucket_size_runs_as_pytorchs_default_and_a_given_one_ca
 def test_short_iterations_get_longer_trial_windows_on_rank_0s_word(world_of_one):
     """trial_window_s: the first plan sets the windows' length from the iteration time it measured."""
     module = _net()
-    model = DistributedDataParallel(module, "auto", plan_options={**OPTIONS, "trial_window_s": 0.05})
+    # 0.3 s: windows above 14 iterations while a step takes under 21 ms (a few ms here, more under load)
+    model = DistributedDataParallel(module, "auto", plan_options={**OPTIONS, "trial_window_s": 0.3})
     tuner = model.autotuner
     _train(model, 0, 1, OPTIONS["switch_iteration"] + 1)
     profiled = tuner.switches[1]

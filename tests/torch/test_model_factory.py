@@ -124,7 +124,7 @@ def test_same_seed_same_parameters(importable):
     (f"{__name__}:batch_of_one_tensor", ["batch function returned a Tensor", "(inputs, targets)"]),
     (f"{__name__}:", ["MODULE:FUNCTION"]),
     (f"{__name__}:raises", ["the factory raised ValueError at test_model_factory.py:", "no data at /nowhere"]),
-    (f"{__name__}:takes_two", ["the factory takes arguments (seed, width)", "factory(seed)"]),
+    (f"{__name__}:takes_two", ["the factory takes (seed, width)", "factory(seed)"]),
     (f"{__name__}:batch_of_one_argument", ["the batch function takes arguments (n)", "batch_fn(batch_size, generator)"]),
     (f"{__name__}:batch_that_raises", ["the batch function raised KeyError", "shard 7"]),
 ])
