@@ -411,3 +411,20 @@ def test_json_to_a_full_stdout_is_one_line():
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "stdout" in lines[0] and "No space left" in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("argv", [["simulate", "--alpha", "1e-4", "--beta", "1e-9", "--strategy", "wfbp"],
+                                  ["advise", "--alpha", "1e-4", "--beta", "1e-9", "--buckets", "5,25"]],
+                         ids=["simulate", "advise"])
+def test_a_plain_report_to_a_full_stdout_is_one_line(argv):
+    """The human-readable report with stdout on a full disk (``> /dev/full``): buffered, it fails at the
+    command's end, not in a print (was an internal error with a traceback)."""
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "gradsched.cli", *argv], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot be written" in lines[0] and "No space left" in lines[0], lines[0]

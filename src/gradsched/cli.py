@@ -12,6 +12,7 @@ shared by every subcommand (``--json``, ``--log-level``, ``--workers``) are in d
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import os
@@ -100,11 +101,18 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "log_level", None):
         setup_logging(args.log_level)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a report to a full disk or a closed pipe fails here, as an error of its own
+        return code
     except GradschedError as exc:
         print(f"gradsched {args.command}: error: {exc}", file=sys.stderr)
         return int(getattr(exc, "exit_status", 2))
     except OSError as exc:
+        if exc.filename is None and exc.errno in (errno.ENOSPC, errno.EPIPE, errno.EIO):  # stdout
+            _quiet_stdout()
+            print(f"gradsched {args.command}: error: the output cannot be written: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return 2
         if exc.filename is None:  # not a path the user gave
             return _report_bug(args.command)
         print(f"gradsched {args.command}: error: {exc.filename}: {exc.strerror or exc}; give a path that can be "
@@ -115,6 +123,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception:  # a fault of gradsched, not of the input
         return _report_bug(args.command)
+
+
+def _quiet_stdout() -> None:
+    """Send what is left of stdout nowhere: the interpreter's own flush at exit would fail again."""
+    try:
+        sys.stdout = open(os.devnull, "w")
+    except OSError:
+        pass
 
 
 def _report_bug(command: str) -> int:
