@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gradsched {args.command}: error: {exc}", file=sys.stderr)
         return int(getattr(exc, "exit_status", 2))
     except OSError as exc:
-        if exc.filename is None and exc.errno in (errno.ENOSPC, errno.EPIPE, errno.EIO):  # stdout
+        if exc.filename is None and exc.errno in (errno.ENOSPC, errno.EPIPE):  # stdout: disk full, pipe closed
             _quiet_stdout()
             print(f"gradsched {args.command}: error: the output cannot be written: {exc.strerror or exc}",
                   file=sys.stderr)
