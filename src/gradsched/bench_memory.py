@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from gradsched.errors import GradschedError
+from gradsched.procfs import proc_bytes
 
 RANK_BASE_BYTES = 450e6  # one rank's torch, gloo and gradsched before any model
 COPIES = 3  # parameters, momentum, one row's buckets (gradients are views of them), per byte of parameters
@@ -26,14 +27,8 @@ def rank_bytes(model_bytes: int, largest_bytes: int) -> float:
 
 def available_bytes() -> int:
     """Memory the machine can give without swapping: ``MemAvailable`` (free pages where it is not reported)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    available = proc_bytes("/proc/meminfo", "MemAvailable")
+    return available if available is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
 def check_memory(model_bytes: int, largest_bytes: int, ranks: int, have: int | None = None) -> float:

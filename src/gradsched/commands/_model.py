@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from gradsched.constants import MODEL_NAMES, REPLAY_PREFIX
 from gradsched.errors import GradschedError
+from gradsched.procfs import proc_bytes
 from gradsched.replayable import check_replayable, load_profile
 
 BUILT_IN = MODEL_NAMES
@@ -81,11 +82,4 @@ def _tensor_bytes(obj: Any) -> int:
 
 def _available_bytes() -> int | None:
     """Memory available to new allocations (MemAvailable), or None where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return proc_bytes("/proc/meminfo", "MemAvailable")

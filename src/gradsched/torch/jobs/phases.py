@@ -11,17 +11,12 @@ from typing import Any
 
 import torch.distributed as dist
 
+from gradsched.procfs import proc_bytes
+
 
 def vm_hwm_bytes() -> int:
     """This process's peak resident memory (``VmHWM`` of /proc/self/status; 0 where there is none)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return proc_bytes("/proc/self/status", "VmHWM") or 0
 
 
 class Phases:
