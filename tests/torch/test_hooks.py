@@ -6,6 +6,8 @@ import io
 import pickle
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -173,3 +175,33 @@ def test_public_import_path():
     from gradsched.torch.hooks import fp16_hook, topk_hook
 
     assert fp16_hook is H.fp16_hook and topk_hook is H.topk_hook
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.one_of(st.sampled_from([0.001, 0.015, 0.07, 1 / 3, 1.0]), st.floats(min_value=1e-4, max_value=1.0)),
+       st.integers(min_value=1, max_value=5000))
+def test_hooks_send_the_k_that_planners_simulator_and_runtime_use(density, numel):
+    """One ``k`` (gradsched.sparsity.k_of, rounded up) in the hooks as in the runtime's operations
+    (the hooks rounded down before: 0.015 of 100 elements sent 1, the plan's 2)."""
+    from gradsched.sparsity import k_of
+    from gradsched.torch.runtime import sparse
+
+    assert sparse.k_of is k_of
+    values, indices = H.TopKState(density=density).compress(0, torch.randn(numel))
+    assert values.numel() == indices.numel() == k_of(density, numel)
+
+
+def test_hooks_select_through_the_runtimes_chunked_selection(monkeypatch):
+    """Temporaries bounded by the selection's piece, not by the bucket: the hooks call topk_indices."""
+    seen = []
+
+    def spy(x, k, *args, **kwargs):
+        seen.append((x.numel(), k))
+        return sparse_topk(x, k, *args, **kwargs)
+
+    from gradsched.torch.runtime.sparse import topk_indices as sparse_topk
+    monkeypatch.setattr(H, "topk_indices", spy)
+    g = torch.randn(3000, generator=torch.Generator().manual_seed(2))
+    values, indices = H.TopKState(density=0.01).compress(0, g)
+    assert seen == [(3000, 30)]
+    assert set(indices.tolist()) == set(g.abs().topk(30).indices.tolist())

@@ -42,7 +42,6 @@ is made at both granularities and the one with the shorter simulated iteration k
 
 from __future__ import annotations
 
-import math
 
 from gradsched.cluster import Cluster
 from gradsched.plan import Plan, whole_slices
@@ -50,8 +49,8 @@ from gradsched.planners.options import Option
 from gradsched.planners.registry import register
 from gradsched.planners.topk import DEFAULT_DENSITY, PER_TENSOR, choose_granularity, sparse_ops, units_in_ready_order
 from gradsched.profile import Profile
+from gradsched.sparsity import sent_bytes
 
-INDEX_BYTES = 4  # int32 index per selected element
 REFINE_WORK = 2000  # layer-simulations the local search may spend (see the module docstring)
 
 
@@ -72,8 +71,7 @@ def sweep(profile: Profile, cluster: Cluster, density: float,
     backward_s = [sum(tensors[i].backward_s for i in g) for g in layers]
 
     def tag(n: int, first_tensor: int) -> float:
-        k = max(1, math.ceil(density * n))
-        return gather.time_s(k * (tensors[first_tensor].element_bytes + INDEX_BYTES))
+        return gather.time_s(sent_bytes(density, n, tensors[first_tensor].element_bytes))
 
     ts = cluster.selection_s
     groups: list[list[int]] = []

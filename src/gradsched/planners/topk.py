@@ -1,7 +1,7 @@
 """``topk``: layer-wise top-k sparsification, one top-k all-gather per layer.
 
 Each layer's gradients (all its tensors of one element size together) go as one
-``topk-allgather`` operation that sends the ``k = ceil(density * numel)``
+``topk-allgather`` operation that sends the ``k = ceil(density * numel)`` (:func:`gradsched.sparsity.k_of`)
 largest-magnitude entries with their int32 indices; what is not sent stays in a
 residual for the next iteration (error feedback, in the runtime).  Layer-wise top-k pipelines well with
 backward but pays a start-up and a selection per layer: ``omgs`` merges layers

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -52,9 +51,9 @@ from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
 from gradsched.plan import ALL_GATHER, DENSE, HIER, REDUCE_SCATTER, SPARSE, Plan, gate_tensor
 from gradsched.profile import Profile
+from gradsched.sparsity import sent_bytes
 from gradsched.timeline import BACKWARD, COMM, FORWARD, HOST, OTHER, SELECT, UPDATE, WAIT, Timeline
 
-INDEX_BYTES = 4  # int32 indices of top-k
 EPS_S = 1e-12  # events closer than this are simultaneous
 
 
@@ -210,8 +209,7 @@ class _Static:
                 nb = sum(s.numel * elem[s.tensor] for s in slices)
             self.op_bytes[j] = nb
             if op.collective == SPARSE:
-                k = max(1, math.ceil(op.density * numel))
-                per_rank = k * (elem[op.slices[0].tensor] + INDEX_BYTES)
+                per_rank = sent_bytes(op.density, numel, elem[op.slices[0].tensor])
                 self.cost[j] = ag.time_s(per_rank)
                 self.select[j] = selection_s(numel)
                 self.residual_bytes += nb

@@ -37,6 +37,8 @@ import torch
 import torch.distributed as dist
 
 from gradsched.errors import GradschedError
+from gradsched.sparsity import k_of
+from gradsched.torch.runtime.sparse import topk_indices
 
 Hook = Callable[[Any, dist.GradBucket], torch.futures.Future]
 
@@ -93,7 +95,8 @@ class TopKState:
 
     Args:
         process_group: default: the world (also after loading a checkpoint).
-        density: fraction of each bucket's (or merged group's) entries sent, in (0, 1].
+        density: fraction of each bucket's (or merged group's) entries sent, in (0, 1]
+            (``k = ceil(density * numel)``, :func:`gradsched.sparsity.k_of`, as the planners and the runtime).
         warmup_steps: iterations all-reduced densely first (at least 1: DDP rebuilds its
             buckets after the first iteration, and residuals are kept per bucket).
         error_feedback: keep what was not sent and add it to the next gradient.
@@ -150,8 +153,8 @@ class TopKState:
                                      f"{residual.numel()}: this state belongs to another model or bucket_cap_mb; "
                                      "build a new TopKState")
             acc.add_(residual.to(acc.dtype))
-        k = max(1, int(self.density * acc.numel()))
-        indices = acc.abs().topk(k, sorted=False).indices
+        k = k_of(self.density, acc.numel())
+        indices = topk_indices(acc, k)  # in pieces: temporaries bounded by SELECT_CHUNK, not by the bucket
         values = acc[indices]
         if self.error_feedback:
             acc[indices] = 0

@@ -3,7 +3,7 @@
 Per operation and step (OMGS-SGD's and GRACE's top-k with residual memory):
 
 1. compensate: ``c = gradient + residual`` (what was not sent before is not lost);
-2. select the ``k = ceil(density * numel)`` largest ``|c|`` (the same ``k`` on every
+2. select the ``k = ceil(density * numel)`` largest ``|c|`` (:func:`gradsched.sparsity.k_of`, the same ``k`` on every
    rank, so the all-gather is regular), exactly (``torch.topk``) or through a sampled
    threshold (DGC style: a threshold from a strided sample keeps a few candidates,
    ``torch.topk`` runs on those; it falls back to the exact selection when the
@@ -43,6 +43,7 @@ from torch import nn
 
 from gradsched.errors import GradschedError
 from gradsched.plan import SPARSE, Operation
+from gradsched.sparsity import k_of
 from gradsched.torch.runtime.groups import uses_nccl
 from gradsched.torch.runtime.inflight import applied
 from gradsched.torch.runtime.layout import Layout, Piece
@@ -102,11 +103,6 @@ class SparseOptions:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def k_of(density: float, numel: int) -> int:
-    """Elements sent per rank: ``ceil(density * numel)``, at least 1 and at most ``numel``."""
-    return min(numel, max(1, math.ceil(density * numel)))
 
 
 def topk_indices(x: torch.Tensor, k: int, method: str = "exact", chunk: int = SELECT_CHUNK) -> torch.Tensor:
