@@ -32,7 +32,10 @@ ready while the first block is on the wire (``"block"``) or within the time to s
 whole layer from its start (``"layer"``, nearest the paper's, whose window starts at the
 layer's own ready time); ``extend`` -- a layer's
 back-to-back phase-1 blocks go as one message (the paper's block extension, with
-every element still sent exactly once).
+every element still sent exactly once).  Two differences are not options: phase 2 goes
+by the searched priorities (the authors' code sends the remainders front-first, its
+``P_2`` never searched), and the walk goes on with the next layer after a kept
+promotion (the authors' resumes below the layers it was promoted over).
 
 One step is gradsched's own: ``merge_bytes`` -- before any of this, consecutive layers
 (in the order their gradients become ready) are merged into groups of at least that many
