@@ -1,7 +1,8 @@
 """What the two papers' testbed experiments share: rates, dilation, one bench per host count, fidelity.
 
 Used by ``benchmarks/paper_mgwfbp_testbed.py`` and ``benchmarks/paper_usbyte_testbed.py``
-(docs/bench.md, "The papers' experiments on the testbed").  Each run is one
+(docs/bench.md, "The papers' experiments on the testbed"; the runs:
+docs/notes/2026-12-bench-runs.md).  Each run is one
 ``gradsched bench --replay`` on the testbed (emulated compute, real gloo
 communication over shaped links, rows in interleaved rounds, medians), at the
 emulated cluster's link rate and the smallest dilation that keeps the links'

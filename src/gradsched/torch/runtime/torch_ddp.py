@@ -7,7 +7,7 @@ never lose to what a user could pick by hand, it also runs
 advisor predicts fastest (:func:`gradsched.advise.best_ddp_bucket_mb`) and as one
 bucket (:func:`one_bucket_mb`): the end of the range where per-operation costs the
 simulator does not see (each bucket's copies and launches) count most, as over loopback,
-where one bucket measured fastest for cnn, vgg and bert (docs/bench.md, "Real compute").
+where one bucket measured fastest for cnn, vgg and bert (docs/notes/2026-12-bench-runs.md, "Real compute").
 
 A candidate is a :class:`~gradsched.plan.Plan` like any other, so the tuner's
 bookkeeping (plan hashes, predictions, broadcasts) is unchanged: the ``ddp`` planner's
