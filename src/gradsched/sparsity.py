@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 
+from gradsched.options import Option
+
 INDEX_BYTES = 4
 """Bytes of one index on the wire (int32), sent beside each selected value."""
 
@@ -31,3 +33,8 @@ def k_of(density: float, numel: int) -> int:
 def sent_bytes(density: float, numel: int, element_bytes: int) -> int:
     """Bytes one rank contributes to the all-gather: ``k`` values and ``k`` int32 indices."""
     return k_of(density, numel) * (element_bytes + INDEX_BYTES)
+
+
+DENSITY = Option("density", float, 0.001, low=0, low_open=True, high=1,
+                 doc="fraction of gradient elements each rank sends (top-k)")
+"""The density's declaration: in (0, 1]; each user sets its own default (``dataclasses.replace``)."""

@@ -205,3 +205,20 @@ def test_hooks_select_through_the_runtimes_chunked_selection(monkeypatch):
     values, indices = H.TopKState(density=0.01).compress(0, g)
     assert seen == [(3000, 30)]
     assert set(indices.tolist()) == set(g.abs().topk(30).indices.tolist())
+
+
+def test_hook_state_and_sparse_options_are_checked_by_their_option_declarations():
+    """TopKState and SparseOptions check through gradsched.options: one-line errors, the declared defaults."""
+    from gradsched.torch.runtime.sparse import OPTIONS, SparseOptions
+
+    assert SparseOptions().to_dict() == {o.name: o.default for o in OPTIONS}
+    state = H.TopKState()
+    assert {o.name: getattr(state, o.name) for o in H.TOPK_OPTIONS} == {o.name: o.default for o in H.TOPK_OPTIONS}
+    assert H.TopKState(merge_bytes=float("inf")).merge_bytes == float("inf")  # one top-k over the whole model
+    for kw, words in (({"merge_bytes": float("nan")}, "merge_bytes must be a number, not NaN"),
+                      ({"density": "x"}, "density must be a number"),
+                      ({"warmup_steps": 0}, "DDP rebuilds its buckets"),
+                      ({"colour": 1}, "unexpected keyword")):
+        with pytest.raises((GradschedError, TypeError), match=words) as err:
+            H.TopKState(**kw)
+        assert "\n" not in str(err.value)

@@ -40,7 +40,9 @@ from gradsched.commands._output import add_json_arg, emit_json, to_stdout
 from gradsched.constants import REPLAY_PREFIX
 from gradsched.errors import GradschedError, WorkersFailed
 from gradsched.jobconfig import BenchConfig
+from gradsched.options import check
 from gradsched.replayable import check_replayable, load_profile
+from gradsched.sparsity import DENSITY
 from gradsched.testbed import check_ranks_per_host
 
 if TYPE_CHECKING:
@@ -137,8 +139,8 @@ def entries(strategies: str, buckets: str, density: float | None = None,
     if not names:
         raise GradschedError("--strategies is empty; name at least one, e.g. ddp,auto")
     known = strategy_names()
-    if density is not None and not 0 < density <= 1:
-        raise GradschedError(f"--density must be in (0, 1], got {density}")
+    if density is not None:
+        density = check("--density", DENSITY, density)  # in (0, 1], as every user of the density declares it
     out: list[dict[str, Any]] = []
     for name in names:
         if name not in known:

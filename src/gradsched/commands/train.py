@@ -26,6 +26,8 @@ from gradsched.commands._output import add_json_arg, emit_json, to_stdout
 from gradsched.commands._workers import failure_report, stream
 from gradsched.errors import GradschedError, WorkersFailed
 from gradsched.jobconfig import TrainConfig
+from gradsched.options import check
+from gradsched.sparsity import DENSITY
 
 MODELS = BUILT_IN
 LOG_ENV = "GRADSCHED_LOG_LEVEL"  # set by --log-level (gradsched.cli); the workers log at that level
@@ -134,8 +136,8 @@ def _config(args: argparse.Namespace, out_dir: str) -> TrainConfig:
         if args.density is not None and not (is_sparse(args.strategy) or args.strategy == "auto"):
             raise GradschedError(f"--density applies to sparse strategies (topk, omgs) and auto, not to "
                                  f"{args.strategy!r}")
-    if args.density is not None and not 0 < args.density <= 1:
-        raise GradschedError(f"--density must be in (0, 1] (fraction of gradient elements sent), got {args.density}")
+    if args.density is not None:
+        args.density = check("--density", DENSITY, args.density)  # in (0, 1]: the one declaration
     plan_options = _options(args.option)
     if args.density is not None:
         plan_options["density"] = args.density

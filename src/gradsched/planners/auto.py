@@ -30,6 +30,7 @@ from gradsched.planners.options import STRATEGIES, Option
 from gradsched.planners import _collective as coll
 from gradsched.planners.registry import get_planner, is_sparse, planner_option_specs, register, strategy_names
 from gradsched.profile import Profile
+from gradsched.sparsity import DENSITY
 
 USBYTE_MERGE_BYTES = (0, MiB // 4, MiB, 4 * MiB)
 DECOUPLED_MARGIN = 0.02  # a two-phase plan must be predicted this much faster than the others to be chosen
@@ -189,7 +190,7 @@ def usbyte_floor_s(profile: Profile, cluster: Cluster, opts: dict[str, Any], cha
 
 
 OPTIONS = (
-    Option("density", float, 1.0, low=0, low_open=True, high=1, doc="below 1: sparse strategies are candidates too"),
+    replace(DENSITY, default=1.0, doc="below 1: sparse strategies are candidates too"),
     Option("channels", int, 1, low=1, high=1024, doc="parallel communication channels simulated"),
     Option("exclude", STRATEGIES, (), doc="strategies not tried"),
     coll.OPTION,

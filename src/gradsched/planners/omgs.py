@@ -42,6 +42,7 @@ is made at both granularities and the one with the shorter simulated iteration k
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 from gradsched.cluster import Cluster
 from gradsched.plan import Plan, whole_slices
@@ -49,7 +50,7 @@ from gradsched.planners.options import Option
 from gradsched.planners.registry import register
 from gradsched.planners.topk import DEFAULT_DENSITY, PER_TENSOR, choose_granularity, sparse_ops, units_in_ready_order
 from gradsched.profile import Profile
-from gradsched.sparsity import sent_bytes
+from gradsched.sparsity import DENSITY, sent_bytes
 
 REFINE_WORK = 2000  # layer-simulations the local search may spend (see the module docstring)
 
@@ -162,7 +163,7 @@ def refine_timed(groups: list[list[int]], profile: Profile, cluster: Cluster, de
 
 
 OPTIONS = (
-    Option("density", float, DEFAULT_DENSITY, low=0, low_open=True, high=1, doc="fraction of elements sent"),
+    replace(DENSITY, default=DEFAULT_DENSITY),
     Option("refine_plan", bool, True, doc="improve the paper's groups on the simulator's timeline"),
     PER_TENSOR,
 )

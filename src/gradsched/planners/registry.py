@@ -2,7 +2,7 @@
 
 A planner is ``plan(profile, cluster, **options) -> Plan``.  ``cluster`` is already
 at the target world size.  A new strategy is one module with one ``@register``,
-which declares the planner's options (:class:`~gradsched.planners.options.Option`:
+which declares the planner's options (:class:`~gradsched.options.Option`:
 type, range, default).  The registry is the one place that checks them: whoever
 calls the planner (``make_plan``, ``get_planner(name)``, the module's own ``plan``,
 ``auto``'s search, the command line's ``--opt``) gets typed, range-checked values

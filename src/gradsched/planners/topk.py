@@ -17,6 +17,7 @@ plan is never predicted slower than the authors' granularity or the layer's.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from gradsched.cluster import Cluster
@@ -24,6 +25,7 @@ from gradsched.plan import SPARSE, Operation, Plan, Slice, whole_tensor_ops
 from gradsched.planners.options import Option
 from gradsched.planners.registry import register
 from gradsched.profile import Profile
+from gradsched.sparsity import DENSITY
 
 DEFAULT_DENSITY = 0.001
 
@@ -97,8 +99,7 @@ def sparse_ops(groups: list[list[int]], profile: Profile, density: float,
 PER_TENSOR = Option("per_tensor", bool, None, optional=True,
                     doc="select each tensor on its own (the authors' granularity) or each layer; "
                         "left out: chosen by simulation")
-OPTIONS = (Option("density", float, DEFAULT_DENSITY, low=0, low_open=True, high=1,
-                  doc="fraction of each gradient's elements sent"), PER_TENSOR)
+OPTIONS = (replace(DENSITY, default=DEFAULT_DENSITY), PER_TENSOR)
 
 
 @register("topk", sparse=True, options=OPTIONS)

@@ -31,13 +31,15 @@ default group again after loading (:meth:`TopKState.__setstate__`).
 """
 
 # No ``from __future__ import annotations``: DDP checks a hook's annotations as objects.
+from dataclasses import replace
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
 from gradsched.errors import GradschedError
-from gradsched.sparsity import k_of
+from gradsched.options import Option, check_all
+from gradsched.sparsity import DENSITY, k_of
 from gradsched.torch.runtime.sparse import topk_indices
 
 Hook = Callable[[Any, dist.GradBucket], torch.futures.Future]
@@ -90,6 +92,17 @@ bf16_hook = bf16_wrapper(allreduce_hook)
 
 
 # --------------------------------------------------------------------------- top-k with error feedback
+TOPK_OPTIONS = (
+    replace(DENSITY, default=0.01),
+    Option("warmup_steps", int, 1, low=1, doc="iterations all-reduced densely first",
+           why="DDP rebuilds its buckets after the first iteration; residuals are kept per bucket"),
+    Option("error_feedback", bool, True, doc="keep what was not sent and add it to the next gradient"),
+    Option("merge_bytes", float, 4 * 2**20, low=0, low_open=True, allow_inf=True,
+           doc="merged_topk_hook: bytes of consecutive buckets per top-k (inf: the whole model)"),
+)
+""":class:`TopKState`'s tunables as :class:`~gradsched.options.Option` declarations (their checks)."""
+
+
 class TopKState:
     """State of :func:`topk_hook` and :func:`merged_topk_hook` (one per DDP model).
 
@@ -110,18 +123,13 @@ class TopKState:
 
     def __init__(self, process_group: dist.ProcessGroup | None = None, *, density: float = 0.01,
                  warmup_steps: int = 1, error_feedback: bool = True, merge_bytes: float = 4 * 2**20) -> None:
-        if not 0.0 < density <= 1.0:
-            raise GradschedError(f"density must be in (0, 1], got {density}")
-        if warmup_steps < 1:
-            raise GradschedError(f"warmup_steps must be at least 1 (DDP rebuilds its buckets after the first "
-                                 f"iteration; residuals are kept per bucket), got {warmup_steps}")
-        if merge_bytes <= 0:
-            raise GradschedError(f"merge_bytes must be positive, got {merge_bytes}")
+        opts = check_all("TopKState", TOPK_OPTIONS, {"density": density, "warmup_steps": warmup_steps,
+                                                     "error_feedback": error_feedback, "merge_bytes": merge_bytes})
         self.process_group = process_group
-        self.density = float(density)
-        self.warmup_steps = int(warmup_steps)
-        self.error_feedback = bool(error_feedback)
-        self.merge_bytes = float(merge_bytes)
+        self.density: float = opts["density"]
+        self.warmup_steps: int = opts["warmup_steps"]
+        self.error_feedback: bool = opts["error_feedback"]
+        self.merge_bytes: float = opts["merge_bytes"]
         self.iteration = 0
         self.residuals: dict[int, torch.Tensor] = {}  # bucket index -> what was not sent yet
         self._held: list[tuple[int, torch.Tensor, torch.futures.Future[torch.Tensor]]] = []

@@ -42,6 +42,7 @@ import torch.distributed as dist
 from torch import nn
 
 from gradsched.errors import GradschedError
+from gradsched.options import Option, check_all
 from gradsched.plan import SPARSE, Operation
 from gradsched.sparsity import k_of
 from gradsched.torch.runtime.groups import uses_nccl
@@ -77,32 +78,28 @@ class SparseOptions:
 
     @classmethod
     def of(cls, value: "SparseOptions | dict[str, Any] | None") -> "SparseOptions":
-        """Options from ``None``, a dict (e.g. from JSON) or an instance, with errors that say what is allowed."""
+        """Options from ``None``, a dict (e.g. from JSON) or an instance, each checked as :data:`OPTIONS`
+        declares it, with one-line errors that say what is allowed."""
         if value is None:
             return cls()
         if isinstance(value, cls):
-            opts = value
-        elif isinstance(value, dict):
-            known = set(cls.__dataclass_fields__)
-            unknown = sorted(set(value) - known)
-            if unknown:
-                raise GradschedError(f"unknown sparse option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-            opts = cls(**value)
-        else:
+            value = value.to_dict()
+        elif not isinstance(value, dict):
             raise GradschedError(f"sparse_options must be a dict or SparseOptions, got {type(value).__name__}")
-        if not isinstance(opts.warmup_steps, int) or opts.warmup_steps < 0:
-            raise GradschedError(f"sparse option warmup_steps must be an integer >= 0, got {opts.warmup_steps!r}")
-        if opts.selection not in SELECTIONS:
-            raise GradschedError(f"sparse option selection must be one of {', '.join(SELECTIONS)}, got {opts.selection!r}")
-        if not isinstance(opts.check_every, int) or isinstance(opts.check_every, bool) or opts.check_every < 0:
-            raise GradschedError(f"sparse option check_every must be an integer >= 0 (0: no check), "
-                                 f"got {opts.check_every!r}")
-        if opts.memory not in MEMORY_MODES:
-            raise GradschedError(f"sparse option memory must be one of {', '.join(MEMORY_MODES)}, got {opts.memory!r}")
-        return opts
+        return cls(**check_all("sparse option", OPTIONS, value, what="sparse option"))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+OPTIONS = (
+    Option("warmup_steps", int, 0, low=0, doc="steps at the start that send the dense gradient"),
+    Option("selection", str, "exact", choices=SELECTIONS, doc="exact (torch.topk) or sampled (DGC-style)"),
+    Option("error_feedback", bool, True, doc="keep what was not sent for the next step"),
+    Option("memory", str, "laysa", choices=MEMORY_MODES, doc="laysa (residual in place) or naive"),
+    Option("check_every", int, DEFAULT_CHECK_EVERY, low=0, doc="steps between cross-rank parameter checks (0: never)"),
+)
+""":class:`SparseOptions`' fields as :class:`~gradsched.options.Option` declarations (their checks)."""
 
 
 def topk_indices(x: torch.Tensor, k: int, method: str = "exact", chunk: int = SELECT_CHUNK) -> torch.Tensor:

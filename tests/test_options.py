@@ -1,0 +1,69 @@
+"""One way of checking options (gradsched.options.Option): planners, the runtime's sparse options,
+the DDP comm hooks' state and the command line's --density read the same declarations."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gradsched.errors import GradschedError
+from gradsched.options import Option, check, check_all
+from gradsched.planners import make_plan
+from gradsched.planners.registry import check_options, planner_option_specs
+from gradsched.sparsity import DENSITY
+
+WORDS = Option("mode", str, "a", choices=("a", "b"))
+CAP = Option("cap", float, 1.0, low=0, low_open=True, allow_inf=True, why="a cap of nothing sends nothing")
+
+
+def test_check_all_fills_defaults_and_refuses_unknown_names_in_one_line():
+    assert check_all("thing", (WORDS, CAP), {"cap": "inf"}) == {"mode": "a", "cap": math.inf}
+    with pytest.raises(GradschedError, match=r"^unknown knob\(s\) colour; known: cap, mode$"):
+        check_all("thing", (WORDS, CAP), {"colour": 1}, what="knob")
+
+
+@pytest.mark.parametrize("option, value, message", [
+    (WORDS, "c", "thing must be one of a, b, got 'c'"),
+    (CAP, 0, "thing must be above 0 (a cap of nothing sends nothing), got 0"),
+    (CAP, float("nan"), "thing must be a number, not NaN, got nan"),
+    (DENSITY, float("inf"), "thing must be a finite number, got inf"),
+    (DENSITY, 1.5, "thing must be at most 1, got 1.5"),
+])
+def test_bad_values_are_one_line_naming_the_rule(option, value, message):
+    with pytest.raises(GradschedError) as err:
+        check("thing", option, value)
+    assert str(err.value) == message and "\n" not in str(err.value)
+
+
+def test_the_planners_density_is_the_one_declaration():
+    for name in ("topk", "omgs", "auto"):
+        spec = planner_option_specs(name)["density"]
+        assert (spec.low, spec.high, spec.low_open, spec.kind) == (DENSITY.low, DENSITY.high, True, float)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.one_of(st.floats(allow_nan=False), st.sampled_from([0.0, 1.0, 1e-9, -0.0, 1.0000001])))
+def test_planner_and_command_line_accept_the_same_densities(density):
+    from gradsched.commands.bench import entries
+
+    def accepted(f) -> bool:
+        try:
+            f()
+        except GradschedError:
+            return False
+        return True
+
+    want = 0 < density <= 1
+    assert accepted(lambda: check("--density", DENSITY, density)) is want
+    assert accepted(lambda: entries("topk", "none", density=density)) is want
+    assert accepted(lambda: check_options("topk", {"density": density})) is want
+
+
+def test_the_old_import_path_still_works():
+    from gradsched.planners.options import Option as Old, coerce
+
+    assert Old is Option and coerce("s", DENSITY, "0.5", list) == 0.5
+    assert make_plan  # the planners import through it
