@@ -67,3 +67,17 @@ def test_the_old_import_path_still_works():
 
     assert Old is Option and coerce("s", DENSITY, "0.5", list) == 0.5
     assert make_plan  # the planners import through it
+
+
+@pytest.mark.parametrize("command", [["bench", "--loopback", "--no-probe"], ["train", "--workers", "2"]])
+@pytest.mark.parametrize("value", ["0", "inf", "1e9"])
+def test_timeout_flags_check_as_the_runtime_does(command, value, capsys):
+    """bench's and train's --timeout-s and the runtime's timeout_s read one declaration (_validate.TIMEOUT_S)."""
+    from gradsched._validate import timeout_s
+    from gradsched.cli import main
+
+    with pytest.raises(GradschedError) as runtime:
+        timeout_s(float(value))
+    assert main([*command, "--timeout-s", value]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(runtime.value).replace("timeout_s", "--timeout-s", 1) in err[0], err

@@ -14,6 +14,7 @@ from typing import Any
 
 from gradsched import _files
 from gradsched.errors import FormatError
+from gradsched.options import Option, check
 
 # Bounds that keep every sum and product the planners and the simulator form finite and
 # exact (docs/formats.md, "Limits"): a time of a billion seconds or a tensor of 2**53
@@ -35,14 +36,16 @@ def write_json(path: str | Path, data: Any) -> None:
     _files.write_text(path, json.dumps(data, indent=1) + "\n")
 
 
-def timeout_s(value: Any, name: str = "timeout_s") -> float:
-    """A timeout in seconds: a finite number above 0 and at most :data:`MAX_TIMEOUT_S`; else a one-line
-    GradschedError (``timeout_s=inf`` was accepted, and a hung peer then blamed on a dead one)."""
-    from gradsched.errors import GradschedError
+TIMEOUT_S = Option("timeout_s", float, 300.0, low=0, low_open=True, high=MAX_TIMEOUT_S,
+                   doc="seconds a collective may take before it is an error",
+                   why="seconds, a week at most: inf waited for ever, then blamed a dead peer")
+"""The collective timeout's declaration: the runtime's ``timeout_s`` and ``--timeout-s`` of bench and train."""
 
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT_S:
-        raise GradschedError(f"{name} must be positive, finite and at most {MAX_TIMEOUT_S:g} s (a week), got {value!r}")
-    return float(value)
+
+def timeout_s(value: Any, name: str = "timeout_s") -> float:
+    """A timeout in seconds as :data:`TIMEOUT_S` declares it (finite, above 0, a week at most); else a
+    one-line GradschedError naming ``name``."""
+    return float(check(name, TIMEOUT_S, value))
 
 
 def require(obj: Any, key: str, source: str, where: str) -> Any:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gradsched._signals import sigterm_unwinds
+from gradsched._validate import timeout_s
 from gradsched.bench_memory import phase_lines
 from gradsched.byte_scaling import add_scale_arg
 from gradsched.calibration import contention_history
@@ -278,8 +279,7 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
                              f"got {args.warmup_rounds}")
     if not 0 < args.lr < float("inf"):
         raise GradschedError(f"--lr must be a finite number above 0, got {args.lr}")
-    if not 0 < args.timeout_s <= 7 * 24 * 3600:
-        raise GradschedError(f"--timeout-s must be a number of seconds above 0 and at most a week, got {args.timeout_s}")
+    args.timeout_s = timeout_s(args.timeout_s, "--timeout-s")  # as the runtime's timeout_s: one declaration
     if not 0 <= args.resample_share < 1:
         raise GradschedError(f"--resample-share must be at least 0 and below 1, got {args.resample_share}")
     if not args.probe_s > 0:

@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gradsched._validate import timeout_s
 from gradsched.commands._inputs import check_processes
 from gradsched.commands._model import BUILT_IN, check_model
 from gradsched.commands._model import HELP as MODEL_HELP
@@ -32,7 +33,6 @@ from gradsched.sparsity import DENSITY
 MODELS = BUILT_IN
 LOG_ENV = "GRADSCHED_LOG_LEVEL"  # set by --log-level (gradsched.cli); the workers log at that level
 AUTO_PLANNER_KEYS = ("channels", "exclude", "density")  # run-time auto's options that its planner takes
-MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: beyond it (or NaN) a timeout is a typo
 TESTBED_PREFIX = "gstr"  # its own prefix: never touches a testbed the user brought up
 
 
@@ -122,9 +122,7 @@ def _config(args: argparse.Namespace, out_dir: str) -> TrainConfig:
     if not 0 <= args.warmup < args.steps:
         raise GradschedError(f"--warmup must be between 0 and --steps - 1 ({args.steps - 1}): the steps left out of "
                              f"the timing, got {args.warmup}")
-    if not 0 < args.timeout_s <= MAX_TIMEOUT_S:
-        raise GradschedError(f"--timeout-s must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g}, "
-                             f"got {args.timeout_s}")
+    args.timeout_s = timeout_s(args.timeout_s, "--timeout-s")  # as the runtime's timeout_s: one declaration
     if args.lr is not None and not 0 < args.lr < float("inf"):
         raise GradschedError(f"--lr must be a finite number above 0, got {args.lr}")
     check_model(args.model, seed=args.seed, batch_size=args.batch_size)
