@@ -97,7 +97,8 @@ def test_ddp_arguments_with_ddps_meaning(world_of_one):
     ((), {"mixed_precision": object()}, "mixed_precision is not supported"),
     ((), {"delay_all_reduce_named_params": [("w", None)]}, "delay_all_reduce_named_params is not supported"),
     (("wfbp",), {"bucket_cap_mb": 5}, "bucket_cap_mb sets DDP's bucket size"),
-    ((), {"bucket_cap_mb": -1}, "bucket_cap_mb must be a positive"),
+    ((), {"bucket_cap_mb": -1}, "bucket_cap_mb must be above 0"),
+    ((), {"bucket_cap_mb": float("inf")}, "bucket_cap_mb must be a finite number"),
     ((), {"timeout_s": float("nan")}, "timeout_s must be a finite number"),
 ])
 def test_what_cannot_be_honoured_is_a_clear_error(world_of_one, args, kwargs, match):

@@ -29,6 +29,8 @@ import torch.distributed as dist
 from torch import nn
 
 from gradsched.errors import GradschedError
+from gradsched.options import check
+from gradsched.planners.ddp import BUCKET_CAP_MB
 
 DEFAULT_STRATEGY = "auto"  # run-time auto, PyTorch's DDP among its candidates (module docstring)
 # Profile under DDP's bucket rule on the executor; keep the trials' winner (no re-plans after them: a re-plan
@@ -89,8 +91,8 @@ def resolve(module: nn.Module, ddp: dict[str, Any], *, process_group: Any, find_
     else:
         init_buffers = True
     cap = ddp.get("bucket_cap_mb")
-    if cap is not None and not (isinstance(cap, (int, float)) and 0 < cap < float("inf")):
-        raise GradschedError(f"bucket_cap_mb must be a positive number of MiB, got {cap!r}")
+    if cap is not None:  # as the ddp planner declares it: MiB, above 0, finite
+        cap = ddp["bucket_cap_mb"] = check("bucket_cap_mb", BUCKET_CAP_MB, cap)
     torch_kwargs = {k: v for k, v in ddp.items() if v is not None and (DDP_DEFAULTS[k] is None or v != DDP_DEFAULTS[k])}
     if broadcast_buffers is not None:
         torch_kwargs["broadcast_buffers"] = broadcast_buffers
