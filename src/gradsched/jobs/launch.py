@@ -130,7 +130,9 @@ def launch(ranks: Ranks, on_line: Callable[[str], bool | None] | None = None) ->
     :data:`TAIL_LINES` it does not refuse (returns False) are kept; without it their output is this process's."""
     from gradsched.testbed import Job
 
-    pipe: dict[str, object] = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, "bufsize": 1} if on_line else {}
+    pipe: dict[str, object] = {}
+    if on_line is not None:  # one line at a time, stdout and stderr together
+        pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, "bufsize": 1}
     if ranks.rate is None:
         procs: list[subprocess.Popen] = []
         try:

@@ -223,7 +223,8 @@ class BenchResult(TypedDict, total=False):
 
 
 class TrainResult(TypedDict, total=False):
-    """What ``gradsched train``'s rank 0 writes (``result.json``); the command prints or emits it."""
+    """What ``gradsched train``'s rank 0 writes (``result.json``); the command prints or emits it
+    (no dilation: real compute, real seconds)."""
 
     model: str
     params: int
@@ -237,8 +238,13 @@ class TrainResult(TypedDict, total=False):
     warmup_steps: int
     iteration_s_median: float
     iteration_s_mean: float
+    iteration_s: list[float]  # every step's
     loss_first: float
     loss_last: float
+    losses: list[float]  # the ranks' mean, per step
+    torch_ddp: bool
+    plan_hash: str | None
+    density: float | None  # a sparse plan's
     autotune: Autotune
     predicted_iteration_s: float | None
     measured_iteration_s_after_switch: float | None
