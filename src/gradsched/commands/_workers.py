@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from gradsched.jobs.config import ERROR_FILE, PROGRESS_PREFIX
 

@@ -38,7 +38,7 @@ from gradsched.jobs import bench as bench_rules
 from gradsched.jobs.bench import FAITHFUL_AGGREGATE_BPS, replay_model, shaped_rate, with_bound_checks
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.launch import PREFIXES
-from gradsched.jobs.results import BenchResult
+from gradsched.jobs.results import BenchResult, BenchRow, Contention
 from gradsched.jobs.results import to_emulated as undilate  # the old name
 from gradsched.testbed import check_ranks_per_host
 
@@ -209,7 +209,7 @@ def _launch(cfg_path: Path, hosts: int, shaped: int | None, timeout_s: float, pr
 
 
 # ----------------------------------------------------------------------------- reporting
-def rows_for_json(result: dict[str, Any], meta: dict[str, Any]) -> list[dict[str, Any]]:
+def rows_for_json(result: BenchResult, meta: dict[str, Any]) -> list[dict[str, Any]]:
     """The JSON output: one object per strategy / DDP bucket size, each carrying the run's facts."""
     shared = {**meta, "world_size": result["world_size"], "backend": result["backend"], "machine": result["machine"],
               "profile": result["profile"], "cluster": result["cluster"], "lower_bound": result["lower_bound"], "contention": result["contention"],
@@ -222,7 +222,7 @@ def _x(ratio: float | None, width: int) -> str:
     return f"{ratio:{width}.2f}x" if ratio is not None else f"{'-':>{width}s} "
 
 
-def table(result: dict[str, Any]) -> str:
+def table(result: BenchResult) -> str:
     lines = [f"{'strategy':14s} {'median ms':>10s} {'vs ddp':>7s} {'vs best ddp':>11s} {'/ lower bd':>10s} "
              f"{'predicted ms':>12s} {'error':>7s}"]
     for r in result["rows"]:
@@ -261,7 +261,7 @@ def auto_strategy(row: dict[str, Any]) -> str | None:
     return switches[-1]["strategy"] if switches else None
 
 
-def _auto_lines(rows: list[dict[str, Any]]) -> list[str]:
+def _auto_lines(rows: list[BenchRow]) -> list[str]:
     """What run-time or offline ``auto`` chose, if it ran."""
     auto = next((r for r in rows if r["strategy"] == "auto"), None)
     if auto is None:
@@ -278,7 +278,7 @@ def _auto_lines(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _contention_lines(c: dict[str, Any] | None) -> list[str]:
+def _contention_lines(c: Contention | None) -> list[str]:
     """The probe's figures, pooled ones and runtime costs, if the job probed."""
     if not c:
         return []
@@ -315,7 +315,7 @@ def _contention_lines(c: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def plot(result: dict[str, Any], path: str, title: str) -> None:
+def plot(result: BenchResult, path: str, title: str) -> None:
     from gradsched.plot import bars
 
     rows = result["rows"]
@@ -326,10 +326,10 @@ def plot(result: dict[str, Any], path: str, title: str) -> None:
 def run(args: argparse.Namespace) -> int:
     rate = _network(args)
     replay = args.replay is not None
-    scale, picked = bench_rules.byte_scale(args.replay, args.hosts * args.ranks_per_host, args.scale_bytes,
+    scale, note = bench_rules.byte_scale(args.replay, args.hosts * args.ranks_per_host, args.scale_bytes,
                                            rate is not None)
-    if picked:
-        print(picked, file=sys.stderr)
+    if note:  # the byte scale it picked
+        print(note, file=sys.stderr)
     shaped = shaped_rate(rate, args.hosts, args.dilate, replay, scale)
     network = f"testbed {rate}" if rate else "loopback"
     name = f"replay:{args.replay}" if replay else args.model

@@ -19,15 +19,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gradsched._signals import sigterm_unwinds
 from gradsched.commands._inputs import check_processes
 from gradsched.commands._model import BUILT_IN, check_model
 from gradsched.commands._model import HELP as MODEL_HELP
 from gradsched.commands._output import add_json_arg, emit_json, to_stdout
-from gradsched._signals import sigterm_unwinds
 from gradsched.commands._workers import failure_report, printer
 from gradsched.errors import GradschedError, WorkersFailed
 from gradsched.jobs.config import TrainConfig
 from gradsched.jobs.launch import PREFIXES
+from gradsched.jobs.results import TrainResult
 
 MODELS = BUILT_IN
 LOG_ENV = "GRADSCHED_LOG_LEVEL"  # set by --log-level (gradsched.cli); the workers log at that level
@@ -226,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
             detail, summary = failure_report(tmp, code, output.splitlines())
             print("\n".join(detail), file=sys.stderr)
             raise WorkersFailed(f"training failed {summary}", code)
-        result = json.loads(result_path.read_text())
+        result: TrainResult = json.loads(result_path.read_text())
     if to_stdout(args):
         emit_json(args, result, indent=None)
         return 0

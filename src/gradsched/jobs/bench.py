@@ -11,8 +11,9 @@ and return a :class:`~gradsched.jobs.results.BenchResult` in run seconds, which
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from gradsched.constants import REPLAY_PREFIX
 from gradsched.errors import GradschedError
@@ -145,7 +146,7 @@ def byte_scale(replay: str | None, ranks: int, given: float | None, shaped: bool
                    f"memory: replaying at --scale-bytes {scale}, the smallest that fits")
 
 
-def replay_model(source: str, dilate: float, out_dir: str, scale: int = 1) -> tuple[str, "Profile"]:
+def replay_model(source: str, dilate: float, out_dir: str, scale: int = 1) -> tuple[str, Profile]:
     """The model name the workers build for ``--replay source`` (its profile, times x
     ``dilate``, tensors / ``scale``, written into ``out_dir``) and the profile as given."""
     from gradsched.byte_scaling import scale_profile

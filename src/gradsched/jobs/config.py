@@ -49,7 +49,7 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """Back from :meth:`to_dict` (written by ``gradsched train`` itself: a mismatch is a bug)."""
         return cls(**_checked_fields(cls, data, "train", require_all=False))
 
@@ -98,7 +98,7 @@ class BenchConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "BenchConfig":
+    def from_dict(cls, data: dict[str, Any]) -> BenchConfig:
         """Back from :meth:`to_dict` (written by ``gradsched bench`` itself: a mismatch is a bug)."""
         return cls(**_checked_fields(cls, data, "bench", require_all=True))
 

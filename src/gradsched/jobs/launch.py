@@ -29,9 +29,10 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import IO, TYPE_CHECKING
 
 from gradsched.errors import WorkersFailed
 
@@ -84,7 +85,7 @@ class Ranks:
     env: Mapping[str, str] = field(default_factory=dict)  # added to this process's environment
 
     @classmethod
-    def of(cls, module: str, cfg_path: Path | str, **kwargs: object) -> "Ranks":
+    def of(cls, module: str, cfg_path: Path | str, **kwargs: object) -> Ranks:
         """The ranks of ``python -m module cfg_path``: how the bench and train workers start."""
         return cls(script_argv=("-m", module, str(cfg_path)), **kwargs)  # type: ignore[arg-type]
 
