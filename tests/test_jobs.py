@@ -157,3 +157,27 @@ def test_one_prefix_rule_each_command_its_own_testbed():
     for command, extra in (("bench", []), ("train", []), ("netbench", [])):
         assert parser.parse_args([command, *extra]).prefix == PREFIXES[command]
     assert parser.parse_args(["bench", "--prefix", "tj"]).prefix == "tj"
+
+
+def test_an_interrupt_stops_every_launcher_and_is_raised(monkeypatch):
+    """Ctrl-C (or SIGTERM under sigterm_unwinds) while the ranks run: all stopped, the interrupt goes on."""
+    import gradsched.testbed
+
+    _sleepers(monkeypatch, (0, 60.0), (0, 60.0))
+    started = []
+    real_popen = launcher.subprocess.Popen
+    monkeypatch.setattr(launcher.subprocess, "Popen", lambda *a, **k: started.append(real_popen(*a, **k)) or
+                        started[-1])
+
+    real_sleep, calls = time.sleep, []
+
+    def interrupted(seconds: float) -> None:
+        calls.append(seconds)
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # the wait loop's first pause; the stopping that follows sleeps as usual
+        real_sleep(seconds)
+
+    monkeypatch.setattr(gradsched.testbed.time, "sleep", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        launch(Ranks(script_argv=("-m", "x"), hosts=2))
+    assert len(started) == 2 and all(p.poll() is not None for p in started)
