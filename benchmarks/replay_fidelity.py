@@ -17,7 +17,7 @@
 
 Prints a table and writes ``benchmarks/results/replay_fidelity.json`` (a run without
 network configurations keeps the network results already in it).  What it showed
-sets ``FAITHFUL_AGGREGATE_BPS`` in ``gradsched/commands/bench.py`` (docs/bench.md).
+sets ``FAITHFUL_AGGREGATE_BPS`` in ``gradsched/jobs/bench.py`` (docs/bench.md).
 """
 
 from __future__ import annotations

@@ -57,3 +57,30 @@ def test_sigterm_leaves_no_temporary_folder(tmp_path, when):
             proc.wait()
     assert _bench_folders(tmp_path) == []
     _wait_for(lambda: _workers_of(tmp_path) == [], timeout_s=10)  # and its workers were stopped
+
+
+def _train_folders(tmp) -> list[str]:
+    return [n for n in os.listdir(tmp) if n.startswith("gradsched-train-")]
+
+
+@pytest.mark.slow
+def test_train_sigterm_leaves_no_temporary_folder_and_stops_its_workers(tmp_path):
+    """The same for ``gradsched train`` (it left ``gradsched-train-*`` behind): one launcher, one policy."""
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "gradsched.cli", "train", "--model", "mlp", "--steps", "1000000",
+                             "-q"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers = lambda: [ln for ln in subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True,  # noqa: E731
+                                                    text=True).stdout.splitlines()
+                       if str(tmp_path) in ln and "gradsched.torch.jobs.trainer" in ln]
+    try:
+        _wait_for(lambda: workers() != [] or proc.poll() is not None)
+        assert proc.poll() is None, "the training ended before it could be terminated"
+        assert _train_folders(tmp_path) != []
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == -signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert _train_folders(tmp_path) == []
+    _wait_for(lambda: workers() == [], timeout_s=10)

@@ -46,7 +46,8 @@ def test_bench_builds_a_typed_config_that_round_trips_through_json(tmp_path):
     data = json.loads(json.dumps(cfg.to_dict()))  # config.json, as a worker reads it
     assert list(data) == ["model", "seed", "batch_size", "lr", "entries", "steps", "rounds", "warmup_rounds",
                           "profile_iterations", "net_reps", "probe", "probe_s", "resample_share", "contention_history",
-                          "timeout_s", "progress", "out_dir", "backend", "threads"]  # the same keys as before
+                          "timeout_s", "progress", "out_dir", "backend", "threads",
+                          "dilate", "scale_bytes"]  # the keys before, and the two scales the workers see
     assert BenchConfig.from_dict(data) == cfg
 
 

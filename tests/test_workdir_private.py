@@ -47,11 +47,11 @@ def test_train_workdir_is_private(monkeypatch):
 def test_bench_workdir_is_private(monkeypatch):
     seen: list[int] = []
 
-    def fake_launch(cfg_path, hosts, timeout_s, ranks_per_host=1):
+    def fake_launch(cfg_path, hosts, shaped, timeout_s, prefix, ranks_per_host=1):
         seen.append(_mode(Path(cfg_path).parent))
         seen.append(_mode(cfg_path))
 
-    monkeypatch.setattr(bench, "_launch_loopback", fake_launch)
+    monkeypatch.setattr(bench, "_launch", fake_launch)
     monkeypatch.setattr(os, "geteuid", lambda: 1000)  # loopback, not the testbed
     assert cli.main(["bench", "--model", "mlp", "--hosts", "2"]) == 2  # no results written: a clear error
     assert seen and seen[0] & 0o077 == 0, oct(seen[0])

@@ -744,8 +744,13 @@ def host_ranks(index: int, ranks_per_host: int) -> range:
     return range(index * ranks_per_host, (index + 1) * ranks_per_host)
 
 
+class JobTimedOut(WorkersFailed):
+    """A :class:`Job` ran past its timeout and was stopped (exit status 124, as ``timeout`` says it)."""
+
+
 class Job:
-    """Processes started together on the testbed; they succeed or are stopped together."""
+    """Launchers started together (on testbed hosts, or as loopback nodes: gradsched.jobs.launch);
+    they succeed or are stopped together."""
 
     def __init__(self, procs: list[subprocess.Popen]) -> None:
         self.procs = procs
@@ -759,16 +764,14 @@ class Job:
                 if any(c not in (None, 0) for c in codes):
                     failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
                     raise WorkersFailed(
-                        f"testbed job failed on host(s) {failed} "
+                        f"job failed on host(s) {failed} "
                         f"(exit codes {[codes[i] for i in failed]}); stopped the others",
                         codes[failed[0]],
                     )
                 if all(c == 0 for c in codes):
                     return [0] * len(codes)
                 if deadline is not None and time.monotonic() > deadline:
-                    raise WorkersFailed(
-                        f"testbed job did not finish within {timeout_s:g} s; stopped it", 124
-                    )
+                    raise JobTimedOut(f"job did not finish within {timeout_s:g} s; stopped it", 124)
                 time.sleep(0.05)
         except BaseException:
             self.kill()

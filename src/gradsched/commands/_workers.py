@@ -2,40 +2,35 @@
 failing rank's own error when they fail (not the launcher's ``ChildFailedError`` summary).
 
 Torch-free: the workers (:mod:`gradsched.torch.jobs.worker`) write a failing rank's error
-as JSON (:data:`gradsched.jobconfig.ERROR_FILE`) and rank 0 prints progress lines
-(:data:`gradsched.jobconfig.PROGRESS_PREFIX`); this module reads both."""
+as JSON (:data:`gradsched.jobs.config.ERROR_FILE`) and rank 0 prints progress lines
+(:data:`gradsched.jobs.config.PROGRESS_PREFIX`); this module reads both."""
 
 from __future__ import annotations
 
-import collections
 import json
-import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Mapping, Sequence
 
-from gradsched.jobconfig import ERROR_FILE, PROGRESS_PREFIX
+from gradsched.jobs.config import ERROR_FILE, PROGRESS_PREFIX
 
 WORKER_LOG_PREFIX = "gradsched[rank"  # a worker's log line (--log-level), gradsched.torch.jobs.worker
-TAIL_LINES = 200  # of the launcher's combined output, kept for a failure without an error file
 
 
-def stream(cmd: Sequence[str], env: Mapping[str, str], *, progress: bool, worker_log: bool) -> tuple[int, list[str]]:
-    """Run ``cmd`` (the launcher); print progress lines (and, with ``worker_log``, the workers' log lines) on
-    stderr as they come; return its exit status and the last :data:`TAIL_LINES` lines of its output."""
-    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-    with subprocess.Popen(cmd, env=dict(env, PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
-        for line in proc.stdout or ():
-            line = line.rstrip("\n")
-            if line.startswith(PROGRESS_PREFIX):
-                if progress:
-                    print(line.removeprefix(PROGRESS_PREFIX), file=sys.stderr, flush=True)
-                continue
-            if worker_log and line.startswith(WORKER_LOG_PREFIX):
-                print(line, file=sys.stderr, flush=True)
-            tail.append(line)
-    return proc.returncode, list(tail)
+def printer(*, progress: bool, worker_log: bool) -> Callable[[str], bool]:
+    """What :func:`gradsched.jobs.launch.launch` does with each line the workers print: progress lines
+    (and, with ``worker_log``, the workers' log lines) on stderr as they come; returns whether the line
+    belongs in the tail kept for a failure report (not a progress line)."""
+    def on_line(line: str) -> bool:
+        if line.startswith(PROGRESS_PREFIX):
+            if progress:
+                print(line.removeprefix(PROGRESS_PREFIX), file=sys.stderr, flush=True)
+            return False
+        if worker_log and line.startswith(WORKER_LOG_PREFIX):
+            print(line, file=sys.stderr, flush=True)
+        return True
+
+    return on_line
 
 
 def first_failure(out_dir: str | Path) -> dict | None:

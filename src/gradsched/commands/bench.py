@@ -17,17 +17,13 @@ gradsched's executor.  docs/bench.md explains each figure.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
-import math
 import os
-import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gradsched._signals import sigterm_unwinds
 from gradsched._validate import timeout_s
@@ -38,28 +34,25 @@ from gradsched.commands._inputs import check_processes
 from gradsched.commands._model import BUILT_IN, check_model
 from gradsched.commands._model import HELP as MODEL_HELP
 from gradsched.commands._output import add_json_arg, emit_json, to_stdout
-from gradsched.constants import REPLAY_PREFIX
-from gradsched.errors import GradschedError, WorkersFailed
-from gradsched.jobconfig import BenchConfig
-from gradsched.options import check
-from gradsched.replayable import check_replayable, load_profile
-from gradsched.sparsity import DENSITY
+from gradsched.errors import GradschedError
+from gradsched.jobs import bench as bench_rules
+from gradsched.jobs.bench import FAITHFUL_AGGREGATE_BPS, replay_model, shaped_rate, with_bound_checks
+from gradsched.jobs.config import BenchConfig, BenchEntry
+from gradsched.jobs.launch import PREFIXES
+from gradsched.jobs.results import BenchResult, BenchRow, Contention
+from gradsched.jobs.results import to_emulated as undilate  # the old name
 from gradsched.testbed import check_ranks_per_host
-
-if TYPE_CHECKING:
-    from gradsched.profile import Profile
 
 DEFAULT_MODEL = "vgg"
 DEFAULT_STRATEGIES = "ddp,auto"
 DEFAULT_BUCKETS = "1,5,25,100,all"  # DDP's bucket_cap_mb sweep; 25 is DDP's default (the "ddp" row)
 DEFAULT_RATE = "1gbit"
-TESTBED_PREFIX = "gsb"  # its own prefix: never touches a `gs` testbed the user has up
+TESTBED_PREFIX = PREFIXES["bench"]  # its own prefix: never touches a `gs` testbed the user has up
 MODELS = BUILT_IN
-# Emulation stays faithful while the links' aggregate shaped rate (rate / dilation x hosts)
-# is at most this: above it the 2 cores cannot move gloo's bytes at the links' rate.  Measured
-# (benchmarks/replay_fidelity.py, docs/bench.md "Emulated compute"): all-reduce of 4-64 MiB
-# within 2% of the rate's line at 2 x 1gbit, 1.3-3x off at 4 x 1gbit, 2 x 2gbit and above.
-FAITHFUL_AGGREGATE_BPS = 2 * 10**9
+WORKER = "gradsched.torch.jobs.bench_worker"  # what each rank runs: python -m WORKER config.json
+# names that moved to the job wing (gradsched.jobs.bench, gradsched.jobs.results), importable here as before
+__all__ = ["FAITHFUL_AGGREGATE_BPS", "auto_strategy", "entries", "register", "replay_model", "rows_for_json", "run",
+           "shaped_rate", "table", "undilate", "with_bound_checks"]
 
 
 def register(subparsers: Any) -> None:
@@ -123,77 +116,20 @@ def register(subparsers: Any) -> None:
 
 
 # ----------------------------------------------------------------------------- configuration
-def _bucket_label(mb: str) -> str:
-    return "ddp-all" if mb == "all" else f"ddp-{mb}mb"
-
-
 def entries(strategies: str, buckets: str, density: float | None = None,
-            opts: list[str] | None = None) -> list[dict[str, Any]]:
-    """What to run: one entry per strategy, plus one per DDP bucket size (DDP's default 25 MB is ``ddp``).
-
-    Sparse strategies (``topk``, ``omgs``) run at ``density``, which they require;
-    ``auto`` stays dense (compare it with the sparse rows).  ``opts`` are ``--opt``
-    planner options (``[STRATEGY.]KEY=VALUE``), typed and checked, for gradsched's rows."""
-    from gradsched.planners import is_sparse, strategy_names
-
-    names = [s.strip() for s in strategies.split(",") if s.strip()]
-    if not names:
-        raise GradschedError("--strategies is empty; name at least one, e.g. ddp,auto")
-    known = strategy_names()
-    if density is not None:
-        density = check("--density", DENSITY, density)  # in (0, 1], as every user of the density declares it
-    out: list[dict[str, Any]] = []
-    for name in names:
-        if name not in known:
-            raise GradschedError(f"strategy {name!r} is unknown; known: {', '.join(known)}")
-        if is_sparse(name) and density is None:
-            raise GradschedError(f"strategy {name!r} sends top-k gradients: give its density, e.g. --density 0.01")
-        if any(e["label"] == name for e in out):
-            continue
-        entry: dict[str, Any] = {"label": name, "strategy": name, "torch_ddp": name == "ddp"}
-        if is_sparse(name):
-            entry["options"] = {"density": density}
-        if name == "auto":
-            # run-time auto: profiles itself, plans, and checks its choice against what it
-            # measured (reverting a plan that runs slower than one it already ran); the
-            # worker lets it settle off the clock before the counted rounds
-            entry["options"] = {"max_replans": 2}
-        entry = _with_opts(entry, opts or [])
-        out.append(entry)
-    if buckets.strip().lower() not in ("", "none"):
-        if not any(e["label"] == "ddp" for e in out):
-            out.insert(0, {"label": "ddp", "strategy": "ddp", "torch_ddp": True})  # the reference is always run
-        for raw in (b.strip().lower() for b in buckets.split(",") if b.strip()):
-            if raw == "all":
-                mb: float = 1e6  # larger than any model here: one bucket after DDP's 1 MiB first one
-            else:
-                try:
-                    mb = float(raw)
-                except ValueError:
-                    raise GradschedError(f"--ddp-buckets {raw!r}: expected megabytes or 'all'") from None
-                if mb <= 0:
-                    raise GradschedError(f"--ddp-buckets: bucket sizes must be positive, got {raw}")
-                if mb == 25.0:
-                    continue  # DDP's default: that is the "ddp" row
-            label = _bucket_label(raw if raw == "all" else f"{mb:g}")
-            if not any(e["label"] == label for e in out):
-                out.append({"label": label, "strategy": "ddp", "torch_ddp": True,
-                            "ddp_kwargs": {"bucket_cap_mb": mb}})
-    return out
-
-
-def _with_opts(entry: dict[str, Any], opts: list[str]) -> dict[str, Any]:
-    """``entry`` with the ``--opt`` options its strategy declares (PyTorch DDP's rows take none)."""
+            opts: list[str] | None = None) -> list[BenchEntry]:
+    """What to run (:func:`gradsched.jobs.bench.entries`), with ``--opt`` planner options
+    (``[STRATEGY.]KEY=VALUE``) parsed, typed and checked for each named strategy."""
     from types import SimpleNamespace
 
     from gradsched.commands._inputs import planner_options
+    from gradsched.planners import strategy_names
 
-    if not opts:
-        return entry
-    chosen = planner_options(entry["strategy"], SimpleNamespace(density=None, opt=opts))
-    if entry["torch_ddp"] and chosen:
-        raise GradschedError("--opt: the ddp row is PyTorch's own DDP; give its bucket sizes with --ddp-buckets")
-    return {**entry, "options": {**entry.get("options", {}), **chosen}} if chosen else entry
+    known = set(strategy_names())
+    names = {s.strip() for s in strategies.split(",") if s.strip()} & known  # unknown ones: entries' error
+    parsed = SimpleNamespace(density=None, opt=opts or [])
+    chosen = {name: planner_options(name, parsed) for name in sorted(names)} if opts else {}
+    return bench_rules.entries(strategies, buckets, density, chosen)
 
 
 def _network(args: argparse.Namespace) -> str | None:
@@ -208,66 +144,8 @@ def _network(args: argparse.Namespace) -> str | None:
     return DEFAULT_RATE
 
 
-def shaped_rate(rate: str | None, hosts: int, dilate: float, replay: bool, scale: int = 1) -> int | None:
-    """Bits per second to shape each testbed link at: ``rate / dilate / scale`` (``scale``: --scale-bytes),
-    refused beyond what the machine moves faithfully (``FAITHFUL_AGGREGATE_BPS`` over all hosts' links)."""
-    from gradsched.testbed import format_rate, parse_rate_bps
-
-    if not dilate >= 1 or not math.isfinite(dilate):
-        raise GradschedError(f"--dilate must be a number at least 1, got {dilate:g}")
-    if dilate != 1 and not replay:
-        raise GradschedError("--dilate stretches replayed compute: use it with --replay PROFILE")
-    if rate is None:
-        if dilate != 1:
-            raise GradschedError("--dilate scales the testbed's links: give --rate (as root), not --loopback")
-        return None
-    bps = int(parse_rate_bps(rate) / dilate / scale)
-    if replay and bps * hosts > FAITHFUL_AGGREGATE_BPS:
-        need = parse_rate_bps(rate) / scale * hosts / FAITHFUL_AGGREGATE_BPS
-        raise GradschedError(f"--rate {rate} over {hosts} hosts at --dilate {dilate:g} shapes {hosts} links at "
-                             f"{format_rate(bps)}, above the {format_rate(FAITHFUL_AGGREGATE_BPS)} in all that this "
-                             f"machine moves faithfully (docs/bench.md): use --dilate {math.ceil(need * 10) / 10:g} "
-                             f"or more")
-    return bps
-
-
-def replay_model(source: str, dilate: float, out_dir: str, scale: int = 1) -> tuple[str, "Profile"]:
-    """The model name the workers build for ``--replay source`` (its profile, times x
-    ``dilate``, tensors / ``scale``, written into ``out_dir``) and the profile as given."""
-    from gradsched.byte_scaling import scale_profile
-
-    profile = load_profile(source)
-    check_replayable(profile)
-    path = Path(out_dir, "replay.profile.json")
-    scale_profile(profile.with_times(dilate), scale).save(path)
-    return f"{REPLAY_PREFIX}{path}", profile
-
-
-def undilate(result: dict[str, Any], dilate: float) -> dict[str, Any]:
-    """``result`` with every time in emulated seconds: each figure whose name has an ``s``
-    unit (``lower_bound_s``, ``iteration_s_median``, ``step_s`` lists) divided by ``dilate``,
-    except the job's own durations.  The measured profile and cluster stay in the run's
-    own seconds (``dilate`` says by how much they are stretched)."""
-    keep = {"job_s", "resample_s", "measured", "cluster", "peak_rss_bytes", "phases"}  # the job's own
-    seconds = re.compile(r"(?:^|_)s(?:_|$)")
-
-    def scale(value: Any, key: str) -> Any:
-        if key in keep:
-            return value
-        if isinstance(value, dict):
-            return {k: scale(v, k) for k, v in value.items()}
-        if isinstance(value, list) and seconds.search(key):
-            return [scale(v, key) for v in value]
-        if isinstance(value, list):
-            return [scale(v, "") for v in value]
-        if isinstance(value, float) and seconds.search(key):
-            return value / dilate
-        return value
-
-    return {**scale(result, ""), "dilate": dilate} if dilate != 1 else result
-
-
-def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, float]], model: str) -> BenchConfig:
+def _check_args(args: argparse.Namespace, history: list[dict[str, float]]) -> None:
+    """The flags' values, each a one-line error before any worker starts."""
     if args.hosts < 2:
         raise GradschedError(f"--hosts must be at least 2 (data parallelism needs two workers), got {args.hosts}")
     check_ranks_per_host(args.ranks_per_host)
@@ -288,17 +166,29 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
         raise GradschedError("--contention-from pools earlier figures with this job's probe: drop --no-probe")
     if args.replay is None:  # a replayed profile was checked when it was read (replay_model)
         check_model(args.model, seed=args.seed, batch_size=args.batch_size)
+
+
+def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, float]], model: str,
+            scale: int = 1) -> BenchConfig:
+    """The workers' configuration from the flags (``history``: --contention-from's figures, emulated seconds)."""
+    _check_args(args, history)
+    rows = _checked_entries(args)
+    if scale > 1:
+        from gradsched.byte_scaling import scale_ddp_entries
+
+        rows = scale_ddp_entries(rows, scale)  # type: ignore[arg-type]
     return BenchConfig(model=model, seed=args.seed, batch_size=args.batch_size, lr=args.lr,
-                       entries=_checked_entries(args), steps=args.steps,
+                       entries=rows, steps=args.steps,
                        rounds=args.rounds, warmup_rounds=args.warmup_rounds,
                        profile_iterations=args.profile_iterations, net_reps=args.net_reps, probe=not args.no_probe,
                        probe_s=args.probe_s, resample_share=args.resample_share, contention_history=history,
                        timeout_s=args.timeout_s,
                        progress=not args.quiet, out_dir=out_dir,
-                       backend="gloo", threads=1)  # CPU tensors over gloo; one compute thread per worker
+                       backend="gloo", threads=1,  # CPU tensors over gloo; one compute thread per worker
+                       dilate=args.dilate if args.replay is not None else 1.0, scale_bytes=scale)
 
 
-def _checked_entries(args: argparse.Namespace) -> list[dict[str, Any]]:
+def _checked_entries(args: argparse.Namespace) -> list[BenchEntry]:
     """``entries`` from the command line; an ``--opt`` no row takes is an error, not ignored."""
     from gradsched.commands._inputs import check_opt_keys
 
@@ -308,54 +198,18 @@ def _checked_entries(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 # ----------------------------------------------------------------------------- launching
-def _launch_loopback(cfg_path: Path, hosts: int, timeout_s: float, ranks_per_host: int = 1) -> None:
-    from gradsched.torch.jobs.launch import loopback_command, loopback_node_commands
+def _launch(cfg_path: Path, hosts: int, shaped: int | None, timeout_s: float, prefix: str,
+            ranks_per_host: int = 1) -> None:
+    """The workers, on loopback (``shaped`` None) or on a testbed of links shaped at ``shaped`` bits/s."""
+    from gradsched.jobs.launch import Ranks, launch
 
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", PYTHONUNBUFFERED="1")
-    if ranks_per_host > 1:  # one launcher per emulated node, so that each rank sees its node's LOCAL_WORLD_SIZE
-        from gradsched.testbed import Job
-
-        cmds = loopback_node_commands("gradsched.torch.jobs.bench_worker", hosts, ranks_per_host, cfg_path)
-        Job([subprocess.Popen(c, env=env, start_new_session=True) for c in cmds]).wait(timeout_s=timeout_s)
-        return
-    cmd = loopback_command("gradsched.torch.jobs.bench_worker", hosts, cfg_path)
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
-    try:
-        code = proc.wait(timeout=timeout_s)
-    except BaseException:
-        _stop(proc)
-        raise
-    if code != 0:
-        raise WorkersFailed(f"the benchmark's workers failed (exit status {code}); their errors are printed above", code)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    import signal
-
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        try:
-            proc.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            pass
-
-
-def _launch_testbed(cfg_path: Path, hosts: int, rate: str | int, timeout_s: float, prefix: str,
-                    ranks_per_host: int = 1) -> None:
-    from gradsched.testbed import Testbed
-
-    with Testbed(hosts=hosts, rate=rate, prefix=prefix) as tb:  # always torn down
-        tb.launch(["-m", "gradsched.torch.jobs.bench_worker", str(cfg_path)],
-                  ranks_per_host=ranks_per_host).wait(timeout_s=timeout_s)
+    ranks = Ranks.of(WORKER, cfg_path, hosts=hosts, ranks_per_host=ranks_per_host, rate=shaped, prefix=prefix,
+                     timeout_s=timeout_s)
+    launch(ranks).check("the benchmark's workers")
 
 
 # ----------------------------------------------------------------------------- reporting
-def rows_for_json(result: dict[str, Any], meta: dict[str, Any]) -> list[dict[str, Any]]:
+def rows_for_json(result: BenchResult, meta: dict[str, Any]) -> list[dict[str, Any]]:
     """The JSON output: one object per strategy / DDP bucket size, each carrying the run's facts."""
     shared = {**meta, "world_size": result["world_size"], "backend": result["backend"], "machine": result["machine"],
               "profile": result["profile"], "cluster": result["cluster"], "lower_bound": result["lower_bound"], "contention": result["contention"],
@@ -368,19 +222,7 @@ def _x(ratio: float | None, width: int) -> str:
     return f"{ratio:{width}.2f}x" if ratio is not None else f"{'-':>{width}s} "
 
 
-def with_bound_checks(result: dict[str, Any]) -> dict[str, Any]:
-    """``result`` with each row's ``below_bound``: None, or the assumption of the lower bound the row
-    broke by running below it, and why (:func:`gradsched.calibration.bounds.below_bound`)."""
-    from gradsched.calibration.bounds import below_bound
-
-    for row in result["rows"]:
-        density = (row.get("plan_options") or {}).get("density")
-        row["below_bound"] = below_bound(row, result["lower_bound"], result.get("compute_only"),
-                                         sparse=density is not None and density < 1)
-    return result
-
-
-def table(result: dict[str, Any]) -> str:
+def table(result: BenchResult) -> str:
     lines = [f"{'strategy':14s} {'median ms':>10s} {'vs ddp':>7s} {'vs best ddp':>11s} {'/ lower bd':>10s} "
              f"{'predicted ms':>12s} {'error':>7s}"]
     for r in result["rows"]:
@@ -419,7 +261,7 @@ def auto_strategy(row: dict[str, Any]) -> str | None:
     return switches[-1]["strategy"] if switches else None
 
 
-def _auto_lines(rows: list[dict[str, Any]]) -> list[str]:
+def _auto_lines(rows: list[BenchRow]) -> list[str]:
     """What run-time or offline ``auto`` chose, if it ran."""
     auto = next((r for r in rows if r["strategy"] == "auto"), None)
     if auto is None:
@@ -436,7 +278,7 @@ def _auto_lines(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _contention_lines(c: dict[str, Any] | None) -> list[str]:
+def _contention_lines(c: Contention | None) -> list[str]:
     """The probe's figures, pooled ones and runtime costs, if the job probed."""
     if not c:
         return []
@@ -473,7 +315,7 @@ def _contention_lines(c: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def plot(result: dict[str, Any], path: str, title: str) -> None:
+def plot(result: BenchResult, path: str, title: str) -> None:
     from gradsched.plot import bars
 
     rows = result["rows"]
@@ -483,40 +325,42 @@ def plot(result: dict[str, Any], path: str, title: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rate = _network(args)
-    scale = _scale(args, rate)
-    shaped = shaped_rate(rate, args.hosts, args.dilate, args.replay is not None, scale)
+    replay = args.replay is not None
+    scale, note = bench_rules.byte_scale(args.replay, args.hosts * args.ranks_per_host, args.scale_bytes,
+                                           rate is not None)
+    if note:  # the byte scale it picked
+        print(note, file=sys.stderr)
+    shaped = shaped_rate(rate, args.hosts, args.dilate, replay, scale)
     network = f"testbed {rate}" if rate else "loopback"
-    name = f"replay:{args.replay}" if args.replay is not None else args.model
-    job = {"model": name, "hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "network": network, "rate": rate,
-           "batch_size": args.batch_size}
-    if args.replay is not None:
-        job["dilate"] = args.dilate  # links and compute are stretched alike only within one dilation
-    history = contention_history(args.contention_from, job)
+    name = f"replay:{args.replay}" if replay else args.model
+    history = contention_history(args.contention_from, bench_rules.history_job(
+        name, args.hosts, args.ranks_per_host, network, rate, args.batch_size, args.dilate if replay else None))
     with sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="gradsched-bench-") as tmp:  # SIGTERM: removed too
-        model = args.model
-        if args.replay is not None:
-            model, profile = replay_model(args.replay, args.dilate, tmp, scale)
-        cfg = _config(args, tmp, history, model)
-        if scale > 1:
-            from gradsched.byte_scaling import scale_ddp_entries
-
-            cfg = dataclasses.replace(cfg, entries=scale_ddp_entries(cfg.entries, scale))
+        model = replay_model(args.replay, args.dilate, tmp, scale)[0] if replay else args.model
+        cfg = _config(args, tmp, history, model, scale)
         cfg_path = Path(tmp, "config.json")
         cfg_path.write_text(json.dumps(cfg.to_dict()))
-        if shaped is None:
-            _launch_loopback(cfg_path, args.hosts, args.timeout_s, args.ranks_per_host)
-        else:
-            _launch_testbed(cfg_path, args.hosts, shaped, args.timeout_s, args.prefix, args.ranks_per_host)
+        _launch(cfg_path, args.hosts, shaped, args.timeout_s, args.prefix, args.ranks_per_host)
         out = Path(tmp, "bench.json")
         if not out.exists():
             raise GradschedError("the benchmark's workers exited without writing results; see their output above")
-        result = with_bound_checks(undilate(json.loads(out.read_text()), args.dilate))
-    meta = {"scale_bytes": scale, "model": name, "hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "network": network, "rate": rate, "dilate": args.dilate,
+        result = bench_rules.finish(json.loads(out.read_text()), cfg.dilate)
+    _report(args, result, _meta(args, scale, name, network, rate), _title(args, network), scale)
+    return 0
+
+
+def _meta(args: argparse.Namespace, scale: int, name: str, network: str, rate: str | None) -> dict[str, Any]:
+    """The run's facts, in every JSON row."""
+    return {"scale_bytes": scale, "model": name, "hosts": args.hosts, "ranks_per_host": args.ranks_per_host,
+            "network": network, "rate": rate, "dilate": args.dilate,
             "compute": "emulated (replayed profile, waiting)" if args.replay is not None else "real (CPU)",
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "steps_per_round": args.steps, "rounds": args.rounds, "batch_size": args.batch_size,
             "command": " ".join(["gradsched bench", *sys.argv[2:]]) if sys.argv[1:2] == ["bench"] else "gradsched bench"}
-    title = _title(args, network)
+
+
+def _report(args: argparse.Namespace, result: BenchResult, meta: dict[str, Any], title: str, scale: int) -> None:
+    """The table (on stderr with ``--json -``), the JSON and the plot."""
     report = sys.stderr if to_stdout(args) else sys.stdout  # stdout carries the JSON alone with --json -
     print(f"{title}: {args.rounds - args.warmup_rounds} counted rounds x {args.steps} steps, batch {args.batch_size}",
           file=report)
@@ -527,26 +371,6 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         plot(result, args.plot, title)
         print(f"wrote {args.plot}")
-    return 0
-
-
-def _scale(args: argparse.Namespace, rate: str | None) -> int:
-    """The byte scale (--scale-bytes, or the smallest that fits), said when picked; 1 without --replay."""
-    from gradsched.byte_scaling import check_scale, pick_scale
-
-    given = check_scale(args.scale_bytes) if args.scale_bytes is not None else None
-    if args.replay is None:
-        if given is not None:
-            raise GradschedError("--scale-bytes shrinks a replayed profile's tensors: use it with --replay PROFILE")
-        return 1
-    profile = load_profile(args.replay)
-    check_replayable(profile)
-    scale = pick_scale(profile, args.hosts * args.ranks_per_host, given, rate is not None)
-    if given is None and scale > 1:
-        print(f"{profile.total_bytes / 1e6:.0f} MB of parameters on {args.hosts * args.ranks_per_host} ranks do "
-              f"not fit this machine's memory: replaying at --scale-bytes {scale}, the smallest that fits",
-              file=sys.stderr)
-    return scale
 
 
 def _scale_line(scale: int) -> str:

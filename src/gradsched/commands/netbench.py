@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
 
 from gradsched.cluster import COLLECTIVES
 from gradsched.commands._output import add_json_arg, emit_json, to_stdout
-from gradsched.errors import GradschedError, WorkersFailed
 from gradsched.commands._inputs import check_processes
-from gradsched.netbench_args import MAX_BYTES, MIN_BYTES, add_arguments  # noqa: F401 (MIN/MAX_BYTES: public names)
+from gradsched.errors import GradschedError
+from gradsched.jobs.launch import PREFIXES, Ranks, launch
+from gradsched.netbench_args import MAX_BYTES, MIN_BYTES, add_arguments
 from gradsched.netbench_args import check_backend, check_sizes
+
+__all__ = ["MAX_BYTES", "MIN_BYTES", "TESTBED_PREFIX", "check_arguments", "register", "run"]  # MIN/MAX: public names
+TESTBED_PREFIX = PREFIXES["netbench"]  # its own prefix: never touches a testbed the user has up
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,9 +56,6 @@ def check_arguments(args: argparse.Namespace) -> None:
     check_sizes(args.min_bytes, args.max_bytes, max(world, 2), names)
 
 
-TESTBED_PREFIX = "gsn"  # its own prefix: never touches a testbed the user has up
-
-
 def run(args: argparse.Namespace) -> int:
     check_arguments(args)
     if to_stdout(args):
@@ -88,13 +87,8 @@ def _launch_local(args: argparse.Namespace) -> int:
     if args.ranks_per_node is not None and args.nproc % args.ranks_per_node:
         raise GradschedError(f"--ranks-per-node {args.ranks_per_node} does not divide --nproc {args.nproc} into "
                              f"equal nodes")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
-           *_rank_argv(args)]
-    env = dict(os.environ)
-    env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # local ranks talk over loopback, whatever the host's routes
-    rc = subprocess.call(cmd, env=env)
-    if rc != 0:
-        raise WorkersFailed(f"the launched ranks failed (exit status {rc}); their errors are printed above", rc)
+    # one node of --nproc ranks (the measuring module groups them by --ranks-per-node itself)
+    launch(Ranks(script_argv=tuple(_rank_argv(args)), hosts=args.nproc)).check("the launched ranks")
     return 0
 
 
@@ -114,14 +108,14 @@ def _rank_argv(args: argparse.Namespace) -> list[str]:
 
 def _launch_testbed(args: argparse.Namespace) -> int:
     """Run the ranks on a testbed of ``--hosts`` hosts, ``--ranks-per-host`` each; always torn down."""
-    from gradsched.testbed import Testbed, check_can_run, check_ranks_per_host
+    from gradsched.testbed import check_ranks_per_host
 
     if args.nproc is not None:
         raise GradschedError("--rate runs the ranks on the testbed, --nproc on this machine's loopback: give one")
-    check_can_run()
     per_host = check_ranks_per_host(args.ranks_per_node or 1)
     if args.hosts * per_host < 2:
         raise GradschedError("a network benchmark needs at least 2 ranks: --hosts 2, or --ranks-per-host 2")
-    with Testbed(hosts=args.hosts, rate=args.rate, prefix=args.prefix) as tb:  # validates --hosts and --rate
-        tb.launch(_rank_argv(args), ranks_per_host=per_host).wait(timeout_s=args.timeout_s)
+    ranks = Ranks(script_argv=tuple(_rank_argv(args)), hosts=args.hosts, ranks_per_host=per_host, rate=args.rate,
+                  prefix=args.prefix, timeout_s=args.timeout_s)
+    launch(ranks).check("the testbed's ranks")  # the testbed validates --hosts and --rate
     return 0

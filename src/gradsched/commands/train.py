@@ -19,21 +19,25 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gradsched._signals import sigterm_unwinds
 from gradsched._validate import timeout_s
 from gradsched.commands._inputs import check_processes
 from gradsched.commands._model import BUILT_IN, check_model
 from gradsched.commands._model import HELP as MODEL_HELP
 from gradsched.commands._output import add_json_arg, emit_json, to_stdout
-from gradsched.commands._workers import failure_report, stream
+from gradsched.commands._workers import failure_report, printer
 from gradsched.errors import GradschedError, WorkersFailed
-from gradsched.jobconfig import TrainConfig
+from gradsched.jobs.config import TrainConfig
+from gradsched.jobs.launch import PREFIXES
+from gradsched.jobs.results import TrainResult
 from gradsched.options import check
 from gradsched.sparsity import DENSITY
 
 MODELS = BUILT_IN
 LOG_ENV = "GRADSCHED_LOG_LEVEL"  # set by --log-level (gradsched.cli); the workers log at that level
 AUTO_PLANNER_KEYS = ("channels", "exclude", "density")  # run-time auto's options that its planner takes
-TESTBED_PREFIX = "gstr"  # its own prefix: never touches a testbed the user brought up
+TESTBED_PREFIX = PREFIXES["train"]  # its own prefix: never touches a testbed the user brought up
+WORKER = "gradsched.torch.jobs.trainer"  # what each rank runs: python -m WORKER config.json
 
 
 def register(subparsers: Any) -> None:
@@ -174,55 +178,56 @@ def _check_files(args: argparse.Namespace) -> None:
                 raise GradschedError(f"{flag} {exc}") from None
 
 
-def launch(cfg: TrainConfig, nproc: int, *, worker_log: bool = False) -> tuple[int, str]:
-    """Run the workers under ``torch.distributed.run``; return (exit code, the last lines of their combined
-    output).  Progress lines (``cfg.progress``) and, with ``worker_log``, the workers' log go to stderr as
-    they come."""
-    from gradsched.torch.jobs.launch import loopback_command
+def launch(cfg: TrainConfig, nproc: int, *, worker_log: bool = False, rate: str | None = None,
+           ranks_per_host: int = 1, prefix: str | None = None) -> tuple[int, str]:
+    """Run ``nproc`` workers (on loopback, or ``ranks_per_host`` per testbed host with links shaped to ``rate``;
+    the testbed is always torn down); return (exit code, the last lines of their combined output).  Progress
+    lines (``cfg.progress``) and, with ``worker_log``, the workers' log go to stderr as they come."""
+    from gradsched.jobs.launch import Ranks
+    from gradsched.jobs.launch import launch as launch_ranks
 
+    hosts = nproc
+    if rate is not None:
+        from gradsched.testbed import check_ranks_per_host
+
+        if os.geteuid() != 0:
+            raise GradschedError("--rate runs workers on the testbed, which needs root; drop --rate to use loopback")
+
+        if nproc % check_ranks_per_host(ranks_per_host):
+            raise GradschedError(f"--workers {nproc} is not a whole number of hosts of --ranks-per-host "
+                                 f"{ranks_per_host}")
+        hosts = nproc // ranks_per_host
     cfg_path = Path(cfg.out_dir, "config.json")
     cfg_path.write_text(json.dumps(cfg.to_dict()))
-    cmd = loopback_command("gradsched.torch.jobs.trainer", nproc, cfg_path)
-    env = dict(os.environ, OMP_NUM_THREADS=str(cfg.threads))
-    code, tail = stream(cmd, env, progress=cfg.progress, worker_log=worker_log)
-    return code, "\n".join(tail)
+    # the collectives' own timeout (cfg.timeout_s) ends a hung job: training has no wall-clock limit
+    ranks = Ranks.of(WORKER, cfg_path, hosts=hosts if rate is not None else 1,
+                     ranks_per_host=ranks_per_host if rate is not None else nproc, rate=rate,
+                     prefix=prefix or TESTBED_PREFIX, threads=cfg.threads)
+    done = launch_ranks(ranks, printer(progress=cfg.progress, worker_log=worker_log))
+    return done.code, "\n".join(done.tail)
 
 
 def launch_testbed(cfg: TrainConfig, nproc: int, rate: str, ranks_per_host: int = 1,
                    prefix: str | None = None) -> tuple[int, str]:
-    """Run ``nproc`` workers, ``ranks_per_host`` per testbed host (links shaped to ``rate``); the testbed is
-    always torn down."""
-    from gradsched.testbed import Testbed, check_ranks_per_host
-
-    if os.geteuid() != 0:
-        raise GradschedError("--rate runs workers on the testbed, which needs root; drop --rate to use loopback")
-    if nproc % check_ranks_per_host(ranks_per_host):
-        raise GradschedError(f"--workers {nproc} is not a whole number of hosts of --ranks-per-host {ranks_per_host}")
-    cfg_path = Path(cfg.out_dir, "config.json")
-    cfg_path.write_text(json.dumps(cfg.to_dict()))
-    with Testbed(hosts=nproc // ranks_per_host, rate=rate, prefix=prefix or TESTBED_PREFIX) as tb:
-        try:
-            tb.launch(["-m", "gradsched.torch.jobs.trainer", str(cfg_path)],
-                      ranks_per_host=ranks_per_host).wait(timeout_s=cfg.timeout_s + 600)
-        except WorkersFailed as exc:
-            return exc.exit_status, str(exc)
-    return 0, ""
+    """:func:`launch` on the testbed (the old entry point)."""
+    return launch(cfg, nproc, rate=rate, ranks_per_host=ranks_per_host, prefix=prefix)
 
 
 def run(args: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory(prefix="gradsched-train-") as tmp:
+    # SIGTERM unwinds: the workers are stopped and the folder removed (it leaked gradsched-train-* before)
+    with sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="gradsched-train-") as tmp:
         cfg = _config(args, tmp)
         if args.ranks_per_host != 1 and not args.rate:
             raise GradschedError("--ranks-per-host places ranks on testbed hosts: give --rate (as root)")
         worker_log = bool(os.environ.get(LOG_ENV))  # --log-level: the workers' log (run-time auto's decisions)
-        code, output = (launch_testbed(cfg, args.nproc, args.rate, args.ranks_per_host, args.prefix) if args.rate
-                        else launch(cfg, args.nproc, worker_log=worker_log))
+        code, output = launch(cfg, args.nproc, worker_log=worker_log, rate=args.rate,
+                              ranks_per_host=args.ranks_per_host, prefix=args.prefix)
         result_path = Path(tmp, "result.json")
         if code != 0 or not result_path.exists():
             detail, summary = failure_report(tmp, code, output.splitlines())
             print("\n".join(detail), file=sys.stderr)
             raise WorkersFailed(f"training failed {summary}", code)
-        result = json.loads(result_path.read_text())
+        result: TrainResult = json.loads(result_path.read_text())
     if to_stdout(args):
         emit_json(args, result, indent=None)
         return 0

@@ -58,11 +58,12 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from gradsched.calibration import across_jobs, calibrate, lower_bound_s, runtime_name, this_machine, with_runtime_costs
+from gradsched.calibration import calibrate, lower_bound_s, runtime_name, this_machine, with_runtime_costs
+from gradsched.jobs.config import BenchConfig, BenchEntry
+from gradsched.jobs.results import BenchResult, BenchRow, contention_to_run, pooled_contention
 from gradsched.cluster import Cluster, Contention
 from gradsched.costs import CollectiveCost
 from gradsched.net_extend import MEASURED_MAX_BYTES, extend_points
-from gradsched.jobconfig import BenchConfig
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.torch.jobs.phases import Phases
@@ -262,7 +263,7 @@ class _RuntimeOverheads:
         return out
 
 
-def _build_entry(entry: dict[str, Any], cfg: BenchConfig, profile: Profile, cluster: Cluster,
+def _build_entry(entry: BenchEntry | dict[str, Any], cfg: BenchConfig, profile: Profile, cluster: Cluster,
                  shared: SharedModel, prime: tuple[Any, Any] | None = None) -> tuple[Any, Any]:
     """One row: a copy of the rank's model (shared parameters and momentum, :mod:`.shared_model`), wrapped.
 
@@ -336,7 +337,7 @@ class _ComputeOnly:
         pass
 
 
-def _predict(entry: dict[str, Any], model: Any, profile: Profile, cluster: Cluster,
+def _predict(entry: BenchEntry | dict[str, Any], model: Any, profile: Profile, cluster: Cluster,
              planned_with: Profile) -> tuple[Plan, float]:
     """The entry's plan (DDP rows: the ``ddp`` planner as DDP would bucket) and its simulated iteration."""
     from gradsched.planners import make_plan
@@ -403,52 +404,64 @@ def _rotated_rounds(runs: list[tuple[Any, Any]], loss_fn: Any, batches: list[Any
     return flat / dist.get_world_size()
 
 
-def run_bench(raw: dict[str, Any]) -> dict[str, Any] | None:
-    """The whole job on this rank (``raw``: the config.json ``gradsched bench`` wrote); rank 0 returns the result
-    (``rows`` + run facts), others None."""
-    # long function: the job's steps in the order every rank must run them (module docstring, 1-6), each a call
-    cfg = BenchConfig.from_dict(raw)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    t_start = time.time()
-    phases = Phases()
-    shared = SharedModel(cfg.model, cfg.seed)  # the rank's one model: every row shares its parameters
+@dataclasses.dataclass
+class _Start:
+    """What the start-up measured (steps 1-3), in this run's seconds."""
+
+    hooked: Profile  # as profiled
+    profile: Profile  # scaled to the probe's compute when probed: what the plans are made from
+    cluster: Cluster  # with the contention figures (pooled with --contention-from's) when probed
+    history: list[dict[str, float]]  # earlier jobs' fitted figures, in run seconds
+    probe: dict[str, Any] | None = None  # the probe's figures (None: --no-probe)
+    contention: ContentionProbe | None = None
+    network: NetworkResampler | None = None
+    overheads: "_RuntimeOverheads | None" = None
+    samplers: _Resampling | None = None
+
+
+def _start(cfg: BenchConfig, shared: SharedModel, phases: Phases) -> _Start:
+    """Steps 1-3 of the module docstring: profile, network table, contention and overhead probes."""
     profile = _measure_profile(cfg, shared)
     phases.end("profiling")
     cluster = _measure_cluster(profile.total_bytes, cfg)
     phases.end("network table")
-    hooked = profile
-    probe, samplers = None, None
-    history = cfg.contention_history  # earlier jobs' figures (gradsched bench --contention-from)
-    if cfg.probe:
-        spec = shared.copy_spec()
-        contention = ContentionProbe(spec, profile.total_bytes, lr=cfg.lr, seed=cfg.seed, batch_size=cfg.batch_size,
-                                     budget_s=_share(cfg, PROBE_BUDGET_S), optimizer=shared.sgd(spec.module, cfg.lr))
-        network = NetworkResampler(cluster)
-        t0 = time.perf_counter()
-        probe = _startup_probe(contention, cluster, cfg)
-        probe["host_work_hidden"] = bool(getattr(spec.module, "hides_host_work", False))  # a replayed model's clock
-        probe_rep_s = (time.perf_counter() - t0) / probe["startup_reps"]
-        cluster = _with_contention(cluster, across_jobs(probe["fitted"], history))
-        profile = calibrate(profile, probe["compute_alone_s"])
-        overheads = _RuntimeOverheads(cfg, profile, cluster, probe, shared)
-        rotation_s = overheads.measure(overheads.start_reps) / overheads.start_reps
-        probe["op_host"] = overheads.op_host()
-        probe["runtime_overhead_s"] = overheads.figures(profile, cluster, probe)
-        samplers = _Resampling([network.measure, lambda: contention.measure(1), lambda: overheads.measure(1)],
-                               cfg.resample_share,
-                               network.estimate_s() + probe_rep_s + rotation_s)
-        phases.end("probe")
+    # earlier jobs' figures (gradsched bench --contention-from) are emulated seconds: this job's are run seconds
+    start = _Start(hooked=profile, profile=profile, cluster=cluster,
+                   history=contention_to_run(cfg.contention_history, cfg.dilate))
+    if not cfg.probe:
+        return start
+    spec = shared.copy_spec()
+    start.contention = ContentionProbe(spec, profile.total_bytes, lr=cfg.lr, seed=cfg.seed, batch_size=cfg.batch_size,
+                                       budget_s=_share(cfg, PROBE_BUDGET_S), optimizer=shared.sgd(spec.module, cfg.lr))
+    start.network = NetworkResampler(cluster)
+    t0 = time.perf_counter()
+    probe = _startup_probe(start.contention, cluster, cfg)
+    probe["host_work_hidden"] = bool(getattr(spec.module, "hides_host_work", False))  # a replayed model's clock
+    probe_rep_s = (time.perf_counter() - t0) / probe["startup_reps"]
+    pooled = pooled_contention(probe["fitted"], cfg.contention_history, cfg.dilate)
+    start.cluster = _with_contention(cluster, pooled)
+    start.profile = calibrate(profile, probe["compute_alone_s"])
+    overheads = _RuntimeOverheads(cfg, start.profile, start.cluster, probe, shared)
+    rotation_s = overheads.measure(overheads.start_reps) / overheads.start_reps
+    probe["op_host"] = overheads.op_host()
+    probe["runtime_overhead_s"] = overheads.figures(start.profile, start.cluster, probe)
+    contention, network = start.contention, start.network
+    start.samplers = _Resampling([network.measure, lambda: contention.measure(1), lambda: overheads.measure(1)],
+                                 cfg.resample_share, network.estimate_s() + probe_rep_s + rotation_s)
+    start.probe, start.overheads = probe, overheads
+    phases.end("probe")
+    return start
 
-    entries = cfg.entries
-    gen = torch.Generator().manual_seed(cfg.seed * 1000 + rank)
-    batches = [shared.spec.make_batch(cfg.batch_size, gen) for _ in range(4)]
-    loss_fn = shared.spec.loss_fn
-    models = []
-    # one row at a time: built, primed or warmed up, its buckets released before the next is built
-    for entry in entries:
-        model, opt = _build_entry(entry, cfg, with_runtime_costs(profile, probe, entry["torch_ddp"]), cluster,
-                                  shared, (loss_fn, batches[0]))
-        models.append((model, opt))
+
+def _build_rows(cfg: BenchConfig, start: _Start, shared: SharedModel, loss_fn: Any,
+                batches: list[Any]) -> list[tuple[Any, Any]]:
+    """Step 4: one row at a time, built, primed or warmed up, its buckets released before the next is built;
+    the compute-only step last."""
+    runs = []
+    for entry in cfg.entries:
+        model, opt = _build_entry(entry, cfg, with_runtime_costs(start.profile, start.probe, entry["torch_ddp"]),
+                                  start.cluster, shared, (loss_fn, batches[0]))
+        runs.append((model, opt))
         # Run-time ``auto`` (gradsched.torch.runtime.autotune) profiles itself under a safe default for its
         # first iterations, then switches plans: let it do so off the clock, so that the rounds
         # measure the plan it settled on (later re-plans, if any, are part of what it costs).
@@ -460,92 +473,141 @@ def run_bench(raw: dict[str, Any]) -> dict[str, Any] | None:
             _burst(model, opt, loss_fn, batches, first, 0)
             _burst(model, opt, loss_fn, batches, tuner.tuning_iterations - first, 0)
     reference = _ComputeOnly(cfg, shared)
-    models.append((reference, reference))  # timed last in every round's rotation of ``entries``
+    runs.append((reference, reference))  # timed last in every round's rotation of the entries
+    return runs
 
-    phases.end("rows (built, primed, auto warmed up)")
-    steps, rounds, warm = cfg.steps, cfg.rounds, cfg.warmup_rounds
+
+def _timed_rounds(cfg: BenchConfig, runs: list[tuple[Any, Any]], loss_fn: Any, batches: list[Any],
+                  samplers: _Resampling | None) -> list[list[float]]:
+    """Step 5: every run's step times over all rounds (rank 0 shows a progress bar)."""
+    labels = [e["label"] for e in cfg.entries] + [_ComputeOnly.label]
     bar = None
-    if rank == 0 and cfg.progress:
+    if dist.get_rank() == 0 and cfg.progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=rounds * (len(entries) + 1) * steps, desc=f"bench {cfg.model} x{world}", unit="step",
-                   file=sys.stderr, dynamic_ncols=True)
-    labels = [e["label"] for e in entries] + [reference.label]
+        bar = tqdm(total=cfg.rounds * len(runs) * cfg.steps, desc=f"bench {cfg.model} x{dist.get_world_size()}",
+                   unit="step", file=sys.stderr, dynamic_ncols=True)
 
     def on_burst(r: int, i: int) -> None:
         if bar is not None:
-            bar.set_postfix_str(f"round {r + 1}/{rounds} {labels[i]}", refresh=False)
-            bar.update(steps)
+            bar.set_postfix_str(f"round {r + 1}/{cfg.rounds} {labels[i]}", refresh=False)
+            bar.update(cfg.steps)
 
     if samplers is not None:
         samplers.start()
-    step_s = _rotated_rounds(models, loss_fn, batches, steps, rounds, on_burst,
+    step_s = _rotated_rounds(runs, loss_fn, batches, cfg.steps, cfg.rounds, on_burst,
                              samplers.after_round if samplers is not None else None)
     if bar is not None:
         bar.close()
-    phases.end("rounds")  # its peak RSS is the largest rank's over the whole job: what check_memory allows for
-    if rank != 0:
-        return None
-    if samplers is not None:  # predictions from the medians over every sample, start-up and between rounds
-        pooled = network.pooled()
-        probe = {**probe, **contention.figures(pooled.cost("allreduce")), "startup_fitted": probe["fitted"],
-                 "startup_runtime_overhead_s": probe["runtime_overhead_s"], "startup_op_host": probe["op_host"],
-                 "op_host": overheads.op_host(), "op_host_samples": overheads.host, "resamples": samplers.count,
-                 "resample_s": samplers.spent_s}
-        if history:  # what the predictions use; this job's own beside it, for later jobs to pool
-            probe.update(own_fitted=probe["fitted"], fitted=across_jobs(probe["fitted"], history),
-                         history=history)
-        cluster = _with_contention(pooled, probe["fitted"])
-        probe["runtime_overhead_s"] = overheads.figures(profile, cluster, probe)
-    times = step_s.tolist()
-    ref_steps = times[-1]
-    compute_only_s = statistics.median(ref_steps[warm * steps:] or ref_steps)
-    planned_with = profile
-    profile = calibrate(profile, compute_only_s)  # predictions and the bound: the compute of the rounds
-    bound = lower_bound_s(profile, cluster)
-    rows = []
-    for i, entry in enumerate(entries):
-        plan, predicted = _predict(entry, models[i][0], with_runtime_costs(profile, probe, entry["torch_ddp"]), cluster,
-                                   planned_with)
-        all_steps = times[i]
-        counted = all_steps[warm * steps:] or all_steps
-        median = statistics.median(counted)
-        row: dict[str, Any] = {
-            "strategy": entry["label"], "runs": runtime_name(entry["torch_ddp"]),
-            "iteration_s_median": median, "iteration_s_mean": statistics.fmean(counted),
-            "predicted_iteration_s": predicted, "prediction_error": (predicted - median) / median,
-            "lower_bound_s": bound["lower_bound_s"], "vs_lower_bound": median / bound["lower_bound_s"],
-            "contention_bound_s": bound["contention_bound_s"],
-            "vs_contention_bound": median / bound["contention_bound_s"],
-            "operations": len(plan.operations), "plan_hash": plan.hash,
-            "step_s": [all_steps[k * steps:(k + 1) * steps] for k in range(rounds)],
-            "warmup_rounds": warm}
-        if entry["torch_ddp"]:
-            row["bucket_cap_mb"] = (entry.get("ddp_kwargs") or {}).get("bucket_cap_mb", 25.0)
-        else:
-            row["plan_options"] = plan.options
-        tuner = getattr(models[i][0], "autotuner", None)
-        if tuner is not None:
-            row["autotune"] = tuner.summary()
-        rows.append(row)
+    return step_s.tolist()
+
+
+def _pooled(start: _Start, cfg: BenchConfig) -> tuple[dict[str, Any] | None, Cluster]:
+    """Rank 0, after the rounds: the probe's figures and the cluster from the medians over every sample,
+    start-up and between rounds (the predictions use them), pooled with earlier jobs' figures."""
+    probe, samplers = start.probe, start.samplers
+    if samplers is None or probe is None:
+        return probe, start.cluster
+    assert start.network is not None and start.contention is not None and start.overheads is not None
+    pooled = start.network.pooled()
+    probe = {**probe, **start.contention.figures(pooled.cost("allreduce")), "startup_fitted": probe["fitted"],
+             "startup_runtime_overhead_s": probe["runtime_overhead_s"], "startup_op_host": probe["op_host"],
+             "op_host": start.overheads.op_host(), "op_host_samples": start.overheads.host,
+             "resamples": samplers.count, "resample_s": samplers.spent_s}
+    if start.history:  # what the predictions use; this job's own beside it, for later jobs to pool
+        probe.update(own_fitted=probe["fitted"], history=start.history,
+                     fitted=pooled_contention(probe["fitted"], cfg.contention_history, cfg.dilate))
+    cluster = _with_contention(pooled, probe["fitted"])
+    probe["runtime_overhead_s"] = start.overheads.figures(start.profile, cluster, probe)
+    return probe, cluster
+
+
+def _row(entry: BenchEntry, run: tuple[Any, Any], all_steps: list[float], cfg: BenchConfig,
+         predicted: tuple[Plan, float], bound: dict[str, float]) -> BenchRow:
+    """One entry's figures (the speed-ups are added once every row is known)."""
+    plan, predicted_s = predicted
+    steps, warm = cfg.steps, cfg.warmup_rounds
+    counted = all_steps[warm * steps:] or all_steps
+    median = statistics.median(counted)
+    row: BenchRow = {
+        "strategy": entry["label"], "runs": runtime_name(entry["torch_ddp"]),
+        "iteration_s_median": median, "iteration_s_mean": statistics.fmean(counted),
+        "predicted_iteration_s": predicted_s, "prediction_error": (predicted_s - median) / median,
+        "lower_bound_s": bound["lower_bound_s"], "vs_lower_bound": median / bound["lower_bound_s"],
+        "contention_bound_s": bound["contention_bound_s"],
+        "vs_contention_bound": median / bound["contention_bound_s"],
+        "operations": len(plan.operations), "plan_hash": plan.hash,
+        "step_s": [all_steps[k * steps:(k + 1) * steps] for k in range(cfg.rounds)],
+        "warmup_rounds": warm}
+    if entry["torch_ddp"]:
+        row["bucket_cap_mb"] = (entry.get("ddp_kwargs") or {}).get("bucket_cap_mb", 25.0)
+    else:
+        row["plan_options"] = plan.options  # type: ignore[typeddict-item]
+    tuner = getattr(run[0], "autotuner", None)
+    if tuner is not None:
+        row["autotune"] = tuner.summary()  # type: ignore[typeddict-item]
+    return row
+
+
+def _with_speedups(rows: list[BenchRow]) -> str | None:
+    """Each row's speed-up over PyTorch DDP's default and its best bucket size; returns the best's name."""
     ref = next((r["iteration_s_median"] for r in rows if r["strategy"] == "ddp"), None)
     ddp_rows = [r for r in rows if r["runs"] == "torch DDP"]
-    best_ddp = min(ddp_rows, key=lambda r: r["iteration_s_median"]) if ddp_rows else None
+    best = min(ddp_rows, key=lambda r: r["iteration_s_median"]) if ddp_rows else None
     for row in rows:
         row["speedup_vs_ddp"] = ref / row["iteration_s_median"] if ref else None
-        row["speedup_vs_best_ddp"] = best_ddp["iteration_s_median"] / row["iteration_s_median"] if best_ddp else None
+        row["speedup_vs_best_ddp"] = best["iteration_s_median"] / row["iteration_s_median"] if best else None
+    return best["strategy"] if best else None
+
+
+def _result(cfg: BenchConfig, start: _Start, runs: list[tuple[Any, Any]], times: list[list[float]],
+            phases: Phases) -> BenchResult:
+    """Step 6, rank 0: predictions, the bound and every row, in run seconds (the command converts)."""
+    probe, cluster = _pooled(start, cfg)
+    steps = cfg.steps
+    ref_steps = times[-1]
+    compute_only_s = statistics.median(ref_steps[cfg.warmup_rounds * steps:] or ref_steps)
+    planned_with = start.profile
+    profile = calibrate(planned_with, compute_only_s)  # predictions and the bound: the compute of the rounds
+    bound = lower_bound_s(profile, cluster)
+    rows = [_row(entry, runs[i], times[i], cfg,
+                 _predict(entry, runs[i][0], with_runtime_costs(profile, probe, entry["torch_ddp"]), cluster,
+                          planned_with), bound)
+            for i, entry in enumerate(cfg.entries)]
+    best_ddp = _with_speedups(rows)
     return {"rows": rows, "profile": {"compute_s": profile.compute_s, "forward_s": profile.forward_s,
                                       "backward_s": profile.backward_s, "other_s": profile.other_s,
                                       "total_bytes": profile.total_bytes, "tensors": profile.num_tensors,
-                                      "hooked_compute_s": hooked.compute_s, "planned_compute_s": planned_with.compute_s,
-                                      "measured": profile.to_dict()},
+                                      "hooked_compute_s": start.hooked.compute_s,
+                                      "planned_compute_s": planned_with.compute_s, "measured": profile.to_dict()},
             "compute_only": {"iteration_s_median": compute_only_s,
-                             "step_s": [ref_steps[k * steps:(k + 1) * steps] for k in range(rounds)]},
-            "cluster": cluster.to_dict(), "lower_bound": bound, "contention": probe,
-            "best_ddp": best_ddp["strategy"] if best_ddp else None, "world_size": world,
+                             "step_s": [ref_steps[k * steps:(k + 1) * steps] for k in range(cfg.rounds)]},
+            "cluster": cluster.to_dict(), "lower_bound": bound, "contention": probe,  # type: ignore[typeddict-item]
+            "best_ddp": best_ddp, "world_size": dist.get_world_size(),
             "backend": dist.get_backend(), "machine": f"{this_machine()}, torch {torch.__version__}",
             "peak_rss_bytes": phases.records[-1]["peak_rss_bytes"], "phases": phases.records,
-            "job_s": time.time() - t_start}
+            "job_s": 0.0}
+
+
+def run_bench(raw: dict[str, Any]) -> BenchResult | None:
+    """The whole job on this rank (``raw``: the config.json ``gradsched bench`` wrote, a
+    :class:`BenchConfig`); rank 0 returns the result in run seconds, the others None."""
+    cfg = BenchConfig.from_dict(raw)
+    t_start = time.time()
+    phases = Phases()
+    shared = SharedModel(cfg.model, cfg.seed)  # the rank's one model: every row shares its parameters
+    start = _start(cfg, shared, phases)
+    gen = torch.Generator().manual_seed(cfg.seed * 1000 + dist.get_rank())
+    batches = [shared.spec.make_batch(cfg.batch_size, gen) for _ in range(4)]
+    runs = _build_rows(cfg, start, shared, shared.spec.loss_fn, batches)
+    phases.end("rows (built, primed, auto warmed up)")
+    times = _timed_rounds(cfg, runs, shared.spec.loss_fn, batches, start.samplers)
+    phases.end("rounds")  # its peak RSS is the largest rank's over the whole job: what check_memory allows for
+    if dist.get_rank() != 0:
+        return None
+    result = _result(cfg, start, runs, times, phases)
+    result["job_s"] = time.time() - t_start
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

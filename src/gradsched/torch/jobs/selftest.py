@@ -22,7 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from gradsched.torch.jobs.launch import free_port
+from gradsched.jobs.launch import free_port
 
 # Options that make small test models exercise partitioned blocks and several buckets.
 SMALL_MODEL_OPTIONS: dict[str, dict[str, Any]] = {

@@ -26,7 +26,8 @@ import torch
 import torch.distributed as dist
 
 from gradsched.cluster import Cluster
-from gradsched.jobconfig import PROGRESS_PREFIX, TrainConfig
+from gradsched.jobs.config import PROGRESS_PREFIX, TrainConfig
+from gradsched.jobs.results import TrainResult
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.torch.jobs.models import build_model
@@ -35,7 +36,7 @@ from gradsched.torch.jobs.worker import run_worker
 from gradsched.torch.runtime.wrapper import DistributedDataParallel
 
 
-def train(raw: dict[str, Any]) -> dict[str, Any]:
+def train(raw: dict[str, Any]) -> TrainResult:
     """Run the configured training on this rank (process group already initialised)."""
     # long function: setup, loop and report read top to bottom, as a training script does
     cfg = TrainConfig.from_dict(raw)
@@ -88,6 +89,7 @@ def train(raw: dict[str, Any]) -> dict[str, Any]:
         peak = torch.tensor([stats["peak_bytes"]], dtype=torch.int64, device=device)
         dist.all_reduce(peak, op=dist.ReduceOp.MAX)
         peak_extra = int(peak.item())
+    result: TrainResult  # gradsched.jobs.results: what `gradsched train` reads
     result = {"strategy": model.strategy, "model": cfg.model, "nproc": world, "backend": dist.get_backend(),
               "steps": cfg.steps, "batch_size": cfg.batch_size, "optimizer": cfg.optimizer,
               "iteration_s_median": statistics.median(timed), "iteration_s_mean": statistics.fmean(timed),

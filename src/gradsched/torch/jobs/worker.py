@@ -4,7 +4,7 @@ A worker reads its JSON config, joins the process group, runs its body, has rank
 write the body's result as JSON into the config's ``out_dir``, and shuts down
 cleanly; the module's ``__main__`` then leaves without interpreter finalisation
 (:mod:`gradsched.torch.runtime.shutdown`).  A rank that fails writes its own error
-(:data:`gradsched.jobconfig.ERROR_FILE`) into ``out_dir`` before it exits, so the
+(:data:`gradsched.jobs.config.ERROR_FILE`) into ``out_dir`` before it exits, so the
 command shows the user that error and its rank, not the launcher's summary.
 """
 
@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from gradsched.jobconfig import ERROR_FILE
+from gradsched.jobs.config import ERROR_FILE
 
 
 def run_worker(body: Callable[[dict[str, Any]], dict[str, Any] | None], result_name: str,

@@ -1,0 +1,187 @@
+"""``gradsched bench``'s domain rules, torch-free: what to run, how far emulation stays faithful,
+what fits in memory, and the result in emulated seconds.
+
+The command (:mod:`gradsched.commands.bench`) parses the flags, calls these, launches the
+workers (:mod:`gradsched.jobs.launch`) and prints; the workers
+(:mod:`gradsched.torch.jobs.bench_worker`) read a :class:`~gradsched.jobs.config.BenchConfig`
+and return a :class:`~gradsched.jobs.results.BenchResult` in run seconds, which
+:func:`finish` converts once (:func:`gradsched.jobs.results.to_emulated`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gradsched.constants import REPLAY_PREFIX
+from gradsched.errors import GradschedError
+from gradsched.jobs.config import BenchEntry
+from gradsched.jobs.results import BenchResult, to_emulated
+from gradsched.options import check
+from gradsched.replayable import check_replayable, load_profile
+from gradsched.sparsity import DENSITY
+
+if TYPE_CHECKING:
+    from gradsched.profile import Profile
+
+# Emulation stays faithful while the links' aggregate shaped rate (rate / dilation x hosts)
+# is at most this: above it the 2 cores cannot move gloo's bytes at the links' rate.  Measured
+# (benchmarks/replay_fidelity.py, docs/bench.md "Emulated compute"): all-reduce of 4-64 MiB
+# within 2% of the rate's line at 2 x 1gbit, 1.3-3x off at 4 x 1gbit, 2 x 2gbit and above.
+FAITHFUL_AGGREGATE_BPS = 2 * 10**9
+DDP_DEFAULT_MB = 25.0  # PyTorch DDP's bucket_cap_mb: the "ddp" row
+
+
+def _bucket_label(mb: str) -> str:
+    return "ddp-all" if mb == "all" else f"ddp-{mb}mb"
+
+
+def _strategy_entry(name: str, density: float | None, chosen: dict[str, Any]) -> BenchEntry:
+    from gradsched.planners import is_sparse
+
+    entry: BenchEntry = {"label": name, "strategy": name, "torch_ddp": name == "ddp"}
+    if is_sparse(name):
+        entry["options"] = {"density": density}
+    if name == "auto":
+        # run-time auto: profiles itself, plans, and checks its choice against what it
+        # measured (reverting a plan that runs slower than one it already ran); the
+        # worker lets it settle off the clock before the counted rounds
+        entry["options"] = {"max_replans": 2}
+    if chosen and entry["torch_ddp"]:
+        raise GradschedError("--opt: the ddp row is PyTorch's own DDP; give its bucket sizes with --ddp-buckets")
+    if chosen:
+        entry["options"] = {**entry.get("options", {}), **chosen}
+    return entry
+
+
+def _bucket_mb(raw: str) -> float:
+    if raw == "all":
+        return 1e6  # larger than any model here: one bucket after DDP's 1 MiB first one
+    try:
+        mb = float(raw)
+    except ValueError:
+        raise GradschedError(f"--ddp-buckets {raw!r}: expected megabytes or 'all'") from None
+    if mb <= 0:
+        raise GradschedError(f"--ddp-buckets: bucket sizes must be positive, got {raw}")
+    return mb
+
+
+def entries(strategies: str, buckets: str, density: float | None = None,
+            options: Mapping[str, dict[str, Any]] | None = None) -> list[BenchEntry]:
+    """What to run: one entry per strategy, plus one per DDP bucket size (DDP's default 25 MB is ``ddp``).
+
+    Sparse strategies (``topk``, ``omgs``) run at ``density``, which they require;
+    ``auto`` stays dense (compare it with the sparse rows).  ``options``: each strategy's
+    planner options from ``--opt``, typed and checked (:func:`gradsched.commands.bench.entries`)."""
+    from gradsched.planners import is_sparse, strategy_names
+
+    names = [s.strip() for s in strategies.split(",") if s.strip()]
+    if not names:
+        raise GradschedError("--strategies is empty; name at least one, e.g. ddp,auto")
+    known = strategy_names()
+    if density is not None:
+        density = check("--density", DENSITY, density)  # in (0, 1], as every user of the density declares it
+    out: list[BenchEntry] = []
+    for name in names:
+        if name not in known:
+            raise GradschedError(f"strategy {name!r} is unknown; known: {', '.join(known)}")
+        if is_sparse(name) and density is None:
+            raise GradschedError(f"strategy {name!r} sends top-k gradients: give its density, e.g. --density 0.01")
+        if not any(e["label"] == name for e in out):
+            out.append(_strategy_entry(name, density, dict((options or {}).get(name) or {})))
+    if buckets.strip().lower() in ("", "none"):
+        return out
+    if not any(e["label"] == "ddp" for e in out):
+        out.insert(0, {"label": "ddp", "strategy": "ddp", "torch_ddp": True})  # the reference is always run
+    for raw in (b.strip().lower() for b in buckets.split(",") if b.strip()):
+        mb = _bucket_mb(raw)
+        if mb == DDP_DEFAULT_MB and raw != "all":
+            continue  # DDP's default: that is the "ddp" row
+        label = _bucket_label(raw if raw == "all" else f"{mb:g}")
+        if not any(e["label"] == label for e in out):
+            out.append({"label": label, "strategy": "ddp", "torch_ddp": True, "ddp_kwargs": {"bucket_cap_mb": mb}})
+    return out
+
+
+def shaped_rate(rate: str | None, hosts: int, dilate: float, replay: bool, scale: int = 1) -> int | None:
+    """Bits per second to shape each testbed link at: ``rate / dilate / scale`` (``scale``: --scale-bytes),
+    refused beyond what the machine moves faithfully (``FAITHFUL_AGGREGATE_BPS`` over all hosts' links)."""
+    from gradsched.testbed import format_rate, parse_rate_bps
+
+    if not dilate >= 1 or not math.isfinite(dilate):
+        raise GradschedError(f"--dilate must be a number at least 1, got {dilate:g}")
+    if dilate != 1 and not replay:
+        raise GradschedError("--dilate stretches replayed compute: use it with --replay PROFILE")
+    if rate is None:
+        if dilate != 1:
+            raise GradschedError("--dilate scales the testbed's links: give --rate (as root), not --loopback")
+        return None
+    bps = int(parse_rate_bps(rate) / dilate / scale)
+    if replay and bps * hosts > FAITHFUL_AGGREGATE_BPS:
+        need = parse_rate_bps(rate) / scale * hosts / FAITHFUL_AGGREGATE_BPS
+        raise GradschedError(f"--rate {rate} over {hosts} hosts at --dilate {dilate:g} shapes {hosts} links at "
+                             f"{format_rate(bps)}, above the {format_rate(FAITHFUL_AGGREGATE_BPS)} in all that this "
+                             f"machine moves faithfully (docs/bench.md): use --dilate {math.ceil(need * 10) / 10:g} "
+                             f"or more")
+    return bps
+
+
+def byte_scale(replay: str | None, ranks: int, given: float | None, shaped: bool) -> tuple[int, str | None]:
+    """The replay's byte scale (``--scale-bytes``, else the smallest that passes the memory admission,
+    :func:`gradsched.bench_memory.check_memory`; 1 without a replay) and, when it picked one above 1, the
+    line that says so."""
+    from gradsched.byte_scaling import check_scale, pick_scale
+
+    checked = check_scale(given) if given is not None else None
+    if replay is None:
+        if checked is not None:
+            raise GradschedError("--scale-bytes shrinks a replayed profile's tensors: use it with --replay PROFILE")
+        return 1, None
+    profile = load_profile(replay)
+    check_replayable(profile)
+    scale = pick_scale(profile, ranks, checked, shaped)
+    if checked is not None or scale == 1:
+        return scale, None
+    return scale, (f"{profile.total_bytes / 1e6:.0f} MB of parameters on {ranks} ranks do not fit this machine's "
+                   f"memory: replaying at --scale-bytes {scale}, the smallest that fits")
+
+
+def replay_model(source: str, dilate: float, out_dir: str, scale: int = 1) -> tuple[str, Profile]:
+    """The model name the workers build for ``--replay source`` (its profile, times x
+    ``dilate``, tensors / ``scale``, written into ``out_dir``) and the profile as given."""
+    from gradsched.byte_scaling import scale_profile
+
+    profile = load_profile(source)
+    check_replayable(profile)
+    path = Path(out_dir, "replay.profile.json")
+    scale_profile(profile.with_times(dilate), scale).save(path)
+    return f"{REPLAY_PREFIX}{path}", profile
+
+
+def with_bound_checks(result: BenchResult) -> BenchResult:
+    """``result`` with each row's ``below_bound``: None, or the assumption of the lower bound the row
+    broke by running below it, and why (:func:`gradsched.calibration.bounds.below_bound`)."""
+    from gradsched.calibration.bounds import below_bound
+
+    for row in result["rows"]:
+        density = (row.get("plan_options") or {}).get("density")
+        row["below_bound"] = below_bound(row, result["lower_bound"], result.get("compute_only"),  # type: ignore
+                                         sparse=density is not None and density < 1)
+    return result
+
+
+def finish(raw: dict[str, Any], dilate: float) -> BenchResult:
+    """The workers' ``bench.json`` (run seconds) as the user reads it: emulated seconds, bound checks."""
+    return with_bound_checks(to_emulated(raw, dilate))  # type: ignore[arg-type]
+
+
+def history_job(model: str, hosts: int, ranks_per_host: int, network: str, rate: str | None, batch_size: int,
+                dilate: float | None) -> dict[str, Any]:
+    """What an earlier job's figures must match to pool with this one's (``--contention-from``)."""
+    job: dict[str, Any] = {"model": model, "hosts": hosts, "ranks_per_host": ranks_per_host, "network": network,
+                           "rate": rate, "batch_size": batch_size}
+    if dilate is not None:
+        job["dilate"] = dilate  # links and compute are stretched alike only within one dilation
+    return job

@@ -1,0 +1,328 @@
+"""What the workers hand back, typed, and the one conversion from run seconds to emulated seconds.
+
+A dilated replay (``gradsched bench --replay P --dilate K``) runs K times slower than the
+cluster it emulates: compute waits K times its profile, links are shaped at rate / K.  The
+workers measure in *run seconds* (what their clocks say); the user reads *emulated
+seconds* (run seconds / K).  Each field below says which it is where it is declared:
+
+- ``Emulated[...]``: a duration of the run, divided by K once, by :func:`to_emulated`;
+- everything else is kept: ratios, counts, names, and the job's own durations
+  (``job_s``, ``resample_s``, ``phases``), and the measured profile and cluster, which stay
+  in run seconds (``dilate`` in the result says by how much they are stretched).
+
+Figures read back from an earlier job's JSON (``--contention-from``) are emulated seconds;
+:func:`contention_to_run` takes them into run seconds before the workers pool them with
+their own.  No key name is parsed: a field the types do not declare is listed by
+:func:`undeclared` (a test keeps that list empty), never converted by guess.
+
+Torch-free: the command reads and converts; the workers only fill the fields.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Annotated, Any, TypedDict, Union
+
+EMULATED = "emulated seconds"  # the mark: a duration of the run, divided by the dilation
+OPEN = "open"  # the mark of a dict whose other keys are someone else's (a planner's options)
+T = typing.TypeVar("T")
+Emulated = Annotated[T, EMULATED]
+
+
+class Fitted(TypedDict, total=False):
+    """The contention figures the simulator reads (gradsched.cluster.CONTENTION_FIELDS)."""
+
+    compute_slowdown: float
+    comm_slowdown: float
+    busy_latency_s: Emulated[float]
+    op_latency_s: Emulated[float]
+
+
+class OpHost(TypedDict, total=False):
+    issue_s: Emulated[float]
+    retire_s: Emulated[float]
+
+
+class ProbeSamples(TypedDict, total=False):
+    compute_alone_s: Emulated[list[float]]
+    allreduce_alone_s: Emulated[list[float]]
+    compute_overlapped_s: Emulated[list[float]]
+    allreduce_overlapped_s: Emulated[list[float]]
+    small_ops_alone_s: Emulated[list[float]]
+    small_ops_busy_s: Emulated[list[float]]
+
+
+class Contention(TypedDict, total=False):
+    """The contention probe's figures (``contention`` in the bench's JSON), None with ``--no-probe``."""
+
+    compute_alone_s: Emulated[float]
+    allreduce_alone_s: Emulated[float]
+    compute_overlapped_s: Emulated[float]
+    allreduce_overlapped_s: Emulated[float]
+    small_ops_alone_s: Emulated[float]
+    small_ops_busy_s: Emulated[float]
+    compute_slowdown: float
+    allreduce_slowdown: float
+    allreduce_bytes: int
+    allreduce_model_s: Emulated[float]
+    reps: int
+    small_ops: int
+    small_ops_model_s: Emulated[float]
+    samples: ProbeSamples
+    fitted: Fitted  # what the predictions use (pooled over --contention-from's jobs)
+    own_fitted: Fitted  # this job's own, with --contention-from
+    startup_fitted: Fitted
+    history: list[Fitted]  # the earlier jobs' (--contention-from)
+    startup_reps: int
+    bucket_copy_s: Emulated[float]
+    bucket_scale_s: Emulated[float]
+    buffer_sync_s: Emulated[float]
+    host_work_hidden: bool
+    op_host: OpHost
+    startup_op_host: OpHost
+    op_host_samples: Emulated[list[list[float]]]  # per rotation: (issue_s, retire_s)
+    runtime_overhead_s: Emulated[dict[str, float]]  # per runtime ("gradsched", "torch DDP")
+    startup_runtime_overhead_s: Emulated[dict[str, float]]
+    resamples: int
+    resample_s: float  # the job's own time spent resampling
+
+
+class Switch(TypedDict, total=False):
+    iteration: int
+    strategy: str
+    plan_hash: str
+    predicted_iteration_s: Emulated[float | None]
+    measured_before_s: Emulated[float | None]
+    reason: str
+
+
+class Check(TypedDict, total=False):
+    iteration: int
+    measured_s: Emulated[float]
+    predicted_s: Emulated[float]
+    expected_s: Emulated[float]
+    replan: bool
+
+
+class TrialDecision(TypedDict, total=False):
+    measured: Emulated[dict[str, float]]  # per plan hash
+    rounds: Emulated[dict[str, list[float]]]
+    baseline: str | None
+    kept: str | None
+    resized: list[str]
+    plans: dict[str, str]
+    runoff: list[Any]
+    paired: dict[str, Any]
+    dropped: list[str]
+    cost_s: Emulated[float]
+
+
+class Autotune(TypedDict, total=False):
+    """Run-time ``auto``'s summary (gradsched.torch.runtime.autotune.AutoTuner.summary)."""
+
+    predicted_iteration_s: Emulated[float | None]
+    expected_iteration_s: Emulated[float | None]
+    settled_at: int | None
+    measured_iteration_s: Emulated[float | None]
+    replans: int
+    trial_decision: TrialDecision | None
+    switches: list[Switch]
+    checks: list[Check]
+
+
+class BelowBound(TypedDict):
+    assumption: str
+    reason: str
+
+
+class PlanOptions(TypedDict, total=False):
+    """A gradsched row's plan options: the planner's own (open), and what offline ``auto`` and ``dear`` add."""
+
+    predicted_iteration_s: Emulated[float]
+    chose: str
+    chosen_options: dict[str, Any]
+    candidates: int
+
+
+class BenchRow(TypedDict, total=False):
+    """One strategy or DDP bucket size of ``gradsched bench`` (the JSON adds the run's facts to each)."""
+
+    strategy: str
+    runs: str  # "torch DDP" or "gradsched"
+    iteration_s_median: Emulated[float]
+    iteration_s_mean: Emulated[float]
+    predicted_iteration_s: Emulated[float]
+    prediction_error: float
+    lower_bound_s: Emulated[float]
+    vs_lower_bound: float
+    contention_bound_s: Emulated[float]
+    vs_contention_bound: float
+    operations: int
+    plan_hash: str
+    step_s: Emulated[list[list[float]]]  # per round, per step
+    warmup_rounds: int
+    bucket_cap_mb: float
+    plan_options: Annotated[PlanOptions, OPEN]
+    autotune: Autotune
+    speedup_vs_ddp: float | None
+    speedup_vs_best_ddp: float | None
+    below_bound: BelowBound | None
+
+
+class ProfileSummary(TypedDict, total=False):
+    compute_s: Emulated[float]
+    forward_s: Emulated[float]
+    backward_s: Emulated[float]
+    other_s: Emulated[float]
+    total_bytes: int
+    tensors: int
+    hooked_compute_s: Emulated[float]
+    planned_compute_s: Emulated[float]
+    measured: dict[str, Any]  # the profile as measured (gradsched.profile/1), in run seconds
+
+
+class LowerBound(TypedDict, total=False):
+    lower_bound_s: Emulated[float]
+    compute_s: Emulated[float]
+    allreduce_all_s: Emulated[float]
+    compute_bound_s: Emulated[float]
+    network_bound_s: Emulated[float]
+    contention_bound_s: Emulated[float]
+    overlap: str
+
+
+class ComputeOnly(TypedDict, total=False):
+    iteration_s_median: Emulated[float]
+    step_s: Emulated[list[list[float]]]
+
+
+class Phase(TypedDict, total=False):
+    phase: str
+    s: float  # the job's own time
+    peak_rss_bytes: int
+
+
+class BenchResult(TypedDict, total=False):
+    """What rank 0 writes (``bench.json``) and the command reports, one row per entry."""
+
+    rows: list[BenchRow]
+    profile: ProfileSummary
+    compute_only: ComputeOnly
+    cluster: dict[str, Any]  # the cluster as measured (gradsched.cluster/1), in run seconds
+    lower_bound: LowerBound
+    contention: Contention | None
+    best_ddp: str | None
+    world_size: int
+    backend: str
+    machine: str
+    peak_rss_bytes: int | None
+    phases: list[Phase]
+    job_s: float  # the job's own duration
+    dilate: float  # present when the times were converted (dilation other than 1)
+
+
+class TrainResult(TypedDict, total=False):
+    """What ``gradsched train``'s rank 0 writes (``result.json``); the command prints or emits it
+    (no dilation: real compute, real seconds)."""
+
+    model: str
+    params: int
+    nproc: int
+    backend: str
+    strategy: str
+    operations: int | None
+    steps: int
+    batch_size: int
+    optimizer: str
+    warmup_steps: int
+    iteration_s_median: float
+    iteration_s_mean: float
+    iteration_s: list[float]  # every step's
+    loss_first: float
+    loss_last: float
+    losses: list[float]  # the ranks' mean, per step
+    torch_ddp: bool
+    plan_hash: str | None
+    density: float | None  # a sparse plan's
+    autotune: Autotune
+    predicted_iteration_s: float | None
+    measured_iteration_s_after_switch: float | None
+    peak_extra_bytes: int | None
+    saved_params: str | None
+    trace: str | None
+
+
+def _scaled(value: Any, factor: float) -> Any:
+    """Every number in ``value`` (a number, or lists and dicts of them) times ``factor``."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, float)):
+        return value * factor
+    if isinstance(value, list):
+        return [_scaled(v, factor) for v in value]
+    if isinstance(value, dict):
+        return {k: _scaled(v, factor) for k, v in value.items()}
+    return value
+
+
+def _convert(value: Any, hint: Any, factor: float) -> Any:
+    """``value`` of type ``hint`` with every ``Emulated`` field's numbers times ``factor``."""
+    if value is None:
+        return None
+    if typing.get_origin(hint) is Annotated:
+        return _scaled(value, factor) if EMULATED in hint.__metadata__ else _convert(value, hint.__origin__, factor)
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        typed = [a for a in typing.get_args(hint) if typing.is_typeddict(a)]
+        return _convert(value, typed[0], factor) if typed else value
+    if typing.is_typeddict(hint) and isinstance(value, dict):
+        fields = typing.get_type_hints(hint, include_extras=True)
+        return {k: _convert(v, fields[k], factor) if k in fields else v for k, v in value.items()}
+    if typing.get_origin(hint) is list and isinstance(value, list):
+        (item,) = typing.get_args(hint)
+        return [_convert(v, item, factor) for v in value]
+    return value
+
+
+def to_emulated(result: BenchResult, dilate: float) -> BenchResult:
+    """``result`` (the workers', in run seconds) with every ``Emulated`` field divided by ``dilate``
+    and ``dilate`` stated; as it is when ``dilate`` is 1."""
+    if dilate == 1:
+        return result
+    out: BenchResult = _convert(result, BenchResult, 1.0 / dilate)
+    out["dilate"] = dilate
+    return out
+
+
+def contention_to_run(history: list[dict[str, float]], dilate: float) -> list[dict[str, float]]:
+    """Earlier jobs' fitted contention figures (emulated seconds, as their JSON holds them) in this
+    job's run seconds, to pool with the figures its workers measure."""
+    return [_convert(h, Fitted, dilate) for h in history]
+
+
+def pooled_contention(own: dict[str, float], history: list[dict[str, float]], dilate: float) -> dict[str, float]:
+    """Each fitted figure at its median over this job's ``own`` (run seconds, as its workers measured)
+    and earlier jobs' ``history`` (emulated seconds, as their JSON holds them): in run seconds."""
+    from gradsched.calibration import across_jobs
+
+    return across_jobs(own, contention_to_run(history, dilate))
+
+
+def undeclared(value: Any, hint: Any = BenchResult, path: str = "") -> list[str]:
+    """The paths in ``value`` that ``hint`` does not declare (an ``Any`` or plain ``dict`` declares all
+    below it): a field that would be left unconverted without anyone deciding so."""
+    if value is None:
+        return []
+    if typing.get_origin(hint) is Annotated:
+        return []
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        typed = [a for a in typing.get_args(hint) if typing.is_typeddict(a)]
+        return undeclared(value, typed[0], path) if typed else []
+    if typing.is_typeddict(hint) and isinstance(value, dict):
+        fields = typing.get_type_hints(hint, include_extras=True)
+        return [p for k, v in value.items()
+                for p in ([f"{path}.{k}"] if k not in fields else undeclared(v, fields[k], f"{path}.{k}"))]
+    if typing.get_origin(hint) is list and isinstance(value, list):
+        (item,) = typing.get_args(hint)
+        return [p for i, v in enumerate(value) for p in undeclared(v, item, f"{path}[{i}]")]
+    return []

@@ -1,0 +1,183 @@
+"""The job wing (gradsched.jobs): typed results converted to emulated seconds once, by their declared
+units; --contention-from pooled in one unit under --dilate; one launcher's timeout, kill, environment
+and prefix policy."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gradsched.calibration import contention_history, this_machine
+from gradsched.cli import build_parser
+from gradsched.jobs import launch as launcher
+from gradsched.jobs.bench import finish, history_job
+from gradsched.jobs.launch import PREFIXES, Ranks, environment, launch
+from gradsched.jobs.results import contention_to_run, pooled_contention, to_emulated, undeclared
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+FITTED = {"compute_slowdown": 0.4, "comm_slowdown": 0.2, "busy_latency_s": 0.004, "op_latency_s": 0.002}
+
+
+def _result(fitted: dict[str, float], **contention: object) -> dict:
+    """A workers' bench.json, in run seconds."""
+    return {"rows": [{"strategy": "ddp", "runs": "torch DDP", "iteration_s_median": 0.8, "iteration_s_mean": 0.9,
+                      "predicted_iteration_s": 0.7, "prediction_error": -0.125, "lower_bound_s": 0.4,
+                      "vs_lower_bound": 2.0, "contention_bound_s": 0.5, "vs_contention_bound": 1.6,
+                      "operations": 3, "plan_hash": "x", "step_s": [[0.8, 1.0]], "warmup_rounds": 0,
+                      "bucket_cap_mb": 25.0, "speedup_vs_ddp": 1.0, "speedup_vs_best_ddp": 1.0}],
+            "lower_bound": {"lower_bound_s": 0.4, "compute_s": 0.3, "allreduce_all_s": 0.2,
+                            "contention_bound_s": 0.5},
+            "compute_only": {"iteration_s_median": 0.3, "step_s": [[0.3, 0.3]]},
+            "contention": {"fitted": dict(fitted), "compute_alone_s": 0.3, **contention},
+            "cluster": {"alpha_s": 1e-3}, "profile": {"compute_s": 0.3, "measured": {"other_s": 0.01}},
+            "job_s": 100.0, "phases": [{"phase": "rounds", "s": 50.0, "peak_rss_bytes": 1}],
+            "best_ddp": "ddp", "world_size": 2, "backend": "gloo", "machine": f"{this_machine()}, torch x"}
+
+
+# ----------------------------------------------------------------------------- results in emulated seconds
+def test_every_duration_the_types_mark_is_divided_once_and_nothing_else():
+    out = to_emulated(_result(FITTED, op_host_samples=[[2e-4, 4e-4]], runtime_overhead_s={"gradsched": 0.01},
+                              op_host={"issue_s": 2e-4, "retire_s": 4e-4}), 2.0)
+    row, c = out["rows"][0], out["contention"]
+    assert row["iteration_s_median"] == 0.4 and row["step_s"] == [[0.4, 0.5]] and row["vs_lower_bound"] == 2.0
+    # these two escaped the old regex on key names and stayed dilated
+    assert c["op_host_samples"] == [[1e-4, 2e-4]] and c["runtime_overhead_s"] == {"gradsched": 0.005}
+    assert c["op_host"] == {"issue_s": 1e-4, "retire_s": 2e-4} and c["fitted"]["busy_latency_s"] == 0.002
+    assert c["fitted"]["compute_slowdown"] == 0.4  # a ratio
+    assert out["job_s"] == 100.0 and out["phases"][0]["s"] == 50.0  # the job's own time
+    assert out["cluster"] == {"alpha_s": 1e-3} and out["profile"]["measured"] == {"other_s": 0.01}  # as measured
+    assert out["dilate"] == 2.0 and to_emulated(_result(FITTED), 1.0) == _result(FITTED)
+
+
+def test_the_stored_bench_results_declare_every_field():
+    """Every field of the committed bench JSONs has a declared unit: none is converted, or left, by guess."""
+    shared = ("world_size", "backend", "machine", "profile", "cluster", "lower_bound", "contention", "compute_only",
+              "best_ddp", "job_s", "peak_rss_bytes", "phases")
+    meta = {"scale_bytes", "model", "hosts", "ranks_per_host", "network", "rate", "dilate", "compute", "date",
+            "steps_per_round", "rounds", "batch_size", "command"}
+    seen = 0
+    for path in sorted(RESULTS.glob("*.json")):
+        rows = json.loads(path.read_text())
+        if not (isinstance(rows, list) and rows and isinstance(rows[0], dict) and "lower_bound" in rows[0]):
+            continue
+        result = {k: rows[0][k] for k in shared if k in rows[0]}
+        result["rows"] = [{k: v for k, v in r.items() if k not in meta and k not in shared} for r in rows]
+        assert undeclared(result) == [], path.name
+        seen += 1
+    assert seen >= 5
+
+
+# ----------------------------------------------------------------------------- --contention-from with --dilate
+def test_contention_from_a_dilated_job_pools_in_the_workers_seconds(tmp_path):
+    """Two jobs of one replay at --dilate 2 that measured the same: the pooled figures are that job's.
+
+    The earlier job's JSON holds emulated seconds; this job's workers measure run seconds (2x).
+    Before, the workers pooled the two as they were: the median of 4 ms and 2 ms per operation."""
+    dilate = 2.0
+    job = history_job("replay:googlenet-k80", 2, 1, "testbed 1gbit", "1gbit", 16, dilate)
+    earlier = finish(_result(FITTED), dilate)  # what `gradsched bench --json` wrote for the first job
+    rows = [{**r, **job, **{k: v for k, v in earlier.items() if k != "rows"}} for r in earlier["rows"]]
+    path = tmp_path / "earlier.json"
+    path.write_text(json.dumps(rows))
+    history = contention_history([str(path)], job)
+    assert history[0]["busy_latency_s"] == 0.002  # emulated seconds, as the file holds them
+    twice = [str(path), str(path)]
+    assert pooled_contention(FITTED, contention_history(twice, job), dilate) == FITTED  # run seconds, all alike
+    # and the second job's JSON says the history as it was read, the pooled figures in emulated seconds
+    second = finish(_result(FITTED, own_fitted=FITTED, history=contention_to_run(history, dilate)), dilate)
+    assert second["contention"]["history"] == history
+    assert second["contention"]["fitted"] == second["contention"]["own_fitted"] == history[0]
+
+
+def test_the_bench_config_carries_the_dilation_and_the_history_as_read(tmp_path):
+    from gradsched.commands.bench import _config
+
+    args = build_parser().parse_args(["bench", "--replay", "googlenet-k80", "--dilate", "2", "--loopback",
+                                      "--strategies", "wfbp", "--ddp-buckets", "none"])
+    cfg = _config(args, str(tmp_path), [dict(FITTED)], "replay", 4)
+    assert cfg.dilate == 2.0 and cfg.scale_bytes == 4 and cfg.contention_history == [FITTED]
+
+
+# ----------------------------------------------------------------------------- one launcher
+def _sleepers(monkeypatch, *codes_after: tuple[int, float]) -> None:
+    """Launchers that exit with ``code`` after ``seconds`` (instead of torch.distributed.run)."""
+    argvs = [[sys.executable, "-c", f"import sys, time; print('hello {i}', flush=True); time.sleep({s}); "
+              f"sys.exit({c})"] for i, (c, s) in enumerate(codes_after)]
+    monkeypatch.setattr(launcher, "loopback_argvs", lambda ranks: argvs)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_launcher_that_fails_stops_the_others(monkeypatch):
+    _sleepers(monkeypatch, (3, 0.0), (0, 60.0))
+    t0 = time.monotonic()
+    done = launch(Ranks(script_argv=("-m", "x"), hosts=2), on_line=lambda line: None)
+    assert done.code == 3 and not done.timed_out and time.monotonic() - t0 < 30
+    assert sorted(done.tail) == ["hello 0", "hello 1"]
+    with pytest.raises(Exception, match="the workers failed \\(exit status 3\\)"):
+        done.check("the workers")
+
+
+def test_the_timeout_stops_every_launcher_with_124(monkeypatch):
+    _sleepers(monkeypatch, (0, 60.0), (0, 60.0))
+    started = []
+    real_popen = launcher.subprocess.Popen
+    monkeypatch.setattr(launcher.subprocess, "Popen", lambda *a, **k: started.append(real_popen(*a, **k)) or
+                        started[-1])
+    done = launch(Ranks(script_argv=("-m", "x"), hosts=2, timeout_s=0.5))
+    assert done.timed_out and done.code == 124
+    assert all(p.poll() is not None for p in started) and all(_gone(p.pid) for p in started)
+    with pytest.raises(Exception, match="did not finish within 0.5 s"):
+        done.check("the workers")
+
+
+def test_one_environment_policy(monkeypatch):
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    env = environment(Ranks(script_argv=(), hosts=2, threads=3))
+    assert (env["OMP_NUM_THREADS"], env["MKL_NUM_THREADS"], env["PYTHONUNBUFFERED"]) == ("3", "3", "1")
+    assert env["GLOO_SOCKET_IFNAME"] == "lo"
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth7")  # the user's choice stands
+    assert environment(Ranks(script_argv=(), hosts=2))["GLOO_SOCKET_IFNAME"] == "eth7"
+
+
+def test_one_prefix_rule_each_command_its_own_testbed():
+    assert len(set(PREFIXES.values())) == len(PREFIXES) and "gs" not in PREFIXES.values()
+    parser = build_parser()
+    for command, extra in (("bench", []), ("train", []), ("netbench", [])):
+        assert parser.parse_args([command, *extra]).prefix == PREFIXES[command]
+    assert parser.parse_args(["bench", "--prefix", "tj"]).prefix == "tj"
+
+
+def test_an_interrupt_stops_every_launcher_and_is_raised(monkeypatch):
+    """Ctrl-C (or SIGTERM under sigterm_unwinds) while the ranks run: all stopped, the interrupt goes on."""
+    import gradsched.testbed
+
+    _sleepers(monkeypatch, (0, 60.0), (0, 60.0))
+    started = []
+    real_popen = launcher.subprocess.Popen
+    monkeypatch.setattr(launcher.subprocess, "Popen", lambda *a, **k: started.append(real_popen(*a, **k)) or
+                        started[-1])
+
+    real_sleep, calls = time.sleep, []
+
+    def interrupted(seconds: float) -> None:
+        calls.append(seconds)
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # the wait loop's first pause; the stopping that follows sleeps as usual
+        real_sleep(seconds)
+
+    monkeypatch.setattr(gradsched.testbed.time, "sleep", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        launch(Ranks(script_argv=("-m", "x"), hosts=2))
+    assert len(started) == 2 and all(p.poll() is not None for p in started)
