@@ -36,7 +36,7 @@ from gradsched.advise import PlanCheck
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
 from gradsched.torch.measure.profiler import _call, _to, model_loss
-from gradsched.torch.runtime.gating import ForwardGate
+from gradsched.torch.runtime.gating import ForwardGate, ParameterMemory
 
 REMEDY = ("use a plan that does not overlap the next forward (e.g. plan_options={'exclude': [...]} or mgwfbp), "
           "or read the parameter through a torch function or a module attribute")
@@ -75,6 +75,7 @@ def unseen_reads(model: nn.Module, batch: Any, loss_fn: Callable[..., torch.Tens
     params = [p for _, p in named]
     recorder = _Recorder(len(params))
     gate = ForwardGate(model, params, lambda: recorder)
+    gate.stop_checking()  # the gate's own check raises at the first unseen read; here each is recorded
     watch = _StaleReads(params, recorder)
     inputs, targets = _inputs(model, batch, loss_fn)
     try:
@@ -130,26 +131,19 @@ class _StaleReads(TorchFunctionMode):
         super().__init__()
         self._recorder = recorder
         self._index = {id(p): i for i, p in enumerate(params)}
-        self._storage: dict[int, list[int]] = {}
-        for i, p in enumerate(params):
-            if p.numel() > 0 and p.device.type != "meta":
-                self._storage.setdefault(p.untyped_storage().data_ptr(), []).append(i)
+        self._memory = ParameterMemory(params)
         self.stale: set[int] = set()
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if self._recorder.pending:
             for v in tree_flatten((args, kwargs))[0]:
-                if isinstance(v, torch.Tensor) and v.device.type != "meta":
-                    try:
-                        ptr = v.untyped_storage().data_ptr()
-                    except (RuntimeError, NotImplementedError):  # a tensor without storage (nested, fake)
-                        continue
+                if isinstance(v, torch.Tensor):
                     own = self._index.get(id(v))
-                    sharing = self._storage.get(ptr, ()) if own is None else (own,)
-                    # a parameter itself: its own update (views of one flat buffer update disjoint elements);
-                    # any other tensor on a parameter's memory (a view, an alias): every parameter there
-                    self.stale.update(i for i in sharing if i in self._recorder._pending)
+                    # a parameter itself: its own update; any other tensor (a view, an alias): the parameters
+                    # whose elements it reads
+                    read = self._memory.overlapping(v) if own is None else (own,)
+                    self.stale.update(i for i in read if i in self._recorder._pending)
         return func(*args, **kwargs)
 
 
