@@ -117,6 +117,17 @@ def test_unseen_reads_finds_only_what_the_first_use_gate_cannot_see():
     assert unseen_reads(HiddenView(), torch.randn(3, 4)) == ["inner.weight"]
 
 
+def test_an_hf_model_with_its_own_batch_and_loss_runs_every_plan():
+    """As the Trainer feeds it: a dict with ``labels``, the model's own loss (HF GPT-2, tied lm_head)."""
+    tf = pytest.importorskip("transformers")
+    cfg = tf.GPT2Config(vocab_size=32, n_positions=8, n_embd=16, n_layer=1, n_head=2)
+    torch.manual_seed(0)
+    model = tf.GPT2LMHeadModel(cfg)
+    assert model.lm_head.weight is model.transformer.wte.weight
+    ids = torch.randint(0, 32, (2, 8))
+    assert unseen_reads(model, {"input_ids": ids, "labels": ids}) == []
+
+
 def test_unseen_reads_leaves_the_model_and_the_random_state_as_they_were():
     model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Dropout(0.5))
     x = torch.randn(3, 4)
