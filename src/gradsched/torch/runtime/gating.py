@@ -73,7 +73,8 @@ class ForwardGate:
             self._group_of.setdefault(id(p), [index[id(p)]])
         for alias, i in _aliases(module, index).items():
             self._group_of[alias] = self._group_of[id(params[i])]
-        self.memory = ParameterMemory(params)
+        self._params = params
+        self.memory: ParameterMemory | None = None  # made at the checked forward: where the parameters are then
         self._names = {index[id(p)]: n for n, p in module.named_parameters() if id(p) in index}
         self._checks_left = 1  # overlapped forwards still to check for reads the gate cannot see
 
@@ -104,6 +105,8 @@ class ForwardGate:
             return
         check = self._checks_left > 0
         self._checks_left -= check
+        if check:
+            self.memory = ParameterMemory(self._params)
         with FirstUse(self, opt, check):
             yield
 
@@ -113,7 +116,7 @@ class ForwardGate:
 
     def unseen_read(self, opt: Optimizer, t: torch.Tensor) -> None:
         """Raise if ``t`` (neither a parameter nor a known alias) reads the memory of a parameter still due."""
-        due = [i for i in self.memory.overlapping(t) if i in opt._pending]
+        due = [i for i in self.memory.overlapping(t) if i in opt._pending] if self.memory is not None else []
         if not due:
             return
         name = self._names.get(due[0], f"parameter {due[0]}")
