@@ -27,7 +27,7 @@ WARMUP = 2
 
 
 def _case(name: str, counter: dict):
-    from gradsched.torch.runtime import hooks as H
+    from gradsched.integrations import hooks as H
 
     def counting(hook):
         def counted(state, bucket: H.dist.GradBucket) -> H.torch.futures.Future[H.torch.Tensor]:

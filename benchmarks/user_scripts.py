@@ -14,11 +14,13 @@ tests measure it) and the median step time after 3 warm-up steps:
 | lightning | benchmarks/user_scripts/lightning_fit.py | torchrun | GradschedStrategy("auto") | strategy="ddp" |
 | accelerate (GPT-2) | examples/accelerate_train.py | accelerate launch --multi_gpu | advised bucket_cap_mb + gradsched's all-reduce hook | plain Accelerate |
 
-Where gradsched's default plan fails on a model (nn.MultiheadAttention under a plan that
-overlaps the next forward, issue 38 item 1, until that is fixed), the row records the
-failure's last error line and runs again with a plan that does not overlap (mgwfbp).
-The step times come from one run each on a shared 2-core machine: a ratio, not a result
-on its own (the load average is recorded).  Writes benchmarks/results/user_scripts.json.
+Where gradsched's default plan fails on a model (it did on nn.MultiheadAttention under a
+plan that overlaps the next forward, before the first-use gate, issue 38 item 1), the
+row records the failure's last error line and runs again with a plan that does not
+overlap (mgwfbp).  The step times come from one run each on a shared 2-core machine: a
+ratio, not a result on its own (each row records its date and load average).  Writes
+benchmarks/results/user_scripts.json; with ``--rows`` the rows run replace those of the
+same name there and the others are kept.
 """
 
 from __future__ import annotations
@@ -139,13 +141,25 @@ def main() -> int:
                   f"{r['step_ms_gradsched']:>12.1f} {r['step_ms_stock']:>9.1f} {r['ratio']:>6.2f}", flush=True)
             if r["default_failed"]:
                 print(f"{'':<12} default plan: {r['default_failed'][:110]}", flush=True)
-    record = {"command": "python benchmarks/user_scripts.py" + (f" --steps {args.steps}" if args.steps != 30 else ""),
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_average": os.getloadavg(),
-              "warmup_steps": WARMUP, "equal_within": EQUAL, "rows": results}
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
+    write(Path(args.json), results, args.steps, partial=bool(args.rows))
     print(f"wrote {args.json}")
     return 0
+
+
+def write(path: Path, results: list[dict], steps: int, partial: bool) -> None:
+    """The result file: ``results`` (each with its date and load average); where only some rows ran
+    (``partial``), the other rows of an existing file are kept, in their order."""
+    stamp = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_average": os.getloadavg()}
+    results = [{**r, **stamp} for r in results]
+    command = "python benchmarks/user_scripts.py" + (f" --steps {steps}" if steps != 30 else "")
+    record = {"command": command, **stamp, "warmup_steps": WARMUP, "equal_within": EQUAL, "rows": results}
+    if partial and path.exists():
+        record = json.loads(path.read_text())
+        new = {r["row"]: r for r in results}
+        old = record.get("rows", [])
+        record["rows"] = [new.pop(r["row"], r) for r in old] + list(new.values())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":

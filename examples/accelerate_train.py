@@ -36,7 +36,7 @@ from accelerate import Accelerator, PartialState
 from accelerate.utils import DistributedDataParallelKwargs
 
 import gradsched.torch
-from gradsched.torch.hooks import TopKState, allreduce_hook, fp16_hook, register_hook, topk_hook
+from gradsched.integrations.hooks import TopKState, allreduce_hook, fp16_hook, register_hook, topk_hook
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--steps", type=int, default=20, help="optimizer steps")

@@ -10,7 +10,7 @@ advisor profiles), measures the all-reduce on these processes, and its bucket si
 to ``TrainingArguments(ddp_bucket_cap_mb=...)``.  It issues collectives, so the process
 group is started first (``PartialState``; the Trainer joins the same group).
 --hook: one of gradsched's communication hooks on the Trainer's DDP
-(``gradsched.hf.add_comm_hook``).  --reference: the plain Trainer.
+(``gradsched.integrations.hf.add_comm_hook``).  --reference: the plain Trainer.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import transformers
 from accelerate import PartialState
 
 import gradsched.torch
-from gradsched.hf import add_comm_hook
-from gradsched.torch.hooks import TopKState, allreduce_hook, fp16_hook, topk_hook
+from gradsched.integrations.hf import add_comm_hook
+from gradsched.integrations.hooks import TopKState, allreduce_hook, fp16_hook, topk_hook
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--steps", type=int, default=20, help="optimizer steps")

@@ -1,8 +1,10 @@
 """The package's layers hold: no import circles, and no import runs back up a layer.
 
 Layers, bottom to top: the planning core (formats, cluster, profile, plan, planners,
-simulator, timelines), then ``torch.runtime`` and ``torch.measure``, then ``torch.jobs``,
-then ``commands``, then ``cli``.  Every import is counted, also those inside functions
+simulator, timelines), then ``torch.runtime`` and ``torch.measure``, then ``integrations``
+(Lightning, DDP comm hooks, the HF Trainer), then ``torch.jobs``, then ``commands``, then
+``cli``.  Kept old import paths (``REEXPORTS``) are thin re-exports of the modules that moved,
+outside the layers.  Every import is counted, also those inside functions
 and under ``TYPE_CHECKING``: a deferred import is still a dependency.  Read from the
 source with ``ast``, so nothing is imported (like tests/test_no_torch.py for torch).
 """
@@ -90,7 +92,10 @@ def _within(module: str, *packages: str) -> bool:
 
 # The planning core is defined by exclusion, so that a new module joins it without an edit here:
 # everything but the torch package, the integrations, the command line and the package's facade.
-NOT_CORE = ("gradsched.torch", "gradsched.commands", "gradsched.cli", "gradsched.lightning", "gradsched.hf")
+NOT_CORE = ("gradsched.torch", "gradsched.integrations", "gradsched.commands", "gradsched.cli", "gradsched.lightning",
+            "gradsched.hf")
+# Old import paths kept working after a move: each only re-exports (tests/integrations/test_layout.py).
+REEXPORTS = ("gradsched.lightning", "gradsched.hf", "gradsched.torch.hooks", "gradsched.torch.runtime.hooks")
 
 
 def core_modules(graph: dict[str, set[str]]) -> tuple[str, ...]:
@@ -103,10 +108,13 @@ CORE = core_modules(import_graph())
 # (who, what it must not import, why)
 RULES = [
     (CORE, ("gradsched.commands", "gradsched.torch", "gradsched.cli"), "the planning core imports no runtime"),
-    (("gradsched.torch.runtime",), ("gradsched.torch.jobs", "gradsched.torch.measure", "gradsched.commands",
-                                    "gradsched.cli"), "the runtime is below measurements and jobs"),
-    (("gradsched.torch.measure",), ("gradsched.torch.jobs", "gradsched.commands", "gradsched.cli"),
-     "measurements are below jobs and commands"),
+    (CORE, ("gradsched.integrations",), "the planning core imports no integration"),
+    (("gradsched.torch.runtime",), ("gradsched.torch.jobs", "gradsched.torch.measure", "gradsched.integrations",
+                                    "gradsched.commands", "gradsched.cli"), "the runtime is below measurements and jobs"),
+    (("gradsched.torch.measure",), ("gradsched.torch.jobs", "gradsched.integrations", "gradsched.commands",
+                                    "gradsched.cli"), "measurements are below integrations, jobs and commands"),
+    (("gradsched.integrations",), ("gradsched.torch.jobs", "gradsched.commands", "gradsched.cli"),
+     "integrations sit on the runtime and measurements, below jobs and commands"),
     (("gradsched.torch",), ("gradsched.commands", "gradsched.cli"), "torch code never imports the command line"),
     (("gradsched",), ("gradsched.cli",), "only the console script enters the CLI"),
 ]
@@ -117,7 +125,7 @@ def upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str, str]]:
     out = set()
     for who, banned, why in RULES:
         for module, deps in graph.items():
-            if not _within(module, *who) or module == "gradsched.cli":
+            if not _within(module, *who) or module == "gradsched.cli" or module in REEXPORTS:
                 continue
             out |= {(module, dep, why) for dep in deps if _within(dep, *banned)}
     return out
@@ -139,9 +147,11 @@ def test_the_graph_sees_deferred_and_relative_imports(tmp_path: Path) -> None:
 
 
 def test_the_rules_catch_an_upward_import() -> None:
-    graph = {"gradsched.torch.runtime.x": {"gradsched.torch.jobs.y"}, "gradsched.cluster": {"gradsched.cli"}}
+    graph = {"gradsched.torch.runtime.x": {"gradsched.torch.jobs.y", "gradsched.integrations.z"},
+             "gradsched.cluster": {"gradsched.cli"}, "gradsched.integrations.z": {"gradsched.torch.jobs.y"}}
     assert {(m, d) for m, d, _ in upward_imports(graph)} == {
-        ("gradsched.torch.runtime.x", "gradsched.torch.jobs.y"), ("gradsched.cluster", "gradsched.cli")}
+        ("gradsched.torch.runtime.x", "gradsched.torch.jobs.y"), ("gradsched.cluster", "gradsched.cli"),
+        ("gradsched.torch.runtime.x", "gradsched.integrations.z"), ("gradsched.integrations.z", "gradsched.torch.jobs.y")}
 
 
 def test_no_import_circle() -> None:
@@ -162,7 +172,8 @@ def test_known_exceptions_are_still_needed(module: str, dep: str) -> None:
 
 def test_the_core_is_everything_outside_torch_the_integrations_and_the_cli() -> None:
     graph = {m: set() for m in ("gradsched", "gradsched.costs", "gradsched.sim.engine", "gradsched.torch.runtime.x",
-                                "gradsched.lightning", "gradsched.commands.bench", "gradsched.cli", "gradsched.newthing")}
+                                "gradsched.lightning", "gradsched.integrations.hooks", "gradsched.commands.bench",
+                                "gradsched.cli", "gradsched.newthing")}
     assert core_modules(graph) == ("gradsched.costs", "gradsched.newthing", "gradsched.sim.engine")
     assert {"gradsched.advise", "gradsched.costs", "gradsched.topology", "gradsched.replayable",
             "gradsched.netbench_args"} <= set(CORE)
@@ -173,6 +184,7 @@ def test_the_torch_package_has_its_three_rooms() -> None:
     for room in ("runtime", "measure", "jobs"):
         assert f"gradsched.torch.{room}" in graph
     flat = [m for m in graph if m.count(".") == 2 and m.startswith("gradsched.torch.")]
-    stray = sorted(set(flat) - {"gradsched.torch.jobs", "gradsched.torch.measure", "gradsched.torch.runtime"})
+    stray = sorted(set(flat) - {"gradsched.torch.jobs", "gradsched.torch.measure", "gradsched.torch.runtime",
+                                *REEXPORTS})
     assert not stray, (f"{', '.join(stray)} sit(s) directly in gradsched/torch/: move each into runtime/ (runs inside "
                        "a step), measure/ (feeds the planner) or jobs/ (whole processes)")

@@ -61,7 +61,7 @@ data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_s
 torch.manual_seed(0)
 model = Net()
 if args.mode == "gradsched":
-    from gradsched.lightning import GradschedStrategy
+    from gradsched.integrations.lightning import GradschedStrategy
 
     strategy, plan_name = GradschedStrategy(args.plan), f"GradschedStrategy({args.plan!r})"
 else:

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
-from gradsched.torch.runtime import hooks as H  # noqa: E402
+from gradsched.integrations import hooks as H  # noqa: E402
 from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
 
 STEPS = 6
@@ -66,7 +66,7 @@ def _accelerate_run(rank: int, world: int, names: list[str]) -> dict:
 
 def _trainer_run(rank: int, world: int, names: list[str]) -> dict:
     _env(rank, world)
-    from gradsched.hf import add_comm_hook
+    from gradsched.integrations.hf import add_comm_hook
 
     data = [{"input_ids": t, "labels": t} for t in _tokens(4 * world * STEPS)]
     out = {}

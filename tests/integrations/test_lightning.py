@@ -15,8 +15,8 @@ from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from gradsched.errors import GradschedError  # noqa: E402
-from gradsched.lightning import GradschedStrategy  # noqa: E402
-from gradsched.torch.runtime import hooks as H  # noqa: E402
+from gradsched.integrations.lightning import GradschedStrategy  # noqa: E402
+from gradsched.integrations import hooks as H  # noqa: E402
 from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
 
 SMALL = {"bytescheduler": {"partition_bytes": 4096, "credit_bytes": 16384}, "usbyte": {"unit_bytes": 2048},

@@ -15,7 +15,7 @@ from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as TorchDDP  # noqa: E402
 
 from gradsched.errors import GradschedError  # noqa: E402
-from gradsched.torch.runtime import hooks as H  # noqa: E402
+from gradsched.integrations import hooks as H  # noqa: E402
 from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
 
 

@@ -23,6 +23,7 @@ import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
+from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer, build_model  # noqa: E402
 from gradsched.torch.jobs.selftest import SMALL_MODEL_OPTIONS, dense_strategies, rel_diff, spawn_local  # noqa: E402
 
@@ -103,6 +104,34 @@ class _Alias(nn.Module):
         return self.inner(torch.tanh(x @ self.inner_t))
 
 
+class _HiddenView(nn.Module):
+    """A parameter's memory kept as a view in a list (no module attribute): the gate cannot see its read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(DIM, DIM)
+        self.views = [self.inner.weight.detach().t()]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(torch.tanh(x.mean(1) @ self.views[0]))
+
+
+class _FlatViews(nn.Module):
+    """Two layers' weights are views of one flat buffer, and the forward reads views it makes of them:
+    a view of one weight shares the other's memory, not its elements (nothing to refuse)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(DIM, DIM), nn.Linear(DIM, DIM)
+        flat = torch.cat([self.l1.weight.detach().flatten(), self.l2.weight.detach().flatten()])
+        self.l1.weight = nn.Parameter(flat[:DIM * DIM].view(DIM, DIM))
+        self.l2.weight = nn.Parameter(flat[DIM * DIM:].view(DIM, DIM))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(x.mean(1) @ self.l1.weight.t() + self.l1.bias)
+        return h @ self.l2.weight.t() + self.l2.bias
+
+
 def _float_batch(gen: torch.Generator, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(n, SEQ, DIM, generator=gen), torch.randn(n, DIM, generator=gen)
 
@@ -118,7 +147,7 @@ def _model(name: str) -> tuple[nn.Module, Callable[..., Any], Callable[..., Any]
         spec = build_model(name, seed=0)
         return spec.module, lambda gen, n: spec.make_batch(n, gen), spec.loss_fn
     module = {"attention": _Attention, "encoder": _Encoder, "tied": _TiedLM, "shared": _Shared,
-              "alias": _Alias}[name]()
+              "alias": _Alias, "hidden": _HiddenView, "flat": _FlatViews}[name]()
     batch = _token_batch if name == "tied" else _float_batch
     return module, batch, F.mse_loss
 
@@ -171,3 +200,24 @@ def test_every_plan_matches_ddp_whatever_reads_the_parameters(name):
             bad[label] = {"rel_diff": diff, "same_on_ranks": same}
     assert not bad, bad
     assert all(r["auto"]["overlapping"] and r["usbyte"]["overlapping"] for r in results)  # overlap did run
+
+
+def _unseen_job(rank: int, world: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in ("hidden", "flat"):
+        reference = _train(name, "ddp", None, reference=True)
+        try:
+            out[name] = {"diff": rel_diff(_train(name, "usbyte", SMALL_MODEL_OPTIONS["usbyte"])["params"],
+                                          reference["params"])}
+        except GradschedError as exc:
+            out[name] = {"error": str(exc)}
+    return out
+
+
+@pytest.mark.slow
+def test_a_read_the_gate_cannot_see_is_refused_naming_the_parameter_and_the_remedy():
+    """Old: the view's read came before the update and trained to other parameters than DDP, silently."""
+    for r in spawn_local(_unseen_job, 2, timeout_s=60):
+        assert "inner.weight is read through a tensor that shares its memory" in r["hidden"]["error"]
+        assert "use one that does not (mgwfbp" in r["hidden"]["error"]
+        assert r["flat"] == {"diff": pytest.approx(0, abs=TOLERANCE)}

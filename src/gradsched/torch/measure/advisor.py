@@ -44,8 +44,9 @@ def advise(model: nn.Module, batch: Any | Callable[[], Any], *, loss_fn: Callabl
     so the simulation slows compute and collectives that overlap, as they do where gloo's
     threads share CPU cores with compute (docs/simulator.md, "Contention"); not needed on
     GPUs.  ``print_advice``: rank 0 prints the table ``gradsched advise`` prints.  gradsched's best plan
-    is one that runs on ``model`` (:mod:`gradsched.torch.measure.outside_reads`): faster plans that
-    cannot are listed in ``Advice.gradsched_rejected``.
+    is one that runs on ``model`` (:func:`gradsched.torch.measure.outside_reads.unseen_reads`: plans
+    overlapping the next forward are left out only where the first-use gate cannot see a parameter's
+    read); faster plans that cannot run are listed in ``Advice.gradsched_rejected``.
 
     A Hugging Face model: ``batch`` a dict of its inputs with ``labels`` and no ``loss_fn``
     (the model's own loss is used), e.g. ``advise(model, tokenizer(texts, return_tensors="pt")

@@ -26,7 +26,13 @@ without pending updates (it is not entered).
 
 Not seen by either: a parameter's memory read without a torch function (a C++
 extension given ``data_ptr()``), or through a view made before the forward that is
-held somewhere other than a module attribute.  docs/runtime.md lists them.
+held somewhere other than a module attribute.  docs/runtime.md lists them.  The
+second is caught: the first forward with pending updates also checks each operation's
+tensors against the parameters' memory, and a read of a parameter whose update is
+still due raises a :class:`~gradsched.errors.GradschedError` naming it and the remedy
+(instead of training on stale weights or an autograd error later).  The advisor asks
+the same question before a plan is recommended
+(:func:`gradsched.torch.measure.outside_reads.unseen_reads`).
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
+
+from gradsched.errors import GradschedError
 
 # The optimizer wrapper, typed by what is used here: ``pending``, ``_pending`` (plan indices), ``apply(list)``.
 Optimizer = Any
@@ -64,6 +73,10 @@ class ForwardGate:
             self._group_of.setdefault(id(p), [index[id(p)]])
         for alias, i in _aliases(module, index).items():
             self._group_of[alias] = self._group_of[id(params[i])]
+        self._params = params
+        self.memory: ParameterMemory | None = None  # made at the checked forward: where the parameters are then
+        self._names = {index[id(p)]: n for n, p in module.named_parameters() if id(p) in index}
+        self._checks_left = 1  # overlapped forwards still to check for reads the gate cannot see
 
     def _pre_hook(self, tensors: list[int]) -> Callable[[nn.Module, Any], None]:
         def hook(_mod: nn.Module, _inputs: Any) -> None:
@@ -90,8 +103,28 @@ class ForwardGate:
         if opt is None or not opt.pending:
             yield
             return
-        with FirstUse(self, opt):
+        check = self._checks_left > 0
+        self._checks_left -= check
+        if check:
+            self.memory = ParameterMemory(self._params)
+        with FirstUse(self, opt, check):
             yield
+
+    def stop_checking(self) -> None:
+        """No check for reads the gate cannot see (:meth:`unseen_read`) from now on."""
+        self._checks_left = 0
+
+    def unseen_read(self, opt: Optimizer, t: torch.Tensor) -> None:
+        """Raise if ``t`` (neither a parameter nor a known alias) reads the memory of a parameter still due."""
+        due = [i for i in self.memory.overlapping(t) if i in opt._pending] if self.memory is not None else []
+        if not due:
+            return
+        name = self._names.get(due[0], f"parameter {due[0]}")
+        raise GradschedError(
+            f"{name} is read through a tensor that shares its memory (a view or alias kept outside the module's "
+            "attributes) before its deferred update: a plan that overlaps the update with the next forward cannot "
+            "run on this model; use one that does not (mgwfbp, wfbp, ddp, or plan_options={'exclude': ['usbyte', "
+            "'bytescheduler']} with auto), or make the view in the forward or keep it as a module attribute")
 
     def remove(self) -> None:
         for h in self._hooks:
@@ -105,11 +138,13 @@ class FirstUse(TorchFunctionMode):
     ``waiting`` (a copy per forward of the gate's map) loses a tensor's entry at its
     first read: later reads of it cost a dictionary miss, not an optimizer call."""
 
-    def __init__(self, gate: ForwardGate, optimizer: Optimizer) -> None:
+    def __init__(self, gate: ForwardGate, optimizer: Optimizer, check: bool = False) -> None:
+        """``check``: also raise on a read the gate cannot see (:meth:`ForwardGate.unseen_read`)."""
         super().__init__()
         self._gate = gate
         self._opt = optimizer
         self._waiting = dict(gate._group_of)
+        self._check = check
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -117,6 +152,10 @@ class FirstUse(TorchFunctionMode):
             self._apply_read(args)
             if kwargs:
                 self._apply_read(kwargs.values())
+            if self._check:
+                for v in tree_flatten((args, kwargs))[0]:
+                    if isinstance(v, torch.Tensor) and id(v) not in self._gate._group_of:
+                        self._gate.unseen_read(self._opt, v)
         return func(*args, **kwargs)
 
     def _apply_read(self, values: Any) -> None:
@@ -132,6 +171,40 @@ class FirstUse(TorchFunctionMode):
         group = self._waiting.pop(id(t), None)
         if group is not None:
             self._gate.apply(self._opt, group)
+
+
+class ParameterMemory:
+    """Which parameters' elements a tensor reads: by storage and byte range, so that parameters that are
+    views of one flat buffer are told apart."""
+
+    def __init__(self, params: list[nn.Parameter]) -> None:
+        self._ranges: dict[int, list[tuple[int, int, int]]] = {}  # storage address -> (start, end, index)
+        for i, p in enumerate(params):
+            span = _span(p)
+            if span is not None:
+                self._ranges.setdefault(span[0], []).append((span[1], span[2], i))
+
+    def overlapping(self, t: torch.Tensor) -> list[int]:
+        """Indices (into ``params``) of the parameters whose memory ``t`` reads."""
+        span = _span(t) if self._ranges else None
+        if span is None:
+            return []
+        ptr, start, end = span
+        return [i for s, e, i in self._ranges.get(ptr, ()) if s < end and start < e]
+
+
+def _span(t: torch.Tensor) -> tuple[int, int, int] | None:
+    """(storage address, first byte, one past the last byte) that ``t`` can read; None without memory."""
+    if t.numel() == 0 or t.device.type == "meta" or t.is_nested or t.is_sparse:
+        return None
+    try:
+        ptr = t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError, TypeError):  # a tensor subclass without storage (fake, functional)
+        return None
+    size = t.element_size()
+    start = t.storage_offset() * size
+    last = sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride()))
+    return ptr, start, start + (last + 1) * size
 
 
 def _aliases(module: nn.Module, index: dict[int, int]) -> dict[int, int]:
