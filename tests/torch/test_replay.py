@@ -14,8 +14,10 @@ from gradsched.commands.bench import shaped_rate, undilate  # noqa: E402
 from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.profile import Profile  # noqa: E402
 from gradsched.torch.jobs.models import build_model  # noqa: E402
+from gradsched.torch.jobs import replay  # noqa: E402
 from gradsched.torch.jobs.replay import ReplayModel, _Clock  # noqa: E402
 from gradsched.torch.jobs.selftest import rel_diff, run, spawn_local  # noqa: E402
+from helpers import VirtualTime  # noqa: E402
 
 LAYER_S = 0.02  # each layer's backward; forward half of it
 
@@ -90,38 +92,63 @@ def _work(seconds: float) -> None:
         pass
 
 
-def test_the_clock_hides_host_work_and_counts_blocked_time():
+def test_the_clock_hides_host_work_and_counts_blocked_time(monkeypatch):
+    """On a virtual clock (tests/torch/helpers.py): what counts is decided by what the host did, not by how
+    loaded the machine running the test is."""
+    t = VirtualTime()
+    monkeypatch.setattr(replay, "time", t)
     clock = _Clock(slack_s=0.002, carry_s=0.01)
     first = clock.start()
+    assert first == t.perf_counter()  # the first piece starts now
     clock.wait_until(first, 0.01)
-    _work(0.05)  # the host's own work between two layers (hooks, copies, the optimizer): beside the device
+    assert t.perf_counter() == first + 0.01  # waited out on the clock
+    t.work(0.05)  # the host's own work between two layers (hooks, copies, the optimizer): beside the device
+    assert clock.start() == first + 0.01  # its work does not delay the next piece
+    t.work(0.05)
+    t.preempt(0.03)  # ... but a core taken away from it counts
     second = clock.start()
-    assert second < first + 0.01 + 0.02  # a core taken away from the busy loop counts; its work does not
+    assert second == pytest.approx(first + 0.01 + 0.03 - 0.002)  # beyond the slack
     clock.wait_until(second, 0.01)
-    time.sleep(0.08)  # blocked (waiting for communication): all of it beyond the slack counts
+    t.sleep(0.001)  # a late wake-up within the slack does not count
+    assert clock.start() == second + 0.01
+    t.block(0.08)  # blocked (waiting for communication): all of it beyond the slack counts
     third = clock.start()
-    assert second + 0.01 + 0.08 - 0.002 <= third <= time.perf_counter()
+    assert third == pytest.approx(second + 0.01 + 0.001 + 0.08 - 0.002)
+    assert third <= t.perf_counter()  # the device never runs ahead of the host
     clock.wait_until(third, 0.01)
     clock.new_iteration()  # another model's work, or the optimizer's: at most carry_s of it is hidden
-    _work(0.05)
+    t.work(0.05)
     fourth = clock.start()
-    assert third + 0.01 + 0.05 - 0.01 - 0.002 <= fourth <= time.perf_counter()
+    assert fourth == pytest.approx(third + 0.01 + 0.05 - 0.01 - 0.002)
+    clock.wait_until(fourth, 0.01)
+    t.work(0.05)  # the carry applies to one start only
+    assert clock.start() == fourth + 0.01
 
 
-def test_the_optimizer_step_on_the_cpu_does_not_lengthen_a_replayed_step():
-    """On a GPU the optimizer step runs on the device, in the profile's (here zero) update time."""
+def test_the_optimizer_step_on_the_cpu_does_not_lengthen_a_replayed_step(monkeypatch):
+    """On a GPU the optimizer step runs on the device, in the profile's (here zero) update time.  On a virtual
+    clock: the steps' own CPU (autograd, the real optimizer) takes no virtual time, so the walls are exact."""
+    t = VirtualTime()
+    monkeypatch.setattr(replay, "time", t)
     prof = _profile()
     model = ReplayModel(prof)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    expected = prof.forward_s + prof.backward_s + prof.other_s  # 0.17 s
     walls = []
     for _ in range(4):
-        w0 = time.perf_counter()
+        w0 = t.perf_counter()
         _step(model)
         opt.step()
-        _work(0.02)  # a slow optimizer: 20 ms of CPU after every step
-        walls.append(time.perf_counter() - w0)
-    expected = prof.forward_s + prof.backward_s + prof.other_s  # 0.17 s
-    assert sorted(walls)[1] < expected + 0.01  # its 20 ms hide behind the next step's emulated compute
+        t.work(0.02)  # a slow optimizer: 20 ms of CPU after every step
+        walls.append(t.perf_counter() - w0)
+    assert walls[0] == pytest.approx(expected + 0.02)  # the first step's own 20 ms: nothing follows it yet
+    # its 20 ms hide behind the next step's emulated compute: every later step is the profile's time
+    assert walls[1:] == pytest.approx([expected] * 3)
+    model.clock.carry_s = 0.01  # at most carry_s of host work hidden at an iteration's start: 10 ms count
+    w0 = t.perf_counter()
+    _step(model)
+    t.work(0.02)
+    assert t.perf_counter() - w0 == pytest.approx(expected + 0.02 - 0.01 - replay.HOST_SLACK_S)
 
 
 def test_dilation_stretches_compute():
