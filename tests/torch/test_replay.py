@@ -189,7 +189,8 @@ def test_dilation_shapes_links_slower_and_rescales_reports():
 
 
 @pytest.mark.parametrize("rate,hosts,dilate,words", [
-    ("10gbit", 4, 1.0, "--dilate 20 or more"), ("1gbit", 4, 1.0, "--dilate 2 or more"), ("1gbit", 2, 0.5, "at least 1"), ("1gbit", 2, float("nan"), "at least 1"),
+    ("10gbit", 4, 1.0, "--dilate 20 or more"), ("1gbit", 4, 1.0, "--dilate 2 or more"), ("1gbit", 2, 0.5, "at least 1"),
+    ("1gbit", 2, float("nan"), "at least 1"),
 ])
 def test_impossible_dilation_or_rate_is_refused(rate, hosts, dilate, words):
     with pytest.raises(GradschedError, match=words):

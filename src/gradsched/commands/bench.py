@@ -356,7 +356,8 @@ def _launch_testbed(cfg_path: Path, hosts: int, rate: str | int, timeout_s: floa
 def rows_for_json(result: dict[str, Any], meta: dict[str, Any]) -> list[dict[str, Any]]:
     """The JSON output: one object per strategy / DDP bucket size, each carrying the run's facts."""
     shared = {**meta, "world_size": result["world_size"], "backend": result["backend"], "machine": result["machine"],
-              "profile": result["profile"], "cluster": result["cluster"], "lower_bound": result["lower_bound"], "contention": result["contention"],
+              "profile": result["profile"], "cluster": result["cluster"], "lower_bound": result["lower_bound"],
+              "contention": result["contention"],
               "compute_only": result.get("compute_only"), "best_ddp": result["best_ddp"], "job_s": result["job_s"],
               "peak_rss_bytes": result.get("peak_rss_bytes"), "phases": result.get("phases")}
     return [{**row, **shared} for row in result["rows"]]
@@ -509,7 +510,8 @@ def run(args: argparse.Namespace) -> int:
         if not out.exists():
             raise GradschedError("the benchmark's workers exited without writing results; see their output above")
         result = with_bound_checks(undilate(json.loads(out.read_text()), args.dilate))
-    meta = {"scale_bytes": scale, "model": name, "hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "network": network, "rate": rate, "dilate": args.dilate,
+    meta = {"scale_bytes": scale, "model": name, "hosts": args.hosts, "ranks_per_host": args.ranks_per_host,
+            "network": network, "rate": rate, "dilate": args.dilate,
             "compute": "emulated (replayed profile, waiting)" if args.replay is not None else "real (CPU)",
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "steps_per_round": args.steps, "rounds": args.rounds, "batch_size": args.batch_size,
