@@ -44,7 +44,6 @@ def worker(out: str, args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from gradsched.advise import advise
     from gradsched.torch import build_model
     from gradsched.torch.measure.advisor import ddp_first_bucket_mb, measure
 

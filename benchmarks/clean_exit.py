@@ -46,7 +46,8 @@ def run_jobs(runs: int, lanes: int, cases: tuple[tuple[str, bool], ...] = CASES)
         for (strategy, destroy), proc in procs:
             _, err = proc.communicate(timeout=300)
             records.append({"strategy": strategy, "destroy": destroy, "exit": proc.returncode,
-                            "aborted": "terminate called" in err, "stderr_tail": err[-600:] if proc.returncode or "terminate called" in err else ""})
+                            "aborted": "terminate called" in err,
+                            "stderr_tail": err[-600:] if proc.returncode or "terminate called" in err else ""})
     return records
 
 

@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  PyTorch DDP       {ref_s * 1e3:8.1f} ms  (median)")
     print(f"  default           {ours_s * 1e3:8.1f} ms  {ours_s / ref_s:.3f}x  settled on {res['settled_on']} at "
           f"iteration {res['settled_at']}")
-    print(f"  per round         " + " ".join(f"{x:.3f}" for x in per_round))
+    print("  per round         " + " ".join(f"{x:.3f}" for x in per_round))
     print(f"  tuning: {len(res['tuning_s'])} steps, {extra_s:.1f} s more than as many DDP steps "
           f"({extra_s / ref_s:.1f} DDP iterations)")
     print(f"  load average before {load_before[0]:.1f}, after {out['load_average_after'][0]:.1f}")

@@ -74,7 +74,7 @@ def timing(world: int, quick: bool) -> list[dict]:
             continue
         r["ratio_vs_torch_ddp"] = r["iteration_s_median"] / ref if ref else None
         print(f"{r['label']:14s} {r['iteration_s_median'] * 1e3:12.2f} "
-              f"{('%.3f' % r['ratio_vs_torch_ddp']) if ref else '-':>12s}")
+              f"{format(r['ratio_vs_torch_ddp'], '.3f') if ref else '-':>12s}")
     return rows
 
 

@@ -241,7 +241,8 @@ def format_table(table: list[dict]) -> str:
     lines.append(f"agreement {s['agree']}/{s['sizes']}; hier predicted to win at {s['predicted_hier_wins']} "
                  f"size(s); target (those win when measured): {'holds' if s['target_holds'] else 'FAILS'}")
     lines.append("f/h: flat time over hier time (> 1: hier faster); "
-                 "rb/ar: inside a host, gloo's reduce + broadcast over its all-reduce (the model takes netbench's measured reduce and broadcast)")
+                 "rb/ar: inside a host, gloo's reduce + broadcast over its all-reduce "
+                 "(the model takes netbench's measured reduce and broadcast)")
     return "\n".join(lines)
 
 

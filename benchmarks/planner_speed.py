@@ -11,8 +11,9 @@ issue-16 check's kind of input).  Targets (issue 2): each planner except auto < 
 one simulation < 20 ms, auto < 2 s; issue 16 aims at 10 ms per planner and auto < 0.5 s
 at 1,024 workers.  Issue 21: the same targets on a two-level cluster of 128 nodes x 8
 ranks (``two_level_cluster``: measured at 2 x 8, extrapolated by ``Cluster.at_topology``),
-where gradsched's own dense planners may run operations hierarchically (column ``hier``).  Prints a table of medians (wall clock and CPU time: on a shared
-machine the CPU time is the steadier figure) and writes JSON with the load average.
+where gradsched's own dense planners may run operations hierarchically (column ``hier``).
+Prints a table of medians (wall clock and CPU time: on a shared machine the CPU time is the
+steadier figure) and writes JSON with the load average.
 
 Issue 40: a planner's speed depends on its input, so beside the fixed profiles every run
 draws ``--random`` fresh cases of issue 40's grid (``gradsched.synthetic.random_case``:

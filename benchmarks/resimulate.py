@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"median |error|: {then * 100:.2f}% then, {now * 100:.2f}% now (worst row now {worst * 100:.1f}%), "
           f"{len(rows)} rows")
     if args.json:
-        args.json.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "runs": [str(p.resolve().relative_to(ROOT)) for p in args.runs], "rev": args.rev,
+        runs = [str(p.resolve().relative_to(ROOT)) for p in args.runs]
+        args.json.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "runs": runs, "rev": args.rev,
                                          "median_abs_error_then": then, "median_abs_error_now": now,
                                          "max_abs_error_now": worst, "rows": rows}, indent=1))
     return 0

@@ -11,7 +11,8 @@ should stay within 5% of ``torch-ddp``.  Writes benchmarks/results/runtime_vs_dd
 
 ``default`` is the drop-in's default when no plan is named (run-time ``auto`` starting
 on DDP's buckets, PyTorch's DDP among its candidates, no re-plans after the trials;
-``--opt initial=ddp --opt max_replans=0``, what ``DEFAULT_OPTIONS`` sets).  Its jobs need enough ``--steps`` to get past the trials
+``--opt initial=ddp --opt max_replans=0``, what ``DEFAULT_OPTIONS`` sets).  Its jobs need enough
+``--steps`` to get past the trials
 (about 110 iterations on ``cnn``): its rows add the median after its last switch
 (``after_switch_s``: what it settles on against DDP), the mean over every timed step
 (``mean_s``: the trials' cost included) and what it settled on per round.
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         ratio = m / ref if ref else None
         rows.append({"label": label, "iteration_s_median": m, "ratio_vs_torch_ddp": ratio, "rounds_s": medians[label],
                      **summarise(extras[label])})
-        print(f"{label:14s} {m * 1e3:12.1f} {('%.3f' % ratio) if ratio else '-':>12s}   "
+        print(f"{label:14s} {m * 1e3:12.1f} {format(ratio, '.3f') if ratio else '-':>12s}   "
               + " ".join(f"{x * 1e3:.1f}" for x in medians[label]))
     ref_mean = rows[[r["label"] for r in rows].index("torch-ddp")]["mean_s_median"] if ref else None
     for row in rows:

@@ -49,7 +49,7 @@ def _run(config: str, strategy: str, model_name: str, steps: int, warmup: int, b
 
     from gradsched.torch import DistributedDataParallel, DistributedOptimizer, build_model
 
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     spec = build_model(model_name, seed=0)
     ddp = config.startswith("torch-ddp")
     model = DistributedDataParallel(spec.module, "ddp" if ddp else strategy, use_torch_ddp=ddp)
@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     for c, s in rows.items():
         rounds = " ".join(f"{x * 1e3:.0f}" for x in per_round[c])
         print(f"{c:22s} {s * 1e3:8.1f} {s / ref:11.2f}x {left[c]:19.0%} {rounds:>20s}")
-    payload = {"command": " ".join(["python benchmarks/train_loops.py"] + (argv if argv is not None else sys.argv[1:])), "model": args.model,
+    command = " ".join(["python benchmarks/train_loops.py"] + (argv if argv is not None else sys.argv[1:]))
+    payload = {"command": command, "model": args.model,
                "strategy": args.strategy, "steps": args.steps, "rounds": args.rounds, "batch_size": args.batch_size,
                "step_s_median": rows, "per_round_s": per_round, "in_flight_at_step_fraction": left,
                "load_average_1min": os.getloadavg()[0],

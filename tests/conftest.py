@@ -1,7 +1,10 @@
+import fcntl
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 # The README's test command (scripts/test.sh) runs the property tests on fixed seeds
@@ -13,3 +16,38 @@ settings.load_profile(os.environ.get("GRADSCHED_HYPOTHESIS", "explore"))
 
 # tests/strategies.py (hypothesis strategies) is imported as a top-level module by the tests
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+# --------------------------------------------------------------------------- pytest-xdist (scripts/test.sh: -n 2)
+# scripts/test.sh runs the suite on 2 workers with `--dist loadfile`: each test file runs on one worker
+# (its module-scoped fixtures, which start multi-process jobs, run once).  The files below never run
+# beside each other: as root they bring up the network-namespace testbed (one set of names per
+# prefix), or they assert wall-clock bounds (speed, timeouts, the profiler against real compute).
+# Each holds a lock file, shared by the run's workers, from its first test to its last.
+# (`--dist loadgroup` would say this with xdist_group marks, but pytest-xdist 3.8 does not group
+# under pytest 9.)
+SERIAL_FILES = {
+    # the testbed, as root (gradsched bench/train/netbench with a rate, torchrun on hosts)
+    "test_testbed.py", "test_bench.py", "test_bench_bound.py", "test_bench_sigterm.py", "test_paper_testbed.py",
+    "test_hier_allreduce_bench.py", "test_trace_network_bench.py", "test_byte_scaling.py", "test_cli_policy.py",
+    "test_bad_input.py", "test_fit.py", "test_workdir_private.py", "test_netbench.py", "test_example_torchrun.py",
+    "test_torchrun_docs_on_testbed.py", "test_bench_memory.py", "test_replay.py",
+    # wall-clock bounds
+    "test_planners_merge.py", "test_auto_speed.py", "test_profiler.py", "test_runtime_timeout.py",
+    "test_runtime_misuse.py", "test_dropin_groups.py",
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_serial_file_at_a_time(request: pytest.FixtureRequest,
+                               tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    if "PYTEST_XDIST_WORKER" not in os.environ or request.path.name not in SERIAL_FILES:
+        yield
+        return
+    lock = tmp_path_factory.getbasetemp().parent / "serial-files.lock"  # the run's, shared by its workers
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

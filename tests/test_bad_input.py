@@ -392,7 +392,8 @@ def test_wrapper_timeout_must_be_finite(timeout_s):
     if created:
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        with pytest.raises(GradschedError, match=r"^timeout_s must be (a finite number|a number|above 0 and at most 604800|at most 604800)\b.*, got"):
+        words = r"^timeout_s must be (a finite number|a number|above 0 and at most 604800|at most 604800)\b.*, got"
+        with pytest.raises(GradschedError, match=words):
             DistributedDataParallel(torch.nn.Linear(2, 2), timeout_s=timeout_s)
     finally:
         if created:

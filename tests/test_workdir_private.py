@@ -9,9 +9,8 @@ import os
 import stat
 from pathlib import Path
 
-import gradsched.errors
 from gradsched import cli
-from gradsched.commands import bench, train
+from gradsched.commands import bench
 
 
 def _mode(path: str | Path) -> int:

@@ -14,7 +14,6 @@ Rank 0 saves the final parameters, each step's time and the plan that ran."""
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import torch

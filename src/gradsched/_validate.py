@@ -112,7 +112,7 @@ def numbers(value: Any, source: str, field: str, known: tuple[str, ...]) -> dict
     """A JSON object of optional numbers (finite, non-negative), each named in ``known``."""
     if not isinstance(value, dict):
         raise FormatError(source, field, f"must be a JSON object with some of {', '.join(known)}")
-    for key, x in value.items():
+    for key in value:
         if key not in known:
             raise FormatError(source, f"{field}.{key}", f"unknown field; known: {', '.join(known)}")
     return {key: number(x, source, f"{field}.{key}") for key, x in value.items()}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -60,7 +60,7 @@ class CollectiveCost:
             return float(np.interp(nbytes, self._xs, self._ys) * self._table_scale(nbytes))
         return min(line, self._first)
 
-    def times_s(self, nbytes: np.ndarray) -> np.ndarray:
+    def times_s(self, nbytes: np.ndarray | Sequence[float]) -> np.ndarray:
         """Vectorised :meth:`time_s`."""
         s = np.asarray(nbytes, dtype=float)
         out = self.alpha_s + self.beta_s_per_byte * s
@@ -252,7 +252,7 @@ class CheaperOf(CollectiveCost):
     def time_s(self, nbytes: float) -> float:
         return min(self.first.time_s(nbytes), self.second.time_s(nbytes))
 
-    def times_s(self, nbytes: np.ndarray) -> np.ndarray:
+    def times_s(self, nbytes: np.ndarray | Sequence[float]) -> np.ndarray:
         a, b = self.first, self.second
         if a.points is None and b.points is None:  # two lines: the common case, kept cheap
             s = np.asarray(nbytes, dtype=float)

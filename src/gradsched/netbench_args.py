@@ -65,7 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"comma-separated, from {', '.join(COLLECTIVES)} (default: all)")
     p.add_argument("--ranks-per-node", "--ranks-per-host", dest="ranks_per_node", type=int, default=None, metavar="M",
                    help="ranks on each node, nodes holding consecutive ranks (default: LOCAL_WORLD_SIZE, which "
-                        "torchrun sets, else 1; --ranks-per-host is the same flag); with several nodes of several ranks the all-reduce is also timed "
+                        "torchrun sets, else 1; --ranks-per-host is the same flag); "
+                        "with several nodes of several ranks the all-reduce is also timed "
                         "inside each node and across nodes and the cluster's topology written")
     p.add_argument("--backend", default=None, help="process-group backend (default: nccl with CUDA, else gloo)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")

@@ -236,7 +236,8 @@ class Plan:
                 v.check_fields(raw, OPERATION_FIELDS, source, where)
             collective = v.string(raw.get("collective", DENSE) if isinstance(raw, dict) else None, source, f"{where}.collective")
             if collective not in OP_COLLECTIVES:
-                raise FormatError(source, f"{where}.collective", f"unknown collective {collective!r}; known: {', '.join(OP_COLLECTIVES)}")
+                raise FormatError(source, f"{where}.collective",
+                                  f"unknown collective {collective!r}; known: {', '.join(OP_COLLECTIVES)}")
             priority = v.integer(raw.get("priority", j), source, f"{where}.priority", minimum=-(2**62))
             density = raw.get("density")
             if collective == SPARSE:

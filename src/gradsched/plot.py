@@ -39,7 +39,7 @@ def gantt(panels: Sequence[tuple[str, "Timeline"]], path: str | Path) -> None:
         for rank, track in sorted({(e.rank, e.track) for e in tl.events}, key=lambda rt: (rt[0], rt[1] != "compute", rt[1])):
             lanes.append((label, tl, rank, track))
     fig, ax = plt.subplots(figsize=(12, 0.5 * len(lanes) + 1.5))
-    for y, (label, tl, rank, track) in enumerate(lanes):
+    for y, (_label, tl, rank, track) in enumerate(lanes):
         spans = [e for e in tl.events if e.rank == rank and e.track == track]
         for cat in {e.cat for e in spans}:
             sel = [(e.start_s * 1e3, e.dur_s * 1e3) for e in spans if e.cat == cat]

@@ -244,7 +244,8 @@ class Profile:
             nbytes = v.integer(v.require(t, "bytes", source, where), source, f"{where}.bytes", minimum=1,
                                maximum=v.MAX_BYTES)
             if nbytes % numel:
-                raise FormatError(source, f"{where}.bytes", f"{nbytes} is not a whole number of bytes per element for numel {numel}")
+                raise FormatError(source, f"{where}.bytes",
+                                  f"{nbytes} is not a whole number of bytes per element for numel {numel}")
             fwd = v.number(v.require(t, "forward_s", source, where), source, f"{where}.forward_s", maximum=v.MAX_SECONDS)
             bwd = v.number(v.require(t, "backward_s", source, where), source, f"{where}.backward_s",
                            maximum=v.MAX_SECONDS)

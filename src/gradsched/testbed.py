@@ -821,7 +821,7 @@ def measure_streams_bps(testbed: Testbed, pairs: Sequence[tuple[int, int]], *,
     sinks: list[subprocess.Popen] = []
     sources: list[subprocess.Popen] = []
     try:
-        for k, (src, dst) in enumerate(pairs):
+        for k, (_src, dst) in enumerate(pairs):
             sinks.append(testbed.run_in_host(
                 dst, [*module, "sink", str(port + k), str(duration_s)],
                 stdout=subprocess.PIPE, text=True))

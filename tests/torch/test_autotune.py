@@ -139,7 +139,8 @@ CASES = {
     "auto/sgd": ("sgd", {"switch_iteration": 3, "patience": 4}, True),
     "auto/adam": ("adam", {"switch_iteration": 3, "patience": 4}, True),
     # the three best predicted plans (and the first one's strategy with its default options), PyTorch's DDP
-    # (at 25 MB and the advised size) and the initial one take turns twice, 1 iteration each (+1 for the switch), then the fastest measured stays; on this small model many strategies plan the same single bucket
+    # (at 25 MB and the advised size) and the initial one take turns twice, 1 iteration each (+1 for the switch),
+    # then the fastest measured stays; on this small model many strategies plan the same single bucket
     # (one plan is measured once), so the search is left with three strategies whose plans always differ
     "trials/sgd": ("sgd", {"switch_iteration": 3, "trials": 3, "trial_iterations": 2, "trial_rounds": 2,
                            "trial_window_s": 0, "min_gain": 0, "max_replans": 0, "runoff_rounds": 0,

@@ -157,14 +157,17 @@ def test_the_users_unset_bucket_size_runs_as_pytorchs_default_and_a_given_one_ca
 def test_short_iterations_get_longer_trial_windows_on_rank_0s_word(world_of_one):
     """trial_window_s: the first plan sets the windows' length from the iteration time it measured."""
     module = _net()
-    # 0.3 s: windows above 14 iterations while a step takes under 21 ms (a few ms here, more under load)
-    model = DistributedDataParallel(module, "auto", plan_options={**OPTIONS, "trial_window_s": 0.3})
+    # On the injected clock every iteration takes 1 s more than its real time (a few ms here, more under
+    # load): 20 s of window make about 20 iterations (above 14 while a real step takes under 0.4 s)
+    model = DistributedDataParallel(module, "auto", plan_options={**OPTIONS, "trial_window_s": 20.0})
     tuner = model.autotuner
+    delay(model, lambda plan: 1.0)
     _train(model, 0, 1, OPTIONS["switch_iteration"] + 1)
     profiled = tuner.switches[1]
     assert profiled.reason == "profiled"
     window = tuner.config.window_for(profiled.measured_before_s)
-    assert tuner.trial_window == window > tuner.config.trial_window  # milliseconds a step: 0.05 s takes more
+    assert 1.0 <= profiled.measured_before_s < 20.0 / 14  # the injected second, and the step's real time
+    assert tuner.trial_window == window > tuner.config.trial_window  # 1 s a step: 20 s take more
     _train(model, 0, 1, tuner.tuning_iterations - OPTIONS["switch_iteration"] - 1)
     trials = [s.iteration for s in tuner.switches if s.reason == "trial"]
     assert trials and all(b - a == window + 1 for a, b in zip([profiled.iteration, *trials], trials))

@@ -24,6 +24,7 @@ from torch import nn  # noqa: E402
 
 from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer  # noqa: E402
+from helpers import train  # noqa: E402
 from gradsched.torch.jobs.selftest import free_port, rel_diff, spawn_local  # noqa: E402
 
 TOLERANCE = 1e-5
@@ -35,16 +36,16 @@ def _net(dtype: torch.dtype = torch.float32) -> nn.Module:
     return nn.Sequential(nn.Linear(12, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 3)).to(dtype)
 
 
+def _batch(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(n, 12, generator=gen), torch.randint(0, 3, (n,), generator=gen)
+
+
 def _train(module: nn.Module, model: nn.Module, rank_in_group: int, data_seed: int, steps: int = 5) -> list:
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     if isinstance(model, DistributedDataParallel):  # overlapping plans step through it
         opt = DistributedOptimizer(opt, model)
-    gen = torch.Generator().manual_seed(data_seed)
-    for _ in range(steps):
-        x, y = torch.randn(8, 12, generator=gen), torch.randint(0, 3, (8,), generator=gen)
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(x[rank_in_group::2]), y[rank_in_group::2]).backward()
-        opt.step()
+    train(model, opt, _batch, nn.functional.cross_entropy, rank=rank_in_group, world=2, steps=steps, batch=4,
+          seed=data_seed)
     if hasattr(model, "synchronize"):
         model.synchronize()
     return {k: t.detach().clone() for k, t in module.state_dict().items()}

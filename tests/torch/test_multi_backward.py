@@ -106,16 +106,33 @@ def _check(results: list[dict[str, list[torch.Tensor]]]) -> None:
     assert not bad, bad
 
 
+def _all_jobs(rank: int, world: int) -> dict[str, Any]:
+    """Every case of this file in one 2-rank job (one start-up instead of seven); the refused one last."""
+    out: dict[str, Any] = {}
+    for pattern in ("two_losses", "twice"):
+        out[f"plans/{pattern}"] = _job(rank, world, pattern, True)
+        out[f"auto-ddp/{pattern}"] = _auto_ddp_job(rank, world, pattern)
+    out["plans/plain"] = _job(rank, world, "two_losses", False)
+    out["ddp-two-backwards"] = _ddp_two_backwards(rank, world)
+    out["laysa-twice"] = _laysa_twice(rank, world)
+    return out
+
+
+@pytest.fixture(scope="module")
+def results() -> list[dict[str, Any]]:
+    return spawn_local(_all_jobs, 2, timeout_s=300)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("pattern", ["two_losses", "twice"])
-def test_distributed_optimizer_averages_summed_gradients_under_every_plan(pattern):
+def test_distributed_optimizer_averages_summed_gradients_under_every_plan(results, pattern):
     """Under every plan: usbyte and bytescheduler (and auto on them) were 33-72% off before the fix."""
-    _check(spawn_local(_job, 2, pattern, True, timeout_s=60))
+    _check([r[f"plans/{pattern}"] for r in results])
 
 
 @pytest.mark.slow
-def test_plain_optimizer_averages_summed_gradients_under_every_plan():
-    _check(spawn_local(_job, 2, "two_losses", False, timeout_s=60))
+def test_plain_optimizer_averages_summed_gradients_under_every_plan(results):
+    _check([r["plans/plain"] for r in results])
 
 
 def _on_torch_ddp(model: Any, settled: bool) -> None:
@@ -138,10 +155,10 @@ def _auto_ddp_job(rank: int, world: int, pattern: str) -> dict[str, list[torch.T
 
 @pytest.mark.slow
 @pytest.mark.parametrize("pattern", ["two_losses", "twice"])
-def test_auto_on_torch_ddp_averages_every_backward(pattern):
+def test_auto_on_torch_ddp_averages_every_backward(results, pattern):
     """Run-time auto (the default plan) running PyTorch's DDP averages the second backward too (DDP alone
     leaves it local: test_torch_ddp_reduces_only_the_first_backward)."""
-    _check(spawn_local(_auto_ddp_job, 2, pattern, timeout_s=60))
+    _check([r[f"auto-ddp/{pattern}"] for r in results])
 
 
 def _ddp_two_backwards(rank: int, world: int) -> list[float]:
@@ -155,9 +172,9 @@ def _ddp_two_backwards(rank: int, world: int) -> list[float]:
 
 
 @pytest.mark.slow
-def test_torch_ddp_reduces_only_the_first_backward():
+def test_torch_ddp_reduces_only_the_first_backward(results):
     """What PyTorch's DDP does (the docstring's claim): averaged first gradient + the local second one."""
-    grads = spawn_local(_ddp_two_backwards, 2, timeout_s=60)
+    grads = [r["ddp-two-backwards"] for r in results]
     assert grads[0] == pytest.approx([1.5 + 2.0] * 3) and grads[1] == pytest.approx([1.5 + 4.0] * 3)
 
 
@@ -171,9 +188,9 @@ def _laysa_twice(rank: int, world: int) -> str | None:
 
 
 @pytest.mark.slow
-def test_laysa_second_backward_is_refused():
+def test_laysa_second_backward_is_refused(results):
     """Top-k with LaySA and a DistributedOptimizer updates the weights during backward: a second backward
     through the same forward is refused by name (it was autograd's "modified by an inplace operation")."""
-    for err in spawn_local(_laysa_twice, 2, timeout_s=60):
+    for err in (r["laysa-twice"] for r in results):
         assert err is not None and err.startswith("GradschedError: a second backward()"), err
         assert "sum the losses and call backward() once" in err and "'memory': 'naive'" in err

@@ -43,7 +43,8 @@ def test_netbench_on_two_gloo_ranks(tmp_path):
         # The fitted line is the model outside the table; inside, the table itself.
         assert cost.time_s(4096) == pytest.approx(cost.points[0][1])
     assert cluster.extra["measured_by"] == "gradsched netbench"
-    for name, cost in (("allreduce", ar), ("allgather", ag), ("reducescatter", rs)):  # the table: the measurements' lower envelope
+    # the table: the measurements' lower envelope
+    for name, cost in (("allreduce", ar), ("allgather", ag), ("reducescatter", rs)):
         measured = cluster.extra["measured_points"][name]
         sizes = [p[0] for p in measured]
         assert sizes == [p[0] for p in cost.points]

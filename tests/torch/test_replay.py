@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 
@@ -14,8 +15,10 @@ from gradsched.commands.bench import shaped_rate, undilate  # noqa: E402
 from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.profile import Profile  # noqa: E402
 from gradsched.torch.jobs.models import build_model  # noqa: E402
+from gradsched.torch.jobs import replay  # noqa: E402
 from gradsched.torch.jobs.replay import ReplayModel, _Clock  # noqa: E402
 from gradsched.torch.jobs.selftest import rel_diff, run, spawn_local  # noqa: E402
+from helpers import VirtualTime  # noqa: E402
 
 LAYER_S = 0.02  # each layer's backward; forward half of it
 
@@ -38,18 +41,19 @@ def _profile(scale: float = 1.0, mixed: bool = True) -> Profile:
     return Profile.from_dict(data).with_times(scale)
 
 
-def _step(model: ReplayModel, batch: int = 4) -> tuple[float, float, float, list[tuple[int, float]]]:
-    """One forward and backward: (forward's wall s, wall s, CPU s, [(tensor, ready s after forward starts)])."""
+def _step(model: ReplayModel, batch: int = 4, clock: Any = time) -> tuple[float, float, float, list[tuple[int, float]]]:
+    """One forward and backward: (forward's wall s, wall s, CPU s, [(tensor, ready s after forward starts)]) on
+    ``clock`` (the time module, or a VirtualTime)."""
     stamps: list[tuple[int, float]] = []
-    handles = [p.register_post_accumulate_grad_hook(lambda _p, i=i: stamps.append((i, time.perf_counter())))
+    handles = [p.register_post_accumulate_grad_hook(lambda _p, i=i: stamps.append((i, clock.perf_counter())))
                for i, p in enumerate(model.parameters())]
     x, y = torch.randn(batch, 8), torch.randn(batch, 8)
     model.zero_grad(set_to_none=True)
-    w0, c0 = time.perf_counter(), time.process_time()
+    w0, c0 = clock.perf_counter(), clock.process_time()
     loss = torch.nn.functional.mse_loss(model(x), y)
-    b0 = time.perf_counter()
+    b0 = clock.perf_counter()
     loss.backward()
-    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    wall, cpu = clock.perf_counter() - w0, clock.process_time() - c0
     for h in handles:
         h.remove()
     return b0 - w0, wall, cpu, [(i, t - w0) for i, t in stamps]
@@ -65,22 +69,28 @@ def test_parameters_have_the_profiles_sizes_dtypes_and_order():
     assert len(model.layers) == 5  # c.w and c.b share a layer
 
 
-def test_gradients_ready_in_order_never_early_and_without_computing():
+def test_gradients_ready_in_order_never_early_and_without_computing(monkeypatch):
     prof = _profile()
     model = ReplayModel(prof)
     _step(model)  # warm-up
-    model.clock.carry_s = 0.0  # the host's work before this forward is not hidden: times count from its call
-    fwd, wall, cpu, stamps = _step(model)
-    assert [i for i, _ in stamps] == list(prof.order)
-    before = prof.other_s + prof.forward_s
-    for i, t in stamps:  # the emulated device never runs ahead of the profile (nor of the host's work before forward)
-        assert t >= before + prof.ready_s[i] - 1e-3, (i, t, prof.ready_s[i])
-    assert fwd >= prof.forward_s + prof.other_s - 1e-3
+    _, wall, cpu, _ = _step(model)
     expected = prof.forward_s + prof.backward_s + prof.other_s
     assert wall < 2.0 * expected  # loose: the machine is shared
     assert cpu < 0.25 * expected  # waiting, not computing: real compute would take about `expected` of CPU
     for p in model.parameters():
         assert p.grad is not None and p.grad.shape == p.shape and p.grad.dtype == p.dtype
+    t = VirtualTime()  # the times on a virtual clock: exact, whatever the load (a late wake-up is forgiven)
+    monkeypatch.setattr(replay, "time", t)
+    model = ReplayModel(prof)
+    _step(model, clock=t)  # warm-up
+    model.clock.carry_s = 0.0  # the host's work before this forward is not hidden: times count from its call
+    t.work(0.05)
+    fwd, _, _, stamps = _step(model, clock=t)
+    assert [i for i, _ in stamps] == list(prof.order)
+    before = prof.other_s + prof.forward_s - replay.HOST_SLACK_S  # the slack forgiven at the forward's call
+    for i, s in stamps:  # the emulated device never runs ahead of the profile
+        assert s == pytest.approx(before + prof.ready_s[i]), (i, s, prof.ready_s[i])
+    assert fwd == pytest.approx(before)
 
 
 def _work(seconds: float) -> None:
@@ -90,50 +100,78 @@ def _work(seconds: float) -> None:
         pass
 
 
-def test_the_clock_hides_host_work_and_counts_blocked_time():
+def test_the_clock_hides_host_work_and_counts_blocked_time(monkeypatch):
+    """On a virtual clock (tests/torch/helpers.py): what counts is decided by what the host did, not by how
+    loaded the machine running the test is."""
+    t = VirtualTime()
+    monkeypatch.setattr(replay, "time", t)
     clock = _Clock(slack_s=0.002, carry_s=0.01)
     first = clock.start()
+    assert first == t.perf_counter()  # the first piece starts now
     clock.wait_until(first, 0.01)
-    _work(0.05)  # the host's own work between two layers (hooks, copies, the optimizer): beside the device
+    assert t.perf_counter() == first + 0.01  # waited out on the clock
+    t.work(0.05)  # the host's own work between two layers (hooks, copies, the optimizer): beside the device
+    assert clock.start() == first + 0.01  # its work does not delay the next piece
+    t.work(0.05)
+    t.preempt(0.03)  # ... but a core taken away from it counts
     second = clock.start()
-    assert second < first + 0.01 + 0.02  # a core taken away from the busy loop counts; its work does not
+    assert second == pytest.approx(first + 0.01 + 0.03 - 0.002)  # beyond the slack
     clock.wait_until(second, 0.01)
-    time.sleep(0.08)  # blocked (waiting for communication): all of it beyond the slack counts
+    t.sleep(0.001)  # a late wake-up within the slack does not count
+    assert clock.start() == second + 0.01
+    t.block(0.08)  # blocked (waiting for communication): all of it beyond the slack counts
     third = clock.start()
-    assert second + 0.01 + 0.08 - 0.002 <= third <= time.perf_counter()
+    assert third == pytest.approx(second + 0.01 + 0.001 + 0.08 - 0.002)
+    assert third <= t.perf_counter()  # the device never runs ahead of the host
     clock.wait_until(third, 0.01)
     clock.new_iteration()  # another model's work, or the optimizer's: at most carry_s of it is hidden
-    _work(0.05)
+    t.work(0.05)
     fourth = clock.start()
-    assert third + 0.01 + 0.05 - 0.01 - 0.002 <= fourth <= time.perf_counter()
+    assert fourth == pytest.approx(third + 0.01 + 0.05 - 0.01 - 0.002)
+    clock.wait_until(fourth, 0.01)
+    t.work(0.05)  # the carry applies to one start only
+    assert clock.start() == fourth + 0.01
 
 
-def test_the_optimizer_step_on_the_cpu_does_not_lengthen_a_replayed_step():
-    """On a GPU the optimizer step runs on the device, in the profile's (here zero) update time."""
+def test_the_optimizer_step_on_the_cpu_does_not_lengthen_a_replayed_step(monkeypatch):
+    """On a GPU the optimizer step runs on the device, in the profile's (here zero) update time.  On a virtual
+    clock: the steps' own CPU (autograd, the real optimizer) takes no virtual time, so the walls are exact."""
+    t = VirtualTime()
+    monkeypatch.setattr(replay, "time", t)
     prof = _profile()
     model = ReplayModel(prof)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    expected = prof.forward_s + prof.backward_s + prof.other_s  # 0.17 s
     walls = []
     for _ in range(4):
-        w0 = time.perf_counter()
+        w0 = t.perf_counter()
         _step(model)
         opt.step()
-        _work(0.02)  # a slow optimizer: 20 ms of CPU after every step
-        walls.append(time.perf_counter() - w0)
-    expected = prof.forward_s + prof.backward_s + prof.other_s  # 0.17 s
-    assert sorted(walls)[1] < expected + 0.01  # its 20 ms hide behind the next step's emulated compute
+        t.work(0.02)  # a slow optimizer: 20 ms of CPU after every step
+        walls.append(t.perf_counter() - w0)
+    assert walls[0] == pytest.approx(expected + 0.02)  # the first step's own 20 ms: nothing follows it yet
+    # its 20 ms hide behind the next step's emulated compute: every later step is the profile's time
+    assert walls[1:] == pytest.approx([expected] * 3)
+    model.clock.carry_s = 0.01  # at most carry_s of host work hidden at an iteration's start: 10 ms count
+    w0 = t.perf_counter()
+    _step(model)
+    t.work(0.02)
+    assert t.perf_counter() - w0 == pytest.approx(expected + 0.02 - 0.01 - replay.HOST_SLACK_S)
 
 
-def test_dilation_stretches_compute():
+def test_dilation_stretches_compute(monkeypatch):
+    t = VirtualTime()  # on a virtual clock: the emulated times exactly, whatever the load
+    monkeypatch.setattr(replay, "time", t)
     prof = _profile()
     fast, slow = ReplayModel(prof), ReplayModel(prof.with_times(3.0))
     fast.clock.carry_s = slow.clock.carry_s = 0.0  # the other model's work between their steps is not hidden
-    _step(fast), _step(slow)
-    _, wall_fast, _, _ = _step(fast)
-    _, wall_slow, _, stamps = _step(slow)
-    assert wall_slow >= 3.0 * (prof.compute_s - prof.update_s) - 1e-3
-    assert wall_slow > 2.0 * wall_fast
-    assert max(t for _, t in stamps) >= 3.0 * (prof.other_s + prof.forward_s + prof.backward_s) - 1e-3
+    _step(fast, clock=t), _step(slow, clock=t)
+    _, wall_fast, _, _ = _step(fast, clock=t)
+    _, wall_slow, _, stamps = _step(slow, clock=t)
+    emulated = prof.other_s + prof.forward_s + prof.backward_s  # each from its call (less the slack)
+    assert wall_fast == pytest.approx(emulated - replay.HOST_SLACK_S)
+    assert wall_slow == pytest.approx(3.0 * emulated - replay.HOST_SLACK_S)
+    assert max(s for _, s in stamps) == pytest.approx(wall_slow)  # the last gradient ends the step
 
 
 def test_dilation_shapes_links_slower_and_rescales_reports():
@@ -151,7 +189,8 @@ def test_dilation_shapes_links_slower_and_rescales_reports():
 
 
 @pytest.mark.parametrize("rate,hosts,dilate,words", [
-    ("10gbit", 4, 1.0, "--dilate 20 or more"), ("1gbit", 4, 1.0, "--dilate 2 or more"), ("1gbit", 2, 0.5, "at least 1"), ("1gbit", 2, float("nan"), "at least 1"),
+    ("10gbit", 4, 1.0, "--dilate 20 or more"), ("1gbit", 4, 1.0, "--dilate 2 or more"), ("1gbit", 2, 0.5, "at least 1"),
+    ("1gbit", 2, float("nan"), "at least 1"),
 ])
 def test_impossible_dilation_or_rate_is_refused(rate, hosts, dilate, words):
     with pytest.raises(GradschedError, match=words):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 
@@ -118,9 +119,21 @@ def _max_gaps_s(trace_json: str, rank: int) -> list[float]:
 
 
 # --------------------------------------------------------------------------- tests
+def _all_jobs(rank: int, world: int) -> dict[str, Any]:
+    """Every case of this file in one 2-rank job (one start-up instead of five)."""
+    return {"equivalence": _equivalence(rank, world), "gaps/thread": _gaps(rank, world, True),
+            "gaps/no-thread": _gaps(rank, world, False), "wfbp-no-thread": _wfbp_has_no_thread(rank, world),
+            "threads-by-window": _threads_by_window(rank, world)}
+
+
+@pytest.fixture(scope="module")
+def jobs() -> list[dict[str, Any]]:
+    return spawn_local(_all_jobs, 2, timeout_s=240)
+
+
 @pytest.mark.slow
-def test_one_block_credit_window_matches_ddp_and_ranks_agree():
-    results = spawn_local(_equivalence, 2, timeout_s=60)
+def test_one_block_credit_window_matches_ddp_and_ranks_agree(jobs):
+    results = [r["equivalence"] for r in jobs]
     for opt in ("sgd", "adam"):
         for r in results:
             assert rel_diff(r[opt]["mine"], r[opt]["ref"]) <= 1e-5, opt
@@ -128,11 +141,8 @@ def test_one_block_credit_window_matches_ddp_and_ranks_agree():
 
 
 @pytest.mark.slow
-def test_completion_issues_the_next_block_during_a_long_forward_layer():
-    def run(thread: bool) -> list[dict]:
-        return spawn_local(_gaps, 2, thread, timeout_s=60)
-
-    with_thread, without = run(True), run(False)
+def test_completion_issues_the_next_block_during_a_long_forward_layer(jobs):
+    with_thread, without = [r["gaps/thread"] for r in jobs], [r["gaps/no-thread"] for r in jobs]
     for r in with_thread + without:
         assert r["had_thread"] and r["stopped"]
         assert r["credit"] == BLOCK["credit_bytes"] and r["n_ops"] >= 8
@@ -151,14 +161,14 @@ def test_completion_issues_the_next_block_during_a_long_forward_layer():
 
 
 @pytest.mark.slow
-def test_plans_without_credit_window_start_no_thread():
-    assert spawn_local(_wfbp_has_no_thread, 2, timeout_s=60) == [True, True]
+def test_plans_without_credit_window_start_no_thread(jobs):
+    assert [r["wfbp-no-thread"] for r in jobs] == [True, True]
 
 
 @pytest.mark.slow
-def test_a_window_that_holds_the_whole_plan_starts_no_thread():
+def test_a_window_that_holds_the_whole_plan_starts_no_thread(jobs):
     # It can never hold an operation back, and a thread woken at every completion costs
     # the model's thread the GIL each time (docs/runtime.md, "Issue order").
-    for r in spawn_local(_threads_by_window, 2, timeout_s=60):
+    for r in (j["threads-by-window"] for j in jobs):
         assert r[8192] == {"thread": True, "credit": 8192}
         assert r[1 << 20] == {"thread": False, "credit": None}

@@ -78,10 +78,20 @@ def _job(rank: int, world: int, wrap_opt: bool) -> dict:
     return {s: _gan(s, wrap_opt) for s in ("torch-ddp", "bytescheduler", "usbyte", "wfbp")}
 
 
+def _all_jobs(rank: int, world: int) -> dict[str, Any]:
+    """Every case of this file in one 2-rank job (one start-up instead of three)."""
+    return {"wrapped": _job(rank, world, True), "plain": _job(rank, world, False), "groups": _groups(rank, world)}
+
+
+@pytest.fixture(scope="module")
+def jobs() -> list[dict[str, Any]]:
+    return spawn_local(_all_jobs, 2, timeout_s=180)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("wrap_opt", [True, False], ids=["DistributedOptimizer", "plain-optimizer"])
-def test_gan_with_two_wrapped_models_matches_ddp(wrap_opt):
-    results = spawn_local(_job, 2, wrap_opt, timeout_s=60)
+def test_gan_with_two_wrapped_models_matches_ddp(jobs, wrap_opt):
+    results = [r["wrapped" if wrap_opt else "plain"] for r in jobs]
     ref = results[0]["torch-ddp"]
     bad = {}
     for s in results[0]:
@@ -100,5 +110,5 @@ def _groups(rank: int, world: int) -> list[bool]:
 
 
 @pytest.mark.slow
-def test_each_credit_window_model_issues_on_its_own_group():
-    assert spawn_local(_groups, 2, timeout_s=60) == [[True, True, True]] * 2
+def test_each_credit_window_model_issues_on_its_own_group(jobs):
+    assert [r["groups"] for r in jobs] == [[True, True, True]] * 2

@@ -11,6 +11,7 @@ from torch import nn  # noqa: E402
 
 from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer, build_model  # noqa: E402
+from helpers import params_of, train  # noqa: E402
 from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
 from gradsched.torch.runtime.sharded import shard, state_bytes  # noqa: E402
 
@@ -29,15 +30,9 @@ def _train(strategy, optimizer: str, shard_optimizer: bool, clip: float | None =
              else torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01))
     opt = DistributedOptimizer(inner, model, clip_grad_norm=clip)
     sched = torch.optim.lr_scheduler.StepLR(opt.optimizer, step_size=3, gamma=0.5)
-    gen = torch.Generator().manual_seed(1)
-    for _ in range(STEPS):
-        opt.zero_grad()
-        x, y = spec.make_batch(8 * world, gen)
-        spec.loss_fn(model(x[rank::world]), y[rank::world]).backward()
-        opt.step()
-        sched.step()
+    train(model, opt, spec.make_batch, spec.loss_fn, rank=rank, world=world, steps=STEPS, sched=sched)
     model.synchronize()
-    return {"params": [p.detach().clone() for p in spec.module.parameters()], "state_bytes": state_bytes(opt.optimizer),
+    return {"params": params_of(spec.module), "state_bytes": state_bytes(opt.optimizer),
             "sharded": type(opt.optimizer).__name__}
 
 

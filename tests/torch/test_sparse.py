@@ -17,6 +17,7 @@ import torch.distributed as dist  # noqa: E402
 from gradsched.errors import GradschedError, InternalError  # noqa: E402
 from gradsched.plan import Operation, Plan, Slice  # noqa: E402
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer, build_model  # noqa: E402
+from helpers import params_of, train  # noqa: E402
 from gradsched.torch.runtime.memory import MemoryLedger, storage_bytes  # noqa: E402
 from gradsched.torch.runtime.planning import profile_from_module  # noqa: E402
 from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
@@ -93,14 +94,9 @@ def _train(rank: int, world: int, plan, optimizer: str, steps: int, *, sparse=No
     inner = (torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9) if optimizer == "sgd"
              else torch.optim.Adam(model.parameters(), lr=1e-2))
     opt = DistributedOptimizer(inner, model)
-    gen = torch.Generator().manual_seed(7)
-    for _ in range(steps):
-        x, y = spec.make_batch(8 * world, gen)
-        opt.zero_grad()
-        spec.loss_fn(model(x[rank::world]), y[rank::world]).backward()
-        opt.step()
+    train(model, opt, spec.make_batch, spec.loss_fn, rank=rank, world=world, steps=steps, seed=7)
     model.synchronize()
-    return [p.detach().clone() for p in spec.module.parameters()]
+    return params_of(spec.module)
 
 
 def _bookkeeping(rank: int, world: int, density: float) -> dict:

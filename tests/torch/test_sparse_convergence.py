@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer, build_model  # noqa: E402
+from helpers import train  # noqa: E402
 from gradsched.torch.jobs.selftest import spawn_local  # noqa: E402
 
 STEPS = 300
@@ -29,12 +30,7 @@ def _train(rank: int, world: int, density: float | None, error_feedback: bool) -
         model = DistributedDataParallel(spec.module, "topk", plan_options={"density": density},
                                         sparse_options={"error_feedback": error_feedback})
     opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.3), model)
-    gen = torch.Generator().manual_seed(10 + rank)
-    for _ in range(STEPS):
-        x, y = spec.make_batch(32, gen)
-        opt.zero_grad()
-        spec.loss_fn(model(x), y).backward()
-        opt.step()
+    train(model, opt, spec.make_batch, spec.loss_fn, steps=STEPS, batch=32, seed=10 + rank)  # each rank its own data
     x, y = spec.make_batch(1024, torch.Generator().manual_seed(999))  # held out, same on every rank
     with torch.no_grad():
         return float(spec.loss_fn(spec.module(x), y))

@@ -118,18 +118,35 @@ def _check(results: list[dict]) -> None:
 
 
 # --------------------------------------------------------------------------- tests
+PLAIN_LOOPS = ["plain", "clip"]
+WRAPPED_LOOPS = ["clip", "clip_integrated", "scaler", "bf16", "log", "accumulate"]
+
+
+def _all_jobs(rank: int, world: int) -> dict[str, Any]:
+    """Every case of this file in one 2-rank job (one start-up instead of nine)."""
+    out: dict[str, Any] = {f"plain/{loop}": _job(rank, world, loop, False) for loop in PLAIN_LOOPS}
+    out.update({f"wrapped/{loop}": _job(rank, world, loop, True) for loop in WRAPPED_LOOPS})
+    out["sparse"] = _sparse_job(rank, world)
+    return out
+
+
+@pytest.fixture(scope="module")
+def jobs() -> list[dict[str, Any]]:
+    return spawn_local(_all_jobs, 2, timeout_s=480)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("loop", ["plain", "clip"])
-def test_plain_optimizer_and_scheduler_match_ddp(loop):
+@pytest.mark.parametrize("loop", PLAIN_LOOPS)
+def test_plain_optimizer_and_scheduler_match_ddp(jobs, loop):
     """Plain torch.optim + StepLR on the wrapped model's parameters, no DistributedOptimizer (issue 18)."""
-    _check(spawn_local(_job, 2, loop, False, timeout_s=60))
+    _check([r[f"plain/{loop}"] for r in jobs])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("loop", ["clip", "clip_integrated", "scaler", "bf16", "log", "accumulate"])
-def test_distributed_optimizer_loops_match_ddp(loop):
+@pytest.mark.parametrize("loop", WRAPPED_LOOPS)
+def test_distributed_optimizer_loops_match_ddp(jobs, loop):
     """DistributedOptimizer with clipping (plain and integrated), GradScaler (fp16), bf16, logging, no_sync."""
-    results = spawn_local(_job, 2, loop, True, timeout_s=60)
+    results = [r[f"wrapped/{loop}"] for r in jobs]
     _check(results)
     assert all(r["auto"]["overlapping"] and r["usbyte"]["overlapping"] for r in results)  # auto did switch
 
@@ -186,9 +203,9 @@ def _sparse_job(rank: int, world: int) -> dict:
 
 
 @pytest.mark.slow
-def test_topk_clipping_is_integrated_or_a_clear_error():
+def test_topk_clipping_is_integrated_or_a_clear_error(jobs):
     """LaySA applies top-k results as they arrive: clipping then must be integrated (or the result kept)."""
-    for r in spawn_local(_sparse_job, 2, timeout_s=60):
+    for r in (j["sparse"] for j in jobs):
         assert rel_diff(r["laysa-integrated"], r["naive"]) <= TOLERANCE
         assert rel_diff(r["laysa-plain-optimizer"], r["naive"]) <= TOLERANCE
         assert r["error"] is not None and r["error"].startswith("GradschedError")

@@ -14,7 +14,7 @@ from gradsched.profile import Profile
 FEW_STEPS = 10  # a compute-only median over fewer counted steps than this is called noise
 
 
-def lower_bound_s(profile: Profile, cluster: Cluster) -> dict[str, float]:
+def lower_bound_s(profile: Profile, cluster: Cluster) -> dict[str, Any]:  # seconds, and "overlap": what may overlap
     """The shortest iteration any schedule could reach under the measured profile and cluster.
 
     Which overlap it assumes (``"overlap"`` in the result): communication may hide behind both the

@@ -212,7 +212,8 @@ def _launch(cfg_path: Path, hosts: int, shaped: int | None, timeout_s: float, pr
 def rows_for_json(result: BenchResult, meta: dict[str, Any]) -> list[dict[str, Any]]:
     """The JSON output: one object per strategy / DDP bucket size, each carrying the run's facts."""
     shared = {**meta, "world_size": result["world_size"], "backend": result["backend"], "machine": result["machine"],
-              "profile": result["profile"], "cluster": result["cluster"], "lower_bound": result["lower_bound"], "contention": result["contention"],
+              "profile": result["profile"], "cluster": result["cluster"], "lower_bound": result["lower_bound"],
+              "contention": result["contention"],
               "compute_only": result.get("compute_only"), "best_ddp": result["best_ddp"], "job_s": result["job_s"],
               "peak_rss_bytes": result.get("peak_rss_bytes"), "phases": result.get("phases")}
     return [{**row, **shared} for row in result["rows"]]

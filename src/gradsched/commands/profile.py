@@ -94,7 +94,8 @@ def _summary(profile: Any, path: str | None, out: Any) -> None:
     how = (f"estimated from FLOPs at {profile.extra.get('device_tflops')} TFLOP/s"
            if profile.extra.get("method") == "flops" else
            f"median of {profile.extra.get('iterations')} iterations on {profile.extra.get('device')}")
-    print(f"{'wrote ' + path if path else 'profiled'}: {profile.model}, {profile.num_tensors} tensors, {profile.total_numel:,} parameters "
+    print(f"{'wrote ' + path if path else 'profiled'}: {profile.model}, {profile.num_tensors} tensors, "
+          f"{profile.total_numel:,} parameters "
           f"({profile.total_bytes / 2**20:.1f} MiB of gradients)", file=out)
     print(f"  forward {profile.forward_s * ms:.2f} ms, backward {profile.backward_s * ms:.2f} ms, "
           f"other {profile.other_s * ms:.2f} ms ({how})", file=out)

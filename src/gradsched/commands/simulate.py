@@ -100,7 +100,8 @@ def print_table(rows: list[dict[str, Any]], model: str, workers: str) -> None:
     base = next((r["iteration_s"] for r in rows if r["strategy"] == "wfbp"), rows[0]["iteration_s"])
     base_name = "wfbp" if any(r["strategy"] == "wfbp" for r in rows) else rows[0]["strategy"]
     print(f"{model} on {workers} (predicted)")
-    head = f"{'strategy':<14} {'iter ms':>9} {'vs ' + base_name:>9} {'exposed ms':>10} {'ops':>6} {'extra MB':>9} {'plan ms':>8}  notes"
+    head = (f"{'strategy':<14} {'iter ms':>9} {'vs ' + base_name:>9} {'exposed ms':>10} {'ops':>6} {'extra MB':>9} "
+            f"{'plan ms':>8}  notes")
     print(head)
     print("-" * len(head))
     for r in rows:

@@ -6,7 +6,8 @@ and, only when the user allows a density below 1, the sparse strategies at that
 density.  On a two-level cluster gradsched's own dense strategies mark operations
 hierarchical where the cluster predicts it cheaper (option ``hierarchical``, passed on
 to them), so ``auto`` may choose plans with ``hier-allreduce`` operations.  Each
-candidate is planned and simulated; the fastest predicted iteration wins (ties: fewer operations, then candidate order).  The returned plan is the
+candidate is planned and simulated; the fastest predicted iteration wins (ties: fewer
+operations, then candidate order).  The returned plan is the
 winner's, relabelled ``auto`` with what it chose in its options.
 
 Decoupled plans (``dear``: reduce-scatters and all-gathers) win only where the simulator

@@ -25,7 +25,6 @@ layer's update runs right before its forward (``overlap_forward``), after its ga
 from __future__ import annotations
 
 from gradsched.cluster import Cluster
-from gradsched.constants import MiB
 from gradsched.errors import GradschedError
 from gradsched.plan import ALL_GATHER, REDUCE_SCATTER, Operation, Plan, Slice, whole_slices
 from gradsched.planners import _collective as coll

@@ -8,7 +8,8 @@ would start less than ``alpha`` before ``j+1`` is ready, ``r[j+1] - start[j] < a
 start-up is saved for less than ``alpha`` of delay.  The test is written as the
 authors' code writes it, bit for bit: ``start[j] > r[j+1] - alpha`` rounds differently
 where the wait equals ``alpha`` (ready at 2.0 and 2.1 ms, alpha 0.1 ms: 2.1 - 2.0 is
-just under 0.1 in floats, so the authors merge, and so does gradsched).  As in the authors' code, a merge also needs ``j``'s all-reduce
+just under 0.1 in floats, so the authors merge, and so does gradsched).  As in the authors'
+code, a merge also needs ``j``'s all-reduce
 to be still running when ``j+1`` becomes ready (``r[j+1] < start[j] + T(s[j])``);
 with a cost line ``T(s) >= alpha`` that is implied, with a measured table it keeps
 a small, fast tensor from being held back.

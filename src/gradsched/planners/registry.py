@@ -30,13 +30,14 @@ _OPTIONS: dict[str, dict[str, Option]] = {}
 _SPARSE: set[str] = set()
 
 
-def register(name: str, *, sparse: bool = False, options: tuple[Option, ...] = ()) -> Callable[[Planner], Planner]:
+def register(name: str, *, sparse: bool = False,
+             options: tuple[Option, ...] = ()) -> Callable[[Callable[..., Plan]], Planner]:
     """Register a planner under ``name`` (``sparse``: it compresses gradients) with its ``options``.
 
     The returned function checks its keyword options (:func:`check_options`) before
     it plans, so the planner's body may trust them."""
 
-    def deco(fn: Planner) -> Planner:
+    def deco(fn: Callable[..., Plan]) -> Planner:  # its own keyword options, checked here
         if name in _PLANNERS:
             raise ValueError(f"strategy {name!r} is registered twice")
 

@@ -178,7 +178,8 @@ class ReplayModel(nn.Module):
         ready_layers = list(dict.fromkeys(first[i] for i in profile.order))
         self.chain = ready_layers[::-1]
         for k, idx in enumerate(groups):  # within a layer, tensors in the profile's ready order
-            self.layers[k].ready = sorted(range(len(idx)), key=lambda j: profile.order.index(idx[j]))  # built in this order, autograd runs it backwards: the ready order
+            # built in this order, autograd runs it backwards: the ready order
+            self.layers[k].ready = sorted(range(len(idx)), key=lambda j: profile.order.index(idx[j]))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.clock.new_iteration()

@@ -74,7 +74,6 @@ strategy), and the ``auto`` planner's own ``channels`` and ``exclude``.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import statistics

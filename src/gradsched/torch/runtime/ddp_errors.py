@@ -25,7 +25,6 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-import torch
 import torch.distributed as dist
 
 from gradsched.torch.runtime.ops import CollectiveError

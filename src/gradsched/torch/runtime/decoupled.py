@@ -54,7 +54,7 @@ def executable(plan: Plan, order: list[int]) -> tuple[Plan, list[int]]:
     gathers = plan.gathers()
     if not gathers:
         return plan, order
-    for j, rs in gathers.items():
+    for j in gathers:
         op = plan.operations[j]
         if gate_tensor(op) != min(s.tensor for s in op.slices):
             raise GradschedError(f"operation {j}: the runtime runs each all-gather gated on its group's first layer; "

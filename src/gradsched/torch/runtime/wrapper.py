@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import sys
 from datetime import timedelta
 from typing import Any, Iterator

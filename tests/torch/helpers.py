@@ -1,0 +1,80 @@
+"""Shared helpers of the runtime tests: one training loop, and a virtual clock.
+
+``train`` is the loop the runtime tests share (several files had their own copy): every
+rank draws the same global batch from a seeded generator and keeps its shard, so that
+one rank's run and N ranks' runs see the same data and can be compared number for number.
+
+``VirtualTime`` replaces a module's ``time`` so that what a test asserts about time is
+decided by events (work done, sleeps, blocking) instead of the wall clock of a shared,
+loaded machine.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+Batch = Callable[[int, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
+Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def train(model: torch.nn.Module, opt: Any, make_batch: Batch, loss_fn: Loss, *, rank: int = 0, world: int = 1,
+          steps: int = 5, batch: int = 8, seed: int = 1, sched: Any = None,
+          after_step: Callable[[int, torch.Tensor], None] | None = None) -> list[float]:
+    """``steps`` iterations of ``model`` under ``opt``: each rank draws the global batch (``batch`` rows a rank,
+    from a generator seeded ``seed``) and keeps its shard; ``sched`` (an LR scheduler) steps after the optimizer,
+    ``after_step(step, x)`` runs after it (an evaluation forward, a checkpoint). Returns the losses."""
+    gen = torch.Generator().manual_seed(seed)
+    losses = []
+    for step in range(steps):
+        x, y = make_batch(batch * world, gen)
+        opt.zero_grad()
+        loss = loss_fn(model(x[rank::world]), y[rank::world])
+        loss.backward()
+        opt.step()
+        if sched is not None:
+            sched.step()
+        losses.append(float(loss.detach()))
+        if after_step is not None:
+            after_step(step, x[rank::world])
+    return losses
+
+
+def params_of(module: torch.nn.Module) -> list[torch.Tensor]:
+    """A copy of ``module``'s parameters (to compare runs after training)."""
+    return [p.detach().clone() for p in module.parameters()]
+
+
+class VirtualTime:
+    """A stand-in for the ``time`` module: wall and thread-CPU clocks that move only when told.
+
+    ``sleep(s)`` and :meth:`block` move the wall clock (the thread is off the CPU);
+    :meth:`work` moves both (the thread computes); :meth:`preempt` moves the wall clock
+    only (a core taken away while the thread wanted to run).  Install it with
+    ``monkeypatch.setattr(module, "time", VirtualTime())``."""
+
+    def __init__(self, start_s: float = 1000.0) -> None:
+        self.wall_s, self.cpu_s = start_s, 0.0
+
+    def perf_counter(self) -> float:
+        return self.wall_s
+
+    monotonic = perf_counter
+
+    def thread_time(self) -> float:
+        return self.cpu_s
+
+    process_time = thread_time
+
+    def sleep(self, seconds: float) -> None:
+        self.wall_s += max(0.0, seconds)
+
+    def work(self, seconds: float) -> None:
+        self.wall_s += seconds
+        self.cpu_s += seconds
+
+    def block(self, seconds: float) -> None:
+        self.wall_s += seconds
+
+    preempt = block
