@@ -71,10 +71,13 @@ from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.errors import GradschedError
 from gradsched.plan import DENSE, HIER, Operation, Plan, Slice
 from gradsched.planners import _collective as coll
+from gradsched.planners import _usbyte_jit as _jit
 from gradsched.planners.options import Option
 from gradsched.planners.registry import register
 from gradsched.profile import Profile
 from gradsched.sim.engine import EPS_S  # the simulator's simultaneity: the plan must replay exactly
+
+assert _jit.EPS_S == EPS_S  # the compiled search's simultaneity is the simulator's
 
 DEFAULT_UNIT_BYTES = 4 << 20
 DEFAULT_MAX_EVALUATIONS = None  # no fixed cap (issue 40: a cap of 24 cost up to 0.73% against the full search)
@@ -138,7 +141,8 @@ class _Model:
         :func:`merged_layers`)."""
         self.profile = profile
         self.cost = cost
-        self.time_s = _cheapest([_Timer(c) for c in (exact or (cost,))])  # bytes -> seconds, as simulated
+        timers = [_Timer(c) for c in (exact or (cost,))]
+        self.time_s = _cheapest(timers)  # bytes -> seconds, as simulated
         ready = profile.ready_s
         tensors, layer_of = profile.tensors, layer_of or profile.layer_of
         key_of: dict[tuple[int, int], list[int]] = {}
@@ -156,6 +160,8 @@ class _Model:
         self.ready_of = [u.ready_s for u in units]
         ready_eps = self.ready_eps = [r + EPS_S for r in self.ready_sorted]
         spread = all(b > a for a, b in zip(ready_eps, self.ready_sorted[1:]))  # every ready time its own step
+        self.spread = spread
+        self.lines = None if any(t.table is not None for t in timers) else [(t.alpha_s, t.beta_s) for t in timers]
         if spread:
             self.busy_until = lambda ready, nxt, t, free: _busy_until_spread(ready, ready_eps, nxt, free)
         else:
@@ -183,6 +189,7 @@ class _Model:
         self.alpha_s = cost.alpha_s
         self.beta_s = cost.beta_s_per_byte
         self._seen: dict[tuple[bool, tuple[int, ...]], Schedule] = {}
+        self.arrays: tuple | None = None  # the compiled search's arrays (_compiled_search)
         self.full_time_s = [self.time_s(u.numel * u.element_bytes) for u in units]
         self._closed_form()
 
@@ -580,11 +587,14 @@ def search_priorities(model: _Model, max_evaluations: int | None, extend: bool =
     ``patience``: after that many tries in a row that did not shorten the iteration, only
     the cheap tries go on: those that replay at most :data:`CHEAP_TAIL` of phase 1's blocks
     (a kept one starts the count again); 0: every try (the full search)."""
+    compiled = _compiled_search(model, max_evaluations, extend, window, patience)
+    if compiled is not None:
+        return compiled
     if max_evaluations is None:
         max_evaluations = math.inf
     units = model.units
     n = len(units)
-    order = sorted(range(n), key=lambda u: (units[u].forward_rank, units[u].element_bytes))
+    order = _front_first(model)
     rank = [0] * n
     for r, u in enumerate(order):
         rank[u] = r
@@ -625,6 +635,41 @@ def search_priorities(model: _Model, max_evaluations: int | None, extend: bool =
             first = _first_blocks(best)
             since = 0
     return rank, model.complete(best), evaluations
+
+
+def _front_first(model: _Model) -> list[int]:
+    """The units in front-first order (input layer first): the search's first priorities."""
+    units = model.units
+    return sorted(range(len(units)), key=lambda u: (units[u].forward_rank, units[u].element_bytes))
+
+
+def _compiled_search(model: _Model, max_evaluations: int | None, extend: bool, window: str,
+                     patience: int) -> tuple[list[int], Schedule, int] | None:
+    """:func:`search_priorities` by the compiled kernel (:mod:`gradsched.planners._usbyte_jit`), or
+    None where it is not used (numba not installed, ``GRADSCHED_JIT=0``, a measured cost table,
+    a layer without elements, or a schedule the kernel leaves to the Python model)."""
+    if (len(model.units) < _jit.MIN_UNITS or model.lines is None or len(model.lines) > 2
+            or min(model.numel, default=0) <= 0 or not _jit.enabled()):
+        return None
+    if model.arrays is None:  # the model as the kernel takes it, made once for every rule
+        (a1, b1), (a2, b2) = model.lines[0], model.lines[-1]
+        ia = np.array([model.by_ready, model.numel, model.elem, model.unit_elems], dtype=np.int64)
+        fa = np.array([model.ready_sorted, model.ready_eps, model.full_time_s, model.after_unit, model.ready_of],
+                      dtype=float)
+        p = np.array([model.alpha_s, model.beta_s, a1, b1, a2, b2, model.floor_s], dtype=float)
+        cap = int((-(-ia[1] // ia[3])).sum()) + 1  # phase 1's blocks at most: each sends a unit or the rest
+        model.arrays = (np.array(_front_first(model), dtype=np.int64), cap, ia, fa, p)
+    limit = _jit.NO_LIMIT if max_evaluations is None else max_evaluations
+    q = np.array([len(model.lines) == 2, model.spread, extend, window == "layer", limit, patience], dtype=np.int64)
+    order, cap, ia, fa, p = model.arrays
+    status, evaluations, rank, i, f, n, s, z = _jit.kernel()(order, cap, ia, fa, p, q, CHEAP_TAIL)
+    if status:
+        return None
+    m, nk = int(z[0]), int(z[1])
+    blocks = list(zip(i[0, :m].tolist(), i[1, :m].tolist(), i[2, :m].tolist(), f[0, :m].tolist(), f[1, :m].tolist()))
+    pending = (n[3, :nk].copy(), float(s[1]), float(s[2]), n[1].tolist(), n[2].tolist())
+    schedule = Schedule(float(s[0]), blocks, f[2, :m].tolist(), pending)
+    return rank.tolist(), model.complete(schedule), int(evaluations)
 
 
 def _promoted(order: list[int], rank: list[int], key: list[int], u: int,
