@@ -792,8 +792,20 @@ def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_B
         key = (predicted, len(schedule.blocks), k)
         if best is None or key < best[0]:
             best = (key, rank, schedule, options, plan_)
-    _, rank, schedule, options, plan_ = best
-    return plan_ or build_plan(model, rank, schedule, options, cluster, hierarchical), schedule, total
+    (predicted, _, _), rank, schedule, options, plan_ = best
+    plan_ = plan_ or build_plan(model, rank, schedule, options, cluster, hierarchical)
+    _LAST_SIMULATED[:] = [plan_, predicted] if not exact else []
+    return plan_, schedule, total
+
+
+_LAST_SIMULATED: list = []  # [plan, its simulated iteration]: the last plan predict simulated to choose it
+
+
+def simulated_s(plan_: Plan) -> float | None:
+    """The iteration (one channel, no timeline) that :func:`predict` simulated to choose ``plan_`` (the
+    very object it returned last), or None: ``auto`` need not simulate it again."""
+    last = _LAST_SIMULATED[:]
+    return last[1] if last and last[0] is plan_ else None
 
 
 def _model_is_exact(profile: Profile, cluster: Cluster) -> bool:
