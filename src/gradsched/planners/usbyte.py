@@ -64,6 +64,7 @@ import itertools
 import math
 import numbers
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -104,9 +105,9 @@ def merged_layers(profile: Profile, merge_bytes: int) -> tuple[int, ...]:
     return tuple(group_of[lid] for lid in layer_of)
 
 
-@dataclass(frozen=True)
-class _Layer:
-    """One layer's tensors of one element size: the unit US-Byte schedules."""
+class _Layer(NamedTuple):
+    """One layer's tensors of one element size: the unit US-Byte schedules (a named tuple: made
+    once per layer per plan, cheaper than a frozen dataclass)."""
 
     tensors: tuple[int, ...]  # forward order
     numel: int
@@ -184,7 +185,9 @@ class _Model:
             acc[1] += t.update_s
         self.forward_layers = [(lid, f, upd) for lid, (f, upd) in fwd.items()]
         position = {lid: k for k, (lid, _, _) in enumerate(self.forward_layers)}
-        self.unit_layers = [tuple(sorted({position[profile.layer_of[i]] for i in u.tensors})) for u in units]
+        profile_layer = profile.layer_of
+        self.unit_layers = [(position[profile_layer[u.tensors[0]]],) if len(u.tensors) == 1 else
+                            tuple(sorted({position[profile_layer[i]] for i in u.tensors})) for u in units]
         self.forward_work = [(upd, f) for _, f, upd in self.forward_layers]
         self.alpha_s = cost.alpha_s
         self.beta_s = cost.beta_s_per_byte
