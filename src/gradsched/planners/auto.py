@@ -119,7 +119,7 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
     top: tuple[tuple[float, int, int], Ranked] | None = None
     seen: dict[tuple, float] = {}
     count = 0
-    for k, (name, opts) in enumerate(candidates(density, tuple(exclude), hierarchical)):
+    for k, (name, opts) in _strong_first(list(candidates(density, tuple(exclude), hierarchical))):
         count += 1
         if top is not None and _floor_ranked_s(name, profile, cluster, opts, channels) > top[0][0] * (1 + 1e-9):
             continue  # slower than the best so far whatever its blocks, groups and priorities: not planned
@@ -142,6 +142,17 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
     if top is None:
         raise GradschedError("auto: every strategy was excluded; leave at least one out of --exclude")
     return top[1], count
+
+
+FIRST = ("mgwfbp", "optimal")  # tried first by best(): usually near the winner, so the floors skip more
+
+
+def _strong_first(tried: list[tuple[str, dict[str, Any]]]) -> list[tuple[int, tuple[str, dict[str, Any]]]]:
+    """``tried`` numbered in candidate order, :data:`FIRST` and ``usbyte``'s paper layers moved to the
+    front (the order of trying changes nothing but what is skipped: the ranking keeps the numbers)."""
+    numbered = list(enumerate(tried))
+    early = [c for c in numbered if c[1][0] in FIRST or (c[1][0] == "usbyte" and not c[1][1].get("merge_bytes"))]
+    return early + [c for c in numbered if c not in early]
 
 
 def ranking_s(candidate: Plan, predicted_s: float) -> float:
