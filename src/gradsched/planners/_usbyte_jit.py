@@ -41,20 +41,20 @@ def enabled() -> bool:
     return os.environ.get("GRADSCHED_JIT", "1") != "0" and importlib.util.find_spec("numba") is not None
 
 
-def kernel() -> Callable:
-    """:func:`search`, compiled (the first call in a process imports numba and compiles the
-    functions, or loads them from numba's cache on disk)."""
+def kernel(name: str = "search") -> Callable:
+    """:func:`search` (or the kernel's function ``name``), compiled (the first call in a
+    process imports numba and compiles the functions, or loads them from numba's cache on disk)."""
     global _kernel
     if _kernel is None:
         import numba
 
         space = globals()
-        for name in _INLINED:  # the loop's small helpers: no call, no reference counting of their arrays
-            space[name] = numba.njit(cache=True, nogil=True, inline="always")(space[name])
-        for name in _COMPILED:
-            space[name] = numba.njit(cache=True, nogil=True)(space[name])
+        for helper in _INLINED:  # the loop's small helpers: no call, no reference counting of their arrays
+            space[helper] = numba.njit(cache=True, nogil=True, inline="always")(space[helper])
+        for function in _COMPILED:
+            space[function] = numba.njit(cache=True, nogil=True)(space[function])
         _kernel = space["search"]
-    return _kernel
+    return globals()[name]
 
 
 def _jit(fn: Callable) -> Callable:
@@ -431,3 +431,35 @@ def search(order, cap, IA, FA, P, Q, cheap_tail):
             _kept(bI, bF, bZ, FA, first_lo, first_hi, first_s, first_e)
             since = 0
     return 0, evaluations, rank, bI, bF, bN, bS, bZ
+
+
+@_jit
+def complete(I, F, N, S, Z, IA, FA, P, Q, layer_ptr, layer_idx, work, base):
+    """usbyte._Model.complete on the arrays: phase 2 played into the block arrays after phase 1
+    (every unit with data left, in priority order, back to back), then the iteration in the
+    simulator's order (each forward layer after its units' last block: ``work`` holds each
+    layer's update and forward time, ``layer_ptr``/``layer_idx`` each unit's forward layers).
+    Returns the number of blocks and the iteration."""
+    numel, elem, full = IA[1], IA[2], FA[2]
+    n = numel.shape[0]
+    m, nk = Z[0], Z[1]
+    left, sent = N[1], N[2]
+    start, t = S[1], S[2]
+    for j in range(nk):
+        u = N[3, j] % n
+        rest, lo = left[u], sent[u]
+        end = start + (full[u] if rest == numel[u] else _time(rest * elem[u], P[2], P[3], P[4], P[5], Q[0] != 0))
+        I[0, m], I[1, m], I[2, m] = u, lo, lo + rest
+        F[0, m], F[1, m], F[2, m] = start, end, t
+        m += 1
+        t = start = end
+    done = np.zeros(work.shape[1])
+    for k in range(m):
+        u, end = I[0, k], F[1, k]
+        for j in range(layer_ptr[u], layer_ptr[u + 1]):
+            if end > done[layer_idx[j]]:
+                done[layer_idx[j]] = end
+    clock = base
+    for k in range(work.shape[1]):
+        clock = (clock if clock >= done[k] else done[k]) + work[0, k] + work[1, k]
+    return m, clock

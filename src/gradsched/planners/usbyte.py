@@ -660,19 +660,21 @@ def _compiled_search(model: _Model, max_evaluations: int | None, extend: bool, w
         fa = np.array([model.ready_sorted, model.ready_eps, model.full_time_s, model.after_unit, model.ready_of],
                       dtype=float)
         p = np.array([model.alpha_s, model.beta_s, a1, b1, a2, b2, model.floor_s], dtype=float)
-        cap = int((-(-ia[1] // ia[3])).sum()) + 1  # phase 1's blocks at most: each sends a unit or the rest
-        model.arrays = (np.array(_front_first(model), dtype=np.int64), cap, ia, fa, p)
+        cap = int((-(-ia[1] // ia[3])).sum()) + 1 + len(ia[1])  # phase 1's blocks (each a unit or the rest), phase 2's
+        ptr = np.array([0] + list(itertools.accumulate(len(ks) for ks in model.unit_layers)), dtype=np.int64)
+        idx = np.array([k for ks in model.unit_layers for k in ks], dtype=np.int64)
+        work = np.array([[upd for upd, _ in model.forward_work], [f for _, f in model.forward_work]], dtype=float)
+        base = model.backward_end_s + model.profile.other_s  # as _Model._forward starts
+        model.arrays = (np.array(_front_first(model), dtype=np.int64), cap, ia, fa, p, (ptr, idx, work, base))
     limit = _jit.NO_LIMIT if max_evaluations is None else max_evaluations
     q = np.array([len(model.lines) == 2, model.spread, extend, window == "layer", limit, patience], dtype=np.int64)
-    order, cap, ia, fa, p = model.arrays
+    order, cap, ia, fa, p, forward = model.arrays
     status, evaluations, rank, i, f, n, s, z = _jit.kernel()(order, cap, ia, fa, p, q, CHEAP_TAIL)
     if status:
         return None
-    m, nk = int(z[0]), int(z[1])
+    m, iteration_s = _jit.kernel("complete")(i, f, n, s, z, ia, fa, p, q, *forward)  # phase 2 played
     blocks = list(zip(i[0, :m].tolist(), i[1, :m].tolist(), i[2, :m].tolist(), f[0, :m].tolist(), f[1, :m].tolist()))
-    pending = (n[3, :nk].copy(), float(s[1]), float(s[2]), n[1].tolist(), n[2].tolist())
-    schedule = Schedule(float(s[0]), blocks, f[2, :m].tolist(), pending)
-    return rank.tolist(), model.complete(schedule), int(evaluations)
+    return rank.tolist(), Schedule(float(iteration_s), blocks, f[2, :m].tolist()), int(evaluations)
 
 
 def _promoted(order: list[int], rank: list[int], key: list[int], u: int,
