@@ -22,9 +22,10 @@ and its gain is often one start-up, at any point of the walk: a fixed cap on the
 random profiles (``benchmarks/usbyte_search.py``).  So there is no cap by default
 (``max_evaluations`` sets one); once ``patience`` tries in a row have not gained, only
 the cheap tries go on, those that replay at most an eighth of phase 1 (near its end,
-where late gains were found), and a kept one starts the count again: within 0.0002%
-of the full search on the 80 random cases measured, for about 73% of its CPU time at
-1,000 tensors and 1.5 times the old cap's (docs/strategies.md).
+where late gains were found), and a kept one starts the count again: within 0.00015%
+of the full search on the 80 random cases measured (docs/strategies.md).  With numba
+installed (``gradsched[fast]``) the search runs compiled, with the same plans
+(:mod:`gradsched.planners._usbyte_jit`; this module's model is its reference and fallback).
 
 Two rules where gradsched and the paper differ are options, chosen by simulation when
 left out (docs/strategies.md has the comparison): ``window`` -- promote over the layers
@@ -142,8 +143,7 @@ class _Model:
         :func:`merged_layers`)."""
         self.profile = profile
         self.cost = cost
-        timers = [_Timer(c) for c in (exact or (cost,))]
-        self.time_s = _cheapest(timers)  # bytes -> seconds, as simulated
+        self.time_s = _cheapest(timers := [_Timer(c) for c in (exact or (cost,))])  # bytes -> seconds, as simulated
         ready = profile.ready_s
         tensors, layer_of = profile.tensors, layer_of or profile.layer_of
         key_of: dict[tuple[int, int], list[int]] = {}
@@ -160,8 +160,7 @@ class _Model:
         self.ready_sorted = [units[u].ready_s for u in self.by_ready]
         self.ready_of = [u.ready_s for u in units]
         ready_eps = self.ready_eps = [r + EPS_S for r in self.ready_sorted]
-        spread = all(b > a for a, b in zip(ready_eps, self.ready_sorted[1:]))  # every ready time its own step
-        self.spread = spread
+        spread = self.spread = all(b > a for a, b in zip(ready_eps, self.ready_sorted[1:]))  # each its own step
         self.lines = None if any(t.table is not None for t in timers) else [(t.alpha_s, t.beta_s) for t in timers]
         if spread:
             self.busy_until = lambda ready, nxt, t, free: _busy_until_spread(ready, ready_eps, nxt, free)
