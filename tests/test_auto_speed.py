@@ -71,3 +71,20 @@ def test_bytescheduler_floor_with_hierarchical_blocks(profile, cluster, hierarch
     plan = make_plan("bytescheduler", profile, cluster, **opts)
     floor = bytescheduler_floor_s(profile, cluster, opts)
     assert floor <= simulate(plan, profile, cluster, timeline=False).iteration_s * (1 + 1e-9)
+
+
+def test_auto_does_not_plan_dear_where_compute_alone_keeps_it_from_winning(monkeypatch):
+    # compute-bound (alpha 10 us, 0.1 ns/B, 8 workers, the benchmark's 2e12 flop/s): the best
+    # plan hides its all-reduces, and dear would need to beat it by 2% with the same compute
+    from gradsched import Cluster
+    from gradsched.planners import registry
+    from gradsched.synthetic import heldout_profile
+
+    profile = heldout_profile(60, seed=3, flops_per_s=2e10)
+    cluster = Cluster.alpha_beta(1e-5, 1e-10, 8)
+    planned = []
+    dear = registry._PLANNERS["dear"]
+    monkeypatch.setitem(registry._PLANNERS, "dear", lambda *a, **k: planned.append(1) or dear(*a, **k))
+    got = make_plan("auto", profile, cluster)
+    assert got.options["predicted_iteration_s"] < profile.compute_s / (1 - 0.02)
+    assert planned == [] and got == as_auto(ranked(profile, cluster)[0], len(ranked(profile, cluster)))

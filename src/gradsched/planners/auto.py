@@ -223,19 +223,22 @@ def bytescheduler_floor_s(profile: Profile, cluster: Cluster, opts: dict[str, An
 
 
 def dear_floor_s(profile: Profile, cluster: Cluster, channels: int = 1) -> float:
-    """Seconds no ``dear`` plan can beat, from the profile alone: every byte reduce-scattered and
-    all-gathered, at least one start-up each per element size (a line's cost of a sum is at most
-    the sum of its costs: grouping can only add start-ups), from the first ready gradient over
-    ``channels``; 0 where a cost is a measured table."""
+    """Seconds no ``dear`` plan can beat, from the profile alone: the compute (no plan's iteration
+    is shorter than its forward, backward, update and other time), or every byte reduce-scattered
+    and all-gathered, at least one start-up each per element size (a line's cost of a sum is at
+    most the sum of its costs: grouping can only add start-ups), from the first ready gradient
+    over ``channels`` (not where a cost is a measured table), whichever is longer.  Where the
+    best plan so far hides its communication, the compute alone keeps ``dear`` from winning by
+    its margin (:data:`DECOUPLED_MARGIN`)."""
     costs = [cluster.operation_cost(REDUCE_SCATTER), cluster.operation_cost(ALL_GATHER)]
     if not _lines(costs):
-        return 0.0
+        return profile.compute_s
     nbytes: dict[int, int] = {}
     for t in profile.tensors:
         nbytes[t.element_bytes] = nbytes.get(t.element_bytes, 0) + t.bytes
     sizes = list(nbytes.values())
     total = sum(float(c.times_s(sizes).sum()) for c in costs)
-    return min(profile.ready_s, default=0.0) + total / channels
+    return max(profile.compute_s, min(profile.ready_s, default=0.0) + total / channels)
 
 
 def usbyte_floor_s(profile: Profile, cluster: Cluster, opts: dict[str, Any], channels: int = 1) -> float:
