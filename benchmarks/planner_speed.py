@@ -4,7 +4,7 @@
         [--clusters 8,1024,128x8] [--json benchmarks/results/planner_speed.json]
     python benchmarks/planner_speed.py --clusters 1024,128x8 --json benchmarks/results/planner_speed_two_level.json
     python benchmarks/planner_speed.py --random-seed 619327 --json benchmarks/results/planner_speed_random.json
-    python benchmarks/planner_speed.py --json benchmarks/results/planner_speed_fresh.json   # a fresh draw
+    python benchmarks/planner_speed.py --random-seed 586569 --json benchmarks/results/planner_speed_fresh.json
 
 Two profiles: ``synthetic`` (gradsched.synthetic, 4 KB to 13 MB tensors) and ``heldout``
 (sizes log-uniform from 40 B to 80 MB, one tensor per layer, a seed no test uses: the

@@ -97,3 +97,29 @@ def test_usbyte_plans_the_same_with_and_without_numba(monkeypatch):
     python = make_plan("usbyte", profile, cluster)
     monkeypatch.setenv("GRADSCHED_JIT", "1")
     assert make_plan("usbyte", profile, cluster) == python
+
+
+def test_python_search_where_numba_fails_to_load(monkeypatch, caplog):
+    # numba installed but broken (e.g. built for another numpy): one warning, the Python search
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_numba(name, *args, **kwargs):
+        if name == "numba":
+            raise ImportError("numba built for another numpy")
+        return real_import(name, *args, **kwargs)
+
+    case = random_case(7, 200)
+    profile, cluster = case.profile(), case.cluster()
+    monkeypatch.setenv("GRADSCHED_JIT", "0")
+    python = make_plan("usbyte", profile, cluster)
+    monkeypatch.setenv("GRADSCHED_JIT", "1")
+    monkeypatch.setattr(_usbyte_jit, "_kernel", None)
+    monkeypatch.setattr(_usbyte_jit, "_failed", [])
+    monkeypatch.setattr(builtins, "__import__", no_numba)
+    model = _Model(profile, cluster.cost("allreduce"), usbyte.DEFAULT_UNIT_BYTES)
+    assert usbyte._compiled_search(model, None, False, "block", 24) is None
+    assert _usbyte_jit._failed and not _usbyte_jit.enabled()
+    assert "numba could not be imported" in caplog.text
+    assert make_plan("usbyte", profile, cluster) == python

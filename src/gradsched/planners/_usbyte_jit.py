@@ -21,6 +21,7 @@ on disk by numba where the package directory is writable) or loads it from the c
 from __future__ import annotations
 
 import importlib.util
+import logging
 import math
 import os
 from typing import Callable
@@ -36,17 +37,31 @@ _INLINED: list[str] = []
 _kernel: Callable | None = None
 
 
+_failed: list[str] = []  # why numba could not be loaded (then the Python search runs, said once in the log)
+
+
 def enabled() -> bool:
-    """Whether the compiled search may be used: numba installed and ``GRADSCHED_JIT`` not ``0``."""
-    return os.environ.get("GRADSCHED_JIT", "1") != "0" and importlib.util.find_spec("numba") is not None
+    """Whether the compiled search may be used: numba installed (and loadable) and ``GRADSCHED_JIT``
+    not ``0``."""
+    return (os.environ.get("GRADSCHED_JIT", "1") != "0" and not _failed
+            and importlib.util.find_spec("numba") is not None)
 
 
-def kernel(name: str = "search") -> Callable:
+def kernel(name: str = "search") -> Callable | None:
     """:func:`search` (or the kernel's function ``name``), compiled (the first call in a
-    process imports numba and compiles the functions, or loads them from numba's cache on disk)."""
+    process imports numba and compiles the functions, or loads them from numba's cache on disk);
+    None where numba fails to import (e.g. built for another numpy): the Python search then runs."""
     global _kernel
+    if _failed:
+        return None
     if _kernel is None:
-        import numba
+        try:
+            import numba
+        except Exception as e:  # noqa: BLE001 - any failure to load the optional extra means: no kernel
+            _failed.append(f"{type(e).__name__}: {e}")
+            logging.getLogger(__name__).warning("usbyte: numba could not be imported (%s); the priority "
+                                                "search runs in Python (the same plans, slower)", _failed[0])
+            return None
 
         space = globals()
         for helper in _INLINED:  # the loop's small helpers: no call, no reference counting of their arrays

@@ -668,7 +668,10 @@ def _compiled_search(model: _Model, max_evaluations: int | None, extend: bool, w
     limit = _jit.NO_LIMIT if max_evaluations is None else max_evaluations
     q = np.array([len(model.lines) == 2, model.spread, extend, window == "layer", limit, patience], dtype=np.int64)
     order, cap, ia, fa, p, forward = model.arrays
-    status, evaluations, rank, i, f, n, s, z = _jit.kernel()(order, cap, ia, fa, p, q, CHEAP_TAIL)
+    search = _jit.kernel()
+    if search is None:
+        return None  # numba would not load
+    status, evaluations, rank, i, f, n, s, z = search(order, cap, ia, fa, p, q, CHEAP_TAIL)
     if status:
         return None
     m, iteration_s = _jit.kernel("complete")(i, f, n, s, z, ia, fa, p, q, *forward)  # phase 2 played
