@@ -117,6 +117,7 @@ def test_python_search_where_numba_fails_to_load(monkeypatch, caplog):
     monkeypatch.setenv("GRADSCHED_JIT", "1")
     monkeypatch.setattr(_usbyte_jit, "_kernel", None)
     monkeypatch.setattr(_usbyte_jit, "_failed", [])
+    monkeypatch.setattr(_usbyte_jit.importlib.util, "find_spec", lambda name: object())  # "installed"
     monkeypatch.setattr(builtins, "__import__", no_numba)
     model = _Model(profile, cluster.cost("allreduce"), usbyte.DEFAULT_UNIT_BYTES)
     assert usbyte._compiled_search(model, None, False, "block", 24) is None
