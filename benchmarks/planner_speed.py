@@ -4,6 +4,7 @@
         [--clusters 8,1024,128x8] [--json benchmarks/results/planner_speed.json]
     python benchmarks/planner_speed.py --clusters 1024,128x8 --json benchmarks/results/planner_speed_two_level.json
     python benchmarks/planner_speed.py --random-seed 619327 --json benchmarks/results/planner_speed_random.json
+    python benchmarks/planner_speed.py --random-seed 586569 --json benchmarks/results/planner_speed_fresh.json
 
 Two profiles: ``synthetic`` (gradsched.synthetic, 4 KB to 13 MB tensors) and ``heldout``
 (sizes log-uniform from 40 B to 80 MB, one tensor per layer, a seed no test uses: the
@@ -21,7 +22,9 @@ draws ``--random`` fresh cases of issue 40's grid (``gradsched.synthetic.random_
 8 to 1,024 workers, compute 2e10 to 2e12 flop/s), from a seed drawn at random and printed
 (``--random-seed`` replays it), for the ``--random-strategies`` (usbyte and auto: the ones
 whose work depends on the input).  The last table gives each strategy's median and worst
-least-CPU time over every case with the case that was worst.
+least-CPU time over every case with the case that was worst.  US-Byte's search runs compiled
+where numba is installed (``gradsched[fast]``; the JSON's ``usbyte_search`` says which ran):
+the least time of the repeats leaves out the first call's import of numba.
 """
 
 from __future__ import annotations
@@ -79,7 +82,8 @@ def main() -> None:
     ap.add_argument("--json", default="benchmarks/results/planner_speed.json")
     args = ap.parse_args()
     seed = args.random_seed if args.random_seed is not None else random.SystemRandom().randrange(1 << 20)
-    print(f"random cases: seeds {seed} to {seed + args.random - 1} (replay: --random-seed {seed})")
+    print(f"random cases: seeds {seed} to {seed + args.random - 1} (replay: --random-seed {seed}); "
+          f"usbyte's search: {search_kind()} (GRADSCHED_JIT=0: the Python search)")
     make = {"synthetic": synthetic_profile, "heldout": heldout_profile}
     base = Cluster.alpha_beta(2e-4, 1e-9, 8)
     rows = []
@@ -110,8 +114,19 @@ def main() -> None:
     for r in rows:
         r["load_average"] = os.getloadavg()
     Path(args.json).write_text(json.dumps({"random_seed": seed, "random_cases": args.random, "worst": worst,
-                                           "rows": rows}, indent=1))
+                                           "usbyte_search": search_kind(), "rows": rows}, indent=1))
     print(f"wrote {args.json}")
+
+
+def search_kind() -> str:
+    """Which US-Byte search ran: compiled (numba, ``gradsched[fast]``) or the Python model."""
+    from gradsched.planners import _usbyte_jit
+
+    if not _usbyte_jit.enabled():
+        return "python"
+    import numba
+
+    return f"compiled (numba {numba.__version__}) for {_usbyte_jit.MIN_UNITS} layers or more"
 
 
 def _worst(rows: list[dict]) -> list[dict]:

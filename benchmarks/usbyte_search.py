@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from gradsched.planners.usbyte import predict
+from planner_speed import search_kind
 from gradsched.synthetic import random_case
 
 SEARCHES = {"cap24": {"max_evaluations": 24, "patience": 0}, "default": {}, "full": {"patience": 0}}
@@ -87,7 +88,8 @@ def main() -> None:
     load = os.getloadavg()
     print(f"load average (1, 5, 15 min) after the run: {load}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"args": vars(args), "load_average": load, "summary": table,
+    Path(args.json).write_text(json.dumps({"args": vars(args), "load_average": load, "usbyte_search": search_kind(),
+                                           "summary": table,
                                            "grid": grid, "big": big}, indent=1))
     print(f"wrote {args.json}")
 

@@ -7,9 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradsched.planners import make_plan
-from gradsched.planners.auto import USBYTE_MERGE_BYTES, as_auto, comm_lower_bound_s, ranked, usbyte_floor_s
+from gradsched.planners.auto import (USBYTE_MERGE_BYTES, as_auto, bytescheduler_floor_s, comm_lower_bound_s,
+                                     dear_floor_s, ranked, usbyte_floor_s)
 from gradsched.sim import simulate
-from strategies import clusters, profiles
+from strategies import clusters, profiles, two_level_clusters
 
 SETTINGS = settings(max_examples=25, deadline=None)
 
@@ -45,3 +46,45 @@ def test_usbyte_floor_never_exceeds_the_simulated_iteration(profile, cluster, ch
             plan = make_plan("usbyte", profile, cluster, merge_bytes=merge_bytes, extend=extend, unit_bytes=64 << 10)
             simulated = simulate(plan, profile, cluster, channels=channels, timeline=False).iteration_s
             assert floor <= simulated * (1 + 1e-9)
+
+
+@SETTINGS
+@given(profiles(max_layers=10, mixed_dtypes=True, with_update=True), clusters(), st.sampled_from([1, 2]),
+       st.sampled_from([1 << 10, 64 << 10, 1 << 20]))
+def test_bytescheduler_and_dear_floors_never_exceed_the_simulated_iteration(profile, cluster, channels, partition):
+    # auto skips planning a bytescheduler or dear candidate whose floor is above the best so far
+    plan = make_plan("bytescheduler", profile, cluster, partition_bytes=partition)
+    floor = bytescheduler_floor_s(profile, cluster, {"partition_bytes": partition}, channels)
+    assert floor <= simulate(plan, profile, cluster, channels=channels, timeline=False).iteration_s * (1 + 1e-9)
+    if floor > 0:  # the plan's own bound, without the plan: every block counted
+        assert floor >= comm_lower_bound_s(plan, profile, cluster, channels) * (1 - 1e-9)
+    for grouping in ("planned", "threshold", "nearby"):
+        plan = make_plan("dear", profile, cluster, grouping=grouping)
+        simulated = simulate(plan, profile, cluster, channels=channels, timeline=False).iteration_s
+        assert dear_floor_s(profile, cluster, channels) <= simulated * (1 + 1e-9)
+
+
+@SETTINGS
+@given(profiles(max_layers=10, mixed_dtypes=True), two_level_clusters(), st.sampled_from(["auto", "always", "never"]))
+def test_bytescheduler_floor_with_hierarchical_blocks(profile, cluster, hierarchical):
+    opts = {"partition_bytes": 64 << 10, "hierarchical": hierarchical}
+    plan = make_plan("bytescheduler", profile, cluster, **opts)
+    floor = bytescheduler_floor_s(profile, cluster, opts)
+    assert floor <= simulate(plan, profile, cluster, timeline=False).iteration_s * (1 + 1e-9)
+
+
+def test_auto_does_not_plan_dear_where_compute_alone_keeps_it_from_winning(monkeypatch):
+    # compute-bound (alpha 10 us, 0.1 ns/B, 8 workers, the benchmark's 2e12 flop/s): the best
+    # plan hides its all-reduces, and dear would need to beat it by 2% with the same compute
+    from gradsched import Cluster
+    from gradsched.planners import registry
+    from gradsched.synthetic import heldout_profile
+
+    profile = heldout_profile(60, seed=3, flops_per_s=2e10)
+    cluster = Cluster.alpha_beta(1e-5, 1e-10, 8)
+    planned = []
+    dear = registry._PLANNERS["dear"]
+    monkeypatch.setitem(registry._PLANNERS, "dear", lambda *a, **k: planned.append(1) or dear(*a, **k))
+    got = make_plan("auto", profile, cluster)
+    assert got.options["predicted_iteration_s"] < profile.compute_s / (1 - 0.02)
+    assert planned == [] and got == as_auto(ranked(profile, cluster)[0], len(ranked(profile, cluster)))

@@ -23,10 +23,10 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from gradsched.cluster import Cluster
+from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.constants import MiB
 from gradsched.errors import GradschedError
-from gradsched.plan import HIER, Plan
+from gradsched.plan import ALL_GATHER, HIER, REDUCE_SCATTER, Plan
 from gradsched.planners.options import STRATEGIES, Option
 from gradsched.planners import _collective as coll
 from gradsched.planners.registry import get_planner, is_sparse, planner_option_specs, register, strategy_names
@@ -121,14 +121,17 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
     top: tuple[tuple[float, int, int], Ranked] | None = None
     seen: dict[tuple, float] = {}
     count = 0
-    for k, (name, opts) in enumerate(candidates(density, tuple(exclude), hierarchical)):
+    for k, (name, opts) in _strong_first(list(candidates(density, tuple(exclude), hierarchical))):
         count += 1
-        if name == "usbyte" and top is not None and \
-                usbyte_floor_s(profile, cluster, opts, channels) > top[0][0] * (1 + 1e-9):
-            continue  # slower than the best so far whatever its blocks and priorities
+        if top is not None and _floor_ranked_s(name, profile, cluster, opts, channels) > top[0][0] * (1 + 1e-9):
+            continue  # slower than the best so far whatever its blocks, groups and priorities: not planned
         candidate = get_planner(name)(profile, cluster, **opts)
         key = (candidate.operations, candidate.scheduling, candidate.overlap_forward, candidate.credit_bytes)
         predicted_s = seen.get(key)
+        if predicted_s is None and name == "usbyte" and channels == 1:
+            from gradsched.planners.usbyte import simulated_s
+
+            predicted_s = seen[key] = simulated_s(candidate)  # usbyte simulated it to choose its rule
         if predicted_s is None:
             if top is not None and comm_lower_bound_s(candidate, profile, cluster, channels) > \
                     top[0][0] * (1 + 1e-9):
@@ -141,6 +144,17 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
     if top is None:
         raise GradschedError("auto: every strategy was excluded; leave at least one out of --exclude")
     return top[1], count
+
+
+FIRST = ("mgwfbp", "optimal")  # tried first by best(): usually near the winner, so the floors skip more
+
+
+def _strong_first(tried: list[tuple[str, dict[str, Any]]]) -> list[tuple[int, tuple[str, dict[str, Any]]]]:
+    """``tried`` numbered in candidate order, :data:`FIRST` and ``usbyte``'s paper layers moved to the
+    front (the order of trying changes nothing but what is skipped: the ranking keeps the numbers)."""
+    numbered = list(enumerate(tried))
+    early = [c for c in numbered if c[1][0] in FIRST or (c[1][0] == "usbyte" and not c[1][1].get("merge_bytes"))]
+    return early + [c for c in numbered if c not in early]
 
 
 def ranking_s(candidate: Plan, predicted_s: float) -> float:
@@ -166,6 +180,69 @@ def comm_lower_bound_s(plan_: Plan, profile: Profile, cluster: Cluster, channels
     return total / channels
 
 
+def _floor_ranked_s(name: str, profile: Profile, cluster: Cluster, opts: dict[str, Any], channels: int) -> float:
+    """What candidate ``name`` with ``opts`` cannot beat in :func:`ranking_s`, from the profile alone
+    (0 where no floor is known): its plans' all-reduces (reduce-scatters and all-gathers) back to
+    back from the first ready gradient (:func:`usbyte_floor_s`, :func:`bytescheduler_floor_s`,
+    :func:`dear_floor_s`)."""
+    if name == "usbyte":
+        return usbyte_floor_s(profile, cluster, opts, channels)
+    if name == "bytescheduler":
+        return bytescheduler_floor_s(profile, cluster, opts, channels)
+    if name == "dear":
+        return dear_floor_s(profile, cluster, channels) / (1.0 - DECOUPLED_MARGIN)
+    return 0.0
+
+
+def _collective_names(cluster: Cluster, mode: str) -> list[str]:
+    """The collectives a dense planner's operation may be with ``hierarchical=mode``."""
+    if cluster.topology is None or mode == "never":
+        return ["allreduce"]
+    return [HIER] if mode == "always" else ["allreduce", HIER]
+
+
+def _lines(costs: list) -> bool:
+    """Whether every cost is a plain line with a start-up and a slope of 0 or more (no table)."""
+    return all(type(c) is CollectiveCost and c.points is None and c.alpha_s >= 0 and c.beta_s_per_byte >= 0
+               for c in costs)
+
+
+def bytescheduler_floor_s(profile: Profile, cluster: Cluster, opts: dict[str, Any], channels: int = 1) -> float:
+    """Seconds no ``bytescheduler`` plan with ``opts`` can beat, without making it: its blocks (every
+    tensor cut into ``partition_bytes``), each the cheaper collective it may be, back to back
+    from the first ready gradient over ``channels`` (:func:`comm_lower_bound_s` of the plan, and
+    no block starts before a gradient is ready); 0 where a cost is a measured table."""
+    costs = [cluster.cost(c) for c in _collective_names(cluster, opts.get("hierarchical", "auto"))]
+    if not _lines(costs):
+        return 0.0
+    numel = np.array([t.numel for t in profile.tensors], dtype=np.int64)
+    elem = np.array([t.element_bytes for t in profile.tensors], dtype=np.int64)
+    step = np.maximum(1, opts.get("partition_bytes", 4 << 20) // elem)
+    sizes = np.concatenate([step * elem, (numel % step) * elem])  # each tensor's whole blocks, then its rest
+    counts = np.concatenate([numel // step, (numel % step > 0).astype(np.int64)])
+    times = np.minimum.reduce([c.times_s(sizes) for c in costs])
+    return min(profile.ready_s, default=0.0) + float((times * counts).sum()) / channels
+
+
+def dear_floor_s(profile: Profile, cluster: Cluster, channels: int = 1) -> float:
+    """Seconds no ``dear`` plan can beat, from the profile alone: the compute (no plan's iteration
+    is shorter than its forward, backward, update and other time), or every byte reduce-scattered
+    and all-gathered, at least one start-up each per element size (a line's cost of a sum is at
+    most the sum of its costs: grouping can only add start-ups), from the first ready gradient
+    over ``channels`` (not where a cost is a measured table), whichever is longer.  Where the
+    best plan so far hides its communication, the compute alone keeps ``dear`` from winning by
+    its margin (:data:`DECOUPLED_MARGIN`)."""
+    costs = [cluster.operation_cost(REDUCE_SCATTER), cluster.operation_cost(ALL_GATHER)]
+    if not _lines(costs):
+        return profile.compute_s
+    nbytes: dict[int, int] = {}
+    for t in profile.tensors:
+        nbytes[t.element_bytes] = nbytes.get(t.element_bytes, 0) + t.bytes
+    sizes = list(nbytes.values())
+    total = sum(float(c.times_s(sizes).sum()) for c in costs)
+    return max(profile.compute_s, min(profile.ready_s, default=0.0) + total / channels)
+
+
 def usbyte_floor_s(profile: Profile, cluster: Cluster, opts: dict[str, Any], channels: int = 1) -> float:
     """Seconds no ``usbyte`` plan with ``opts`` can beat, from the profile alone: each of its
     layers (groups, with ``merge_bytes``) of one element size goes as one or more all-reduces,
@@ -175,10 +252,7 @@ def usbyte_floor_s(profile: Profile, cluster: Cluster, opts: dict[str, Any], cha
     0 where a cost is a measured table (not known to be subadditive)."""
     from gradsched.planners.usbyte import merged_layers  # only here: auto imports every planner lazily
 
-    mode = opts.get("hierarchical", "auto")
-    names = ["allreduce"] if cluster.topology is None or mode == "never" else \
-        [HIER] if mode == "always" else ["allreduce", HIER]
-    costs = [cluster.cost(c) for c in names]
+    costs = [cluster.cost(c) for c in _collective_names(cluster, opts.get("hierarchical", "auto"))]
     if any(c.points is not None or c.alpha_s < 0 or c.beta_s_per_byte < 0 for c in costs):
         return 0.0
     group = merged_layers(profile, opts.get("merge_bytes", 0))

@@ -22,9 +22,10 @@ and its gain is often one start-up, at any point of the walk: a fixed cap on the
 random profiles (``benchmarks/usbyte_search.py``).  So there is no cap by default
 (``max_evaluations`` sets one); once ``patience`` tries in a row have not gained, only
 the cheap tries go on, those that replay at most an eighth of phase 1 (near its end,
-where late gains were found), and a kept one starts the count again: within 0.0002%
-of the full search on the 80 random cases measured, for about 73% of its CPU time at
-1,000 tensors and 1.5 times the old cap's (docs/strategies.md).
+where late gains were found), and a kept one starts the count again: within 0.00015%
+of the full search on the 80 random cases measured (docs/strategies.md).  With numba
+installed (``gradsched[fast]``) the search runs compiled, with the same plans
+(:mod:`gradsched.planners._usbyte_jit`; this module's model is its reference and fallback).
 
 Two rules where gradsched and the paper differ are options, chosen by simulation when
 left out (docs/strategies.md has the comparison): ``window`` -- promote over the layers
@@ -67,6 +68,7 @@ import itertools
 import math
 import numbers
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -74,10 +76,13 @@ from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.errors import GradschedError
 from gradsched.plan import DENSE, HIER, Operation, Plan, Slice
 from gradsched.planners import _collective as coll
+from gradsched.planners import _usbyte_jit as _jit
 from gradsched.planners.options import Option
 from gradsched.planners.registry import register
 from gradsched.profile import Profile
 from gradsched.sim.engine import EPS_S  # the simulator's simultaneity: the plan must replay exactly
+
+assert _jit.EPS_S == EPS_S  # the compiled search's simultaneity is the simulator's
 
 DEFAULT_UNIT_BYTES = 4 << 20
 DEFAULT_MAX_EVALUATIONS = None  # no fixed cap (issue 40: a cap of 24 cost up to 0.73% against the full search)
@@ -104,9 +109,9 @@ def merged_layers(profile: Profile, merge_bytes: int) -> tuple[int, ...]:
     return tuple(group_of[lid] for lid in layer_of)
 
 
-@dataclass(frozen=True)
-class _Layer:
-    """One layer's tensors of one element size: the unit US-Byte schedules."""
+class _Layer(NamedTuple):
+    """One layer's tensors of one element size: the unit US-Byte schedules (a named tuple: made
+    once per layer per plan, cheaper than a frozen dataclass)."""
 
     tensors: tuple[int, ...]  # forward order
     numel: int
@@ -141,7 +146,7 @@ class _Model:
         :func:`merged_layers`)."""
         self.profile = profile
         self.cost = cost
-        self.time_s = _cheapest([_Timer(c) for c in (exact or (cost,))])  # bytes -> seconds, as simulated
+        self.time_s = _cheapest(timers := [_Timer(c) for c in (exact or (cost,))])  # bytes -> seconds, as simulated
         ready = profile.ready_s
         tensors, layer_of = profile.tensors, layer_of or profile.layer_of
         key_of: dict[tuple[int, int], list[int]] = {}
@@ -158,7 +163,8 @@ class _Model:
         self.ready_sorted = [units[u].ready_s for u in self.by_ready]
         self.ready_of = [u.ready_s for u in units]
         ready_eps = self.ready_eps = [r + EPS_S for r in self.ready_sorted]
-        spread = all(b > a for a, b in zip(ready_eps, self.ready_sorted[1:]))  # every ready time its own step
+        spread = self.spread = all(b > a for a, b in zip(ready_eps, self.ready_sorted[1:]))  # each its own step
+        self.lines = None if any(t.table is not None for t in timers) else [(t.alpha_s, t.beta_s) for t in timers]
         if spread:
             self.busy_until = lambda ready, nxt, t, free: _busy_until_spread(ready, ready_eps, nxt, free)
         else:
@@ -181,11 +187,14 @@ class _Model:
             acc[1] += t.update_s
         self.forward_layers = [(lid, f, upd) for lid, (f, upd) in fwd.items()]
         position = {lid: k for k, (lid, _, _) in enumerate(self.forward_layers)}
-        self.unit_layers = [tuple(sorted({position[profile.layer_of[i]] for i in u.tensors})) for u in units]
+        profile_layer = profile.layer_of
+        self.unit_layers = [(position[profile_layer[u.tensors[0]]],) if len(u.tensors) == 1 else
+                            tuple(sorted({position[profile_layer[i]] for i in u.tensors})) for u in units]
         self.forward_work = [(upd, f) for _, f, upd in self.forward_layers]
         self.alpha_s = cost.alpha_s
         self.beta_s = cost.beta_s_per_byte
         self._seen: dict[tuple[bool, tuple[int, ...]], Schedule] = {}
+        self.arrays: tuple | None = None  # the compiled search's arrays (_compiled_search)
         self.full_time_s = [self.time_s(u.numel * u.element_bytes) for u in units]
         self._closed_form()
 
@@ -583,11 +592,14 @@ def search_priorities(model: _Model, max_evaluations: int | None, extend: bool =
     ``patience``: after that many tries in a row that did not shorten the iteration, only
     the cheap tries go on: those that replay at most :data:`CHEAP_TAIL` of phase 1's blocks
     (a kept one starts the count again); 0: every try (the full search)."""
+    compiled = _compiled_search(model, max_evaluations, extend, window, patience)
+    if compiled is not None:
+        return compiled
     if max_evaluations is None:
         max_evaluations = math.inf
     units = model.units
     n = len(units)
-    order = sorted(range(n), key=lambda u: (units[u].forward_rank, units[u].element_bytes))
+    order = _front_first(model)
     rank = [0] * n
     for r, u in enumerate(order):
         rank[u] = r
@@ -628,6 +640,46 @@ def search_priorities(model: _Model, max_evaluations: int | None, extend: bool =
             first = _first_blocks(best)
             since = 0
     return rank, model.complete(best), evaluations
+
+
+def _front_first(model: _Model) -> list[int]:
+    """The units in front-first order (input layer first): the search's first priorities."""
+    units = model.units
+    return sorted(range(len(units)), key=lambda u: (units[u].forward_rank, units[u].element_bytes))
+
+
+def _compiled_search(model: _Model, max_evaluations: int | None, extend: bool, window: str,
+                     patience: int) -> tuple[list[int], Schedule, int] | None:
+    """:func:`search_priorities` by the compiled kernel (:mod:`gradsched.planners._usbyte_jit`), or
+    None where it is not used (numba not installed, ``GRADSCHED_JIT=0``, a measured cost table,
+    a layer without elements, or a schedule the kernel leaves to the Python model)."""
+    if (len(model.units) < _jit.MIN_UNITS or model.lines is None or len(model.lines) > 2
+            or min(model.numel, default=0) <= 0 or not _jit.enabled()):
+        return None
+    if model.arrays is None:  # the model as the kernel takes it, made once for every rule
+        (a1, b1), (a2, b2) = model.lines[0], model.lines[-1]
+        ia = np.array([model.by_ready, model.numel, model.elem, model.unit_elems], dtype=np.int64)
+        fa = np.array([model.ready_sorted, model.ready_eps, model.full_time_s, model.after_unit, model.ready_of],
+                      dtype=float)
+        p = np.array([model.alpha_s, model.beta_s, a1, b1, a2, b2, model.floor_s], dtype=float)
+        cap = int((-(-ia[1] // ia[3])).sum()) + 1 + len(ia[1])  # phase 1's blocks (each a unit or the rest), phase 2's
+        ptr = np.array([0] + list(itertools.accumulate(len(ks) for ks in model.unit_layers)), dtype=np.int64)
+        idx = np.array([k for ks in model.unit_layers for k in ks], dtype=np.int64)
+        work = np.array([[upd for upd, _ in model.forward_work], [f for _, f in model.forward_work]], dtype=float)
+        base = model.backward_end_s + model.profile.other_s  # as _Model._forward starts
+        model.arrays = (np.array(_front_first(model), dtype=np.int64), cap, ia, fa, p, (ptr, idx, work, base))
+    limit = _jit.NO_LIMIT if max_evaluations is None else max_evaluations
+    q = np.array([len(model.lines) == 2, model.spread, extend, window == "layer", limit, patience], dtype=np.int64)
+    order, cap, ia, fa, p, forward = model.arrays
+    search = _jit.kernel()
+    if search is None:
+        return None  # numba would not load
+    status, evaluations, rank, i, f, n, s, z = search(order, cap, ia, fa, p, q, CHEAP_TAIL)
+    if status:
+        return None
+    m, iteration_s = _jit.kernel("complete")(i, f, n, s, z, ia, fa, p, q, *forward)  # phase 2 played
+    blocks = list(zip(i[0, :m].tolist(), i[1, :m].tolist(), i[2, :m].tolist(), f[0, :m].tolist(), f[1, :m].tolist()))
+    return rank.tolist(), Schedule(float(iteration_s), blocks, f[2, :m].tolist()), int(evaluations)
 
 
 def _promoted(order: list[int], rank: list[int], key: list[int], u: int,
@@ -750,8 +802,20 @@ def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_B
         key = (predicted, len(schedule.blocks), k)
         if best is None or key < best[0]:
             best = (key, rank, schedule, options, plan_)
-    _, rank, schedule, options, plan_ = best
-    return plan_ or build_plan(model, rank, schedule, options, cluster, hierarchical), schedule, total
+    (predicted, _, _), rank, schedule, options, plan_ = best
+    plan_ = plan_ or build_plan(model, rank, schedule, options, cluster, hierarchical)
+    _LAST_SIMULATED[:] = [plan_, predicted] if not exact else []
+    return plan_, schedule, total
+
+
+_LAST_SIMULATED: list = []  # [plan, its simulated iteration]: the last plan predict simulated to choose it
+
+
+def simulated_s(plan_: Plan) -> float | None:
+    """The iteration (one channel, no timeline) that :func:`predict` simulated to choose ``plan_`` (the
+    very object it returned last), or None: ``auto`` need not simulate it again."""
+    last = _LAST_SIMULATED[:]
+    return last[1] if last and last[0] is plan_ else None
 
 
 def _model_is_exact(profile: Profile, cluster: Cluster) -> bool:
