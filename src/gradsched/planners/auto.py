@@ -131,7 +131,9 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
         if predicted_s is None and name == "usbyte" and channels == 1:
             from gradsched.planners.usbyte import simulated_s
 
-            predicted_s = seen[key] = simulated_s(candidate)  # usbyte simulated it to choose its rule
+            predicted_s = simulated_s(candidate)  # usbyte simulated it to choose its rule
+            if predicted_s is not None:
+                seen[key] = predicted_s
         if predicted_s is None:
             if top is not None and comm_lower_bound_s(candidate, profile, cluster, channels) > \
                     top[0][0] * (1 + 1e-9):
