@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import sys
 from datetime import timedelta
 from typing import Any, Iterator
@@ -36,8 +35,8 @@ from gradsched.profile import Profile
 from gradsched.timeline import Timeline
 from gradsched.torch.runtime.autotune import AutoTuneConfig, AutoTuner, TunedModel
 from gradsched.torch.runtime import inflight
-from gradsched.torch.runtime.decoupled import executable
-from gradsched.torch.runtime.sharded import shard
+from gradsched.torch.runtime.decoupled import DecoupledAllReduce, executable
+from gradsched.torch.runtime.sharded import ShardedOptimizer, shard
 from gradsched.torch.runtime.ddp_args import DDPArgs, plan_choice, resolve, split_positional, to_device
 from gradsched.torch.runtime import ddp_errors
 from gradsched.torch.runtime.executor import PENDING, Executor, private_group
@@ -334,10 +333,24 @@ class DistributedDataParallel(nn.Module):
             raise GradschedError("the optimizer holds parameters that are not this model's; build it over "
                                  "model.parameters()")
         if self._shard_optimizer:
-            optimizer.optimizer = shard(optimizer.optimizer, self._group)
+            optimizer.optimizer = self._sharded(optimizer.optimizer)
         self._optimizer = optimizer
         if self._executor is not None:
             self._executor.mirror = optimizer.on_arrival  # sparse results update their weights on arrival
+
+    def _sharded(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """``shard_optimizer=True``: over a plan of reduce-scatters alone (``dear``, no run-time auto) the
+        optimizer steps the reduce-scatters' shards and gathers parameters before each layer's forward
+        (ShardedOptimizer); over any other plan, all-reduced gradients and PyTorch's ZeroRedundancyOptimizer."""
+        ex = self._executor
+        if (ex is None or self.autotuner is not None or not ex.runners
+                or not all(isinstance(r, DecoupledAllReduce) for r in ex.runners)
+                or not all(p.is_contiguous() for p in self._params)):
+            return shard(optimizer, self._group)
+        sharded = ShardedOptimizer(optimizer, ex, self._group)
+        if self._gate is None:  # each layer's forward waits for its own parameters' gather
+            self._gate = ForwardGate(self.module, self._params, lambda: self._optimizer)
+        return sharded
 
     # ------------------------------------------------------------------ properties
     @property
