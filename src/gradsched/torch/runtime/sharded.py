@@ -191,8 +191,11 @@ class ShardedOptimizer(torch.optim.Optimizer):
             r.piece.zero_()  # the gradient buffer held parameters: a gradient again (zero) for the next backward
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """The model's gradients (the pieces' ``.grad`` are the shard buffers and stay)."""
-        self.wait_all()
+        """The model's gradients (the pieces' ``.grad`` are the shard buffers and stay).  ``set_to_none`` (the
+        default) lets the parameter gathers run on into the next forward; zeroing in place waits for them
+        (a gradient may be a view into the buffer a gather writes)."""
+        if not set_to_none:
+            self.wait_all()
         for p in self.model_params:
             if p.grad is None:
                 continue
