@@ -120,6 +120,9 @@ def register(subparsers: Any) -> None:
 
 
 # ----------------------------------------------------------------------------- configuration
+FSDP2_ROW = "fsdp2"  # --strategies fsdp2: PyTorch FSDP2, fully_shard on each block and the root (docs/bench.md)
+
+
 def _bucket_label(mb: str) -> str:
     return "ddp-all" if mb == "all" else f"ddp-{mb}mb"
 
@@ -141,8 +144,13 @@ def entries(strategies: str, buckets: str, density: float | None = None,
         raise GradschedError(f"--density must be in (0, 1], got {density}")
     out: list[dict[str, Any]] = []
     for name in names:
+        if name == FSDP2_ROW:  # PyTorch's fully_shard per block, beside the plans (not a gradsched strategy)
+            if not any(e["label"] == name for e in out):
+                out.append({"label": name, "strategy": name, "torch_ddp": False, "fsdp2": True})
+            continue
         if name not in known:
-            raise GradschedError(f"strategy {name!r} is unknown; known: {', '.join(known)}")
+            raise GradschedError(f"strategy {name!r} is unknown; known: {', '.join(known)} (and the row "
+                                 f"{FSDP2_ROW}: PyTorch's fully_shard per block)")
         if is_sparse(name) and density is None:
             raise GradschedError(f"strategy {name!r} sends top-k gradients: give its density, e.g. --density 0.01")
         if any(e["label"] == name for e in out):
