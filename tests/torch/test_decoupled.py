@@ -105,6 +105,23 @@ def test_three_ranks_pad_pieces_and_match_ddp():
     _check([{"padded/sgd": r} for r in results], ("sgd",))
 
 
+def _priority_job(rank: int, world: int) -> dict:
+    from gradsched.planners.dear import prioritized
+
+    fifo = _plan(world, grouping="nearby", nearby_layers=1)
+    plan = dataclasses.replace(fifo, operations=prioritized(fifo.operations), scheduling="priority")
+    ref = _train("ddp", "adamw")["params"]
+    got = _train(plan, "adamw")
+    return {"priority/adamw": {"diff": rel_diff(got["params"], ref), "runners": got["runners"],
+                               "collectives": got["collectives"],
+                               "flat": torch.cat([p.reshape(-1) for p in got["params"]])}}
+
+
+@pytest.mark.slow
+def test_a_plan_with_priorities_over_both_phases_matches_ddp():
+    _check(spawn_local(_priority_job, 2, timeout_s=120), ("adamw",))
+
+
 def _deprecations(rank: int, world: int) -> list[str]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
