@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['rss_fraction']:6.3f} {r['ideal_fraction']:6.3f} {r['step_s_median_unsharded'] * 1e3:13.1f}ms "
               f"{r['step_s_median_sharded'] * 1e3:7.1f}ms {r['step_ratio']:5.3f}x")
     result = {"benchmark": "sharded_optimizer", "ranks": args.ranks, "steps": args.steps, "blocks": args.blocks,
-              "rounds": args.rounds, "load_before": os.getloadavg()[0], "rows": rows,
+              "rounds": args.rounds, "load_1min_at_end": os.getloadavg()[0], "rows": rows,
               "made": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")
