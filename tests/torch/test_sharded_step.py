@@ -186,3 +186,26 @@ def _wrong_rank_job(rank: int, world: int) -> str:
 def test_another_ranks_checkpoint_is_refused_with_the_way_out():
     for message in spawn_local(_wrong_rank_job, 2, timeout_s=120):
         assert "gathered checkpoint" in message, message
+
+
+def _gating_job(rank: int, world: int) -> dict:
+    spec, model, opt = _setup(True, "adamw", None)
+    _steps(spec, model, opt, torch.Generator().manual_seed(1), 2)
+    x, y = spec.make_batch(8 * world, torch.Generator().manual_seed(2))
+    spec.loss_fn(model(x[rank::world]), y[rank::world]).backward()
+    before = _flat(spec)
+    opt.step()
+    in_flight = opt.pending  # the updated parameters are being gathered, not yet in place
+    model(x[rank::world])  # the forward waits for each group's gather before its layer
+    after_forward = opt.pending
+    stepped = _flat(spec)
+    opt.step()  # a second step without a backward: no gradient, no update
+    model.synchronize()
+    return {"in_flight": in_flight, "after_forward": after_forward, "moved": not torch.equal(before, stepped),
+            "second_step_moved": not torch.equal(stepped, _flat(spec))}
+
+
+@pytest.mark.slow
+def test_parameters_gathered_by_the_next_forward_and_a_step_without_backward_changes_nothing():
+    for r in spawn_local(_gating_job, 2, timeout_s=120):
+        assert r == {"in_flight": True, "after_forward": False, "moved": True, "second_step_moved": False}, r

@@ -108,6 +108,7 @@ class DecoupledAllReduce:
         # set by a ShardedOptimizer (gradsched.torch.runtime.sharded): keep the reduced shard, gather nothing
         # (the optimizer steps the shard and all-gathers updated parameters into ``full`` itself)
         self.keep_shard = False
+        self.fresh = False
         self.first_tensor = min(s.tensor for s in op.slices)  # forward order of the gathers
 
     def issue(self) -> None:
@@ -128,6 +129,7 @@ class DecoupledAllReduce:
         if self.keep_shard:  # this rank's region of the piece holds the average, the rest its own part
             m = self.shard.numel()
             self.full[self.rank * m:(self.rank + 1) * m].copy_(self.shard)
+            self.fresh = True  # a gradient shard the optimizer has not stepped yet
             self.works = []
             self.phase = 2
             if self.on_complete is not None:

@@ -151,11 +151,14 @@ class ShardedOptimizer(torch.optim.Optimizer):
             raise GradschedError("shard_optimizer: pass the closure to DistributedOptimizer.step, which runs it "
                                  "first")
         self.wait_all()  # a second step() without a forward in between: the first one's gathers first
+        if not any(r.fresh for r in self._runners):
+            return None  # no backward since the last step: no gradient, no update (torch.optim skips None grads)
         self.optim.step()
         for w in (w for grp in self.optim.param_groups for w in grp["params"]):
             w.grad.copy_(w)  # the shard buffer now carries the updated parameters (the gradient is spent)
         for j in self._forward_order:
             r = self._runners[j]
+            r.fresh = False
             self._gathers[j] = all_gather_single(r.full, r.shard, group=r.gather_on, async_op=True)
         return None
 
@@ -181,11 +184,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
         wait_all([work], host_wait=not r.nccl, timeout_s=self._executor.timeout_s, rank=r.rank,
                  what=f"parameter all-gather of operation {j} ({r.nbytes} bytes)")
         base = self._executor.layout.op_pieces[j][0].start
-        stepped = {id(p) for p in self.model_params}
         with torch.no_grad():
             for s in self._executor.layout.op_slots[j]:
                 p = self._executor.params[s.tensor]
-                if id(p) in stepped:
+                if s.tensor in self._model_index:  # a parameter the optimizer steps
                     a = s.arena_start - base
                     p.view(-1)[s.start:s.end].copy_(r.full[a:a + s.end - s.start])
             r.piece.zero_()  # the gradient buffer held parameters: a gradient again (zero) for the next backward
