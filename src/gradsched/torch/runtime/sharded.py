@@ -1,22 +1,28 @@
 """Sharded optimizer state (ZeRO-1): ``DistributedDataParallel(..., shard_optimizer=True)``.
 
 Each rank keeps the optimizer state (Adam's two moments, momentum buffers) of about 1/p of
-the parameters and steps only those; the updated parameters then go to every rank.  This
-is PyTorch's :class:`torch.distributed.optim.ZeroRedundancyOptimizer`, built from the
+the parameters and steps only those; the updated parameters then go to every rank.  Over most
+plans this is PyTorch's :class:`torch.distributed.optim.ZeroRedundancyOptimizer`, built from the
 optimizer the user wrapped in :class:`~gradsched.torch.DistributedOptimizer` (its class, its
 parameter groups and their hyper-parameters) on the model's process group: it partitions
 whole parameters over the ranks (greedily by size), steps the local partition with the
 user's optimizer class and broadcasts each updated parameter from its owner.
 
-How it runs with a plan: the gradients are averaged as the plan says (a ``dear`` plan's
-reduce-scatters and all-gathers included) and are final when ``backward()`` returns (the
-executor waits at the end of backward, as for a plain optimizer); ``step()`` then steps the
-shard and broadcasts, synchronously, as DeepSpeed's ZeRO-1 gathers parameters in its
-``step()`` (ANCHORS.md).  So a plan that overlaps the update with the next forward gives up
-that overlap under a sharded optimizer.  Build LR schedulers on ``dist_opt.optimizer`` (the
-sharded optimizer), as for any wrapped optimizer.  Not done yet: a sharded checkpoint
-(``ZeroRedundancyOptimizer.consolidate_state_dict`` is PyTorch's way) and stepping the
-shard straight from a reduce-scatter's shard, without gathering gradients first.
+Over any plan but one of reduce-scatters alone: the gradients are averaged as the plan says and
+are final when ``backward()`` returns; ``step()`` then steps the shard and broadcasts,
+synchronously, as DeepSpeed's ZeRO-1 gathers parameters in its ``step()`` (ANCHORS.md).  So a
+plan that overlaps the update with the next forward gives up that overlap.  Its checkpoint is
+``ZeroRedundancyOptimizer.consolidate_state_dict``.
+
+Over a plan of reduce-scatters (``dear``), :class:`ShardedOptimizer` instead: the reduce-scatter's
+shard is what each rank steps (no gradient is gathered), and the updated parameters are
+all-gathered, in forward order, each layer's next forward waiting for its own group's gather
+(Megatron's distributed optimizer does the same with its buckets).  The partition is the
+reduce-scatter's: element ranges of each group's flat piece, so any parameter may be split
+between ranks (elementwise optimizers: SGD, Adam, AdamW, ...; one that reads a whole tensor at
+once would see pieces).  Clipping by the global norm (one all-reduce of a number), FSDP's
+``ShardedGradScaler`` (it all-reduces the inf check), per-rank and gathered checkpoints
+(docs/runtime.md).  Build LR schedulers on ``dist_opt.optimizer`` in both cases.
 """
 
 from __future__ import annotations

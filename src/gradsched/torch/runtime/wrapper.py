@@ -87,10 +87,11 @@ class DistributedDataParallel(nn.Module):
         ranks_per_node: ranks per node for ``hier-allreduce`` operations: the group's ranks form nodes
             of this many consecutive group ranks (default: ``LOCAL_WORLD_SIZE``, which torchrun sets,
             else 1); checked at start-up to be the same on every rank (docs/runtime.md).
-        shard_optimizer: shard the optimizer state over the ranks (ZeRO-1): the optimizer wrapped in
-            :class:`~gradsched.torch.DistributedOptimizer` becomes a ``ZeroRedundancyOptimizer`` of the same
-            class and settings; updates then run in ``step()``, not overlapped with the next forward
-            (:mod:`gradsched.torch.runtime.sharded`).
+        shard_optimizer: shard the optimizer state over the ranks (ZeRO-1), the optimizer wrapped in
+            :class:`~gradsched.torch.DistributedOptimizer` keeping its class and settings: over a plan of
+            reduce-scatters (``dear``) each rank steps its reduced shard and the updated parameters are
+            gathered before each layer's next forward (``ShardedOptimizer``); over any other plan PyTorch's
+            ``ZeroRedundancyOptimizer`` steps in ``step()`` (:mod:`gradsched.torch.runtime.sharded`).
         sparse_options: how top-k operations run (:class:`gradsched.torch.runtime.sparse.SparseOptions` or a
             dict: ``warmup_steps``, ``selection``, ``error_feedback``, ``memory``); see docs/sparse.md.
     """
