@@ -27,6 +27,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 ROOT = Path(__file__).resolve().parent
+# the 2.13 names (the old ones warn FutureWarning on every call): the same collectives
+REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 SIZES_BYTES = (64 << 10, 1 << 20, 4 << 20, 16 << 20)
 
 
@@ -56,14 +59,14 @@ def _worker(rank: int, world: int, port: int, reps: int, out_path: str) -> None:
         n = nbytes // 4 // world * world
         full = torch.randn(n, generator=torch.Generator().manual_seed(rank))
         shard, shard2, gathered = torch.empty(n // world), torch.empty(n // world), torch.empty(n)
-        dist.reduce_scatter_tensor(shard, full)
+        REDUCE_SCATTER(shard, full)
         reduce_scatter_all_to_all(shard2, full, world)
         same = bool(torch.allclose(shard, shard2, rtol=1e-5, atol=1e-5))
         row = {"bytes": n * 4, "same_result": same,
-               "reduce_scatter_tensor_s": _timed(lambda: dist.reduce_scatter_tensor(shard, full), reps),
+               "reduce_scatter_tensor_s": _timed(lambda: REDUCE_SCATTER(shard, full), reps),
                "all_to_all_sum_s": _timed(lambda: reduce_scatter_all_to_all(shard2, full, world), reps),
                "all_reduce_s": _timed(lambda: dist.all_reduce(full.clone()), reps),
-               "all_gather_into_tensor_s": _timed(lambda: dist.all_gather_into_tensor(gathered, shard), reps)}
+               "all_gather_into_tensor_s": _timed(lambda: ALL_GATHER(gathered, shard), reps)}
         rows.append(row)
     if rank == 0:
         Path(out_path).write_text(json.dumps(rows))

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gradsched import Cluster, Profile, TensorProfile
-from gradsched.advise_fsdp import candidates, fsdp_advice
+from gradsched.advise_fsdp import blocks_plan, candidates, fsdp_advice
 from gradsched.cli import main
 from gradsched.plan import Plan
 from gradsched.planners.dear import two_phase_ops
@@ -35,6 +35,15 @@ def test_each_grouping_is_predicted_as_its_decoupled_plan_and_the_fastest_is_adv
     assert [c.groups for c in advice.choices if len(c.groups) == 1] == [[("l0.w", "l7.w")]]
     # the network is as slow as backward: gathering ahead of the forward beats DDP's buckets
     assert advice.best.predicted_s < advice.ddp_default_s
+
+
+def test_the_bench_rows_fsdp2_plan_groups_each_block_and_the_roots_own_tensors():
+    names = ["embed.w", "blocks.0.w", "blocks.0.b", "blocks.1.w", "head.w", "scale"]
+    profile = Profile("blocks", tuple(TensorProfile(n, 1000, 4000, 0.01, 0.01) for n in names))
+    plan = blocks_plan(profile, ["embed", "blocks", "head"])
+    groups = sorted(sorted(s.tensor for s in op.slices) for op in plan.operations if op.collective == "reduce-scatter")
+    assert groups == [[0], [1, 2, 3], [4], [5]]  # "scale" is the root's own: fully_shard(root) holds it
+    assert plan.overlap_forward and len(plan.gathers()) == len(groups)
 
 
 def test_advise_fsdp_on_the_command_line(case, tmp_path, capsys):

@@ -30,6 +30,12 @@ def test_entries_without_sweep_run_only_what_is_asked():
     assert [e["label"] for e in entries("wfbp,mgwfbp", "none")] == ["wfbp", "mgwfbp"]
 
 
+def test_fsdp2_is_a_row_beside_the_strategies():
+    got = entries("fsdp2,dear,fsdp2", "none")
+    assert [e["label"] for e in got] == ["fsdp2", "dear"]
+    assert got[0]["fsdp2"] and not got[0]["torch_ddp"] and "fsdp2" not in got[1]
+
+
 def test_unknown_strategy_lists_the_known_ones():
     with pytest.raises(GradschedError, match="unknown; known: .*mgwfbp.*auto"):
         entries("ddp,fastest", "none")
@@ -441,3 +447,18 @@ def test_table_reports_the_runtime_costs_the_probe_measured():
     del probe["runtime_overhead_s"]  # a result written before the overhead probe existed still prints
     assert "runtime overhead" not in table({"rows": [_row("ddp", 55.0)], "lower_bound": bound, "best_ddp": "ddp",
                                             "contention": probe})
+
+
+@pytest.mark.slow
+def test_fsdp2_row_runs_beside_a_plan_in_the_same_rounds(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "bench.json"
+    code = main(["bench", "--model", "mlp", "--hosts", "2", "--loopback", "--strategies", "dear,fsdp2",
+                 "--ddp-buckets", "none", "--steps", "2", "--rounds", "2", "--profile-iterations", "3",
+                 "--net-reps", "1", "--no-probe", "-q", "--timeout-s", "120", "--json", str(out)])
+    assert code == 0
+    by = {r["strategy"]: r for r in json.loads(out.read_text())}
+    assert by["fsdp2"]["runs"] == "torch FSDP2" and by["dear"]["runs"] == "gradsched"
+    for r in by.values():
+        assert r["iteration_s_median"] > 0 and r["predicted_iteration_s"] > 0 and len(r["step_s"]) == 2
+    assert by["fsdp2"]["plan_options"] == {"grouping": "per block"}

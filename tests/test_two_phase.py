@@ -10,6 +10,8 @@ RS/AG(400) = 0.25, RS/AG(1200) = 0.65.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,7 +22,7 @@ from gradsched.errors import FormatError
 from gradsched.plan import ALL_GATHER, REDUCE_SCATTER, Operation, Plan, Slice
 from gradsched.planners import make_plan
 from gradsched.planners.auto import DECOUPLED_MARGIN
-from gradsched.planners.dear import nearby_groups, threshold_groups
+from gradsched.planners.dear import nearby_groups, prioritized, threshold_groups, two_phase_ops
 from gradsched.sim import simulate
 
 from strategies import clusters, profiles
@@ -203,6 +205,29 @@ def test_auto_takes_dear_only_past_its_margin():
     assert make_plan("auto", profile, fast).options["chose"] != "dear"
 
 
+def _four(first_forward_s: float) -> Profile:
+    return Profile("four", tuple(TensorProfile(f"t{i}", 1000, 4000, first_forward_s if i == 0 else 0.1, 0.1)
+                                 for i in range(4)))
+
+
+def test_priorities_let_the_first_layers_phases_overtake_and_are_kept_only_where_they_pay():
+    cluster = Cluster.alpha_beta(0.1, 1e-4, 2)  # each phase of a layer 0.1 s: communication-bound
+    slow_first = _four(1.0)  # the first layer's forward is long: the sooner it starts, the more it hides
+    fifo = two_phase_ops(nearby_groups(slow_first, 1), slow_first)
+    by_priority = prioritized(fifo)
+    # RS(t3) runs when t0's gradient arrives; RS(t0) then AG(t0) overtake the queued RS(t2), RS(t1)
+    assert [op.priority for op in by_priority] == [3, 2, 1, 0, 0, 1, 2, 3]
+    t_fifo = simulate(Plan("d", fifo, slow_first.fingerprint, overlap_forward=True), slow_first, cluster)
+    t_prio = simulate(Plan("d", by_priority, slow_first.fingerprint, scheduling="priority", overlap_forward=True),
+                      slow_first, cluster)
+    assert t_prio.iteration_s < t_fifo.iteration_s - 0.2
+    plan = make_plan("dear", slow_first, cluster)
+    assert plan.scheduling == "priority" and plan.options["planned_grouping"] == "nearby(1)"
+    assert plan.options["predicted_iteration_s"] == pytest.approx(t_prio.iteration_s)
+    even = _four(0.1)  # nothing for an early start to hide: priorities do not pay, the plan stays fifo
+    assert make_plan("dear", even, cluster).scheduling == "fifo"
+
+
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -224,10 +249,12 @@ def test_each_element_is_reduce_scattered_and_gathered_exactly_once(profile, clu
             ends = [0] + [e for _, e in sorted(parts)]
             assert [a for a, _ in sorted(parts)] == ends[:-1] and ends[-1] == profile.tensors[t].numel, kind
     assert all(op.collective in (REDUCE_SCATTER, ALL_GATHER) for op in plan.operations)
-    r = simulate(plan, profile, cluster)
-    for ag, rs in plan.gathers().items():  # an all-gather starts once its reduce-scatter is done
-        assert r.op_start_s[ag] >= r.op_end_s[rs] - TOL
-    assert r.iteration_s >= lower_bound_s(profile, cluster)["lower_bound_s"] * (1 - 1e-9) - TOL
+    both = (plan, dataclasses.replace(plan, operations=prioritized(plan.operations), scheduling="priority"))
+    for variant in both:  # as planned, and with priorities over both phases
+        r = simulate(variant, profile, cluster)
+        for ag, rs in variant.gathers().items():  # an all-gather starts once its reduce-scatter is done
+            assert r.op_start_s[ag] >= r.op_end_s[rs] - TOL
+        assert r.iteration_s >= lower_bound_s(profile, cluster)["lower_bound_s"] * (1 - 1e-9) - TOL
 
 
 @SETTINGS

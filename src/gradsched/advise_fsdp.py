@@ -115,3 +115,16 @@ def format_fsdp_advice(advice: FsdpAdvice) -> str:
               "simulated); reshard_after_forward=False where memory allows (True gathers each group again in "
               "backward, not simulated)."]
     return "\n".join(lines)
+
+
+def blocks_plan(profile: Profile, blocks: list[str]) -> Plan:
+    """``fully_shard`` on each module named in ``blocks`` and on the root, as a decoupled plan: one group per
+    block (its tensors, by name prefix), and one of the tensors no block holds (the root's own)."""
+    groups: list[list[int]] = [[] for _ in blocks]
+    root: list[int] = []
+    for i, t in enumerate(profile.tensors):
+        k = next((k for k, b in enumerate(blocks) if t.name.startswith(b + ".")), None)
+        (root if k is None else groups[k]).append(i)
+    groups = [g for g in groups if g] + ([root] if root else [])
+    return Plan("fsdp2", two_phase_ops(groups, profile), profile.fingerprint, profile.model,
+                {"grouping": "per block"}, overlap_forward=True)

@@ -9,6 +9,7 @@ all-to-all and a local sum, the all-gather on a group of its own
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import pytest
 
@@ -102,6 +103,37 @@ def test_three_ranks_pad_pieces_and_match_ddp():
     results = spawn_local(_padded, 3, timeout_s=120)
     assert results[0]["indivisible"], "no piece needed padding: the test would not test it"
     _check([{"padded/sgd": r} for r in results], ("sgd",))
+
+
+def _priority_job(rank: int, world: int) -> dict:
+    from gradsched.planners.dear import prioritized
+
+    fifo = _plan(world, grouping="nearby", nearby_layers=1)
+    plan = dataclasses.replace(fifo, operations=prioritized(fifo.operations), scheduling="priority")
+    ref = _train("ddp", "adamw")["params"]
+    got = _train(plan, "adamw")
+    return {"priority/adamw": {"diff": rel_diff(got["params"], ref), "runners": got["runners"],
+                               "collectives": got["collectives"],
+                               "flat": torch.cat([p.reshape(-1) for p in got["params"]])}}
+
+
+@pytest.mark.slow
+def test_a_plan_with_priorities_over_both_phases_matches_ddp():
+    _check(spawn_local(_priority_job, 2, timeout_s=120), ("adamw",))
+
+
+def _deprecations(rank: int, world: int) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _train(_plan(world, grouping="nearby", nearby_layers=1), "sgd")
+    return [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
+
+
+@pytest.mark.slow
+def test_a_decoupled_run_warns_no_deprecated_collective():
+    # all_gather_into_tensor and reduce_scatter_tensor warn FutureWarning on every call in 2.13
+    for messages in spawn_local(_deprecations, 2, timeout_s=120):
+        assert not [m for m in messages if "deprecated" in m], messages
 
 
 # --------------------------------------------------------------------------- no processes

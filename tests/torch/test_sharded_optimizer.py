@@ -1,5 +1,6 @@
 """Sharded optimizer state (issue 36, item 3): ``shard_optimizer=True`` trains to DDP's parameters and
-holds about 1/p of Adam's state per rank (gloo, 2 ranks)."""
+holds about 1/p of Adam's state per rank (gloo, 2 ranks), over all-reduce plans (PyTorch's
+ZeroRedundancyOptimizer) and over dear (the reduce-scatters' shards: test_sharded_step.py)."""
 
 from __future__ import annotations
 
@@ -54,11 +55,14 @@ def test_sharded_optimizer_matches_ddp_and_holds_a_share_of_the_state():
     results = spawn_local(_job, 2, timeout_s=180)
     for label, r in results[0].items():
         assert r["diff"] <= TOLERANCE, (label, r["diff"])
-        assert r["sharded"] == "ZeroRedundancyOptimizer", label
+        # a plan of reduce-scatters steps their shards (test_sharded_step.py); others use PyTorch's ZeRO
+        expected = "ShardedOptimizer" if label.startswith("dear/") else "ZeroRedundancyOptimizer"
+        assert r["sharded"] == expected, label
         assert torch.equal(r["flat"], results[1][label]["flat"]), label
         if label.split("/")[1] == "adamw":  # both ranks hold some state, together all of it
             assert 0 < r["state_ratio"] < 1, (label, r["state_ratio"])
-            assert r["state_ratio"] + results[1][label]["state_ratio"] == pytest.approx(1.0), label
+            # (ShardedOptimizer: a parameter split between the ranks has a step count on each, 4 bytes more)
+            assert r["state_ratio"] + results[1][label]["state_ratio"] == pytest.approx(1.0, abs=1e-3), label
 
 
 def test_an_optimizer_that_already_stepped_is_refused():

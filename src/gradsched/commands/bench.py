@@ -79,7 +79,8 @@ def register(subparsers: Any) -> None:
                      f"{DEFAULT_RATE} as root)")
     net.add_argument("--loopback", action="store_true", help="local workers over loopback (the default without root)")
     p.add_argument("--strategies", default=DEFAULT_STRATEGIES,
-                   help=f"comma-separated; ddp = PyTorch DDP (default {DEFAULT_STRATEGIES})")
+                   help=f"comma-separated; ddp = PyTorch DDP, fsdp2 = PyTorch FSDP2's fully_shard per block "
+                        f"(default {DEFAULT_STRATEGIES})")
     p.add_argument("--density", type=float, default=None,
                    help="top-k density of the sparse strategies (topk, omgs) in --strategies")
     p.add_argument("--opt", action="append", default=[], metavar="[STRATEGY.]KEY=VALUE",

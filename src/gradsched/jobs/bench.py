@@ -68,6 +68,9 @@ def _bucket_mb(raw: str) -> float:
     return mb
 
 
+FSDP2_ROW = "fsdp2"  # --strategies fsdp2: PyTorch FSDP2, fully_shard on each block and the root (docs/bench.md)
+
+
 def entries(strategies: str, buckets: str, density: float | None = None,
             options: Mapping[str, dict[str, Any]] | None = None) -> list[BenchEntry]:
     """What to run: one entry per strategy, plus one per DDP bucket size (DDP's default 25 MB is ``ddp``).
@@ -85,8 +88,13 @@ def entries(strategies: str, buckets: str, density: float | None = None,
         density = check("--density", DENSITY, density)  # in (0, 1], as every user of the density declares it
     out: list[BenchEntry] = []
     for name in names:
+        if name == FSDP2_ROW:  # PyTorch's fully_shard per block, beside the plans (not a gradsched strategy)
+            if not any(e["label"] == name for e in out):
+                out.append({"label": name, "strategy": name, "torch_ddp": False, "fsdp2": True})
+            continue
         if name not in known:
-            raise GradschedError(f"strategy {name!r} is unknown; known: {', '.join(known)}")
+            raise GradschedError(f"strategy {name!r} is unknown; known: {', '.join(known)} (and the row "
+                                 f"{FSDP2_ROW}: PyTorch's fully_shard per block)")
         if is_sparse(name) and density is None:
             raise GradschedError(f"strategy {name!r} sends top-k gradients: give its density, e.g. --density 0.01")
         if not any(e["label"] == name for e in out):

@@ -65,6 +65,7 @@ class BenchEntry(_EntryBase, total=False):
 
     options: dict[str, Any]  # planner options of a gradsched row
     ddp_kwargs: dict[str, Any]  # DistributedDataParallel's keyword arguments (bucket_cap_mb)
+    fsdp2: bool  # the row runs PyTorch FSDP2's fully_shard per block (not a gradsched strategy)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -15,7 +15,9 @@ Groups (``grouping``):
 - ``planned`` (default): the fastest, on the simulator, of the groupings the merge rules of
   ``mgwfbp`` and ``optimal`` give when asked of the reduce-scatter's cost and of the
   two-phase cost (reduce-scatter plus all-gather), DeAR's threshold rule at 1-256 MB (the
-  range its Bayesian search tunes) and the nearby-layers rule.
+  range its Bayesian search tunes) and the nearby-layers rule (4 layers, and 1), each in list order (fifo) and
+  with US-Byte-style priorities over both phases (:func:`prioritized`): the plan keeps
+  ``scheduling: priority`` only where the simulator predicts it faster.
 
 Groups never mix element sizes (one flat buffer per group and dtype).  Reduce-scatters go
 in the order their groups become ready, all-gathers after them in forward order; each
@@ -23,6 +25,8 @@ layer's update runs right before its forward (``overlap_forward``), after its ga
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
@@ -102,17 +106,29 @@ def candidate_groupings(profile: Profile, cluster: Cluster) -> list[tuple[str, l
            ("mgwfbp(two-phase)", merge_groups(profile, both)),
            ("optimal(reduce-scatter)", optimal_groups(profile, rs_cost)[0]),
            ("optimal(two-phase)", optimal_groups(profile, both)[0]),
-           (f"nearby({DEFAULT_NEARBY_LAYERS})", nearby_groups(profile, DEFAULT_NEARBY_LAYERS))]
+           (f"nearby({DEFAULT_NEARBY_LAYERS})", nearby_groups(profile, DEFAULT_NEARBY_LAYERS)),
+           ("nearby(1)", nearby_groups(profile, 1))]  # per layer: where priorities pay most
     out += [(f"threshold({mb:g} MB)", threshold_groups(profile, mb * 1e6)) for mb in SEARCH_THRESHOLDS_MB]
     return out
 
 
-def planned(profile: Profile, cluster: Cluster) -> tuple[tuple[Operation, ...], str, float]:
-    """The candidate grouping the simulator predicts fastest: its operations, name and iteration (s).
-    Ties go to fewer operations, then candidate order."""
+def prioritized(ops: tuple[Operation, ...]) -> tuple[Operation, ...]:
+    """US-Byte's rule over both phases: each group's reduce-scatter and all-gather get the group's place in
+    forward order as priority (lowest first), so that among the ready operations the first layers' (whose
+    gathers the next forward waits for first) go first: their reduce-scatter, ready last in backward,
+    overtakes the later groups' queued ones, and their all-gather follows it at once."""
+    firsts = sorted({min(s.tensor for s in op.slices) for op in ops})
+    place = {t: k for k, t in enumerate(firsts)}
+    return tuple(replace(op, priority=place[min(s.tensor for s in op.slices)]) for op in ops)
+
+
+def planned(profile: Profile, cluster: Cluster) -> tuple[tuple[Operation, ...], str, float, str]:
+    """The candidate grouping and scheduling (fifo, or :func:`prioritized`) the simulator predicts fastest: its
+    operations, name, iteration (s) and scheduling.  Ties go to fifo, then fewer operations, then candidate
+    order."""
     from gradsched.sim import simulate  # the simulator imports planners' types only
 
-    best: tuple[tuple[float, int, int], tuple[Operation, ...], str] | None = None
+    best: tuple[tuple[float, int, int, int], tuple[Operation, ...], str, str] | None = None
     seen: set[tuple[tuple[int, ...], ...]] = set()
     whole = whole_slices(profile)
     for k, (name, groups) in enumerate(candidate_groupings(profile, cluster)):
@@ -120,14 +136,15 @@ def planned(profile: Profile, cluster: Cluster) -> tuple[tuple[Operation, ...], 
         if key in seen:
             continue
         seen.add(key)
-        ops = two_phase_ops(groups, profile, whole)
-        trial = Plan("dear", ops, profile.fingerprint, profile.model, overlap_forward=True)
-        key = (simulate(trial, profile, cluster, timeline=False).iteration_s, len(ops), k)
-        if best is None or key < best[0]:
-            best = (key, ops, name)
+        fifo = two_phase_ops(groups, profile, whole)
+        for v, (scheduling, ops) in enumerate((("fifo", fifo), ("priority", prioritized(fifo)))):
+            trial = Plan("dear", ops, profile.fingerprint, profile.model, scheduling=scheduling, overlap_forward=True)
+            rank = (round(simulate(trial, profile, cluster, timeline=False).iteration_s, 12), v, len(ops), k)
+            if best is None or rank < best[0]:
+                best = (rank, ops, name, scheduling)
     if best is None:
         raise GradschedError("dear: the profile has no tensors to group")
-    return best[1], best[2], best[0][0]
+    return best[1], best[2], best[0][0], best[3]
 
 
 @register("dear", options=OPTIONS)
@@ -141,8 +158,10 @@ def plan(profile: Profile, cluster: Cluster, grouping: str = "planned", threshol
         ops = two_phase_ops(nearby_groups(profile, nearby_layers), profile)
         options["nearby_layers"] = nearby_layers
     elif grouping == "planned":
-        ops, chose, predicted_s = planned(profile, cluster)
+        ops, chose, predicted_s, scheduling = planned(profile, cluster)
         options.update(planned_grouping=chose, predicted_iteration_s=predicted_s)
+        return Plan("dear", ops, profile.fingerprint, profile.model, options, scheduling=scheduling,
+                    overlap_forward=True)
     else:
         raise GradschedError(f"dear: grouping must be one of {', '.join(GROUPINGS)}, got {grouping!r}")
     return Plan("dear", ops, profile.fingerprint, profile.model, options, overlap_forward=True)

@@ -66,6 +66,7 @@ from gradsched.costs import CollectiveCost
 from gradsched.net_extend import MEASURED_MAX_BYTES, extend_points
 from gradsched.plan import Plan
 from gradsched.profile import Profile
+from gradsched.torch.jobs.fsdp2_row import Fsdp2Row
 from gradsched.torch.jobs.phases import Phases
 from gradsched.torch.jobs.shared_model import SharedModel, row_buffers, track
 from gradsched.torch.runtime.optim import DistributedOptimizer
@@ -275,6 +276,15 @@ def _build_entry(entry: BenchEntry | dict[str, Any], cfg: BenchConfig, profile: 
     runtime allocated at construction, released before the next row is built (run-time
     ``auto`` is not primed: its warm-up bursts count its iterations from the first)."""
     module = shared.copy()
+    if entry.get("fsdp2"):  # PyTorch's fully_shard per block: its own shards, no buckets of ours to release
+        row = Fsdp2Row(module, profile, cfg.lr)
+        if prime is not None:  # its lazy initialisation and first gathers off the clock, as the others' priming
+            loss_fn, (x, y) = prime
+            for _ in range(2):
+                row.zero_grad()
+                loss_fn(row(x), y).backward()
+                row.step()
+        return row, row
     common = {"profile": profile, "cluster": cluster, "timeout_s": cfg.timeout_s, "init_sync": False,
               "gradient_as_bucket_view": True}
     if entry["torch_ddp"]:
@@ -530,7 +540,8 @@ def _row(entry: BenchEntry, run: tuple[Any, Any], all_steps: list[float], cfg: B
     counted = all_steps[warm * steps:] or all_steps
     median = statistics.median(counted)
     row: BenchRow = {
-        "strategy": entry["label"], "runs": runtime_name(entry["torch_ddp"]),
+        "strategy": entry["label"],
+        "runs": "torch FSDP2" if entry.get("fsdp2") else runtime_name(entry["torch_ddp"]),
         "iteration_s_median": median, "iteration_s_mean": statistics.fmean(counted),
         "predicted_iteration_s": predicted_s, "prediction_error": (predicted_s - median) / median,
         "lower_bound_s": bound["lower_bound_s"], "vs_lower_bound": median / bound["lower_bound_s"],

@@ -14,7 +14,7 @@ so :func:`executable` hands it the reduce-scatters alone, each run by one
    backward: the first forward layer's gate with a ``DistributedOptimizer``, else the end of
    backward): for every decoupled operation in flight, in forward order (by its first tensor,
    the order the next forward needs them), wait for its reduce-scatter, sum this rank's
-   shard and start ``all_gather_into_tensor`` back into the piece, on a group of its own
+   shard and start ``all_gather_single`` (``all_gather_into_tensor``) back into the piece, on a group of its own
    (:func:`gather_group`), as DeAR's ``step()`` waits for the reduce-scatters and starts the
    all-gathers.  One group runs its collectives one after another, so the first layers'
    gathers end first.
@@ -25,7 +25,9 @@ so :func:`executable` hands it the reduce-scatters alone, each run by one
 
 A piece whose length is not a multiple of the world size is padded (a copy each way, as
 DeAR pads its buffers).  Every rank ends with every gradient (DeAR's semantics: all-gather the
-gradients, every rank updates every parameter); sharded optimizer state is not done yet.
+gradients, every rank updates every parameter), unless a sharded optimizer sets ``keep_shard``: the
+runner then stops after the reduce-scatter and :class:`~gradsched.torch.runtime.sharded.ShardedOptimizer`
+steps the shard and all-gathers the updated parameters.
 An all-gather gated before the group's first layer (a ``gate`` other than the default) is
 refused: the executor gates each layer on the operation holding its own tensors.
 """
@@ -46,6 +48,9 @@ from gradsched.torch.runtime.ops import OP_KINDS, wait_all
 
 GATHER_TIMEOUT_S = 1800.0  # the gather group's own timeout; each wait is bounded by the executor's
 _GATHER_GROUPS: dict[int, dist.ProcessGroup] = {}
+# PyTorch 2.13 renamed both (the old names warn FutureWarning on every call); older releases have the old only
+all_gather_single: Callable[..., Any] = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+reduce_scatter_single: Callable[..., Any] = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 def executable(plan: Plan, order: list[int]) -> tuple[Plan, list[int]]:
@@ -100,6 +105,10 @@ class DecoupledAllReduce:
         self.pieces = None if self.nccl else torch.empty_like(self.full)  # the p pieces an all-to-all brings
         self.shard = torch.empty(self.padded // world_size, dtype=self.piece.dtype, device=self.piece.device)
         self.phase = 0  # 0 idle, 1 reduce-scatter in flight, 2 gather in flight
+        # set by a ShardedOptimizer (gradsched.torch.runtime.sharded): keep the reduced shard, gather nothing
+        # (the optimizer steps the shard and all-gathers updated parameters into ``full`` itself)
+        self.keep_shard = False
+        self.fresh = False
         self.first_tensor = min(s.tensor for s in op.slices)  # forward order of the gathers
 
     def issue(self) -> None:
@@ -107,7 +116,7 @@ class DecoupledAllReduce:
             self.full[:self.piece.numel()].copy_(self.piece)
         self.full.div_(self.world_size)
         if self.nccl:
-            work = dist.reduce_scatter_tensor(self.shard, self.full, group=self.group, async_op=True)
+            work = reduce_scatter_single(self.shard, self.full, group=self.group, async_op=True)
         else:
             work = dist.all_to_all_single(self.pieces, self.full, group=self.group, async_op=True)
         self.works = [work]
@@ -117,7 +126,16 @@ class DecoupledAllReduce:
         """The reduce-scatter is done: this rank's shard, then the all-gather into the piece."""
         if not self.nccl:
             torch.sum(self.pieces.view(self.world_size, -1), dim=0, out=self.shard)
-        self.works = [dist.all_gather_into_tensor(self.full, self.shard, group=self.gather_on, async_op=True)]
+        if self.keep_shard:  # this rank's region of the piece holds the average, the rest its own part
+            m = self.shard.numel()
+            self.full[self.rank * m:(self.rank + 1) * m].copy_(self.shard)
+            self.fresh = True  # a gradient shard the optimizer has not stepped yet
+            self.works = []
+            self.phase = 2
+            if self.on_complete is not None:
+                self.on_complete(self.index)
+            return
+        self.works = [all_gather_single(self.full, self.shard, group=self.gather_on, async_op=True)]
         self.phase = 2
         if self.on_complete is not None:
             self.works[-1].get_future().add_done_callback(lambda _f: self.on_complete(self.index))
@@ -170,7 +188,7 @@ def reduce_scatter(shard: torch.Tensor, full: torch.Tensor, scratch: torch.Tenso
     ``reduce_scatter_tensor`` where ``scratch`` is None (NCCL), else an all-to-all into ``scratch`` (as large
     as ``full``) and a local sum (gloo; ``gradsched netbench`` times it so)."""
     if scratch is None:
-        dist.reduce_scatter_tensor(shard, full, group=group)
+        reduce_scatter_single(shard, full, group=group)
         return
     dist.all_to_all_single(scratch, full, group=group)
     torch.sum(scratch.view(-1, shard.numel()), dim=0, out=shard)

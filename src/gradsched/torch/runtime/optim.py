@@ -40,6 +40,7 @@ import torch
 
 from gradsched.errors import GradschedError
 from gradsched.torch.runtime.inflight import clear_applied
+from gradsched.torch.runtime.sharded import ShardedOptimizer
 from gradsched.torch.runtime.trace import UPDATE, WAIT
 
 if TYPE_CHECKING:
@@ -147,15 +148,38 @@ class DistributedOptimizer:
     # ------------------------------------------------------------- deferred updates
     @property
     def pending(self) -> bool:
-        return bool(self._pending)
+        """Updates deferred, or (sharded) updated parameters still being gathered."""
+        return bool(self._pending) or (self._sharded and self.optimizer.gathering)
+
+    @property
+    def _sharded(self) -> bool:
+        """Sharded over a decoupled plan (:class:`~gradsched.torch.runtime.sharded.ShardedOptimizer`)?"""
+        return isinstance(self.optimizer, ShardedOptimizer)
 
     def flush(self) -> None:
         """Apply every deferred update now (before saving, evaluating or stopping)."""
         if self._pending:
             self.apply(sorted(self._pending))
+        if self._sharded:
+            self.optimizer.wait_all()
+
+    def gathered_state_dict(self) -> dict[str, Any]:
+        """The whole optimizer state in ``torch.optim``'s format: under ``shard_optimizer`` gathered from every
+        rank (a collective: call it on all ranks); else :meth:`state_dict`.  :meth:`load_state_dict` takes
+        it back, sharded or not."""
+        self.flush()
+        if self._sharded:
+            return self.optimizer.gathered_state_dict()
+        if type(self.optimizer).__name__ == "ZeroRedundancyOptimizer":
+            raise GradschedError("this sharded optimizer is PyTorch's ZeroRedundancyOptimizer (a plan without "
+                                 "reduce-scatters): gather its state with optimizer.consolidate_state_dict(to=0)")
+        return self.optimizer.state_dict()
 
     def apply(self, tensors: list[int]) -> None:
         """Wait for ``tensors``' gradients, then update them (plan indices)."""
+        if self._sharded and not self._pending:  # the gate before a layer: its parameters' all-gathers
+            self.optimizer.wait_params(tensors)
+            return
         todo = [i for i in tensors if i in self._pending]
         if not todo:
             return
@@ -191,10 +215,15 @@ class DistributedOptimizer:
             tracer.span(f"update {model._names[todo[0]]}", UPDATE, t0, tensors=todo)
 
     def _params(self) -> list[torch.nn.Parameter]:
+        if self._sharded:  # its groups hold this rank's pieces
+            return list(self.optimizer.model_params)
         return [p for g in self.optimizer.param_groups for p in g["params"]]
 
     def _clip(self) -> None:
         if self.clip_grad_norm is None:
+            return
+        if self._sharded:  # the global norm of the reduced shards
+            self.last_grad_norm = self.optimizer.clip_grad_norm_(self.clip_grad_norm, self.norm_type)
             return
         params = [p for p in self._params() if p.grad is not None]
         self.last_grad_norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm, self.norm_type)

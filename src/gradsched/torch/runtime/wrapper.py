@@ -35,8 +35,8 @@ from gradsched.profile import Profile
 from gradsched.timeline import Timeline
 from gradsched.torch.runtime.autotune import AutoTuneConfig, AutoTuner, TunedModel
 from gradsched.torch.runtime import inflight
-from gradsched.torch.runtime.decoupled import executable
-from gradsched.torch.runtime.sharded import shard
+from gradsched.torch.runtime.decoupled import DecoupledAllReduce, executable
+from gradsched.torch.runtime.sharded import ShardedOptimizer, shard
 from gradsched.torch.runtime.ddp_args import DDPArgs, plan_choice, resolve, split_positional, to_device
 from gradsched.torch.runtime import ddp_errors
 from gradsched.torch.runtime.executor import PENDING, Executor, private_group
@@ -87,10 +87,11 @@ class DistributedDataParallel(nn.Module):
         ranks_per_node: ranks per node for ``hier-allreduce`` operations: the group's ranks form nodes
             of this many consecutive group ranks (default: ``LOCAL_WORLD_SIZE``, which torchrun sets,
             else 1); checked at start-up to be the same on every rank (docs/runtime.md).
-        shard_optimizer: shard the optimizer state over the ranks (ZeRO-1): the optimizer wrapped in
-            :class:`~gradsched.torch.DistributedOptimizer` becomes a ``ZeroRedundancyOptimizer`` of the same
-            class and settings; updates then run in ``step()``, not overlapped with the next forward
-            (:mod:`gradsched.torch.runtime.sharded`).
+        shard_optimizer: shard the optimizer state over the ranks (ZeRO-1), the optimizer wrapped in
+            :class:`~gradsched.torch.DistributedOptimizer` keeping its class and settings: over a plan of
+            reduce-scatters (``dear``) each rank steps its reduced shard and the updated parameters are
+            gathered before each layer's next forward (``ShardedOptimizer``); over any other plan PyTorch's
+            ``ZeroRedundancyOptimizer`` steps in ``step()`` (:mod:`gradsched.torch.runtime.sharded`).
         sparse_options: how top-k operations run (:class:`gradsched.torch.runtime.sparse.SparseOptions` or a
             dict: ``warmup_steps``, ``selection``, ``error_feedback``, ``memory``); see docs/sparse.md.
     """
@@ -333,10 +334,24 @@ class DistributedDataParallel(nn.Module):
             raise GradschedError("the optimizer holds parameters that are not this model's; build it over "
                                  "model.parameters()")
         if self._shard_optimizer:
-            optimizer.optimizer = shard(optimizer.optimizer, self._group)
+            optimizer.optimizer = self._sharded(optimizer.optimizer)
         self._optimizer = optimizer
         if self._executor is not None:
             self._executor.mirror = optimizer.on_arrival  # sparse results update their weights on arrival
+
+    def _sharded(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """``shard_optimizer=True``: over a plan of reduce-scatters alone (``dear``, no run-time auto) the
+        optimizer steps the reduce-scatters' shards and gathers parameters before each layer's forward
+        (ShardedOptimizer); over any other plan, all-reduced gradients and PyTorch's ZeroRedundancyOptimizer."""
+        ex = self._executor
+        if (ex is None or self.autotuner is not None or not ex.runners
+                or not all(isinstance(r, DecoupledAllReduce) for r in ex.runners)
+                or not all(p.is_contiguous() for p in self._params)):
+            return shard(optimizer, self._group)
+        sharded = ShardedOptimizer(optimizer, ex, self._group)
+        if self._gate is None:  # each layer's forward waits for its own parameters' gather
+            self._gate = ForwardGate(self.module, self._params, lambda: self._optimizer)
+        return sharded
 
     # ------------------------------------------------------------------ properties
     @property
