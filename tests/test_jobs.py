@@ -17,7 +17,8 @@ from gradsched.cli import build_parser
 from gradsched.jobs import launch as launcher
 from gradsched.jobs.bench import finish, history_job
 from gradsched.jobs.launch import PREFIXES, Ranks, environment, launch
-from gradsched.jobs.results import contention_to_run, pooled_contention, to_emulated, undeclared
+from gradsched.jobs.results import (UNITS, BenchJsonRow, contention_to_run, pooled_contention, read_bench_row,
+                                    to_emulated, undeclared)
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 FITTED = {"compute_slowdown": 0.4, "comm_slowdown": 0.2, "busy_latency_s": 0.004, "op_latency_s": 0.002}
@@ -55,21 +56,27 @@ def test_every_duration_the_types_mark_is_divided_once_and_nothing_else():
 
 
 def test_the_stored_bench_results_declare_every_field():
-    """Every field of the committed bench JSONs has a declared unit: none is converted, or left, by guess."""
-    shared = ("world_size", "backend", "machine", "profile", "cluster", "lower_bound", "contention", "compute_only",
-              "best_ddp", "job_s", "peak_rss_bytes", "phases")
-    meta = {"scale_bytes", "model", "hosts", "ranks_per_host", "network", "rate", "dilate", "compute", "date",
-            "steps_per_round", "rounds", "batch_size", "command"}
+    """Every field of the committed bench JSONs has a declared unit (BenchJsonRow: a row and the job's and
+    command line's facts): none is converted, or left, by guess."""
     seen = 0
     for path in sorted(RESULTS.glob("*.json")):
         rows = json.loads(path.read_text())
         if not (isinstance(rows, list) and rows and isinstance(rows[0], dict) and "lower_bound" in rows[0]):
             continue
-        result = {k: rows[0][k] for k in shared if k in rows[0]}
-        result["rows"] = [{k: v for k, v in r.items() if k not in meta and k not in shared} for r in rows]
-        assert undeclared(result) == [], path.name
+        assert [p for row in rows for p in undeclared(row, BenchJsonRow)] == [], path.name
         seen += 1
     assert seen >= 5
+
+
+def test_the_json_rows_say_their_units_and_read_back_as_the_workers_measured():
+    from gradsched.commands.bench import rows_for_json
+
+    raw = _result(FITTED, op_host_samples=[[2e-4, 4e-4]], runtime_overhead_s={"gradsched": 0.01})
+    rows = rows_for_json(finish(json.loads(json.dumps(raw)), 2.0), {"dilate": 2.0})
+    assert {r["units"] for r in rows} == {UNITS}
+    back, dilate = read_bench_row(rows[0])
+    assert dilate == 2.0 and back["contention"] == raw["contention"] and back["step_s"] == raw["rows"][0]["step_s"]
+    assert back["compute_only"] == raw["compute_only"] and back["lower_bound"] == raw["lower_bound"]
 
 
 # ----------------------------------------------------------------------------- --contention-from with --dilate
