@@ -5,6 +5,7 @@ and prefix policy."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -15,7 +16,7 @@ import pytest
 from gradsched.calibration import contention_history, this_machine
 from gradsched.cli import build_parser
 from gradsched.jobs import launch as launcher
-from gradsched.jobs.bench import finish, history_job
+from gradsched.jobs.bench import DDP_DEFAULT_MB, finish, history_job
 from gradsched.jobs.launch import PREFIXES, Ranks, environment, launch
 from gradsched.jobs.results import (UNITS, BenchJsonRow, contention_to_run, pooled_contention, read_bench_row,
                                     to_emulated, undeclared)
@@ -188,3 +189,47 @@ def test_an_interrupt_stops_every_launcher_and_is_raised(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         launch(Ranks(script_argv=("-m", "x"), hosts=2))
     assert len(started) == 2 and all(p.poll() is not None for p in started)
+
+
+# ----------------------------------------------------------------------------- one parameter, end to end
+def test_dilate_and_scale_bytes_go_from_argv_to_the_workers_and_back_unchanged(tmp_path, monkeypatch):
+    """``--dilate 2 --scale-bytes 4`` from the command line: the launcher shapes links at rate / 2 / 4, the
+    workers read both from their config (as ``bench_worker.run_bench`` does) and replay a profile stretched
+    2x with tensors 1/4; what they return in run seconds reaches the JSON divided by 2 once, with both values
+    stated as given, and reads back as the workers measured.  In-process: the ranks are this test."""
+    from gradsched import cli
+    from gradsched.commands import bench
+    from gradsched.constants import REPLAY_PREFIX
+    from gradsched.jobs.config import BenchConfig
+    from gradsched.jobs.launch import Launched
+    from gradsched.profile import Profile
+    from gradsched.replayable import load_profile
+
+    raw = _result(FITTED, op_host_samples=[[2e-4, 4e-4]], runtime_overhead_s={"gradsched": 0.01},
+                  compute_overlapped_s=0.4, compute_slowdown=1.33, allreduce_alone_s=0.1, allreduce_overlapped_s=0.12)
+    seen: dict = {}
+
+    def ranks_run(ranks: Ranks, on_line=None) -> Launched:  # what each rank does with its argv
+        assert ranks.script_argv[:2] == ("-m", bench.WORKER)
+        cfg = BenchConfig.from_dict(json.loads(Path(ranks.script_argv[2]).read_text()))
+        seen.update(cfg=cfg, rate=ranks.rate, replayed=Profile.load(cfg.model.removeprefix(REPLAY_PREFIX)))
+        Path(cfg.out_dir, "bench.json").write_text(json.dumps(raw))  # rank 0's result, run seconds
+        return Launched(0, [])
+
+    monkeypatch.setattr(launcher, "launch", ranks_run)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)  # --rate: the testbed's flag (no testbed comes up here)
+    out = tmp_path / "out.json"
+    argv = ["bench", "--replay", "googlenet-k80", "--rate", "1gbit", "--dilate", "2", "--scale-bytes", "4",
+            "--strategies", "wfbp", "--ddp-buckets", "8", "--json", str(out), "-q"]
+    assert cli.main(argv) == 0
+    cfg, given = seen["cfg"], load_profile("googlenet-k80")
+    assert (cfg.dilate, cfg.scale_bytes, seen["rate"]) == (2.0, 4, 10**9 // 2 // 4)
+    assert [e["ddp_kwargs"]["bucket_cap_mb"] for e in cfg.entries if e["torch_ddp"]] == [DDP_DEFAULT_MB / 4, 8 / 4]
+    assert math.isclose(seen["replayed"].compute_s, 2 * given.compute_s, rel_tol=1e-9)
+    assert [t.numel for t in seen["replayed"].tensors] == [max(1, round(t.numel / 4)) for t in given.tensors]
+    rows = json.loads(out.read_text())
+    assert {(r["dilate"], r["scale_bytes"], r["units"]) for r in rows} == {(2.0, 4, UNITS)}
+    assert rows[0]["iteration_s_median"] == raw["rows"][0]["iteration_s_median"] / 2
+    assert rows[0]["contention"]["runtime_overhead_s"] == {"gradsched": 0.005}
+    back, dilate = read_bench_row(rows[0])
+    assert dilate == 2.0 and back["contention"] == raw["contention"] and back["step_s"] == raw["rows"][0]["step_s"]
