@@ -194,7 +194,7 @@ def test_an_interrupt_stops_every_launcher_and_is_raised(monkeypatch):
 # ----------------------------------------------------------------------------- one parameter, end to end
 def test_dilate_and_scale_bytes_go_from_argv_to_the_workers_and_back_unchanged(tmp_path, monkeypatch):
     """``--dilate 2 --scale-bytes 4`` from the command line: the launcher shapes links at rate / 2 / 4, the
-    workers read both from their config (as ``bench_worker.run_bench`` does) and replay a profile stretched
+    workers read both from their config (``BenchConfig.from_dict``, as ``worker.run_worker`` does) and replay a profile stretched
     2x with tensors 1/4; what they return in run seconds reaches the JSON divided by 2 once, with both values
     stated as given, and reads back as the workers measured.  In-process: the ranks are this test."""
     from gradsched import cli
@@ -233,3 +233,24 @@ def test_dilate_and_scale_bytes_go_from_argv_to_the_workers_and_back_unchanged(t
     assert rows[0]["contention"]["runtime_overhead_s"] == {"gradsched": 0.005}
     back, dilate = read_bench_row(rows[0])
     assert dilate == 2.0 and back["contention"] == raw["contention"] and back["step_s"] == raw["rows"][0]["step_s"]
+
+
+def test_an_interrupt_while_a_launcher_starts_stops_it_too(monkeypatch):
+    """Ctrl-C (or SIGTERM under sigterm_unwinds) that fires inside ``Popen``, after the child started and
+    before ``Popen`` returned it: before, that launcher was never registered and ran on, orphaned."""
+    import signal
+
+    _sleepers(monkeypatch, (0, 60.0), (0, 60.0))
+    started = []
+    real_popen = launcher.subprocess.Popen
+
+    def popen_interrupted(*a, **k):
+        started.append(real_popen(*a, **k))
+        os.kill(os.getpid(), signal.SIGINT)  # its handler runs at the next instruction: still inside "Popen"
+        time.sleep(0.05)
+        return started[-1]
+
+    monkeypatch.setattr(launcher.subprocess, "Popen", popen_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        launch(Ranks(script_argv=("-m", "x"), hosts=2))
+    assert len(started) == 1 and started[0].poll() is not None and _gone(started[0].pid)

@@ -176,7 +176,7 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
     if scale > 1:
         from gradsched.byte_scaling import scale_ddp_entries
 
-        rows = scale_ddp_entries(rows, scale)  # type: ignore[arg-type]
+        rows = [BenchEntry.from_dict(e) for e in scale_ddp_entries(rows, scale)]  # type: ignore[arg-type]
     return BenchConfig(model=model, seed=args.seed, batch_size=args.batch_size, lr=args.lr,
                        entries=rows, steps=args.steps,
                        rounds=args.rounds, warmup_rounds=args.warmup_rounds,
@@ -193,7 +193,7 @@ def _checked_entries(args: argparse.Namespace) -> list[BenchEntry]:
     from gradsched.commands._inputs import check_opt_keys
 
     out = entries(args.strategies, args.ddp_buckets, args.density, args.opt)
-    check_opt_keys([e["strategy"] for e in out if not e["torch_ddp"]], argparse.Namespace(density=None, opt=args.opt))
+    check_opt_keys([e.strategy for e in out if not e.torch_ddp], argparse.Namespace(density=None, opt=args.opt))
     return out
 
 

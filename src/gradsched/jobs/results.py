@@ -15,6 +15,12 @@ Figures read back from an earlier job's JSON (``--contention-from``) are emulate
 their own.  No key name is parsed: a field the types do not declare is listed by
 :func:`undeclared` (a test keeps that list empty), never converted by guess.
 
+Why TypedDicts here, where the configs (:mod:`gradsched.jobs.config`) are dataclasses with
+``to_dict``/``from_dict``: a result *is* its JSON, the file format users keep and scripts
+read (``benchmarks/results/*.json``), nested and partly open (a planner's options, the
+measured profile and cluster); a TypedDict types that JSON as it is, with no second shape
+to keep in step, and :func:`undeclared` checks every stored file against the declarations.
+
 Torch-free: the command reads and converts; the workers only fill the fields.
 """
 

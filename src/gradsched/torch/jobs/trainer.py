@@ -36,10 +36,11 @@ from gradsched.torch.jobs.worker import run_worker
 from gradsched.torch.runtime.wrapper import DistributedDataParallel
 
 
-def train(raw: dict[str, Any]) -> TrainResult:
+def train(cfg: TrainConfig) -> TrainResult:
     """Run the configured training on this rank (process group already initialised): set up, train,
     report, as a training script reads top to bottom."""
-    cfg = TrainConfig.from_dict(raw)
+    if not isinstance(cfg, TrainConfig):  # the raw JSON, as before
+        cfg = TrainConfig.from_dict(cfg)
     device = _device()
     spec = build_model(cfg.model, seed=cfg.seed)
     module = spec.module.to(device)
@@ -174,7 +175,7 @@ class Progress:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_worker(train, "result.json", argv)
+    return run_worker(TrainConfig.from_dict, train, "result.json", argv)
 
 
 if __name__ == "__main__":
