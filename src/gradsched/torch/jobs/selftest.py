@@ -20,7 +20,8 @@ that imported torch once.  Through the launcher each call would need a config fo
 function and pay the imports per call: 2 ranks joining a gloo group and leaving took 14.7 s
 a call through the launcher (median of 3, 12.9-21.9 s) against 0.15 s through the warm fork
 server (6.6 s its first start), on the 2-core machine at load 6-7 (6 Dec 2026), over
-hundreds of calls in a suite that must fit in 10 minutes.
+and the suite, which must fit in 10 minutes, calls it from about 45 places (more with
+parametrised tests).
 Nothing of the launcher's policy is missing for that use: ranks are local (no testbed, so
 no prefix rule), one compute thread each (set in the rank), and a failing rank stops the
 others and is raised here (``torch.multiprocessing``'s join); a hung collective ends at
