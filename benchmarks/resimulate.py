@@ -18,6 +18,18 @@ absolute errors as JSON.  No network: seconds.
 
 Runs whose contention was pooled with earlier jobs' (``--contention-from``) keep their
 pooled figures (the earlier jobs' samples are not in the file).
+
+Units: the simulator runs in the job's own seconds, those of its measured profile and
+cluster (stretched K times under ``--dilate K``); each row is read into them by
+:func:`gradsched.jobs.results.read_bench_row`, and a prediction is divided by K once, to
+compare with the row's measured median (emulated seconds, as the file holds it).  Files
+with ``units`` are read by the declared types; older ones (no ``units``) by undoing the
+rule on key names that wrote them, which had left ``runtime_overhead_s`` in run seconds and
+divided the probe's other figures.  Before, this script used the probe's figures as the
+file held them, so dilated runs were simulated with mixed units: bucket passes and host
+time per operation K times too small, contention refitted from emulated measurements
+against the run-second cost model, and on files with ``units`` the runtime overheads K
+times too small as well.
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ from typing import Any
 
 from gradsched.calibration import calibrate, contention_from_probe, median_se, with_runtime_costs
 from gradsched.cluster import Cluster, CollectiveCost, Contention
+from gradsched.jobs.results import read_bench_row
 from gradsched.planners import make_plan
 from gradsched.profile import Profile
 from gradsched.sim import simulate
@@ -89,15 +102,14 @@ def read_run(path: Path, rev: str | None) -> list[dict[str, Any]]:
 
 
 def resimulate(path: Path, rev: str | None = None) -> list[dict[str, Any]]:
-    """One row per strategy of one bench JSON: measured, predicted then, predicted now."""
+    """One row per strategy of one bench JSON: measured, predicted then, predicted now (emulated seconds)."""
     rows = read_run(path, rev)
-    first = rows[0]
-    dilate = first.get("dilate", 1.0)
+    first, dilate = read_bench_row(rows[0])  # in the run's seconds, as its profile and cluster
     profile = Profile.from_dict(first["profile"]["measured"])
     probe = first["contention"]
     job = Cluster.from_dict(first["cluster"])
-    now = refit_contention(reread_cluster(job), probe, bool(first.get("contention_from")))
-    compute_s = first["compute_only"]["iteration_s_median"] * dilate
+    now = refit_contention(reread_cluster(job), probe, bool((probe or {}).get("history")))
+    compute_s = first["compute_only"]["iteration_s_median"]
     out = []
     for row in rows:
         plan = plan_as_run(row, profile, probe, job)

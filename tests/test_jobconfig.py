@@ -62,3 +62,23 @@ def test_a_bench_field_left_out_is_refused_not_defaulted(tmp_path):
     del data["resample_share"]
     with pytest.raises(InternalError, match="bench config: missing field.*resample_share"):
         BenchConfig.from_dict(data)
+
+
+def test_bench_entries_are_typed_and_read_back_field_by_field(tmp_path):
+    """An entry crosses to the workers as a JSON object: a dataclass on both sides, a misspelt field refused
+    where it is read (before, entries were plain dicts: any key passed, and a missing one failed mid-job)."""
+    from gradsched.jobs.config import BenchEntry
+
+    args = build_parser().parse_args(["bench", "--model", "mlp", "--loopback", "--strategies", "wfbp,topk",
+                                      "--density", "0.01", "--ddp-buckets", "5", "-q"])
+    cfg = bench_config(args, str(tmp_path), [], args.model)
+    assert all(isinstance(e, BenchEntry) for e in cfg.entries)
+    by = {e.label: e for e in cfg.entries}
+    assert by["ddp-5mb"].ddp_kwargs == {"bucket_cap_mb": 5.0} and by["topk"].options == {"density": 0.01}
+    assert by["wfbp"].options is None and by["ddp"]["torch_ddp"] and "ddp_kwargs" not in by["ddp"]  # as before
+    written = {e["label"]: e for e in json.loads(json.dumps(cfg.to_dict()))["entries"]}
+    assert written["wfbp"] == {"label": "wfbp", "strategy": "wfbp", "torch_ddp": False}  # as before: no nulls
+    with pytest.raises(InternalError, match="bench entry config: unknown field.*ddp_kwarg"):
+        BenchEntry.from_dict({**written["wfbp"], "ddp_kwarg": {"bucket_cap_mb": 1}})
+    with pytest.raises(InternalError, match="bench entry config: missing field.*torch_ddp"):
+        BenchEntry.from_dict({"label": "x", "strategy": "x"})

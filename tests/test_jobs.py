@@ -5,6 +5,7 @@ and prefix policy."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -15,9 +16,10 @@ import pytest
 from gradsched.calibration import contention_history, this_machine
 from gradsched.cli import build_parser
 from gradsched.jobs import launch as launcher
-from gradsched.jobs.bench import finish, history_job
+from gradsched.jobs.bench import DDP_DEFAULT_MB, finish, history_job
 from gradsched.jobs.launch import PREFIXES, Ranks, environment, launch
-from gradsched.jobs.results import contention_to_run, pooled_contention, to_emulated, undeclared
+from gradsched.jobs.results import (UNITS, BenchJsonRow, contention_to_run, pooled_contention, read_bench_row,
+                                    to_emulated, undeclared)
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 FITTED = {"compute_slowdown": 0.4, "comm_slowdown": 0.2, "busy_latency_s": 0.004, "op_latency_s": 0.002}
@@ -55,21 +57,27 @@ def test_every_duration_the_types_mark_is_divided_once_and_nothing_else():
 
 
 def test_the_stored_bench_results_declare_every_field():
-    """Every field of the committed bench JSONs has a declared unit: none is converted, or left, by guess."""
-    shared = ("world_size", "backend", "machine", "profile", "cluster", "lower_bound", "contention", "compute_only",
-              "best_ddp", "job_s", "peak_rss_bytes", "phases")
-    meta = {"scale_bytes", "model", "hosts", "ranks_per_host", "network", "rate", "dilate", "compute", "date",
-            "steps_per_round", "rounds", "batch_size", "command"}
+    """Every field of the committed bench JSONs has a declared unit (BenchJsonRow: a row and the job's and
+    command line's facts): none is converted, or left, by guess."""
     seen = 0
     for path in sorted(RESULTS.glob("*.json")):
         rows = json.loads(path.read_text())
         if not (isinstance(rows, list) and rows and isinstance(rows[0], dict) and "lower_bound" in rows[0]):
             continue
-        result = {k: rows[0][k] for k in shared if k in rows[0]}
-        result["rows"] = [{k: v for k, v in r.items() if k not in meta and k not in shared} for r in rows]
-        assert undeclared(result) == [], path.name
+        assert [p for row in rows for p in undeclared(row, BenchJsonRow)] == [], path.name
         seen += 1
     assert seen >= 5
+
+
+def test_the_json_rows_say_their_units_and_read_back_as_the_workers_measured():
+    from gradsched.commands.bench import rows_for_json
+
+    raw = _result(FITTED, op_host_samples=[[2e-4, 4e-4]], runtime_overhead_s={"gradsched": 0.01})
+    rows = rows_for_json(finish(json.loads(json.dumps(raw)), 2.0), {"dilate": 2.0})
+    assert {r["units"] for r in rows} == {UNITS}
+    back, dilate = read_bench_row(rows[0])
+    assert dilate == 2.0 and back["contention"] == raw["contention"] and back["step_s"] == raw["rows"][0]["step_s"]
+    assert back["compute_only"] == raw["compute_only"] and back["lower_bound"] == raw["lower_bound"]
 
 
 # ----------------------------------------------------------------------------- --contention-from with --dilate
@@ -181,3 +189,68 @@ def test_an_interrupt_stops_every_launcher_and_is_raised(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         launch(Ranks(script_argv=("-m", "x"), hosts=2))
     assert len(started) == 2 and all(p.poll() is not None for p in started)
+
+
+# ----------------------------------------------------------------------------- one parameter, end to end
+def test_dilate_and_scale_bytes_go_from_argv_to_the_workers_and_back_unchanged(tmp_path, monkeypatch):
+    """``--dilate 2 --scale-bytes 4`` from the command line: the launcher shapes links at rate / 2 / 4, the
+    workers read both from their config (``BenchConfig.from_dict``, as ``worker.run_worker`` does) and replay a profile stretched
+    2x with tensors 1/4; what they return in run seconds reaches the JSON divided by 2 once, with both values
+    stated as given, and reads back as the workers measured.  In-process: the ranks are this test."""
+    from gradsched import cli
+    from gradsched.commands import bench
+    from gradsched.constants import REPLAY_PREFIX
+    from gradsched.jobs.config import BenchConfig
+    from gradsched.jobs.launch import Launched
+    from gradsched.profile import Profile
+    from gradsched.replayable import load_profile
+
+    raw = _result(FITTED, op_host_samples=[[2e-4, 4e-4]], runtime_overhead_s={"gradsched": 0.01},
+                  compute_overlapped_s=0.4, compute_slowdown=1.33, allreduce_alone_s=0.1, allreduce_overlapped_s=0.12)
+    seen: dict = {}
+
+    def ranks_run(ranks: Ranks, on_line=None) -> Launched:  # what each rank does with its argv
+        assert ranks.script_argv[:2] == ("-m", bench.WORKER)
+        cfg = BenchConfig.from_dict(json.loads(Path(ranks.script_argv[2]).read_text()))
+        seen.update(cfg=cfg, rate=ranks.rate, replayed=Profile.load(cfg.model.removeprefix(REPLAY_PREFIX)))
+        Path(cfg.out_dir, "bench.json").write_text(json.dumps(raw))  # rank 0's result, run seconds
+        return Launched(0, [])
+
+    monkeypatch.setattr(launcher, "launch", ranks_run)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)  # --rate: the testbed's flag (no testbed comes up here)
+    out = tmp_path / "out.json"
+    argv = ["bench", "--replay", "googlenet-k80", "--rate", "1gbit", "--dilate", "2", "--scale-bytes", "4",
+            "--strategies", "wfbp", "--ddp-buckets", "8", "--json", str(out), "-q"]
+    assert cli.main(argv) == 0
+    cfg, given = seen["cfg"], load_profile("googlenet-k80")
+    assert (cfg.dilate, cfg.scale_bytes, seen["rate"]) == (2.0, 4, 10**9 // 2 // 4)
+    assert [e["ddp_kwargs"]["bucket_cap_mb"] for e in cfg.entries if e["torch_ddp"]] == [DDP_DEFAULT_MB / 4, 8 / 4]
+    assert math.isclose(seen["replayed"].compute_s, 2 * given.compute_s, rel_tol=1e-9)
+    assert [t.numel for t in seen["replayed"].tensors] == [max(1, round(t.numel / 4)) for t in given.tensors]
+    rows = json.loads(out.read_text())
+    assert {(r["dilate"], r["scale_bytes"], r["units"]) for r in rows} == {(2.0, 4, UNITS)}
+    assert rows[0]["iteration_s_median"] == raw["rows"][0]["iteration_s_median"] / 2
+    assert rows[0]["contention"]["runtime_overhead_s"] == {"gradsched": 0.005}
+    back, dilate = read_bench_row(rows[0])
+    assert dilate == 2.0 and back["contention"] == raw["contention"] and back["step_s"] == raw["rows"][0]["step_s"]
+
+
+def test_an_interrupt_while_a_launcher_starts_stops_it_too(monkeypatch):
+    """Ctrl-C (or SIGTERM under sigterm_unwinds) that fires inside ``Popen``, after the child started and
+    before ``Popen`` returned it: before, that launcher was never registered and ran on, orphaned."""
+    import signal
+
+    _sleepers(monkeypatch, (0, 60.0), (0, 60.0))
+    started = []
+    real_popen = launcher.subprocess.Popen
+
+    def popen_interrupted(*a, **k):
+        started.append(real_popen(*a, **k))
+        os.kill(os.getpid(), signal.SIGINT)  # its handler runs at the next instruction: still inside "Popen"
+        time.sleep(0.05)
+        return started[-1]
+
+    monkeypatch.setattr(launcher.subprocess, "Popen", popen_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        launch(Ranks(script_argv=("-m", "x"), hosts=2))
+    assert len(started) == 1 and started[0].poll() is not None and _gone(started[0].pid)

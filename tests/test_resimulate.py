@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
+import typing
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -13,6 +17,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import resimulate  # noqa: E402
 
 from gradsched.cluster import Cluster  # noqa: E402
+from gradsched.commands.bench import rows_for_json  # noqa: E402
+from gradsched.jobs.results import UNITS, BenchJsonRow, BenchResult, BenchRow, read_bench_row, to_emulated  # noqa: E402
 
 RUN = ROOT / "benchmarks" / "results" / "bench_replay_googlenet_k80_8h.json"
 
@@ -34,3 +40,79 @@ def test_the_table_is_read_again_through_the_split_envelope():
     for i, (size, seconds) in enumerate(points):
         for smaller, t in points[:i]:
             assert seconds <= math.ceil(size / smaller) * t * (1 + 1e-12)
+
+
+# ----------------------------------------------------------------------------- dilated runs, both file layouts
+SMALL = ROOT / "benchmarks" / "results" / "bench_replay_googlenet_k80_2h.json"  # dilation 1: run seconds
+
+
+def _old_undilate(result: dict, dilate: float) -> dict:
+    """How ``gradsched bench`` converted before ``units`` (commands/bench.py at 22f138f..a8db2c5^): by key names."""
+    keep = {"job_s", "resample_s", "measured", "cluster", "peak_rss_bytes", "phases"}
+    seconds = re.compile(r"(?:^|_)s(?:_|$)")
+
+    def scale(value, key):
+        if key in keep:
+            return value
+        if isinstance(value, dict):
+            return {k: scale(v, k) for k, v in value.items()}
+        if isinstance(value, list):
+            return [scale(v, key if seconds.search(key) else "") for v in value]
+        if isinstance(value, float) and seconds.search(key):
+            return value / dilate
+        return value
+
+    return {**scale(result, ""), "dilate": dilate}
+
+
+def _as_dilated(rows: list[dict], dilate: float, path: Path, *, before_units: bool) -> Path:
+    """``rows`` (a job at dilation 1) as the same run written at ``--dilate dilate``: its workers' seconds
+    are the same numbers, the figures the user reads divided by ``dilate`` (the writer then or now)."""
+    shared = set(typing.get_type_hints(BenchResult))
+    meta = set(typing.get_type_hints(BenchJsonRow)) - set(typing.get_type_hints(BenchRow)) - shared - {"units"}
+    result = {k: rows[0][k] for k in shared if k in rows[0]}
+    result["rows"] = [{k: v for k, v in r.items() if k not in shared and k not in meta} for r in rows]
+    facts = {**{k: rows[0][k] for k in meta if k in rows[0]}, "dilate": dilate}
+    converted = _old_undilate(result, dilate) if before_units else to_emulated(result, dilate)  # type: ignore
+    out = rows_for_json(converted, facts)  # type: ignore[arg-type]
+    for row in out if before_units else []:
+        del row["units"]
+    path.write_text(json.dumps(out))
+    return path
+
+
+@pytest.mark.parametrize("before_units", [False, True], ids=["units", "before-units"])
+def test_a_dilated_run_is_resimulated_in_one_unit(tmp_path, before_units):
+    """The same measurements declared at --dilate 4: every prediction the same, divided by 4 once.
+
+    Before, the probe's figures were used as the file held them beside a profile and cluster in
+    run seconds: the runtime overheads divided by K (files with units), the contention refitted
+    from emulated measurements against run-second costs (both)."""
+    rows = json.loads(SMALL.read_text())[:2]  # ddp and auto
+    assert [r["strategy"] for r in rows] == ["ddp", "auto"] and rows[0]["contention"]["runtime_overhead_s"]["gradsched"]
+    base = resimulate.resimulate(_write(tmp_path / "base.json", rows))
+    dilated = resimulate.resimulate(_as_dilated(rows, 4.0, tmp_path / "k4.json", before_units=before_units))
+    for got, want in zip(dilated, base):
+        assert math.isclose(got["measured_s"], want["measured_s"] / 4, rel_tol=1e-12)
+        assert math.isclose(got["predicted_now_s"], want["predicted_now_s"] / 4, rel_tol=1e-9)
+        assert math.isclose(got["error_now"], want["error_now"], rel_tol=1e-9, abs_tol=1e-12)
+
+
+def test_a_row_is_read_back_in_run_seconds_whichever_rule_wrote_it():
+    row = {"strategy": "ddp", "iteration_s_median": 0.2, "dilate": 2.0, "job_s": 9.0,
+           "contention": {"runtime_overhead_s": {"gradsched": 0.01}, "op_host": {"issue_s": 1e-4},
+                          "op_host_samples": [[1e-4, 2e-4]]}}
+    new, k = read_bench_row({**row, "units": UNITS})
+    assert k == 2.0 and new["iteration_s_median"] == 0.4 and new["job_s"] == 9.0
+    assert new["contention"] == {"runtime_overhead_s": {"gradsched": 0.02}, "op_host": {"issue_s": 2e-4},
+                                 "op_host_samples": [[2e-4, 4e-4]]}
+    old, _ = read_bench_row(row)  # the old rule left these two dilated: they are run seconds already
+    assert old["iteration_s_median"] == 0.4 and old["contention"]["op_host"] == {"issue_s": 2e-4}
+    assert old["contention"]["runtime_overhead_s"] == {"gradsched": 0.01}
+    assert old["contention"]["op_host_samples"] == [[1e-4, 2e-4]]
+    assert read_bench_row({**row, "dilate": None})[0] == {**row, "dilate": None}
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text(json.dumps(rows))
+    return path

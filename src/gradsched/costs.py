@@ -118,7 +118,7 @@ def split_envelope(sizes: list[float], seconds: Iterable[float]) -> list[float]:
     times).  A time above that is noise that only adds time: a TCP retransmission, a
     stalled rank.  Measured: 8 testbed hosts at 250 Mbit/s, 1 MiB timed 150 ms against
     31 ms for 512 KiB and 124 ms for 2 MiB; capped, 62 ms, and usbyte's 64 operations
-    (a dozen of 0.5-2 MiB) were predicted 0.1% under their measured 922 ms instead of
+    (a dozen of 0.5-2 MiB) were predicted 0.9% over their measured 922 ms instead of
     9.9% over (that run re-simulated: ``python benchmarks/resimulate.py --rev cc5d228``;
     docs/cost-model.md).  Tables timed one operation at a time after an idle pause do
     not obey it (a token bucket's burst or TCP's restarted window makes one operation

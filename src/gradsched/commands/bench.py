@@ -39,7 +39,7 @@ from gradsched.jobs import bench as bench_rules
 from gradsched.jobs.bench import FAITHFUL_AGGREGATE_BPS, replay_model, shaped_rate, with_bound_checks
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.launch import PREFIXES
-from gradsched.jobs.results import BenchResult, BenchRow, Contention
+from gradsched.jobs.results import UNITS, BenchJsonRow, BenchResult, BenchRow, Contention
 from gradsched.jobs.results import to_emulated as undilate  # the old name
 from gradsched.testbed import check_ranks_per_host
 
@@ -177,7 +177,7 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
     if scale > 1:
         from gradsched.byte_scaling import scale_ddp_entries
 
-        rows = scale_ddp_entries(rows, scale)  # type: ignore[arg-type]
+        rows = [BenchEntry.from_dict(e) for e in scale_ddp_entries(rows, scale)]  # type: ignore[arg-type]
     return BenchConfig(model=model, seed=args.seed, batch_size=args.batch_size, lr=args.lr,
                        entries=rows, steps=args.steps,
                        rounds=args.rounds, warmup_rounds=args.warmup_rounds,
@@ -194,7 +194,7 @@ def _checked_entries(args: argparse.Namespace) -> list[BenchEntry]:
     from gradsched.commands._inputs import check_opt_keys
 
     out = entries(args.strategies, args.ddp_buckets, args.density, args.opt)
-    check_opt_keys([e["strategy"] for e in out if not e["torch_ddp"]], argparse.Namespace(density=None, opt=args.opt))
+    check_opt_keys([e.strategy for e in out if not e.torch_ddp], argparse.Namespace(density=None, opt=args.opt))
     return out
 
 
@@ -210,14 +210,16 @@ def _launch(cfg_path: Path, hosts: int, shaped: int | None, timeout_s: float, pr
 
 
 # ----------------------------------------------------------------------------- reporting
-def rows_for_json(result: BenchResult, meta: dict[str, Any]) -> list[dict[str, Any]]:
-    """The JSON output: one object per strategy / DDP bucket size, each carrying the run's facts."""
-    shared = {**meta, "world_size": result["world_size"], "backend": result["backend"], "machine": result["machine"],
-              "profile": result["profile"], "cluster": result["cluster"], "lower_bound": result["lower_bound"],
-              "contention": result["contention"],
+def rows_for_json(result: BenchResult, meta: dict[str, Any]) -> list[BenchJsonRow]:
+    """The JSON output: one object per strategy / DDP bucket size, each carrying the run's facts and
+    ``units`` (its durations as :mod:`gradsched.jobs.results` declares them: read them back with
+    :func:`~gradsched.jobs.results.read_bench_row`)."""
+    shared = {**meta, "units": UNITS, "world_size": result["world_size"], "backend": result["backend"],
+              "machine": result["machine"], "profile": result["profile"], "cluster": result["cluster"],
+              "lower_bound": result["lower_bound"], "contention": result["contention"],
               "compute_only": result.get("compute_only"), "best_ddp": result["best_ddp"], "job_s": result["job_s"],
               "peak_rss_bytes": result.get("peak_rss_bytes"), "phases": result.get("phases")}
-    return [{**row, **shared} for row in result["rows"]]
+    return [{**row, **shared} for row in result["rows"]]  # type: ignore[typeddict-item]
 
 
 def _x(ratio: float | None, width: int) -> str:

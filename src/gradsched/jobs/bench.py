@@ -41,19 +41,18 @@ def _bucket_label(mb: str) -> str:
 def _strategy_entry(name: str, density: float | None, chosen: dict[str, Any]) -> BenchEntry:
     from gradsched.planners import is_sparse
 
-    entry: BenchEntry = {"label": name, "strategy": name, "torch_ddp": name == "ddp"}
+    options: dict[str, Any] = {}
     if is_sparse(name):
-        entry["options"] = {"density": density}
+        options["density"] = density
     if name == "auto":
         # run-time auto: profiles itself, plans, and checks its choice against what it
         # measured (reverting a plan that runs slower than one it already ran); the
         # worker lets it settle off the clock before the counted rounds
-        entry["options"] = {"max_replans": 2}
-    if chosen and entry["torch_ddp"]:
+        options["max_replans"] = 2
+    if chosen and name == "ddp":
         raise GradschedError("--opt: the ddp row is PyTorch's own DDP; give its bucket sizes with --ddp-buckets")
-    if chosen:
-        entry["options"] = {**entry.get("options", {}), **chosen}
-    return entry
+    options.update(chosen)
+    return BenchEntry(label=name, strategy=name, torch_ddp=name == "ddp", options=options or None)
 
 
 def _bucket_mb(raw: str) -> float:
@@ -90,26 +89,26 @@ def entries(strategies: str, buckets: str, density: float | None = None,
     for name in names:
         if name == FSDP2_ROW:  # PyTorch's fully_shard per block, beside the plans (not a gradsched strategy)
             if not any(e["label"] == name for e in out):
-                out.append({"label": name, "strategy": name, "torch_ddp": False, "fsdp2": True})
+                out.append(BenchEntry(label=name, strategy=name, torch_ddp=False, fsdp2=True))
             continue
         if name not in known:
             raise GradschedError(f"strategy {name!r} is unknown; known: {', '.join(known)} (and the row "
                                  f"{FSDP2_ROW}: PyTorch's fully_shard per block)")
         if is_sparse(name) and density is None:
             raise GradschedError(f"strategy {name!r} sends top-k gradients: give its density, e.g. --density 0.01")
-        if not any(e["label"] == name for e in out):
+        if not any(e.label == name for e in out):
             out.append(_strategy_entry(name, density, dict((options or {}).get(name) or {})))
     if buckets.strip().lower() in ("", "none"):
         return out
-    if not any(e["label"] == "ddp" for e in out):
-        out.insert(0, {"label": "ddp", "strategy": "ddp", "torch_ddp": True})  # the reference is always run
+    if not any(e.label == "ddp" for e in out):
+        out.insert(0, BenchEntry(label="ddp", strategy="ddp", torch_ddp=True))  # the reference is always run
     for raw in (b.strip().lower() for b in buckets.split(",") if b.strip()):
         mb = _bucket_mb(raw)
         if mb == DDP_DEFAULT_MB and raw != "all":
             continue  # DDP's default: that is the "ddp" row
         label = _bucket_label(raw if raw == "all" else f"{mb:g}")
-        if not any(e["label"] == label for e in out):
-            out.append({"label": label, "strategy": "ddp", "torch_ddp": True, "ddp_kwargs": {"bucket_cap_mb": mb}})
+        if not any(e.label == label for e in out):
+            out.append(BenchEntry(label=label, strategy="ddp", torch_ddp=True, ddp_kwargs={"bucket_cap_mb": mb}))
     return out
 
 

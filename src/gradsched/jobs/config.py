@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from gradsched.errors import InternalError
 
@@ -54,18 +55,48 @@ class TrainConfig:
         return cls(**_checked_fields(cls, data, "train", require_all=False))
 
 
-class _EntryBase(TypedDict):
+@dataclass(frozen=True, kw_only=True, slots=True, eq=False)
+class BenchEntry(Mapping[str, Any]):
+    """One row of ``gradsched bench`` as the workers build it (in ``config.json``: a plain object,
+    :meth:`to_dict` / :meth:`from_dict`).
+
+    Read it by attribute.  It also reads as the mapping it was before (``entry["label"]``,
+    ``entry.get("ddp_kwargs")``, ``dict(entry)``: the fields that are set), for callers of
+    :func:`gradsched.jobs.bench.entries` written against that; it compares equal to that dict."""
+
     label: str  # the row's name: a strategy, or ddp-<MB>mb / ddp-all for PyTorch DDP's bucket sizes
     strategy: str  # "ddp" for every PyTorch DDP row
     torch_ddp: bool  # PyTorch's own DistributedDataParallel, not gradsched's executor
+    options: dict[str, Any] | None = None  # planner options of a gradsched row
+    ddp_kwargs: dict[str, Any] | None = None  # DistributedDataParallel's keyword arguments (bucket_cap_mb)
+    fsdp2: bool = False  # the row runs PyTorch FSDP2's fully_shard per block (not a gradsched strategy)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object: the three names, and options / ddp_kwargs / fsdp2 where given."""
+        out: dict[str, Any] = {"label": self.label, "strategy": self.strategy, "torch_ddp": self.torch_ddp}
+        out.update({k: v for k, v in (("options", self.options), ("ddp_kwargs", self.ddp_kwargs)) if v is not None})
+        if self.fsdp2:
+            out["fsdp2"] = True
+        return out
 
-class BenchEntry(_EntryBase, total=False):
-    """One row of ``gradsched bench`` as the workers build it (JSON: a plain object)."""
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BenchEntry:
+        """Back from :meth:`to_dict` (or the old dict): a misspelt or missing field is an :class:`InternalError`."""
+        given = dict(data)
+        required = {"label", "strategy", "torch_ddp"}
+        _checked_fields(cls, given, "bench entry", require_all=False)
+        if not required <= set(given):
+            raise InternalError(f"bench entry config: missing field(s) {', '.join(sorted(required - set(given)))}")
+        return cls(**given)
 
-    options: dict[str, Any]  # planner options of a gradsched row
-    ddp_kwargs: dict[str, Any]  # DistributedDataParallel's keyword arguments (bucket_cap_mb)
-    fsdp2: bool  # the row runs PyTorch FSDP2's fully_shard per block (not a gradsched strategy)
+    def __getitem__(self, key: str) -> Any:
+        return self.to_dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_dict())
+
+    def __len__(self) -> int:
+        return len(self.to_dict())
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -76,7 +107,7 @@ class BenchConfig:
     seed: int  # every copy of the model and every batch start from it
     batch_size: int  # per rank
     lr: float  # SGD learning rate (momentum 0.9) of every entry, the probes and the compute-only step
-    entries: list[BenchEntry]  # what to run: gradsched.jobs.bench.entries (label, strategy, torch_ddp, ...)
+    entries: list[BenchEntry]  # what to run: gradsched.jobs.bench.entries
     steps: int  # steps per entry per round
     rounds: int  # rounds in all, warmup_rounds of them not counted
     warmup_rounds: int  # rounds left out of the figures
@@ -96,12 +127,13 @@ class BenchConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON the workers read."""
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "entries": [e.to_dict() for e in self.entries]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BenchConfig:
         """Back from :meth:`to_dict` (written by ``gradsched bench`` itself: a mismatch is a bug)."""
-        return cls(**_checked_fields(cls, data, "bench", require_all=True))
+        fields = _checked_fields(cls, data, "bench", require_all=True)
+        return cls(**{**fields, "entries": [BenchEntry.from_dict(e) for e in fields["entries"]]})
 
 
 def _checked_fields(cls: type, data: dict[str, Any], what: str, *, require_all: bool) -> dict[str, Any]:

@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import collections
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from gradsched.errors import WorkersFailed
 
@@ -138,12 +140,42 @@ def launch(ranks: Ranks, on_line: Callable[[str], bool | None] | None = None) ->
         procs: list[subprocess.Popen] = []
         try:
             for argv in loopback_argvs(ranks):
-                procs.append(subprocess.Popen(argv, env=environment(ranks), start_new_session=True, **pipe))
+                with signals_after_start():  # a launcher is registered before an interrupt can skip it
+                    procs.append(subprocess.Popen(argv, env=environment(ranks), start_new_session=True, **pipe))
+            return _wait(Job(procs), ranks.timeout_s, on_line)  # within: an interrupt before its wait stops all
         except BaseException:
             Job(procs).kill()
             raise
-        return _wait(Job(procs), ranks.timeout_s, on_line)
     return _launch_testbed(ranks, on_line, pipe)
+
+
+@contextmanager
+def signals_after_start() -> Iterator[None]:
+    """SIGTERM and SIGINT that arrive within the block are handled as they would have been, at its end.
+
+    Why: a handler that raises (Ctrl-C's ``KeyboardInterrupt``, :func:`gradsched._signals.sigterm_unwinds`)
+    can fire inside ``subprocess.Popen`` after the child started and before ``Popen`` returns it, and the
+    caller never learns of a process it must stop (a launcher and its ranks ran on, orphaned, under
+    ``tests/test_bench_sigterm.py``).  Held to the block's end, the handler runs once the process is
+    registered, and the caller's clean-up stops it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # handlers can only be set from the main thread
+        return
+    pending: list[tuple[int, Any]] = []
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    for s in saved:
+        signal.signal(s, lambda signum, frame: pending.append((signum, frame)))
+    try:
+        yield
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    for signum, frame in pending[:1]:  # the first: it decides (the others were the same request again)
+        handler = saved[signum]
+        if callable(handler):
+            handler(signum, frame)  # raises, as it would have within the block
+        elif handler == signal.SIG_DFL:
+            os.kill(os.getpid(), signum)  # delivered again under the default: the process ends as it would have
 
 
 def _launch_testbed(ranks: Ranks, on_line: Callable[[str], bool | None] | None, pipe: dict[str, object]) -> Launched:
@@ -153,8 +185,15 @@ def _launch_testbed(ranks: Ranks, on_line: Callable[[str], bool | None] | None, 
     check_ranks_per_host(ranks.ranks_per_host)
     env = {k: v for k, v in environment(ranks).items() if k != "GLOO_SOCKET_IFNAME"}  # the host's eth0
     with Testbed(hosts=ranks.hosts, rate=ranks.rate, prefix=ranks.prefix) as tb:  # always torn down
-        job = tb.launch(list(ranks.script_argv), ranks_per_host=ranks.ranks_per_host, env=env, **pipe)
-        return _wait(job, ranks.timeout_s, on_line)
+        job = None
+        try:
+            with signals_after_start():
+                job = tb.launch(list(ranks.script_argv), ranks_per_host=ranks.ranks_per_host, env=env, **pipe)
+            return _wait(job, ranks.timeout_s, on_line)
+        except BaseException:
+            if job is not None:
+                job.kill()
+            raise
 
 
 def _wait(job: Job, timeout_s: float | None, on_line: Callable[[str], bool | None] | None) -> Launched:

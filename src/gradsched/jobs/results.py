@@ -15,14 +15,23 @@ Figures read back from an earlier job's JSON (``--contention-from``) are emulate
 their own.  No key name is parsed: a field the types do not declare is listed by
 :func:`undeclared` (a test keeps that list empty), never converted by guess.
 
+Why TypedDicts here, where the configs (:mod:`gradsched.jobs.config`) are dataclasses with
+``to_dict``/``from_dict``: a result *is* its JSON, the file format users keep and scripts
+read (``benchmarks/results/*.json``), nested and partly open (a planner's options, the
+measured profile and cluster); a TypedDict types that JSON as it is, with no second shape
+to keep in step, and :func:`undeclared` checks every stored file against the declarations.
+
 Torch-free: the command reads and converts; the workers only fill the fields.
 """
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from typing import Annotated, Any, TypedDict, Union
+
+from gradsched.errors import GradschedError
 
 EMULATED = "emulated seconds"  # the mark: a duration of the run, divided by the dilation
 OPEN = "open"  # the mark of a dict whose other keys are someone else's (a planner's options)
@@ -222,6 +231,41 @@ class BenchResult(TypedDict, total=False):
     dilate: float  # present when the times were converted (dilation other than 1)
 
 
+UNITS = "gradsched.jobs.results/1"  # a bench JSON row's ``units``: each duration in the unit declared here
+
+
+class BenchJsonRow(BenchRow, total=False):
+    """One object of ``gradsched bench --json`` (a list of them): a :class:`BenchRow` with the job's
+    facts (:class:`BenchResult`'s, the same in every row) and the command line's (``_meta``)."""
+
+    world_size: int
+    backend: str
+    machine: str
+    profile: ProfileSummary
+    cluster: dict[str, Any]  # in run seconds
+    lower_bound: LowerBound
+    contention: Contention | None
+    compute_only: ComputeOnly | None
+    best_ddp: str | None
+    job_s: float
+    peak_rss_bytes: int | None
+    phases: list[Phase] | None
+    units: str  # UNITS: the file's durations are as declared here; absent in files before it (read_bench_row)
+    scale_bytes: int
+    model: str
+    hosts: int
+    ranks_per_host: int
+    network: str
+    rate: str | None
+    dilate: float | None  # None in files from before --dilate
+    compute: str
+    date: str
+    steps_per_round: int
+    rounds: int
+    batch_size: int
+    command: str
+
+
 class TrainResult(TypedDict, total=False):
     """What ``gradsched train``'s rank 0 writes (``result.json``); the command prints or emits it
     (no dilation: real compute, real seconds)."""
@@ -326,3 +370,52 @@ def undeclared(value: Any, hint: Any = BenchResult, path: str = "") -> list[str]
         (item,) = typing.get_args(hint)
         return [p for i, v in enumerate(value) for p in undeclared(v, item, f"{path}[{i}]")]
     return []
+
+
+def to_run(row: BenchJsonRow, dilate: float) -> BenchJsonRow:
+    """A bench JSON row written with :data:`UNITS` (every ``Emulated`` field divided by ``dilate`` once,
+    by :func:`to_emulated`) back in the run's seconds, the unit of its measured profile and cluster."""
+    return row if dilate == 1 else _convert(row, BenchJsonRow, dilate)
+
+
+# Files written before UNITS (22f138f to a8db2c5, 3-6 Dec 2026) were converted by a rule on key
+# names (gradsched.commands.bench.undilate, as it was): a float whose key has an ``s`` unit, under
+# dicts and under lists whose key has one, except below these keys.  What it left dilated stays so
+# in those files: ``runtime_overhead_s``'s and ``trial_decision.rounds``' numbers (keyed by a
+# runtime or plan hash), ``op_host_samples``, ``trial_decision.measured``; what it divided though
+# it was no duration (a planner option named ``*_s``) is divided there too.
+_LEGACY_KEPT = frozenset({"job_s", "resample_s", "measured", "cluster", "peak_rss_bytes", "phases"})
+_LEGACY_SECONDS = re.compile(r"(?:^|_)s(?:_|$)")
+
+
+def _legacy_scaled(value: Any, key: str, factor: float) -> Any:
+    """``value`` (under ``key``) with what the old rule divided times ``factor``: its exact inverse."""
+    if key in _LEGACY_KEPT:
+        return value
+    if isinstance(value, dict):
+        return {k: _legacy_scaled(v, k, factor) for k, v in value.items()}
+    if isinstance(value, list):
+        inner = key if _LEGACY_SECONDS.search(key) else ""
+        return [_legacy_scaled(v, inner, factor) for v in value]
+    if isinstance(value, float) and _LEGACY_SECONDS.search(key):
+        return value * factor
+    return value
+
+
+def read_bench_row(row: dict[str, Any]) -> tuple[BenchJsonRow, float]:
+    """A ``gradsched bench --json`` row in the run's seconds, whichever rule wrote it, and its dilation.
+
+    With ``units`` (:data:`UNITS`): by the declared types (:func:`to_run`).  Without: the old rule
+    on key names undone (``_legacy_scaled``), so that each figure is in the run's seconds as the
+    measured profile and cluster are; files without ``dilate`` (before it) or at 1 are as they were
+    run.  Files written by a8db2c5 up to the commit that added ``units`` (6 Dec 2026, about 15:40
+    to 17:00 UTC) converted by the types but carry no ``units``: none is kept in this repository;
+    add ``"units": "gradsched.jobs.results/1"`` to such a file's rows to read it right."""
+    dilate = float(row.get("dilate") or 1.0)
+    if dilate == 1:
+        return row, dilate  # type: ignore[return-value]
+    if row.get("units") == UNITS:
+        return to_run(row, dilate), dilate  # type: ignore[arg-type]
+    if "units" in row:
+        raise GradschedError(f"bench JSON units {row['units']!r}: this gradsched reads {UNITS!r}")
+    return _legacy_scaled(row, "", dilate), dilate

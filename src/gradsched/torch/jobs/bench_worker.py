@@ -61,6 +61,7 @@ import torch.distributed as dist
 from gradsched.calibration import calibrate, lower_bound_s, runtime_name, this_machine, with_runtime_costs
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.results import BenchResult, BenchRow, contention_to_run, pooled_contention
+from gradsched.jobs.results import Contention as ProbeFigures  # the probe's figures (the cluster's Contention below)
 from gradsched.cluster import Cluster, Contention
 from gradsched.costs import CollectiveCost
 from gradsched.net_extend import MEASURED_MAX_BYTES, extend_points
@@ -130,7 +131,7 @@ def _measure_cluster(total_bytes: int, cfg: BenchConfig) -> Cluster:
     return _broadcast(cluster)
 
 
-def _startup_probe(contention: ContentionProbe, cluster: Cluster, cfg: BenchConfig) -> dict[str, Any]:
+def _startup_probe(contention: ContentionProbe, cluster: Cluster, cfg: BenchConfig) -> ProbeFigures:
     """The contention probe's start-up figures with ``cluster``'s all-reduce times, and the
     runtimes' bucket passes and buffer broadcast (measured once: they are plain copies)."""
     reps = contention.start_reps
@@ -194,14 +195,15 @@ class _RuntimeOverheads:
     operation, before the overhead, which is then what is left per step.
     :meth:`measure` runs more rotations (the bench's samples between rounds)."""
 
-    ENTRIES = ({"strategy": "sync", "torch_ddp": False}, {"strategy": "ddp", "torch_ddp": True})
+    ENTRIES = (BenchEntry(label="sync", strategy="sync", torch_ddp=False),
+               BenchEntry(label="ddp", strategy="ddp", torch_ddp=True))
     # gradsched's runtime with one operation per tensor, beside its one-operation ``sync``:
     # the difference in host time per step, per extra operation, is the host time per
     # operation (:mod:`gradsched.torch.runtime.hosttime`); its step times are not used.
-    MANY_OPS = {"strategy": "wfbp", "torch_ddp": False}
+    MANY_OPS = BenchEntry(label="wfbp", strategy="wfbp", torch_ddp=False)
     STEPS = 2  # counted per burst; one more runs on each side (see _burst)
 
-    def __init__(self, cfg: BenchConfig, profile: Profile, cluster: Cluster, probe: dict[str, Any],
+    def __init__(self, cfg: BenchConfig, profile: Profile, cluster: Cluster, probe: ProbeFigures,
                  shared: SharedModel) -> None:
         spec = shared.spec
         gen = torch.Generator().manual_seed(cfg.seed * 1000 + 997 + dist.get_rank())
@@ -209,7 +211,7 @@ class _RuntimeOverheads:
         self._loss_fn = spec.loss_fn
         reference = _ComputeOnly(cfg, shared)
         self.runs = [(reference, reference)] + [
-            _build_entry(e, cfg, with_runtime_costs(profile, probe, e["torch_ddp"]), cluster, shared,
+            _build_entry(e, cfg, with_runtime_costs(profile, probe, e.torch_ddp), cluster, shared,
                          (self._loss_fn, self._batches[0]))
             for e in (*self.ENTRIES, self.MANY_OPS)]
         self.bursts: list[list[float]] = [[] for _ in self.runs]  # per run, each rotation's median step
@@ -250,21 +252,21 @@ class _RuntimeOverheads:
         """Host seconds per operation, issuing and retiring: the medians over every rotation so far (never negative)."""
         return {k: max(0.0, statistics.median(v)) for k, v in zip(("issue_s", "retire_s"), zip(*self.host))}
 
-    def figures(self, profile: Profile, cluster: Cluster, probe: dict[str, Any]) -> dict[str, float]:
+    def figures(self, profile: Profile, cluster: Cluster, probe: ProbeFigures) -> dict[str, float]:
         """Each runtime's overhead from every rotation so far, against ``profile`` and ``cluster``."""
-        probe = {k: v for k, v in probe.items() if k != "runtime_overhead_s"}
+        probe = {k: v for k, v in probe.items() if k != "runtime_overhead_s"}  # type: ignore[assignment]
         compute_s = statistics.median(self.bursts[0])
         scaled = calibrate(profile, compute_s)
         out = {}
         for e, (model, _), bursts in zip(self.ENTRIES, self.runs[1:], self.bursts[1:]):
             # paired by rotation: a slow phase of the machine moves both bursts of a rotation alike
             extra = statistics.median(b - c for b, c in zip(bursts, self.bursts[0]))
-            _, predicted = _predict(e, model, with_runtime_costs(scaled, probe, e["torch_ddp"]), cluster, profile)
-            out[runtime_name(e["torch_ddp"])] = max(0.0, extra - (predicted - compute_s))
+            _, predicted = _predict(e, model, with_runtime_costs(scaled, probe, e.torch_ddp), cluster, profile)
+            out[runtime_name(e.torch_ddp)] = max(0.0, extra - (predicted - compute_s))
         return out
 
 
-def _build_entry(entry: BenchEntry | dict[str, Any], cfg: BenchConfig, profile: Profile, cluster: Cluster,
+def _build_entry(entry: BenchEntry, cfg: BenchConfig, profile: Profile, cluster: Cluster,
                  shared: SharedModel, prime: tuple[Any, Any] | None = None) -> tuple[Any, Any]:
     """One row: a copy of the rank's model (shared parameters and momentum, :mod:`.shared_model`), wrapped.
 
@@ -276,7 +278,7 @@ def _build_entry(entry: BenchEntry | dict[str, Any], cfg: BenchConfig, profile: 
     runtime allocated at construction, released before the next row is built (run-time
     ``auto`` is not primed: its warm-up bursts count its iterations from the first)."""
     module = shared.copy()
-    if entry.get("fsdp2"):  # PyTorch's fully_shard per block: its own shards, no buckets of ours to release
+    if entry.fsdp2:  # PyTorch's fully_shard per block: its own shards, no buckets of ours to release
         row = Fsdp2Row(module, profile, cfg.lr)
         if prime is not None:  # its lazy initialisation and first gathers off the clock, as the others' priming
             loss_fn, (x, y) = prime
@@ -287,13 +289,13 @@ def _build_entry(entry: BenchEntry | dict[str, Any], cfg: BenchConfig, profile: 
         return row, row
     common = {"profile": profile, "cluster": cluster, "timeout_s": cfg.timeout_s, "init_sync": False,
               "gradient_as_bucket_view": True}
-    if entry["torch_ddp"]:
-        model = DistributedDataParallel(module, "ddp", ddp_kwargs=entry.get("ddp_kwargs") or None, **common)
+    if entry.torch_ddp:
+        model = DistributedDataParallel(module, "ddp", ddp_kwargs=entry.ddp_kwargs or None, **common)
     else:
-        options = entry.get("options") or None
-        if entry["strategy"] == "auto":  # the rounds time the plan it settles on: its trials back to back, off the clock
+        options = entry.options or None
+        if entry.strategy == "auto":  # the rounds time the plan it settles on: its trials back to back, off the clock
             options = {"trial_share": 0, **(options or {})}
-        model = DistributedDataParallel(module, entry["strategy"], plan_options=options, use_torch_ddp=False, **common)
+        model = DistributedDataParallel(module, entry.strategy, plan_options=options, use_torch_ddp=False, **common)
     opt = DistributedOptimizer(shared.sgd(module, cfg.lr), model)
     track(model, module, opt)
     if prime is not None and getattr(model, "autotuner", None) is None:
@@ -347,14 +349,14 @@ class _ComputeOnly:
         pass
 
 
-def _predict(entry: BenchEntry | dict[str, Any], model: Any, profile: Profile, cluster: Cluster,
+def _predict(entry: BenchEntry, model: Any, profile: Profile, cluster: Cluster,
              planned_with: Profile) -> tuple[Plan, float]:
     """The entry's plan (DDP rows: the ``ddp`` planner as DDP would bucket) and its simulated iteration."""
     from gradsched.planners import make_plan
     from gradsched.sim import simulate
 
-    if entry["torch_ddp"]:
-        kw = entry.get("ddp_kwargs") or {}
+    if entry.torch_ddp:
+        kw = entry.ddp_kwargs or {}
         plan = make_plan("ddp", planned_with, cluster, bucket_cap_mb=float(kw.get("bucket_cap_mb", 25.0)))
     else:
         plan = model.plan
@@ -422,7 +424,7 @@ class _Start:
     profile: Profile  # scaled to the probe's compute when probed: what the plans are made from
     cluster: Cluster  # with the contention figures (pooled with --contention-from's) when probed
     history: list[dict[str, float]]  # earlier jobs' fitted figures, in run seconds
-    probe: dict[str, Any] | None = None  # the probe's figures (None: --no-probe)
+    probe: ProbeFigures | None = None  # the probe's figures (None: --no-probe)
     contention: ContentionProbe | None = None
     network: NetworkResampler | None = None
     overheads: "_RuntimeOverheads | None" = None
@@ -469,7 +471,7 @@ def _build_rows(cfg: BenchConfig, start: _Start, shared: SharedModel, loss_fn: A
     the compute-only step last."""
     runs = []
     for entry in cfg.entries:
-        model, opt = _build_entry(entry, cfg, with_runtime_costs(start.profile, start.probe, entry["torch_ddp"]),
+        model, opt = _build_entry(entry, cfg, with_runtime_costs(start.profile, start.probe, entry.torch_ddp),
                                   start.cluster, shared, (loss_fn, batches[0]))
         runs.append((model, opt))
         # Run-time ``auto`` (gradsched.torch.runtime.autotune) profiles itself under a safe default for its
@@ -490,7 +492,7 @@ def _build_rows(cfg: BenchConfig, start: _Start, shared: SharedModel, loss_fn: A
 def _timed_rounds(cfg: BenchConfig, runs: list[tuple[Any, Any]], loss_fn: Any, batches: list[Any],
                   samplers: _Resampling | None) -> list[list[float]]:
     """Step 5: every run's step times over all rounds (rank 0 shows a progress bar)."""
-    labels = [e["label"] for e in cfg.entries] + [_ComputeOnly.label]
+    labels = [e.label for e in cfg.entries] + [_ComputeOnly.label]
     bar = None
     if dist.get_rank() == 0 and cfg.progress:
         from tqdm import tqdm
@@ -512,7 +514,7 @@ def _timed_rounds(cfg: BenchConfig, runs: list[tuple[Any, Any]], loss_fn: Any, b
     return step_s.tolist()
 
 
-def _pooled(start: _Start, cfg: BenchConfig) -> tuple[dict[str, Any] | None, Cluster]:
+def _pooled(start: _Start, cfg: BenchConfig) -> tuple[ProbeFigures | None, Cluster]:
     """Rank 0, after the rounds: the probe's figures and the cluster from the medians over every sample,
     start-up and between rounds (the predictions use them), pooled with earlier jobs' figures."""
     probe, samplers = start.probe, start.samplers
@@ -540,8 +542,8 @@ def _row(entry: BenchEntry, run: tuple[Any, Any], all_steps: list[float], cfg: B
     counted = all_steps[warm * steps:] or all_steps
     median = statistics.median(counted)
     row: BenchRow = {
-        "strategy": entry["label"],
-        "runs": "torch FSDP2" if entry.get("fsdp2") else runtime_name(entry["torch_ddp"]),
+        "strategy": entry.label,
+        "runs": "torch FSDP2" if entry.fsdp2 else runtime_name(entry.torch_ddp),
         "iteration_s_median": median, "iteration_s_mean": statistics.fmean(counted),
         "predicted_iteration_s": predicted_s, "prediction_error": (predicted_s - median) / median,
         "lower_bound_s": bound["lower_bound_s"], "vs_lower_bound": median / bound["lower_bound_s"],
@@ -550,8 +552,8 @@ def _row(entry: BenchEntry, run: tuple[Any, Any], all_steps: list[float], cfg: B
         "operations": len(plan.operations), "plan_hash": plan.hash,
         "step_s": [all_steps[k * steps:(k + 1) * steps] for k in range(cfg.rounds)],
         "warmup_rounds": warm}
-    if entry["torch_ddp"]:
-        row["bucket_cap_mb"] = (entry.get("ddp_kwargs") or {}).get("bucket_cap_mb", 25.0)
+    if entry.torch_ddp:
+        row["bucket_cap_mb"] = (entry.ddp_kwargs or {}).get("bucket_cap_mb", 25.0)
     else:
         row["plan_options"] = plan.options  # type: ignore[typeddict-item]
     tuner = getattr(run[0], "autotuner", None)
@@ -582,7 +584,7 @@ def _result(cfg: BenchConfig, start: _Start, runs: list[tuple[Any, Any]], times:
     profile = calibrate(planned_with, compute_only_s)  # predictions and the bound: the compute of the rounds
     bound = lower_bound_s(profile, cluster)
     rows = [_row(entry, runs[i], times[i], cfg,
-                 _predict(entry, runs[i][0], with_runtime_costs(profile, probe, entry["torch_ddp"]), cluster,
+                 _predict(entry, runs[i][0], with_runtime_costs(profile, probe, entry.torch_ddp), cluster,
                           planned_with), bound)
             for i, entry in enumerate(cfg.entries)]
     best_ddp = _with_speedups(rows)
@@ -600,10 +602,11 @@ def _result(cfg: BenchConfig, start: _Start, runs: list[tuple[Any, Any]], times:
             "job_s": 0.0}
 
 
-def run_bench(raw: dict[str, Any]) -> BenchResult | None:
-    """The whole job on this rank (``raw``: the config.json ``gradsched bench`` wrote, a
-    :class:`BenchConfig`); rank 0 returns the result in run seconds, the others None."""
-    cfg = BenchConfig.from_dict(raw)
+def run_bench(cfg: BenchConfig) -> BenchResult | None:
+    """The whole job on this rank (``cfg``: the config.json ``gradsched bench`` wrote); rank 0
+    returns the result in run seconds, the others None."""
+    if not isinstance(cfg, BenchConfig):  # the raw JSON, as before
+        cfg = BenchConfig.from_dict(cfg)
     t_start = time.time()
     phases = Phases()
     shared = SharedModel(cfg.model, cfg.seed)  # the rank's one model: every row shares its parameters
@@ -622,7 +625,7 @@ def run_bench(raw: dict[str, Any]) -> BenchResult | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_worker(run_bench, "bench.json", argv)
+    return run_worker(BenchConfig.from_dict, run_bench, "bench.json", argv)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,10 @@ rounds, and the phase that sets a rank's peak memory is known."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import torch.distributed as dist
 
+from gradsched.jobs.results import Phase
 from gradsched.procfs import proc_bytes
 
 
@@ -25,7 +25,7 @@ class Phases:
     A collective: every rank calls :meth:`end` with the same names in the same order."""
 
     def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
+        self.records: list[Phase] = []  # gradsched.jobs.results.Phase: the bench JSON's phases
         self._t0 = time.perf_counter()
 
     def end(self, name: str) -> None:

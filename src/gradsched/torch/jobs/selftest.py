@@ -9,6 +9,24 @@ once per (strategy, optimizer), and compares with a run under
 ``torch.nn.parallel.DistributedDataParallel``.  Reported per case: the largest
 difference to DDP relative to each tensor's largest magnitude (:func:`rel_diff`), and
 whether every rank ended with bit-identical parameters.
+
+Why its ranks do not start through :mod:`gradsched.jobs.launch` (the launcher of ``bench``,
+``train`` and ``netbench``): that launcher starts ``python -m MODULE CONFIG.json`` under
+``torch.distributed.run``, fresh interpreters that each import torch and read a JSON config.  What starts ranks here,
+:func:`start_ranks` / :func:`spawn_local`, is the multi-process harness of the test suite
+(about 30 test files and several benchmarks): it runs any module-level function with
+pickled arguments and returns each rank's ``torch.save``-able result, from a fork server
+that imported torch once.  Through the launcher each call would need a config format per
+function and pay the imports per call: 2 ranks joining a gloo group and leaving took 14.7 s
+a call through the launcher (median of 3, 12.9-21.9 s) against 0.15 s through the warm fork
+server (6.6 s its first start), on the 2-core machine at load 6-7 (6 Dec 2026), over
+and the suite, which must fit in 10 minutes, calls it from about 45 places (more with
+parametrised tests).
+Nothing of the launcher's policy is missing for that use: ranks are local (no testbed, so
+no prefix rule), one compute thread each (set in the rank), and a failing rank stops the
+others and is raised here (``torch.multiprocessing``'s join); a hung collective ends at
+the process group's timeout.  The self-test's command line (:func:`main`) runs on the same
+harness so that it checks exactly what the suite checks.
 """
 
 from __future__ import annotations
@@ -20,7 +38,7 @@ import sys
 import tempfile
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from gradsched.jobs.launch import free_port
 
@@ -127,7 +145,7 @@ def _worker(rank: int, world: int, port: int, backend: str, cases: list[tuple[st
         device = torch.device("cuda", rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=120))
-    results: dict[str, Any] = {}
+    results: dict[str, CaseResult] = {}
     refs: dict[str, list[Any]] = {}
     for opt_name in sorted({c[1] for c in cases}):
         refs[opt_name] = train(model_name, "ddp", opt_name, steps, seed=0, batch_size=8, device=device,
@@ -205,9 +223,18 @@ def spawn_local(fn: Any, world: int, *args: Any, backend: str = "gloo", timeout_
         return [torch.load(Path(tmp) / f"{r}.pt", weights_only=False) for r in range(world)]
 
 
+class CaseResult(TypedDict):
+    """One (strategy, optimizer) of the check, as rank 0 writes it (``result.json``) and :func:`run` returns it."""
+
+    strategy: str
+    optimizer: str
+    rel_diff_vs_ddp: float  # rel_diff of the final parameters against PyTorch DDP's
+    identical_across_ranks: bool
+
+
 def run(world: int, *, backend: str = "gloo", strategies: list[str] | None = None,
         optimizers: tuple[str, ...] = ("sgd", "adam"), steps: int = 20, model: str = "mlp",
-        device: str = "cpu", dtype: str = "float32") -> dict[str, Any]:
+        device: str = "cpu", dtype: str = "float32") -> dict[str, CaseResult]:
     """Spawn ``world`` ranks on loopback and return rank 0's per-case results.
 
     ``dtype``: the parameters'.  Sums over three or more ranks round differently in each

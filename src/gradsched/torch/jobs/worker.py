@@ -18,7 +18,8 @@ import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -26,32 +27,45 @@ import torch.distributed as dist
 from gradsched.jobs.config import ERROR_FILE
 
 
-def run_worker(body: Callable[[dict[str, Any]], dict[str, Any] | None], result_name: str,
-               argv: list[str] | None = None) -> int:
-    """Run ``body(cfg)`` on this rank; rank 0 writes its result to ``out_dir/result_name``.
+class WorkerConfig(Protocol):
+    """What :func:`run_worker` reads of a job's typed config (:class:`~gradsched.jobs.config.TrainConfig`,
+    :class:`~gradsched.jobs.config.BenchConfig`)."""
 
-    Config keys used here: ``out_dir``, ``timeout_s``, ``threads`` (default 1: the
-    machine's cores are shared by the ranks), ``backend`` (default NCCL with GPUs,
-    else gloo)."""
+    out_dir: str  # rank 0 writes the result here, a failing rank its error
+    timeout_s: float  # the process group's collective timeout
+    threads: int  # compute threads per rank
+    backend: str | None  # None: NCCL with GPUs, else gloo
+
+
+C = TypeVar("C", bound=WorkerConfig)
+
+
+def run_worker(read: Callable[[dict[str, Any]], C], body: Callable[[C], Mapping[str, Any] | None], result_name: str,
+               argv: list[str] | None = None) -> int:
+    """Run ``body(read(config.json))`` on this rank; rank 0 writes its result to ``out_dir/result_name``.
+
+    ``read``: the config's ``from_dict`` (the JSON the command wrote, typed where it enters the worker:
+    a field it does not know fails here, in this rank's error file)."""
     argv = sys.argv[1:] if argv is None else argv
     level = os.environ.get("GRADSCHED_LOG_LEVEL")  # `gradsched --log-level`: e.g. run-time auto's decisions
     if level:
         logging.basicConfig(level=level.upper(), stream=sys.stderr,
                             format=f"gradsched[rank {os.environ.get('RANK', '?')}] %(levelname)s %(name)s: %(message)s")
-    cfg = json.loads(Path(argv[0]).read_text())
-    torch.set_num_threads(cfg.get("threads", 1))
-    backend = cfg.get("backend") or ("nccl" if torch.cuda.is_available() else "gloo")
+    raw = json.loads(Path(argv[0]).read_text())
     try:
-        dist.init_process_group(backend, timeout=timedelta(seconds=cfg["timeout_s"]))
+        cfg = read(raw)
+        torch.set_num_threads(cfg.threads)
+        backend = cfg.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group(backend, timeout=timedelta(seconds=cfg.timeout_s))
         try:
             result = body(cfg)
             if dist.get_rank() == 0 and result is not None:
-                Path(cfg["out_dir"], result_name).write_text(json.dumps(result))
+                Path(cfg.out_dir, result_name).write_text(json.dumps(result))
             dist.barrier()
         finally:
             dist.destroy_process_group()
     except Exception as exc:
-        write_error(cfg["out_dir"], exc)
+        write_error(raw["out_dir"], exc)
         raise
     return 0
 
