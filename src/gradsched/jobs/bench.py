@@ -174,8 +174,9 @@ def with_bound_checks(result: BenchResult) -> BenchResult:
 
     for row in result["rows"]:
         density = (row.get("plan_options") or {}).get("density")
+        sparse = isinstance(density, (int, float)) and density < 1
         row["below_bound"] = below_bound(row, result["lower_bound"], result.get("compute_only"),  # type: ignore
-                                         sparse=density is not None and density < 1)
+                                         sparse=sparse)
     return result
 
 

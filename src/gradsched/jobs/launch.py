@@ -133,7 +133,7 @@ def launch(ranks: Ranks, on_line: Callable[[str], bool | None] | None = None) ->
     :data:`TAIL_LINES` it does not refuse (returns False) are kept; without it their output is this process's."""
     from gradsched.testbed import Job
 
-    pipe: dict[str, object] = {}
+    pipe: dict[str, Any] = {}
     if on_line is not None:  # one line at a time, stdout and stderr together
         pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, "bufsize": 1}
     if ranks.rate is None:
@@ -162,7 +162,7 @@ def signals_after_start() -> Iterator[None]:
         yield  # handlers can only be set from the main thread
         return
     pending: list[tuple[int, Any]] = []
-    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    saved: dict[int, Any] = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     for s in saved:
         signal.signal(s, lambda signum, frame: pending.append((signum, frame)))
     try:
@@ -178,11 +178,12 @@ def signals_after_start() -> Iterator[None]:
             os.kill(os.getpid(), signum)  # delivered again under the default: the process ends as it would have
 
 
-def _launch_testbed(ranks: Ranks, on_line: Callable[[str], bool | None] | None, pipe: dict[str, object]) -> Launched:
+def _launch_testbed(ranks: Ranks, on_line: Callable[[str], bool | None] | None, pipe: dict[str, Any]) -> Launched:
     from gradsched.testbed import Testbed, check_can_run, check_ranks_per_host
 
     check_can_run()
     check_ranks_per_host(ranks.ranks_per_host)
+    assert ranks.rate is not None  # the testbed's links are shaped
     env = {k: v for k, v in environment(ranks).items() if k != "GLOO_SOCKET_IFNAME"}  # the host's eth0
     with Testbed(hosts=ranks.hosts, rate=ranks.rate, prefix=ranks.prefix) as tb:  # always torn down
         job = None
