@@ -2,6 +2,11 @@
 
     model = gradsched.torch.DistributedDataParallel(module, "auto")     # options: plan_options={...}
 
+0. **Deferred start** (``defer``, where the trials are budgeted with PyTorch's DDP among them: the
+   default): the job starts on the baseline, PyTorch's DDP at the user's bucket size, untraced; at
+   ``switch_iteration`` rank 0 broadcasts the iteration at which profiling starts, once its expected
+   cost fits ``trial_share`` of the time trained (:mod:`gradsched.tuning.schedule`); steps 1-2 then
+   start there (the start-up probes too), and what they cost counts against the trials' budget.
 1. **Profile in situ.**  Iterations ``0 .. switch_iteration - 1`` run a safe default
    (``initial``, default ``wfbp``) on gradsched's executor, traced: every gradient's
    ready time, every operation from issue to completion, forward, waits and updates
@@ -65,7 +70,7 @@ sizes for a line, a few probe all-reduces of known sizes at start-up supply the 
 Options (``plan_options`` of ``"auto"``; ``gradsched train --opt KEY=VALUE``):
 ``switch_iteration`` (5), ``initial`` ("wfbp"), ``initial_options`` ({}), ``trials``
 (3; 0 or off: none), ``trial_iterations`` (12), ``trial_rounds`` (3), ``trial_window_s`` (0.3),
-``trial_share`` (0.01), ``min_gain``
+``trial_share`` (0.01), ``defer`` (true), ``min_gain``
 (0.03), ``resize_min_gain`` (0.01), ``runoff_rounds`` (4), ``runoff_margin`` (0.05),
 ``replan_threshold`` (0.15), ``patience`` (10), ``max_replans`` (3), ``adaptive`` (true;
 false plans ``auto`` once at start-up from ``profile=``/``cluster=``, as any other
@@ -74,13 +79,11 @@ strategy), and the ``auto`` planner's own ``channels`` and ``exclude``.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import math
 import statistics
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -91,216 +94,24 @@ from gradsched.calibration import (IssueTimes, StepRecord, TrialBudget, decide, 
 from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
-from gradsched.planners.options import Option, coerce
 from gradsched.profile import Profile
 from gradsched.timeline import Event
 from gradsched.torch.runtime.groups import backend_of
 from gradsched.torch.runtime.startup import broadcast_object, gather_object, wait
-from gradsched.torch.runtime.torch_ddp import CANDIDATE_SIZES, TORCH_DDP, candidate_plan, is_torch_ddp, one_bucket_mb
+from gradsched.torch.runtime.torch_ddp import candidate_plan, one_bucket_mb
+from gradsched.tuning.candidates import TORCH_DDP, is_torch_ddp
+from gradsched.tuning.candidates import label as _label
+# the configuration, its rules and records live in the torch-free core (gradsched.tuning); their names stay here
+from gradsched.tuning.config import (KEEP_POINTS, MAX_TRIAL_WINDOW, MIN_SIZES, OFFLINE_TRIALS, PLANNER_KEYS,  # noqa: F401
+                                     PREDICTED_SLOWER, PROBE_BYTES, RUNOFF_PLANS, SAMPLES_KEPT, TRIALS, AutoTuneConfig,
+                                     not_clearly_slower, trials_option)
+from gradsched.tuning.records import Check, Switch
 
 if TYPE_CHECKING:
     from gradsched.planners.auto import Ranked
     from gradsched.torch.runtime.trace import Tracer
 
 logger = logging.getLogger("gradsched.autotune")
-
-PLANNER_KEYS = ("channels", "exclude")
-PROBE_BYTES = (8 << 10, 256 << 10, 2 << 20)  # start-up probes, used only when the initial plan has too few sizes
-MIN_SIZES = 3  # distinct operation sizes wanted for a line fit
-KEEP_POINTS = 9  # service times kept per operation size (most recent)
-OFFLINE_TRIALS = 1  # best plans of a given profile and cluster added to the trials
-SAMPLES_KEPT = 200  # iteration times kept per plan tried (most recent): its measurement is their median
-MAX_TRIAL_WINDOW = 64  # measured iterations of one trial window at most (AutoTuneConfig.window_for)
-RUNOFF_PLANS = 4  # plans in the run-off at most, the baseline among them (AutoTuner._runoff_plans)
-PREDICTED_SLOWER = 0.25  # budgeted trials skip candidates predicted this much slower than the fastest prediction
-
-
-@dataclass(frozen=True, kw_only=True)
-class AutoTuneConfig:
-    """How ``"auto"`` tunes at run time (see the module docstring)."""
-
-    adaptive: bool = True  # False: plan "auto" once at start-up, like any other strategy
-    switch_iteration: int = 5  # iterations under `initial` before the first plan (iteration 0 is a warm-up)
-    initial: str = "wfbp"  # the safe default that runs while profiling
-    initial_options: dict[str, Any] = field(default_factory=dict)
-    trials: int = 3  # best predicted plans (one per strategy) measured before settling; 1: trust the simulator;
-    # 0 ("off"): no trials and, unless max_replans is given, no re-plans: the plan from the profile and cluster stays
-    trial_iterations: int = 12  # iterations each trial plan runs in all (the median of them is its measurement) ...
-    trial_rounds: int = 3  # ... in this many windows, the candidates taking turns (see trial_window)
-    trial_window_s: float = 0.3  # ... each window at least this long (more iterations where steps are short)
-    trial_share: float = 0.01  # the trials cost at most this share of the time trained so far (0: back to back)
-    min_gain: float = 0.03  # a trial plan replaces DDP (the baseline) only if it measured at least this much faster
-    resize_min_gain: float = 0.01  # ... PyTorch's DDP at another bucket size: at least this much (nothing else differs)
-    runoff_rounds: int = 4  # then the plans the rounds could not tell apart take this many more turns (0: none)
-    runoff_margin: float = 0.05  # ... those within this fraction of the fastest median, and the baseline
-    torch_ddp: bool = True  # PyTorch's own DDP takes turns too (user's bucket_cap_mb, the advised one, one bucket)
-    replan_threshold: float = 0.15  # relative |measured - expected| / expected that triggers a re-plan
-    patience: int = 10  # iterations per check (the median of this many is compared)
-    max_replans: int = 3  # re-plans after the first plan; then no more checks
-    planner_options: dict[str, Any] = field(default_factory=dict)  # for the auto planner: channels, exclude
-
-    @classmethod
-    def from_options(cls, options: dict[str, Any] | None) -> "AutoTuneConfig":
-        """Split ``plan_options`` of ``"auto"`` into tuner settings and planner options; check them."""
-        opts = dict(options or {})
-        planner = {k: opts.pop(k) for k in PLANNER_KEYS if k in opts}
-        if "trials" in opts:
-            opts["trials"] = trials_option(opts["trials"])
-            if opts["trials"] == 0:  # "don't try": nor re-plan to a plan nobody measured, unless asked to
-                opts.setdefault("max_replans", 0)
-        from gradsched.planners.registry import check_options
-
-        planner = check_options("auto", planner)  # typed and range-checked as the auto planner declares them
-        density = opts.pop("density", 1)
-        if density != 1:
-            # Sparse plans are planned once at start-up: a run-time switch must not change
-            # the numbers, and top-k residuals would not survive it.
-            if opts.get("adaptive") is True:
-                raise GradschedError(f"auto at run time switches between dense plans only (top-k residuals would "
-                                     f"not survive a switch), got density={density} with adaptive=true; "
-                                     "drop adaptive=true to plan once at start-up")
-            opts["adaptive"] = False
-        if density != 1:
-            planner["density"] = density
-        known = {f for f in cls.__dataclass_fields__ if f != "planner_options"}
-        unknown = sorted(set(opts) - known)
-        if unknown:
-            raise GradschedError(f"unknown option(s) for strategy 'auto': {', '.join(unknown)}; known: "
-                                 f"{', '.join(sorted(known | set(PLANNER_KEYS)))}")
-        cfg = cls(planner_options=planner, **opts)
-        cfg._check()
-        return cfg
-
-    def _check(self) -> None:
-        if not isinstance(self.switch_iteration, int) or self.switch_iteration < 2:
-            raise GradschedError(f"auto: switch_iteration must be an integer >= 2 (iteration 0 is a warm-up, at least "
-                                 f"one more is measured), got {self.switch_iteration!r}")
-        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 0:
-            raise GradschedError(f"auto: trials must be a whole number (0 or off: no trials, 1: the simulator's "
-                                 f"choice with re-plans), got {self.trials!r}")
-        if not isinstance(self.trial_iterations, int) or self.trial_iterations < 1:
-            raise GradschedError(f"auto: trial_iterations must be a positive integer, got {self.trial_iterations!r}")
-        if not isinstance(self.trial_rounds, int) or self.trial_rounds < 1:
-            raise GradschedError(f"auto: trial_rounds must be a positive integer, got {self.trial_rounds!r}")
-        if isinstance(self.runoff_rounds, bool) or not isinstance(self.runoff_rounds, int) or self.runoff_rounds < 0:
-            raise GradschedError(f"auto: runoff_rounds must be a whole number, 0 or more, got {self.runoff_rounds!r}")
-        if not isinstance(self.trial_window_s, (int, float)) or not 0 <= self.trial_window_s < math.inf:
-            raise GradschedError(f"auto: trial_window_s must be a non-negative number of seconds, "
-                                 f"got {self.trial_window_s!r}")
-        if not isinstance(self.patience, int) or self.patience < 1:
-            raise GradschedError(f"auto: patience must be a positive integer, got {self.patience!r}")
-        if not isinstance(self.max_replans, int) or self.max_replans < 0:
-            raise GradschedError(f"auto: max_replans must be a non-negative integer, got {self.max_replans!r}")
-        for name in ("min_gain", "resize_min_gain", "runoff_margin", "trial_share"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-                raise GradschedError(f"auto: {name} must be a fraction in [0, 1), got {value!r}")
-        if not isinstance(self.replan_threshold, (int, float)) or not self.replan_threshold > 0:
-            raise GradschedError(f"auto: replan_threshold must be a positive fraction, got {self.replan_threshold!r}")
-        if self.initial == "auto":
-            raise GradschedError("auto: initial must be a concrete strategy (the safe default), not 'auto'")
-        from gradsched.planners import get_planner, is_sparse
-
-        get_planner(self.initial)  # unknown name: an error that lists the known ones
-        if is_sparse(self.initial):
-            raise GradschedError(f"auto: initial strategy {self.initial!r} compresses gradients; choose a dense one")
-
-    @property
-    def budgeted(self) -> bool:
-        """The trials run within :attr:`trial_share` of the time trained (rank 0 schedules each window; the
-        baseline runs first and between them); otherwise back to back at iterations fixed in advance."""
-        return self.trial_share > 0
-
-    @property
-    def trial_window(self) -> int:
-        """Measured iterations of one trial window at least (one more runs first, for the switch);
-        :meth:`window_for` lengthens it where iterations are short."""
-        return math.ceil(self.trial_iterations / self.trial_rounds)
-
-    def window_for(self, iteration_s: float) -> int:
-        """Measured iterations of one trial window when an iteration takes ``iteration_s``: at least
-        :attr:`trial_window`, and enough for ``trial_window_s`` (at most :data:`MAX_TRIAL_WINDOW`)."""
-        if self.trial_window_s <= 0 or not iteration_s > 0:
-            return self.trial_window
-        return max(self.trial_window, min(MAX_TRIAL_WINDOW, math.ceil(self.trial_window_s / iteration_s)))
-
-    @property
-    def tuning_iterations(self) -> int:
-        """Iterations until every scheduled decision is made, with windows of :attr:`trial_window`."""
-        return self.tuning_iterations_for(self.trial_window)
-
-    def tuning_iterations_for(self, window: int) -> int:
-        """Iterations until every scheduled decision (switch, trials in windows of ``window``, checks up
-        to the re-plan cap) is made."""
-        # the first plan and its strategy's default options, the runners-up, at most one plan of a given
-        # profile and cluster, PyTorch's DDP at up to three bucket sizes (else DDP's buckets on the executor), the
-        # initial plan
-        ddps = CANDIDATE_SIZES if self.torch_ddp else 1
-        candidates = self.trials + OFFLINE_TRIALS + 2 + ddps if self.trials > 1 else 0
-        runoff = RUNOFF_PLANS * self.runoff_rounds if candidates else 0  # at most: only if the rounds were close
-        # per re-plan a check, then a measuring window; the last re-plan's plan is checked once more
-        checks = 2 * self.max_replans + (1 if self.max_replans else 0)
-        return self.switch_iteration + 1 + (candidates * self.trial_rounds + runoff + 1) * (window + 1) \
-            + checks * (self.patience + 1)
-
-
-TRIALS = Option("trials", int, 3, low=0, doc="plans measured before settling; 0 or off: none")
-
-
-def trials_option(value: Any) -> int:
-    """``trials`` as given (``--opt trials=off``, ``plan_options={"trials": 3}``): a whole number, ``off`` for 0."""
-    if value is False or (isinstance(value, str) and value.strip().lower() in ("off", "false", "no", "none")):
-        return 0
-    try:
-        return coerce("auto", TRIALS, value, list)
-    except GradschedError as exc:
-        raise GradschedError(f"{exc} (or off: no trials)") from None
-
-
-def not_clearly_slower(best: "Ranked", trials: list["Ranked"]) -> list["Ranked"]:
-    """The trial candidates worth a window: those predicted within :data:`PREDICTED_SLOWER` of the fastest
-    prediction, and DDP's buckets whatever their prediction (the baseline, PyTorch's DDP at other bucket
-    sizes, which differ from it in their buckets only: over loopback one bucket measured fastest where the
-    simulator had not named it, docs/autotune.md).  A plan predicted clearly slower is the simulator's
-    verdict that measuring it is likely to cost a window for nothing."""
-    fastest_s = min([best.predicted_s] + [r.predicted_s for r in trials])
-    return [r for r in trials if r.strategy in (TORCH_DDP, "ddp") or r.predicted_s <= fastest_s * (1 + PREDICTED_SLOWER)]
-
-
-def _label(strategy: str, plan: Plan) -> str:
-    """A trial candidate as a reader names it: the strategy, and PyTorch DDP's bucket size."""
-    if not is_torch_ddp(plan):
-        return strategy
-    cap = plan.options["bucket_cap_mb"]
-    return f"{strategy} {'default' if plan.options.get('default') else f'{cap:g} MB'}"
-
-
-@dataclass(frozen=True)
-class Switch:
-    """One plan change: from the start of ``iteration`` on, ``plan_hash`` runs."""
-
-    iteration: int
-    strategy: str  # what ran from then on (for auto: the strategy auto chose)
-    plan_hash: str
-    predicted_iteration_s: float | None  # None for the initial, unplanned default
-    measured_before_s: float | None  # median measured under the previous plan
-    reason: str  # "initial" | "profiled" | "trial" | "fastest" | "replan" | "revert"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"iteration": self.iteration, "strategy": self.strategy, "plan_hash": self.plan_hash,
-                "predicted_iteration_s": self.predicted_iteration_s, "measured_before_s": self.measured_before_s,
-                "reason": self.reason}
-
-
-@dataclass(frozen=True)
-class Check:
-    """One comparison of measured and expected iteration time (rank 0's measurement)."""
-
-    iteration: int
-    measured_s: float
-    predicted_s: float  # the simulator's prediction for the current plan
-    replan: bool
-    expected_s: float | None = None  # what the measurement was compared with (see AutoTuner._expected_s)
 
 
 # --------------------------------------------------------------------------- the tuner
@@ -387,8 +198,39 @@ class AutoTuner:
         self._last_base_s: float | None = None  # rank 0: the baseline's latest window median
         self._dropped: list[str] = []  # rank 0: candidates out of the running (lost a round they had to win)
         self._root = dist.get_global_rank(model.group, 0)
-        sizes = set(model.plan().op_bytes(model.profile))
-        self._probes = self._probe() if len(sizes) < MIN_SIZES else []
+        self._initial = model.plan().hash  # the plan profiling runs (the executor's, traced)
+        self._profiled_at: int | None = None  # iteration at which the first plan was made (profiling ended)
+        self._profile_from: int | None = None  # iteration at which profiling started (0 unless deferred)
+        self._profile_start_s: float | None = None  # ... and when
+        self._profile_end: int | None = config.switch_iteration  # iteration at which profiling ends (the plan)
+        self._waiting: int | None = None  # deferred: iteration at which rank 0 names when profiling starts
+        self._probes: list[tuple[int, float]] = []
+        if config.deferred:
+            self._start_on_baseline()
+        else:
+            self._profile_from, self._profile_start_s = 0, None
+            self._probes = self._probe() if self._needs_probes() else []
+
+    def _needs_probes(self) -> bool:
+        """The initial plan has too few distinct operation sizes for a line fit: probes supply more."""
+        initial = self._tried[self._initial][1]
+        return len(set(initial.op_bytes(self._model.profile))) < MIN_SIZES
+
+    def _start_on_baseline(self) -> None:
+        """Every rank, deferred (:attr:`AutoTuneConfig.deferred`): run PyTorch's DDP at the user's bucket size
+        from iteration 0, untraced; rank 0 names when profiling starts once the baseline's time is known."""
+        from gradsched.torch.runtime.planning import default_cluster, issue_order
+
+        model = self._model
+        cluster = default_cluster(model.world)
+        base = candidate_plan(model.profile, cluster, model.ddp_bucket_cap_mb, default=not model.ddp_cap_given)
+        order = issue_order(base, model.profile, cluster)
+        self._tried[base.hash] = (TORCH_DDP, base, list(order), None)
+        model.switch_plan(base, order)
+        self.switches = [Switch(0, TORCH_DDP, base.hash, None, None, "initial")]
+        self._tracer.completions = self._keep_events  # nothing of gradsched's runs until profiling
+        self._profile_end = None
+        self._waiting = self.config.switch_iteration
 
     # ------------------------------------------------------------------ hook
     def on_iteration_start(self) -> None:
@@ -405,8 +247,13 @@ class AutoTuner:
         step = self.iteration
         self.iteration += 1
         acted = True
-        if step == self.config.switch_iteration:
-            window = [s for s in self._steps if s.measured and s.step > 0]
+        if step == self._waiting:
+            self._schedule_profiling(step)
+        elif step == self._profile_from and self._profile_end is None and self._profiled_at is None:
+            self._start_profiling(step)
+        elif step == self._profile_end:
+            self._profile_end = None
+            window = [s for s in self._steps if s.measured and s.step > (self._profile_from or 0)]
             self._retune(step, window, "profiled")
         elif step == self._next_trial:
             self._trial(step)
@@ -422,6 +269,45 @@ class AutoTuner:
             self._trim()
 
     # ------------------------------------------------------------------ decisions
+    def _schedule_profiling(self, step: int) -> None:
+        """Every rank, deferred: rank 0 names the iteration at which profiling starts, once its expected cost
+        fits the trials' share of the time trained (:func:`gradsched.tuning.schedule.profiling_rest`); it
+        starts now if it fits already.  One broadcast: the baseline runs untouched until then."""
+        from gradsched.tuning.schedule import profiling_cost_s, profiling_rest
+
+        self._waiting = None
+        start = None
+        if self._is_root:
+            window = [s for s in self._steps if s.measured and s.step > 0]
+            base_s = statistics.median(s.duration_s for s in window) if window else 0.0
+            self._record(self._model.plan().hash, window)
+            iterations = self.config.switch_iteration
+            cost = profiling_cost_s(base_s, iterations)
+            start = step + profiling_rest(self._tracer.now() - self._start_s, base_s, self.config.trial_share,
+                                          cost, iterations)
+            logger.info("auto: on PyTorch's DDP (%.2f ms per iteration); profiling from iteration %d, when its "
+                        "expected cost (%.0f ms) fits %g of the time trained", base_s * 1e3, start, cost * 1e3,
+                        self.config.trial_share)
+        start = self._broadcast(start)
+        if start <= step:
+            self._start_profiling(step)
+        else:
+            self._profile_from = start
+
+    def _start_profiling(self, step: int) -> None:
+        """Every rank: leave the baseline for the initial plan on the executor, every operation stamped, for
+        ``switch_iteration`` iterations (the first is left out, as iteration 0 is without ``defer``)."""
+        self._model.synchronize()
+        if self._is_root:
+            self._profile_start_s = self._tracer.now()
+        if self._needs_probes():
+            self._probes = self._probe()
+        strategy, plan, order, _ = self._tried[self._initial]
+        self._switch(step, strategy, plan, order, None, self.measured_iteration_s, "profiling")
+        self._tracer.completions = True
+        self._profile_from = step
+        self._profile_end = step + self.config.switch_iteration
+
     def _check(self, step: int) -> None:
         self._model.synchronize()  # every rank quiescent: the broadcast below cannot interleave with a plan's op
         window = self._window(self.config.patience)
@@ -623,7 +509,8 @@ class AutoTuner:
         cap = self._model.ddp_bucket_cap_mb
         own = [h for h, (_, plan, *_) in self._tried.items()
                if is_torch_ddp(plan) and plan.options["bucket_cap_mb"] == cap]
-        return next(iter(own), None) or next((h for h, (name, *_) in self._tried.items() if name == "ddp"), None)
+        # the latest: planned from the measured profile (deferred, another was built to start on)
+        return next(reversed(own), None) or next((h for h, (name, *_) in self._tried.items() if name == "ddp"), None)
 
     def _resized(self, baseline: str | None, taken: dict[str, float]) -> set[str]:
         """The candidates that are the baseline with other bucket sizes: PyTorch's DDP, when the baseline is."""
@@ -664,15 +551,19 @@ class AutoTuner:
             self._record(self._model.plan().hash, window)  # what the plan being left achieved
             payload = self._plan(window, measured, peers, reason)
         self._apply(step, self._broadcast(payload), reason)
+        if reason == "profiled":
+            self._profiled_at = step
         # Stamping every completion slows the plan it measures (Tracer.completions); what comes
         # next (trials, checks) needs only iteration times, so it stops until the next re-plan.
         self._tracer.completions = self._keep_events
         if self._trial_turns:
             self._next_trial = step + self.trial_window + 1
             self._window_len = self.trial_window
-            if self._is_root and self.config.budgeted:  # what came before the trials counts against them
+            if self._is_root and self.config.budgeted:  # profiling and planning count against the trials
                 now = self._tracer.now()
-                self._budget = TrialBudget(self.config.trial_share, self._start_s, now - self._start_s, step)
+                since_s = self._start_s if self._profile_start_s is None else self._profile_start_s
+                self._budget = TrialBudget(self.config.trial_share, self._start_s, now - since_s,
+                                           step - (self._profile_from or 0))
                 self._window_start = (now, step)
         else:
             if reason == "profiled":
@@ -864,7 +755,7 @@ class AutoTuner:
                 turn.append(trial_plan.hash)
         if len(turn) == 1:
             return []
-        initial = self.switches[0].plan_hash
+        initial = self._initial
         name, initial_plan, initial_order, _ = self._tried[initial]
         self._tried[initial] = (name, initial_plan, initial_order, payload.get("initial_predicted_s"))
         if initial not in turn:
@@ -913,7 +804,7 @@ class AutoTuner:
     @property
     def trials_done(self) -> bool:
         """The first plan is made and its trials (if any) are decided (the same on every rank)."""
-        return self.iteration > self.config.switch_iteration and self._next_trial is None
+        return self._profiled_at is not None and self._next_trial is None
 
     @property
     def tuning_iterations(self) -> int:
@@ -936,7 +827,7 @@ class AutoTuner:
     def summary(self) -> dict[str, Any]:
         """JSON-ready state: switches, prediction and this rank's measurements."""
         return {"predicted_iteration_s": self.predicted_iteration_s, "expected_iteration_s": self._expected_s,
-                "settled_at": self.settled_at,
+                "settled_at": self.settled_at, "profiling_from": self._profile_from, "profiled_at": self._profiled_at,
                 "measured_iteration_s": self.measured_iteration_s, "replans": self.replans,
                 "trial_decision": self.trial_decision,
                 "switches": [s.to_dict() for s in self.switches],
