@@ -8,8 +8,6 @@ longer on the tracer's clock), so which plan wins, and what the trials cost, is 
 
 from __future__ import annotations
 
-import math
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st

@@ -92,7 +92,6 @@ import torch.distributed as dist
 from gradsched.calibration import (IssueTimes, StepRecord, TrialBudget, decide, fastest, fit_cluster, issue_times,
                                    measured_profile, out_of_the_running, runoff_plans, service_points)
 from gradsched.cluster import Cluster
-from gradsched.errors import GradschedError
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.timeline import Event
@@ -102,7 +101,7 @@ from gradsched.torch.runtime.torch_ddp import candidate_plan, one_bucket_mb
 from gradsched.tuning.candidates import TORCH_DDP, is_torch_ddp
 from gradsched.tuning.candidates import label as _label
 # the configuration, its rules and records live in the torch-free core (gradsched.tuning); their names stay here
-from gradsched.tuning.config import (KEEP_POINTS, MAX_TRIAL_WINDOW, MIN_SIZES, OFFLINE_TRIALS, PLANNER_KEYS,  # noqa: F401
+from gradsched.tuning.config import (KEEP_POINTS, MAX_TRIAL_WINDOW, MIN_SIZES, OFFLINE_TRIALS, PLANNER_KEYS,
                                      PREDICTED_SLOWER, PROBE_BYTES, RUNOFF_PLANS, SAMPLES_KEPT, TRIALS, AutoTuneConfig,
                                      not_clearly_slower, trials_option)
 from gradsched.tuning.records import Check, Switch
@@ -112,6 +111,10 @@ if TYPE_CHECKING:
     from gradsched.torch.runtime.trace import Tracer
 
 logger = logging.getLogger("gradsched.autotune")
+
+__all__ = ["KEEP_POINTS", "MAX_TRIAL_WINDOW", "MIN_SIZES", "OFFLINE_TRIALS", "PLANNER_KEYS", "PREDICTED_SLOWER",
+           "PROBE_BYTES", "RUNOFF_PLANS", "SAMPLES_KEPT", "TRIALS", "AutoTuneConfig", "AutoTuner", "Check", "Switch",
+           "TunedModel", "not_clearly_slower", "trials_option"]
 
 
 # --------------------------------------------------------------------------- the tuner

@@ -46,7 +46,11 @@ from gradsched.constants import MiB
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
 from gradsched.profile import Profile
-from gradsched.tuning.candidates import CANDIDATE_SIZES, TORCH_DDP, is_torch_ddp  # noqa: F401 (their names stay here)
+from gradsched.tuning.candidates import CANDIDATE_SIZES, TORCH_DDP, is_torch_ddp
+
+# the candidates' names live in the torch-free core (gradsched.tuning.candidates); they stay importable here
+__all__ = ["CANDIDATE_SIZES", "TORCH_DDP", "TorchDDPPool", "candidate_plan", "is_torch_ddp", "one_bucket_mb",
+           "reduce_every_backward"]
 
 
 
