@@ -46,3 +46,83 @@ def test_the_configuration_is_torch_free_and_defer_is_checked():
     assert AutoTuneConfig.from_options({"defer": "no"}).defer is False
     with pytest.raises(GradschedError, match="defer"):
         AutoTuneConfig.from_options({"defer": 3})
+
+
+# --------------------------------------------------------------------------- the rules, on synthetic records
+def _plan(strategy: str, overlap: bool = False, **options):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(strategy=strategy, overlap_forward=overlap, options=options)
+
+
+def _ranked(predicted_s: float, strategy: str, overlap: bool = False):
+    from gradsched.planners.auto import Ranked
+
+    return Ranked(predicted_s, strategy, _plan(strategy, overlap))
+
+
+def test_checks_every_patience_until_the_cap_and_once_more_after_the_last_replan():
+    """The schedule the two-rank test saw (switch at 3, patience 4, every check re-plans, cap 2): checks at
+    8 and 18, re-plans at 13 and 23, one last check at 28 that may only keep or revert; then none."""
+    from gradsched.tuning.rules import capped, next_check, replan_at
+
+    cfg = AutoTuneConfig.from_options({"switch_iteration": 3, "patience": 4, "max_replans": 2, "trials": 1})
+    checks, replans_at, replans = [], [], 0
+    at = next_check(cfg.switch_iteration, cfg, replans, after_replan=False, on_torch_ddp=False)
+    while at is not None and at < 100:
+        checks.append(at)
+        action, _ = capped(("replan", None), replans, cfg.max_replans)
+        if action == "keep":
+            at = next_check(at, cfg, replans, after_replan=False, on_torch_ddp=False)
+            continue
+        replans += 1
+        replans_at.append(replan_at(at, cfg))
+        at = next_check(replans_at[-1], cfg, replans, after_replan=True, on_torch_ddp=False)
+    assert checks == [8, 18, 28] and replans_at == [13, 23] and replans == cfg.max_replans
+    assert capped(("revert", "h"), 5, 2) == ("revert", "h")  # past the cap a check may still revert
+    assert next_check(8, cfg, 0, after_replan=False, on_torch_ddp=True) is None  # on PyTorch's DDP: no checks
+
+
+def test_without_a_distributed_optimizer_overlapping_plans_are_not_candidates():
+    from gradsched.tuning.rules import runnable
+
+    cands = [_ranked(1.0, "usbyte", overlap=True), _ranked(1.1, "wfbp"), _ranked(1.2, "bytescheduler", overlap=True)]
+    assert [r.strategy for r in runnable(cands, has_optimizer=False)] == ["wfbp"]
+    assert runnable(cands, has_optimizer=True) == cands
+    only_overlapping = [cands[0], cands[2]]
+    assert runnable(only_overlapping, has_optimizer=False) == only_overlapping  # nothing else: all stay
+
+
+def test_trial_candidates_one_per_strategy_the_users_best_plan_and_ddp_without_pytorchs():
+    from gradsched.tuning.rules import trial_candidates
+
+    results = [_ranked(1.0, "usbyte"), _ranked(1.01, "usbyte"), _ranked(1.1, "wfbp"), _ranked(1.2, "mgwfbp"),
+               _ranked(1.3, "sync")]
+    offline = [_ranked(0.9, "bytescheduler"), _ranked(0.95, "dear")]
+
+    def defaults(strategy: str):
+        return _ranked(2.0, strategy)
+
+    cfg = AutoTuneConfig.from_options({"trials": 3})
+    got = trial_candidates(results, cfg, defaults, offline)
+    assert [(r.strategy, r.predicted_s) for r in got] == [("usbyte", 2.0), ("wfbp", 1.1), ("mgwfbp", 1.2),
+                                                          ("bytescheduler", 0.9)]
+    no_torch = AutoTuneConfig.from_options({"trials": 2, "torch_ddp": False})
+    got = trial_candidates(results, no_torch, defaults, None)
+    assert [(r.strategy, r.predicted_s) for r in got] == [("usbyte", 2.0), ("wfbp", 1.1), ("ddp", 2.0)]
+
+
+def test_the_baseline_is_the_latest_pytorch_ddp_at_the_users_size_and_resized_ones_are_the_others():
+    from gradsched.tuning.rules import baseline_of, resized_of
+
+    tried = {"start": ("torch-ddp", _plan("torch-ddp", bucket_cap_mb=25.0)),
+             "init": ("ddp", _plan("ddp", bucket_cap_mb=25.0)),
+             "one": ("torch-ddp", _plan("torch-ddp", bucket_cap_mb=3.0)),
+             "planned": ("torch-ddp", _plan("torch-ddp", bucket_cap_mb=25.0)),
+             "usb": ("usbyte", _plan("usbyte"))}
+    assert baseline_of(tried, 25.0) == "planned"  # deferred: the one planned from the measured profile
+    assert baseline_of({k: tried[k] for k in ("init", "usb")}, 25.0) == "init"  # DDP's buckets on the executor
+    assert baseline_of({"usb": tried["usb"]}, 25.0) is None
+    taken = {"one": 1.0, "usb": 1.0, "planned": 1.0}
+    assert resized_of(tried, "planned", taken) == {"one"}
+    assert resized_of(tried, "init", taken) == set()  # the executor's DDP buckets: no resized PyTorch DDP

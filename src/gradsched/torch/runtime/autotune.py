@@ -105,6 +105,8 @@ from gradsched.tuning.config import (KEEP_POINTS, MAX_TRIAL_WINDOW, MIN_SIZES, O
                                      PREDICTED_SLOWER, PROBE_BYTES, RUNOFF_PLANS, SAMPLES_KEPT, TRIALS, AutoTuneConfig,
                                      not_clearly_slower, trials_option)
 from gradsched.tuning.records import Check, Switch
+from gradsched.tuning.rules import (baseline_of, capped, next_check, replan_at, resized_of, runnable,
+                                    trial_candidates)
 
 if TYPE_CHECKING:
     from gradsched.planners.auto import Ranked
@@ -325,8 +327,7 @@ class AutoTuner:
             untried = self.config.min_gain if self.switches[-1].reason == "replan" else None
             decision = decide(current, measured, expected, self._measured_by_plan, self.config.replan_threshold,
                               untried)
-            if decision[0] == "replan" and self.replans >= self.config.max_replans:
-                decision = ("keep", None)  # the cap: this check (after the last re-plan) may only revert
+            decision = capped(decision, self.replans, self.config.max_replans)
             self.checks.append(Check(step, measured, predicted, decision[0] != "keep", expected))
             logger.debug("auto: iteration %d: measured %.2f ms, expected %.2f ms (predicted %.2f ms): %s", step,
                          measured * 1e3, expected * 1e3, predicted * 1e3, decision[0])
@@ -342,7 +343,7 @@ class AutoTuner:
             # measure the current plan for a new one: `patience` iterations with every completion stamped
             self._tracer.completions = True
             self._next_check = None
-            self._next_replan = step + self.config.patience + 1
+            self._next_replan = replan_at(step, self.config)
 
     def _revert(self, step: int, target: str, window: list[StepRecord]) -> None:
         """Every rank: go back to plan ``target`` (measured faster) and exclude the current strategy."""
@@ -509,17 +510,11 @@ class AutoTuner:
     def _baseline(self) -> str | None:
         """What a trial plan must beat by ``min_gain``: what the user would run otherwise, PyTorch's DDP at their
         bucket size (:attr:`TunedModel.ddp_bucket_cap_mb`), or DDP's buckets on the executor without it."""
-        cap = self._model.ddp_bucket_cap_mb
-        own = [h for h, (_, plan, *_) in self._tried.items()
-               if is_torch_ddp(plan) and plan.options["bucket_cap_mb"] == cap]
-        # the latest: planned from the measured profile (deferred, another was built to start on)
-        return next(reversed(own), None) or next((h for h, (name, *_) in self._tried.items() if name == "ddp"), None)
+        return baseline_of({h: t[:2] for h, t in self._tried.items()}, self._model.ddp_bucket_cap_mb)
 
     def _resized(self, baseline: str | None, taken: dict[str, float]) -> set[str]:
         """The candidates that are the baseline with other bucket sizes: PyTorch's DDP, when the baseline is."""
-        if baseline is None or not is_torch_ddp(self._tried[baseline][1]):
-            return set()
-        return {h for h in taken if h != baseline and is_torch_ddp(self._tried[h][1])}
+        return resized_of({h: t[:2] for h, t in self._tried.items()}, baseline, taken)
 
     def _record(self, plan_hash: str, window: list[StepRecord]) -> None:
         """Rank 0: add ``window``'s iterations to what ``plan_hash`` measured (the latest
@@ -574,11 +569,8 @@ class AutoTuner:
             self._schedule_check(step, after_replan=reason == "replan")
 
     def _schedule_check(self, step: int, after_replan: bool = False) -> None:
-        # on PyTorch's DDP nothing is traced, so there is nothing to re-plan from: the checks (and their
-        # broadcasts) stop, and what runs costs DDP's time alone; a re-plan's plan, which ran in no
-        # trial, is checked at least once, the cap notwithstanding
-        more = (self.replans < self.config.max_replans or after_replan) and not is_torch_ddp(self._model.plan())
-        self._next_check = step + self.config.patience + 1 if more else None
+        # on PyTorch's DDP the checks (and their broadcasts) stop: what runs costs DDP's time alone
+        self._next_check = next_check(step, self.config, self.replans, after_replan, is_torch_ddp(self._model.plan()))
 
     @property
     def _is_root(self) -> bool:
@@ -605,14 +597,10 @@ class AutoTuner:
         exclude = tuple(self.config.planner_options.get("exclude", ())) + tuple(r for r in self.rejected
                                                                              if r != TORCH_DDP)
         opts = dict(self.config.planner_options, exclude=exclude)
-        def runnable(candidates: list[Ranked]) -> list[Ranked]:
-            if model.has_optimizer():
-                return candidates
-            # without a DistributedOptimizer an overlapping plan waits at the end of backward
-            # (gradsched.torch.runtime.inflight), so the simulator's figure for it would not hold
-            return [r for r in candidates if not r.plan.overlap_forward] or candidates
+        def runs(candidates: list[Ranked]) -> list[Ranked]:
+            return runnable(candidates, model.has_optimizer())
 
-        results = runnable(ranked(profile, cluster, **opts))
+        results = runs(ranked(profile, cluster, **opts))
         plan = as_auto(results[0], len(results))
         order = issue_order(plan, profile, cluster)
         predicted = results[0].predicted_s
@@ -626,7 +614,8 @@ class AutoTuner:
 
         trials: list[Ranked] = []
         if reason == "profiled" and self.config.trials > 1:
-            trials = self._trials(results, with_defaults, lambda p, c: runnable(ranked(p, c, **opts)))
+            offline = runs(ranked(*self._offline, **opts)) if self._offline is not None else None
+            trials = trial_candidates(results, self.config, with_defaults, offline)
             trials += self._torch_ddp_trials(profile, cluster)
             if self.config.budgeted:
                 trials = not_clearly_slower(results[0], trials)
@@ -675,27 +664,6 @@ class AutoTuner:
         logger.warning("auto: too few measured operation sizes to fit collective costs; planning with %s",
                        "the previous fit" if self.cluster else "a loopback-like default")
         return self.cluster or default_cluster(model.world)
-
-    def _trials(self, results: list[Ranked], with_defaults: Callable[[str], Ranked],
-                rank_offline: Callable[[Profile, Cluster], list[Ranked]]) -> list[Ranked]:
-        """Rank 0, at the first plan: the plans measured beside the chosen one (:attr:`AutoTuneConfig.trials`).
-
-        The search tunes each strategy's options on the simulator's model; the options its
-        authors chose by hand are measured beside them.  On 2 hosts at 1gbit (vgg) the
-        search's usbyte and bytescheduler plans measured 584-623 ms in one job's trials, DDP's
-        buckets 563-574; their default options ran at 509-511 ms in the next job's rounds."""
-        chosen = results[0].strategy
-        trials = [with_defaults(chosen)]
-        picked = {chosen}
-        for r in results[1:]:
-            if len(picked) < self.config.trials and r.strategy not in picked:
-                picked.add(r.strategy)
-                trials.append(r)
-        if self._offline is not None:  # the user's own measurements may know what in situ cannot
-            trials.extend(rank_offline(*self._offline)[:OFFLINE_TRIALS])
-        if "ddp" not in picked and not self.config.torch_ddp:  # what the user would run otherwise is measured
-            trials.append(with_defaults("ddp"))
-        return trials
 
     def _torch_ddp_trials(self, profile: Profile, cluster: Cluster) -> list[Ranked]:
         """Rank 0, at the first plan: PyTorch's own DDP (:mod:`gradsched.torch.runtime.torch_ddp`) at the
