@@ -224,3 +224,29 @@ def test_deferred_is_the_default_only_where_trials_are_budgeted_with_pytorch_ddp
         assert not AutoTuneConfig.from_options(off).deferred, off
     with pytest.raises(GradschedError, match="defer"):
         AutoTuneConfig.from_options({"defer": "maybe"})
+
+
+def test_a_baseline_window_in_a_slow_phase_does_not_make_the_candidates_windows_free(world_of_one):
+    """The baseline ran 1 s an iteration for the whole rest before profiling but 3 s in its trial windows (a slow
+    phase of the machine), the candidates 2 s: counted against 3 s they would cost nothing and run back to back;
+    counted against the rest's 1 s, what the trials cost stays within the share but for one window."""
+    share = 0.1
+
+    def seconds(plan) -> float:
+        tuner = model.autotuner
+        if is_torch_ddp(plan):
+            return 1.0 if tuner._profiled_at is None else 3.0
+        return 2.0
+
+    model = DistributedDataParallel(_net(), "auto", plan_options={**DEFERRED, "trial_share": share},
+                                    bucket_cap_mb=0.01)
+    delay(model, seconds)
+    tuner = model.autotuner
+    for _ in range(MAX_STEPS // 10):
+        _train(model, 0, 1, 10)
+        if tuner.trials_done:
+            break
+    budget, window = tuner._budget, tuner.trial_window + 1
+    assert budget is not None and len(budget.windows) >= 2 and tuner._rest_s == pytest.approx(1.0, abs=0.2)
+    elapsed = tuner._tracer.now() - tuner._start_s
+    assert budget.spent_s(1.0) <= share * elapsed + window * 2.0
