@@ -250,3 +250,27 @@ def test_a_baseline_window_in_a_slow_phase_does_not_make_the_candidates_windows_
     assert budget is not None and len(budget.windows) >= 2 and tuner._rest_s == pytest.approx(1.0, abs=0.2)
     elapsed = tuner._tracer.now() - tuner._start_s
     assert budget.spent_s(1.0) <= share * elapsed + window * 2.0
+
+
+def test_the_baseline_started_on_takes_its_turns_when_planned_again_with_the_same_buckets(world_of_one):
+    """mlp in one bucket: PyTorch's DDP planned from the measured profile is the very plan the job started on;
+    it runs first in the trials, is measured there as the baseline, and stays where the others are slower."""
+    from gradsched.torch.jobs.models import build_model
+
+    module = build_model("mlp", seed=0).module
+    model = DistributedDataParallel(module, "auto", plan_options={**DEFERRED, "trial_share": 0.5})
+    delay(model, lambda plan: 1.0 if is_torch_ddp(plan) else 2.0)
+    tuner = model.autotuner
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(MAX_STEPS):
+        opt.zero_grad()
+        model(torch.randn(4, 64)).square().mean().backward()
+        opt.step()
+        if tuner.trials_done:
+            break
+    start = tuner.switches[0].plan_hash
+    profiled = next(s for s in tuner.switches if s.reason == "profiled")
+    decision = tuner.trial_decision
+    assert decision["baseline"] == start and profiled.plan_hash == start  # the same buckets, one plan
+    assert start in decision["measured"] and decision["kept"] == start and model.plan.hash == start
+    assert tuner._tried[start][3] is not None  # planned again: now with a prediction

@@ -740,7 +740,10 @@ class AutoTuner:
         turn = [planned]
         for name, trial_plan, order, predicted in payload.get("trials", []):
             trial_plan.check(self._model.profile, "auto trial plan")
-            if trial_plan.hash not in self._tried:  # one plan under two names is measured once
+            started_on = self.config.deferred and trial_plan.hash == self.switches[0].plan_hash
+            if trial_plan.hash not in self._tried or (started_on and trial_plan.hash not in turn):
+                # one plan under two names is measured once; the baseline the job started on (deferred: the same
+                # buckets planned again) takes its turns, now with a prediction
                 self._tried[trial_plan.hash] = (name, trial_plan, list(order), predicted)
                 turn.append(trial_plan.hash)
         if len(turn) == 1:
