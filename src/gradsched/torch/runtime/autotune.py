@@ -290,7 +290,6 @@ class AutoTuner:
         if self._is_root:
             window = [s for s in self._steps if s.measured and s.step > 0]
             base_s = statistics.median(s.duration_s for s in window) if window else 0.0
-            self._record(self._model.plan().hash, window)
             iterations = self.config.switch_iteration
             cost = profiling_cost_s(base_s, iterations)
             start = step + profiling_rest(self._tracer.now() - self._start_s, base_s, self.config.trial_share,
