@@ -126,3 +126,24 @@ def test_the_baseline_is_the_latest_pytorch_ddp_at_the_users_size_and_resized_on
     taken = {"one": 1.0, "usb": 1.0, "planned": 1.0}
     assert resized_of(tried, "planned", taken) == {"one"}
     assert resized_of(tried, "init", taken) == set()  # the executor's DDP buckets: no resized PyTorch DDP
+
+
+def test_the_next_window_a_rest_first_when_the_budget_needs_one_a_runoff_when_the_rounds_were_close():
+    from gradsched.tuning.rules import next_window
+
+    cfg = AutoTuneConfig.from_options({"runoff_rounds": 2, "runoff_margin": 0.05})
+    # a candidate next: its window, or first a rest of the baseline as long as the budget says (at least a window)
+    got = next_window(["a", "base", "b"], "base", {}, False, cfg, 4, lambda: 0)
+    assert (got["kind"], got["plan"], got["iterations"], got["turns"]) == ("window", "a", 4, ["base", "b"])
+    got = next_window(["a", "base", "b"], "base", {}, False, cfg, 4, lambda: 2)
+    assert (got["kind"], got["plan"], got["iterations"], got["turns"]) == ("rest", "base", 4, ["a", "base", "b"])
+    assert next_window(["a"], "base", {}, False, cfg, 4, lambda: 50)["iterations"] == 50
+    # the baseline next: no rest asked for (it is what a rest runs)
+    assert next_window(["base", "a"], "base", {}, False, cfg, 4, lambda: 1 / 0)["plan"] == "base"
+    # only the baseline left, the rounds close: a run-off, the baseline first, runoff_rounds turns each
+    close = {"base": 1.0, "a": 0.98, "b": 1.5}
+    got = next_window(["base"], "base", close, False, cfg, 4, lambda: 0)
+    assert got["runoff"] == ["base", "a"] and (got["plan"], got["turns"]) == ("base", ["a", "base", "a"])
+    # ... not twice, and nothing close: the end (the caller decides what stays)
+    assert next_window(["base"], "base", close, True, cfg, 4, lambda: 0)["kind"] == "end"
+    assert next_window([], "base", {"base": 1.0, "b": 1.5}, False, cfg, 4, lambda: 0)["kind"] == "end"

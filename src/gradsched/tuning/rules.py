@@ -9,11 +9,12 @@ as the driver holds them (every rank alike).  The numeric rules are in :mod:`gra
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from gradsched.calibration.decisions import runoff_plans
 from gradsched.plan import Plan
 from gradsched.tuning.candidates import is_torch_ddp
-from gradsched.tuning.config import OFFLINE_TRIALS, AutoTuneConfig
+from gradsched.tuning.config import OFFLINE_TRIALS, RUNOFF_PLANS, AutoTuneConfig
 
 if TYPE_CHECKING:
     from gradsched.planners.auto import Ranked
@@ -88,3 +89,31 @@ def resized_of(tried: Mapping[str, tuple[str, Plan]], baseline: str | None, take
     if baseline is None or not is_torch_ddp(tried[baseline][1]):
         return set()
     return {h for h in taken if h != baseline and is_torch_ddp(tried[h][1])}
+
+
+def next_window(turns: list[str], base: str | None, taken: Mapping[str, float], runoff_started: bool,
+                config: AutoTuneConfig, window: int, rest: Callable[[], int]) -> dict[str, Any]:
+    """Budgeted trials, at the end of a window: what runs next, given the ``turns`` still to come (candidates out
+    of the running already left out), the baseline ``base`` and the medians ``taken`` of the candidates still in
+    the running.
+
+    When no candidate but the baseline is left in the turns and no run-off has been held, the plans the rounds
+    could not tell apart (:func:`~gradsched.calibration.runoff_plans`, the baseline first) take
+    ``runoff_rounds`` more turns; when none is left at all: ``{"kind": "end"}`` (the caller picks the plan).
+    Otherwise the next candidate's window of ``window`` iterations, or first a rest on the baseline of
+    ``rest()`` iterations (at least ``window``) if the budget needs one.  ``turns``/``runoff`` in the result:
+    what is left to run and the run-off's plans, if one starts now."""
+    runoff = None
+    if not any(h != base for h in turns) and not runoff_started and config.runoff_rounds:
+        close = runoff_plans(dict(taken), base, config.runoff_margin, RUNOFF_PLANS)
+        runoff = sorted(close, key=lambda h: h != base)  # the baseline first, as in the rounds
+        turns = runoff * config.runoff_rounds if any(h != base for h in runoff) else []
+    if not any(h != base for h in turns):
+        return {"kind": "end", "plan": None, "turns": [], "runoff": runoff}
+    nxt = turns[0]
+    if nxt != base:
+        needed = rest()
+        if needed:
+            return {"kind": "rest", "plan": base, "iterations": max(needed, window), "turns": turns,
+                    "runoff": runoff}
+    return {"kind": "window", "plan": nxt, "iterations": window, "turns": turns[1:], "runoff": runoff}

@@ -105,7 +105,7 @@ from gradsched.tuning.config import (KEEP_POINTS, MAX_TRIAL_WINDOW, MIN_SIZES, O
                                      PREDICTED_SLOWER, PROBE_BYTES, RUNOFF_PLANS, SAMPLES_KEPT, TRIALS, AutoTuneConfig,
                                      not_clearly_slower, trials_option)
 from gradsched.tuning.records import Check, Switch
-from gradsched.tuning.rules import (baseline_of, capped, next_check, replan_at, resized_of, runnable,
+from gradsched.tuning.rules import (baseline_of, capped, next_check, next_window, replan_at, resized_of, runnable,
                                     trial_candidates)
 
 if TYPE_CHECKING:
@@ -467,21 +467,13 @@ class AutoTuner:
             wins = [a < b for a, b in zip(self._rounds_by_plan.get(h, []), self._paired.get(h, []))]
             if out_of_the_running(wins, rounds, h in resized):
                 self._dropped.append(h)
-        turns = [h for h in self._trial_turns if h not in self._dropped]
-        runoff = None
-        if not any(h != base for h in turns) and self._runoff is None and self.config.runoff_rounds:
-            close = runoff_plans({h: t for h, t in self._taken().items() if h not in self._dropped}, base,
-                                 self.config.runoff_margin, RUNOFF_PLANS)
-            runoff = sorted(close, key=lambda h: h != base)  # the baseline first, as in the rounds
-            turns = runoff * self.config.runoff_rounds if any(h != base for h in runoff) else []
-        if not any(h != base for h in turns):
-            return {"kind": "end", "plan": self._decide(base), "turns": [], "runoff": runoff}
-        nxt = turns[0]
-        rest = self._budget.rest_before(now, self._budget_base_s(base), self.trial_window + 1)
-        if nxt != base and rest:
-            return {"kind": "rest", "plan": base, "iterations": max(rest, self.trial_window), "turns": turns,
-                    "runoff": runoff}
-        return {"kind": "window", "plan": nxt, "iterations": self.trial_window, "turns": turns[1:], "runoff": runoff}
+        taken = {h: t for h, t in self._taken().items() if h not in self._dropped}
+        decision = next_window([h for h in self._trial_turns if h not in self._dropped], base, taken,
+                               self._runoff is not None, self.config, self.trial_window,
+                               lambda: self._budget.rest_before(now, self._budget_base_s(base), self.trial_window + 1))
+        if decision["kind"] == "end":
+            decision["plan"] = self._decide(base)
+        return decision
 
     def _budget_base_s(self, base: str | None) -> float:
         """Rank 0: the baseline's iteration time the trials' cost is counted against: its median in the trials'
