@@ -14,7 +14,8 @@ plus the sum of its steps.  ``pairs`` pairs per job length, after a short unreco
 process's first job pays one-time costs, 8 s once); the ratio reported is the median of the
 pairs' ratios (auto's job time / DDP's).  ``--variants`` adds ``auto``
 (``strategy="auto"``: starts on ``wfbp``, re-plans allowed) and ``auto-off``
-(``plan_options={"trials": "off"}``).  Target: at most 1.02.
+(``plan_options={"trials": "off"}``) and ``ddp-aa`` (PyTorch's DDP in place of gradsched: the harness's own
+bias and noise between two equal jobs).  Target: at most 1.02.
 
 Writes ``benchmarks/results/auto_short_jobs.json`` (``--out``): every job's time, the
 plan each settled on and when, the load average before and after.
@@ -31,7 +32,8 @@ import time
 from pathlib import Path
 
 TARGET = 1.02
-VARIANTS = {"default": None, "auto": {"strategy": "auto"}, "auto-off": {"plan_options": {"trials": "off"}}}
+VARIANTS = {"default": None, "auto": {"strategy": "auto"}, "auto-off": {"plan_options": {"trials": "off"}},
+            "ddp-aa": None}  # PyTorch's DDP against itself: what the harness measures between two equal jobs
 
 
 def _build(model_name: str, variant: str, batch_size: int, rank: int) -> dict:
@@ -46,7 +48,7 @@ def _build(model_name: str, variant: str, batch_size: int, rank: int) -> dict:
     batches = [spec.make_batch(batch_size, gen) for _ in range(8)]
     torch.distributed.barrier()
     t0 = time.perf_counter()
-    if variant == "ddp":
+    if variant in ("ddp", "ddp-aa"):
         model = torch.nn.parallel.DistributedDataParallel(spec.module)
     else:
         how = VARIANTS[variant] or {}
@@ -83,7 +85,7 @@ def _pair(model_name: str, variant: str, steps: int, batch_size: int, rank: int,
         if tuner is not None:
             sw = tuner.switches
             row.update(settled_on=sw[-1].strategy, settled_at=tuner.settled_at, done=tuner.done,
-                       switches=[(s.iteration, s.strategy, s.reason) for s in sw])
+                       switches=[(s.iteration, s.strategy, s.reason) for s in sw], autotune=tuner.summary())
         out["auto" if v != "ddp" else "ddp"] = row
     return out
 

@@ -114,7 +114,7 @@ else:
                                        timeout_s=args.timeout)
     if model.plan is None:  # --plan ddp: PyTorch's DDP behind gradsched's wrapper
         say("gradsched plan: PyTorch's DDP")
-    else:  # the default is run-time auto: it starts on DDP's buckets and measures PyTorch's DDP among others
+    else:  # the default is run-time auto: it starts on PyTorch's DDP and measures other plans once that pays
         say("gradsched plan: strategy %s, %d collective operations per step, hash %s", model.strategy,
             len(model.plan.operations), model.plan.hash)
 optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)

@@ -15,7 +15,7 @@ sys.meta_path.insert(0, Block())
 
 CODE = BLOCK_TORCH + """
 import gradsched, gradsched.planners, gradsched.sim, gradsched.cli, gradsched.timeline, gradsched.synthetic
-import gradsched.calibration
+import gradsched.calibration, gradsched.tuning
 from gradsched.planners import make_plan, strategy_names
 from gradsched.sim import simulate
 p = gradsched.synthetic.synthetic_profile(50)

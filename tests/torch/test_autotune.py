@@ -119,7 +119,8 @@ def _train(rank: int, world: int, strategy: str, optimizer: str, options: dict |
 
     from gradsched.torch.runtime.torch_ddp import candidate_plan
 
-    torch_ddp_plan = candidate_plan(tuner.profile, tuner.cluster, 25.0)  # PyTorch's DDP at its default size
+    # PyTorch's DDP at its default size (not planned: deferred, the plan it started on)
+    torch_ddp_plan = candidate_plan(tuner.profile, tuner.cluster, 25.0) if tuner.profile else model.plan
     offline_hash = None
     if offline:
         from gradsched.planners.auto import ranked
@@ -136,8 +137,8 @@ def _train(rank: int, world: int, strategy: str, optimizer: str, options: dict |
 
 
 CASES = {
-    "auto/sgd": ("sgd", {"switch_iteration": 3, "patience": 4}, True),
-    "auto/adam": ("adam", {"switch_iteration": 3, "patience": 4}, True),
+    "auto/sgd": ("sgd", {"switch_iteration": 3, "patience": 4, "defer": False}, True),
+    "auto/adam": ("adam", {"switch_iteration": 3, "patience": 4, "defer": False}, True),
     # the three best predicted plans (and the first one's strategy with its default options), PyTorch's DDP
     # (at 25 MB and the advised size) and the initial one take turns twice, 1 iteration each (+1 for the switch),
     # then the fastest measured stays; on this small model many strategies plan the same single bucket
@@ -160,9 +161,11 @@ CASES = {
     # start on a plan that overlaps the update with the next forward: switching must finish it first
     "overlap-start/adam": ("adam", {"switch_iteration": 4, "initial": "bytescheduler",
                                     "initial_options": {"partition_bytes": 8192, "credit_bytes": 32768},
-                                    "max_replans": 0}, True),
+                                    "max_replans": 0, "defer": False}, True),
     # a plain torch optimizer: auto must not pick a plan that needs DistributedOptimizer
-    "plain-optimizer/sgd": ("sgd", {"switch_iteration": 3, "max_replans": 0}, False),
+    "plain-optimizer/sgd": ("sgd", {"switch_iteration": 3, "max_replans": 0, "defer": False}, False),
+    # the default's way (deferred): a short job runs PyTorch's DDP throughout, no profiling (its cost fits 1% later)
+    "deferred/sgd": ("sgd", {"switch_iteration": 3}, True),
 }
 
 
@@ -192,6 +195,9 @@ def test_auto_trains_to_ddps_parameters_on_every_rank(results, label):
 def test_every_rank_switches_at_the_same_iteration_to_the_same_plan(results, label):
     a, b = results[0][label], results[1][label]
     assert a["switches"] == b["switches"]
+    if "deferred" in label:  # still on the baseline, PyTorch's DDP, at the end of a short job
+        assert [s[2:] for s in a["switches"]] == [("torch-ddp", "initial")] and a["predicted"] is None
+        return
     assert a["predicted"] == b["predicted"] and a["predicted"] > 0
     first = a["switches"][1]
     assert first[0] == CASES[label][1]["switch_iteration"] and first[3] == "profiled"

@@ -8,7 +8,6 @@ longer on the tracer's clock), so which plan wins, and what the trials cost, is 
 
 from __future__ import annotations
 
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -26,7 +25,8 @@ from gradsched.torch.runtime.torch_ddp import TORCH_DDP, is_torch_ddp  # noqa: E
 from tests.torch.test_autotune_torch_ddp import _net, _train, delay, world_of_one  # noqa: E402,F401
 
 BUDGETED = {"switch_iteration": 3, "trials": 2, "trial_iterations": 2, "trial_rounds": 2, "trial_window_s": 0,
-            "min_gain": 0, "max_replans": 0, "runoff_rounds": 0}
+            "min_gain": 0, "max_replans": 0, "runoff_rounds": 0,
+            "defer": False}  # profiling from iteration 0 (the deferred start: the tests at the end)
 
 
 # --------------------------------------------------------------------------- the rules, on numbers
@@ -166,3 +166,111 @@ def test_trials_off_plans_once_and_settles_at_the_switch(world_of_one):
     tuner = model.autotuner
     assert [s.reason for s in tuner.switches] == ["initial", "profiled"]
     assert tuner.settled_at == 3 and tuner.done and tuner.trial_decision is None
+
+
+# --------------------------------------------------------------------------- deferred: on DDP until profiling pays
+DEFERRED = {**BUDGETED, "defer": True}
+
+
+def _deferred(seconds, options: dict, steps: int):
+    """Auto deferred (the default's way), ``steps`` iterations; ``seconds(plan)``: what one takes more."""
+    model = DistributedDataParallel(_net(), "auto", plan_options={**DEFERRED, **options}, bucket_cap_mb=0.01)
+    delay(model, seconds)
+    _train(model, 0, 1, steps)
+    return model
+
+
+def test_a_short_job_runs_pytorch_ddp_throughout_and_pays_no_profiling(world_of_one):
+    # 1 s an iteration: profiling's expected cost (planning alone 0.25 s) fits 1% only after ~25 s
+    model = _deferred(lambda plan: 1.0, {"trial_share": 0.01}, 20)
+    tuner = model.autotuner
+    base = tuner.switches[0]
+    assert [s.reason for s in tuner.switches] == ["initial"] and base.strategy == TORCH_DDP
+    plan = tuner._tried[base.plan_hash][1]
+    assert is_torch_ddp(model.plan) and plan.options["bucket_cap_mb"] == 0.01  # at the user's bucket size
+    assert model._ddp is not None and model._executor is None  # no executor ran, nothing was traced
+    assert tuner._probes == [] and tuner._profiled_at is None and tuner.settled_at is None
+    assert tuner._profile_from > 20 and not tuner.done  # it is still counting towards profiling
+    assert tuner.summary()["profiling_from"] == tuner._profile_from
+
+
+def test_profiling_starts_once_its_expected_cost_fits_the_share_then_trials_follow(world_of_one):
+    from gradsched.tuning.schedule import profiling_cost_s
+
+    share = 0.1
+    model = _deferred(lambda plan: 1.0 if is_torch_ddp(plan) else 2.0, {"trial_share": share}, 60)
+    tuner = model.autotuner
+    profiling = next(s for s in tuner.switches if s.reason == "profiling")
+    profiled = next(s for s in tuner.switches if s.reason == "profiled")
+    start, n = profiling.iteration, tuner.config.switch_iteration
+    assert profiled.iteration == start + n and tuner._profiled_at == profiled.iteration
+    assert tuner._tried[profiling.plan_hash][0] == "wfbp"  # the initial plan profiles, on the executor
+    # the baseline's iterations took ~1 s: at `start` profiling fitted the share of the time trained by its end,
+    # an iteration earlier it would not have
+    cost = profiling_cost_s(1.0, n)
+    assert cost <= share * (start + n) * 1.01 and cost > share * (start - 1 + n) * 0.99
+    # what it really cost counts against the trials: only its own iterations, not the baseline's before it
+    assert tuner._budget.before_iterations == n
+    for _ in range(MAX_STEPS // 10):
+        if tuner.trials_done:
+            break
+        _train(model, 0, 1, 10)
+    assert tuner.trials_done and is_torch_ddp(model.plan) and tuner.settled_at is not None
+
+
+def test_deferred_is_the_default_only_where_trials_are_budgeted_with_pytorch_ddp():
+    assert AutoTuneConfig.from_options({}).deferred
+    for off in ({"defer": "false"}, {"trials": "off"}, {"trials": 1}, {"trial_share": 0}, {"torch_ddp": False}):
+        assert not AutoTuneConfig.from_options(off).deferred, off
+    with pytest.raises(GradschedError, match="defer"):
+        AutoTuneConfig.from_options({"defer": "maybe"})
+
+
+def test_a_baseline_window_in_a_slow_phase_does_not_make_the_candidates_windows_free(world_of_one):
+    """The baseline ran 1 s an iteration for the whole rest before profiling but 3 s in its trial windows (a slow
+    phase of the machine), the candidates 2 s: counted against 3 s they would cost nothing and run back to back;
+    counted against the rest's 1 s, what the trials cost stays within the share but for one window."""
+    share = 0.1
+
+    def seconds(plan) -> float:
+        tuner = model.autotuner
+        if is_torch_ddp(plan):
+            return 1.0 if tuner._profiled_at is None else 3.0
+        return 2.0
+
+    model = DistributedDataParallel(_net(), "auto", plan_options={**DEFERRED, "trial_share": share},
+                                    bucket_cap_mb=0.01)
+    delay(model, seconds)
+    tuner = model.autotuner
+    for _ in range(MAX_STEPS // 10):
+        _train(model, 0, 1, 10)
+        if tuner.trials_done:
+            break
+    budget, window = tuner._budget, tuner.trial_window + 1
+    assert budget is not None and len(budget.windows) >= 2 and tuner._rest_s == pytest.approx(1.0, abs=0.2)
+    elapsed = tuner._tracer.now() - tuner._start_s
+    assert budget.spent_s(1.0) <= share * elapsed + window * 2.0
+
+
+def test_the_baseline_started_on_takes_its_turns_when_planned_again_with_the_same_buckets(world_of_one):
+    """mlp in one bucket: PyTorch's DDP planned from the measured profile is the very plan the job started on;
+    it runs first in the trials, is measured there as the baseline, and stays where the others are slower."""
+    from gradsched.torch.jobs.models import build_model
+
+    module = build_model("mlp", seed=0).module
+    model = DistributedDataParallel(module, "auto", plan_options={**DEFERRED, "trial_share": 0.5})
+    delay(model, lambda plan: 1.0 if is_torch_ddp(plan) else 2.0)
+    tuner = model.autotuner
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(MAX_STEPS):
+        opt.zero_grad()
+        model(torch.randn(4, 64)).square().mean().backward()
+        opt.step()
+        if tuner.trials_done:
+            break
+    start = tuner.switches[0].plan_hash
+    profiled = next(s for s in tuner.switches if s.reason == "profiled")
+    decision = tuner.trial_decision
+    assert decision["baseline"] == start and profiled.plan_hash == start  # the same buckets, one plan
+    assert start in decision["measured"] and decision["kept"] == start and model.plan.hash == start
+    assert tuner._tried[start][3] is not None  # planned again: now with a prediction

@@ -58,9 +58,12 @@ def test_backend_of_each_device_from_the_configuration():
 def test_default_is_auto_with_pytorch_ddp_among_its_candidates_and_honours_bucket_cap_mb(world_of_one):
     assert backend_for(str(dist.get_backend_config()), "cpu") == "gloo"  # init without a backend: gloo on CPU
     model = DistributedDataParallel(_net())
-    # run-time auto, starting on DDP's buckets on gradsched's executor (traced: it profiles there)
-    assert model.strategy == "auto" and model.autotuner is not None and model._ddp is None
-    assert model.plan.strategy == "ddp" and model.plan.options["bucket_cap_mb"] == 25.0
+    # run-time auto, starting on PyTorch's DDP at the user's bucket size (its default here); it profiles later on
+    # DDP's buckets on gradsched's executor, once the trials' budget pays for it (gradsched.tuning.schedule)
+    assert model.strategy == "auto" and model.autotuner is not None and model._ddp is not None
+    assert model.plan.strategy == "torch-ddp" and model.plan.options == {"bucket_cap_mb": 25.0, "default": True}
+    initial = model.autotuner._tried[model.autotuner._initial][1]
+    assert initial.strategy == "ddp" and initial.options["bucket_cap_mb"] == 25.0
     assert model.autotuner.config.torch_ddp and model._ddp_cap_mb == 25.0  # PyTorch's DDP among the candidates
     assert model.autotuner.config.max_replans == 0  # the trials' winner stays: no re-plan to an unmeasured plan
     def wide() -> nn.Module:  # 2.1 MB; one module per wrapper (a module wrapped twice is refused)

@@ -238,9 +238,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"  iteration: median {result['iteration_s_median'] * 1e3:.1f} ms, mean {result['iteration_s_mean'] * 1e3:.1f} ms"
           f" (first {result['warmup_steps']} steps not counted)")
     if result.get("autotune"):
-        for sw in result["autotune"]["switches"][1:]:
+        for sw in result["autotune"]["switches"][1:]:  # (deferred profiling's switch has no prediction)
             print(f"  auto: iteration {sw['iteration']}: {sw['strategy']} ({sw['reason']}), predicted "
-                  f"{sw['predicted_iteration_s'] * 1e3:.1f} ms, measured before {sw['measured_before_s'] * 1e3:.1f} ms")
+                  f"{_ms(sw['predicted_iteration_s'])}, measured before {_ms(sw['measured_before_s'])}")
         if result.get("predicted_iteration_s") is not None and result.get("measured_iteration_s_after_switch"):
             print(f"  auto: predicted {result['predicted_iteration_s'] * 1e3:.1f} ms, measured after the last switch "
                   f"{result['measured_iteration_s_after_switch'] * 1e3:.1f} ms (median)")
@@ -254,3 +254,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  measured trace of all ranks: {result['trace']}")
     emit_json(args, result, indent=None)
     return 0
+
+
+def _ms(seconds: float | None) -> str:
+    """``seconds`` in milliseconds for the report, ``-`` where there is none."""
+    return "-" if seconds is None else f"{seconds * 1e3:.1f} ms"

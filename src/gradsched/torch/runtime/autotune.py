@@ -2,6 +2,11 @@
 
     model = gradsched.torch.DistributedDataParallel(module, "auto")     # options: plan_options={...}
 
+0. **Deferred start** (``defer``, where the trials are budgeted with PyTorch's DDP among them: the
+   default): the job starts on the baseline, PyTorch's DDP at the user's bucket size, untraced; at
+   ``switch_iteration`` rank 0 broadcasts the iteration at which profiling starts, once its expected
+   cost fits ``trial_share`` of the time trained (:mod:`gradsched.tuning.schedule`); steps 1-2 then
+   start there (the start-up probes too), and what they cost counts against the trials' budget.
 1. **Profile in situ.**  Iterations ``0 .. switch_iteration - 1`` run a safe default
    (``initial``, default ``wfbp``) on gradsched's executor, traced: every gradient's
    ready time, every operation from issue to completion, forward, waits and updates
@@ -65,7 +70,7 @@ sizes for a line, a few probe all-reduces of known sizes at start-up supply the 
 Options (``plan_options`` of ``"auto"``; ``gradsched train --opt KEY=VALUE``):
 ``switch_iteration`` (5), ``initial`` ("wfbp"), ``initial_options`` ({}), ``trials``
 (3; 0 or off: none), ``trial_iterations`` (12), ``trial_rounds`` (3), ``trial_window_s`` (0.3),
-``trial_share`` (0.01), ``min_gain``
+``trial_share`` (0.01), ``defer`` (true), ``min_gain``
 (0.03), ``resize_min_gain`` (0.01), ``runoff_rounds`` (4), ``runoff_margin`` (0.05),
 ``replan_threshold`` (0.15), ``patience`` (10), ``max_replans`` (3), ``adaptive`` (true;
 false plans ``auto`` once at start-up from ``profile=``/``cluster=``, as any other
@@ -75,11 +80,10 @@ strategy), and the ``auto`` planner's own ``channels`` and ``exclude``.
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -88,14 +92,21 @@ import torch.distributed as dist
 from gradsched.calibration import (IssueTimes, StepRecord, TrialBudget, decide, fastest, fit_cluster, issue_times,
                                    measured_profile, out_of_the_running, runoff_plans, service_points)
 from gradsched.cluster import Cluster
-from gradsched.errors import GradschedError
 from gradsched.plan import Plan
-from gradsched.planners.options import Option, coerce
 from gradsched.profile import Profile
 from gradsched.timeline import Event
 from gradsched.torch.runtime.groups import backend_of
 from gradsched.torch.runtime.startup import broadcast_object, gather_object, wait
-from gradsched.torch.runtime.torch_ddp import CANDIDATE_SIZES, TORCH_DDP, candidate_plan, is_torch_ddp, one_bucket_mb
+from gradsched.torch.runtime.torch_ddp import candidate_plan, one_bucket_mb
+from gradsched.tuning.candidates import TORCH_DDP, is_torch_ddp
+from gradsched.tuning.candidates import label as _label
+# the configuration, its rules and records live in the torch-free core (gradsched.tuning); their names stay here
+from gradsched.tuning.config import (KEEP_POINTS, MAX_TRIAL_WINDOW, MIN_SIZES, OFFLINE_TRIALS, PLANNER_KEYS,
+                                     PREDICTED_SLOWER, PROBE_BYTES, RUNOFF_PLANS, SAMPLES_KEPT, TRIALS, AutoTuneConfig,
+                                     not_clearly_slower, trials_option)
+from gradsched.tuning.records import Check, Switch
+from gradsched.tuning.rules import (baseline_of, capped, next_check, next_window, replan_at, resized_of, runnable,
+                                    trial_candidates)
 
 if TYPE_CHECKING:
     from gradsched.planners.auto import Ranked
@@ -103,203 +114,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("gradsched.autotune")
 
-PLANNER_KEYS = ("channels", "exclude")
-PROBE_BYTES = (8 << 10, 256 << 10, 2 << 20)  # start-up probes, used only when the initial plan has too few sizes
-MIN_SIZES = 3  # distinct operation sizes wanted for a line fit
-KEEP_POINTS = 9  # service times kept per operation size (most recent)
-OFFLINE_TRIALS = 1  # best plans of a given profile and cluster added to the trials
-SAMPLES_KEPT = 200  # iteration times kept per plan tried (most recent): its measurement is their median
-MAX_TRIAL_WINDOW = 64  # measured iterations of one trial window at most (AutoTuneConfig.window_for)
-RUNOFF_PLANS = 4  # plans in the run-off at most, the baseline among them (AutoTuner._runoff_plans)
-PREDICTED_SLOWER = 0.25  # budgeted trials skip candidates predicted this much slower than the fastest prediction
-
-
-@dataclass(frozen=True, kw_only=True)
-class AutoTuneConfig:
-    """How ``"auto"`` tunes at run time (see the module docstring)."""
-
-    adaptive: bool = True  # False: plan "auto" once at start-up, like any other strategy
-    switch_iteration: int = 5  # iterations under `initial` before the first plan (iteration 0 is a warm-up)
-    initial: str = "wfbp"  # the safe default that runs while profiling
-    initial_options: dict[str, Any] = field(default_factory=dict)
-    trials: int = 3  # best predicted plans (one per strategy) measured before settling; 1: trust the simulator;
-    # 0 ("off"): no trials and, unless max_replans is given, no re-plans: the plan from the profile and cluster stays
-    trial_iterations: int = 12  # iterations each trial plan runs in all (the median of them is its measurement) ...
-    trial_rounds: int = 3  # ... in this many windows, the candidates taking turns (see trial_window)
-    trial_window_s: float = 0.3  # ... each window at least this long (more iterations where steps are short)
-    trial_share: float = 0.01  # the trials cost at most this share of the time trained so far (0: back to back)
-    min_gain: float = 0.03  # a trial plan replaces DDP (the baseline) only if it measured at least this much faster
-    resize_min_gain: float = 0.01  # ... PyTorch's DDP at another bucket size: at least this much (nothing else differs)
-    runoff_rounds: int = 4  # then the plans the rounds could not tell apart take this many more turns (0: none)
-    runoff_margin: float = 0.05  # ... those within this fraction of the fastest median, and the baseline
-    torch_ddp: bool = True  # PyTorch's own DDP takes turns too (user's bucket_cap_mb, the advised one, one bucket)
-    replan_threshold: float = 0.15  # relative |measured - expected| / expected that triggers a re-plan
-    patience: int = 10  # iterations per check (the median of this many is compared)
-    max_replans: int = 3  # re-plans after the first plan; then no more checks
-    planner_options: dict[str, Any] = field(default_factory=dict)  # for the auto planner: channels, exclude
-
-    @classmethod
-    def from_options(cls, options: dict[str, Any] | None) -> "AutoTuneConfig":
-        """Split ``plan_options`` of ``"auto"`` into tuner settings and planner options; check them."""
-        opts = dict(options or {})
-        planner = {k: opts.pop(k) for k in PLANNER_KEYS if k in opts}
-        if "trials" in opts:
-            opts["trials"] = trials_option(opts["trials"])
-            if opts["trials"] == 0:  # "don't try": nor re-plan to a plan nobody measured, unless asked to
-                opts.setdefault("max_replans", 0)
-        from gradsched.planners.registry import check_options
-
-        planner = check_options("auto", planner)  # typed and range-checked as the auto planner declares them
-        density = opts.pop("density", 1)
-        if density != 1:
-            # Sparse plans are planned once at start-up: a run-time switch must not change
-            # the numbers, and top-k residuals would not survive it.
-            if opts.get("adaptive") is True:
-                raise GradschedError(f"auto at run time switches between dense plans only (top-k residuals would "
-                                     f"not survive a switch), got density={density} with adaptive=true; "
-                                     "drop adaptive=true to plan once at start-up")
-            opts["adaptive"] = False
-        if density != 1:
-            planner["density"] = density
-        known = {f for f in cls.__dataclass_fields__ if f != "planner_options"}
-        unknown = sorted(set(opts) - known)
-        if unknown:
-            raise GradschedError(f"unknown option(s) for strategy 'auto': {', '.join(unknown)}; known: "
-                                 f"{', '.join(sorted(known | set(PLANNER_KEYS)))}")
-        cfg = cls(planner_options=planner, **opts)
-        cfg._check()
-        return cfg
-
-    def _check(self) -> None:
-        if not isinstance(self.switch_iteration, int) or self.switch_iteration < 2:
-            raise GradschedError(f"auto: switch_iteration must be an integer >= 2 (iteration 0 is a warm-up, at least "
-                                 f"one more is measured), got {self.switch_iteration!r}")
-        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 0:
-            raise GradschedError(f"auto: trials must be a whole number (0 or off: no trials, 1: the simulator's "
-                                 f"choice with re-plans), got {self.trials!r}")
-        if not isinstance(self.trial_iterations, int) or self.trial_iterations < 1:
-            raise GradschedError(f"auto: trial_iterations must be a positive integer, got {self.trial_iterations!r}")
-        if not isinstance(self.trial_rounds, int) or self.trial_rounds < 1:
-            raise GradschedError(f"auto: trial_rounds must be a positive integer, got {self.trial_rounds!r}")
-        if isinstance(self.runoff_rounds, bool) or not isinstance(self.runoff_rounds, int) or self.runoff_rounds < 0:
-            raise GradschedError(f"auto: runoff_rounds must be a whole number, 0 or more, got {self.runoff_rounds!r}")
-        if not isinstance(self.trial_window_s, (int, float)) or not 0 <= self.trial_window_s < math.inf:
-            raise GradschedError(f"auto: trial_window_s must be a non-negative number of seconds, "
-                                 f"got {self.trial_window_s!r}")
-        if not isinstance(self.patience, int) or self.patience < 1:
-            raise GradschedError(f"auto: patience must be a positive integer, got {self.patience!r}")
-        if not isinstance(self.max_replans, int) or self.max_replans < 0:
-            raise GradschedError(f"auto: max_replans must be a non-negative integer, got {self.max_replans!r}")
-        for name in ("min_gain", "resize_min_gain", "runoff_margin", "trial_share"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-                raise GradschedError(f"auto: {name} must be a fraction in [0, 1), got {value!r}")
-        if not isinstance(self.replan_threshold, (int, float)) or not self.replan_threshold > 0:
-            raise GradschedError(f"auto: replan_threshold must be a positive fraction, got {self.replan_threshold!r}")
-        if self.initial == "auto":
-            raise GradschedError("auto: initial must be a concrete strategy (the safe default), not 'auto'")
-        from gradsched.planners import get_planner, is_sparse
-
-        get_planner(self.initial)  # unknown name: an error that lists the known ones
-        if is_sparse(self.initial):
-            raise GradschedError(f"auto: initial strategy {self.initial!r} compresses gradients; choose a dense one")
-
-    @property
-    def budgeted(self) -> bool:
-        """The trials run within :attr:`trial_share` of the time trained (rank 0 schedules each window; the
-        baseline runs first and between them); otherwise back to back at iterations fixed in advance."""
-        return self.trial_share > 0
-
-    @property
-    def trial_window(self) -> int:
-        """Measured iterations of one trial window at least (one more runs first, for the switch);
-        :meth:`window_for` lengthens it where iterations are short."""
-        return math.ceil(self.trial_iterations / self.trial_rounds)
-
-    def window_for(self, iteration_s: float) -> int:
-        """Measured iterations of one trial window when an iteration takes ``iteration_s``: at least
-        :attr:`trial_window`, and enough for ``trial_window_s`` (at most :data:`MAX_TRIAL_WINDOW`)."""
-        if self.trial_window_s <= 0 or not iteration_s > 0:
-            return self.trial_window
-        return max(self.trial_window, min(MAX_TRIAL_WINDOW, math.ceil(self.trial_window_s / iteration_s)))
-
-    @property
-    def tuning_iterations(self) -> int:
-        """Iterations until every scheduled decision is made, with windows of :attr:`trial_window`."""
-        return self.tuning_iterations_for(self.trial_window)
-
-    def tuning_iterations_for(self, window: int) -> int:
-        """Iterations until every scheduled decision (switch, trials in windows of ``window``, checks up
-        to the re-plan cap) is made."""
-        # the first plan and its strategy's default options, the runners-up, at most one plan of a given
-        # profile and cluster, PyTorch's DDP at up to three bucket sizes (else DDP's buckets on the executor), the
-        # initial plan
-        ddps = CANDIDATE_SIZES if self.torch_ddp else 1
-        candidates = self.trials + OFFLINE_TRIALS + 2 + ddps if self.trials > 1 else 0
-        runoff = RUNOFF_PLANS * self.runoff_rounds if candidates else 0  # at most: only if the rounds were close
-        # per re-plan a check, then a measuring window; the last re-plan's plan is checked once more
-        checks = 2 * self.max_replans + (1 if self.max_replans else 0)
-        return self.switch_iteration + 1 + (candidates * self.trial_rounds + runoff + 1) * (window + 1) \
-            + checks * (self.patience + 1)
-
-
-TRIALS = Option("trials", int, 3, low=0, doc="plans measured before settling; 0 or off: none")
-
-
-def trials_option(value: Any) -> int:
-    """``trials`` as given (``--opt trials=off``, ``plan_options={"trials": 3}``): a whole number, ``off`` for 0."""
-    if value is False or (isinstance(value, str) and value.strip().lower() in ("off", "false", "no", "none")):
-        return 0
-    try:
-        return coerce("auto", TRIALS, value, list)
-    except GradschedError as exc:
-        raise GradschedError(f"{exc} (or off: no trials)") from None
-
-
-def not_clearly_slower(best: "Ranked", trials: list["Ranked"]) -> list["Ranked"]:
-    """The trial candidates worth a window: those predicted within :data:`PREDICTED_SLOWER` of the fastest
-    prediction, and DDP's buckets whatever their prediction (the baseline, PyTorch's DDP at other bucket
-    sizes, which differ from it in their buckets only: over loopback one bucket measured fastest where the
-    simulator had not named it, docs/autotune.md).  A plan predicted clearly slower is the simulator's
-    verdict that measuring it is likely to cost a window for nothing."""
-    fastest_s = min([best.predicted_s] + [r.predicted_s for r in trials])
-    return [r for r in trials if r.strategy in (TORCH_DDP, "ddp") or r.predicted_s <= fastest_s * (1 + PREDICTED_SLOWER)]
-
-
-def _label(strategy: str, plan: Plan) -> str:
-    """A trial candidate as a reader names it: the strategy, and PyTorch DDP's bucket size."""
-    if not is_torch_ddp(plan):
-        return strategy
-    cap = plan.options["bucket_cap_mb"]
-    return f"{strategy} {'default' if plan.options.get('default') else f'{cap:g} MB'}"
-
-
-@dataclass(frozen=True)
-class Switch:
-    """One plan change: from the start of ``iteration`` on, ``plan_hash`` runs."""
-
-    iteration: int
-    strategy: str  # what ran from then on (for auto: the strategy auto chose)
-    plan_hash: str
-    predicted_iteration_s: float | None  # None for the initial, unplanned default
-    measured_before_s: float | None  # median measured under the previous plan
-    reason: str  # "initial" | "profiled" | "trial" | "fastest" | "replan" | "revert"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"iteration": self.iteration, "strategy": self.strategy, "plan_hash": self.plan_hash,
-                "predicted_iteration_s": self.predicted_iteration_s, "measured_before_s": self.measured_before_s,
-                "reason": self.reason}
-
-
-@dataclass(frozen=True)
-class Check:
-    """One comparison of measured and expected iteration time (rank 0's measurement)."""
-
-    iteration: int
-    measured_s: float
-    predicted_s: float  # the simulator's prediction for the current plan
-    replan: bool
-    expected_s: float | None = None  # what the measurement was compared with (see AutoTuner._expected_s)
+__all__ = ["KEEP_POINTS", "MAX_TRIAL_WINDOW", "MIN_SIZES", "OFFLINE_TRIALS", "PLANNER_KEYS", "PREDICTED_SLOWER",
+           "PROBE_BYTES", "RUNOFF_PLANS", "SAMPLES_KEPT", "TRIALS", "AutoTuneConfig", "AutoTuner", "Check", "Switch",
+           "TunedModel", "not_clearly_slower", "trials_option"]
 
 
 # --------------------------------------------------------------------------- the tuner
@@ -386,8 +203,44 @@ class AutoTuner:
         self._last_base_s: float | None = None  # rank 0: the baseline's latest window median
         self._dropped: list[str] = []  # rank 0: candidates out of the running (lost a round they had to win)
         self._root = dist.get_global_rank(model.group, 0)
-        sizes = set(model.plan().op_bytes(model.profile))
-        self._probes = self._probe() if len(sizes) < MIN_SIZES else []
+        self._initial = model.plan().hash  # the plan profiling runs (the executor's, traced)
+        self._start_schedule()
+
+    def _start_schedule(self) -> None:
+        """Every rank, at start-up: profiling from iteration 0, or, deferred, PyTorch's DDP until it pays."""
+        self._profiled_at: int | None = None  # iteration at which the first plan was made (profiling ended)
+        self._profile_from: int | None = 0  # iteration at which profiling starts or started
+        self._profile_start_s: float | None = None  # ... and when (rank 0; None: from the first iteration)
+        self._profile_end: int | None = self.config.switch_iteration  # iteration at which profiling ends (the plan)
+        self._waiting: int | None = None  # deferred: iteration at which rank 0 names when profiling starts
+        self._probes: list[tuple[int, float]] = []
+        self._rest_s: float | None = None  # rank 0, deferred: the baseline's median before profiling
+        if self.config.deferred:
+            self._profile_from = None
+            self._start_on_baseline()
+        else:
+            self._probes = self._probe() if self._needs_probes() else []
+
+    def _needs_probes(self) -> bool:
+        """The initial plan has too few distinct operation sizes for a line fit: probes supply more."""
+        initial = self._tried[self._initial][1]
+        return len(set(initial.op_bytes(self._model.profile))) < MIN_SIZES
+
+    def _start_on_baseline(self) -> None:
+        """Every rank, deferred (:attr:`AutoTuneConfig.deferred`): run PyTorch's DDP at the user's bucket size
+        from iteration 0, untraced; rank 0 names when profiling starts once the baseline's time is known."""
+        from gradsched.torch.runtime.planning import default_cluster, issue_order
+
+        model = self._model
+        cluster = default_cluster(model.world)
+        base = candidate_plan(model.profile, cluster, model.ddp_bucket_cap_mb, default=not model.ddp_cap_given)
+        order = issue_order(base, model.profile, cluster)
+        self._tried[base.hash] = (TORCH_DDP, base, list(order), None)
+        model.switch_plan(base, order)
+        self.switches = [Switch(0, TORCH_DDP, base.hash, None, None, "initial")]
+        self._tracer.completions = self._keep_events  # nothing of gradsched's runs until profiling
+        self._profile_end = None
+        self._waiting = self.config.switch_iteration
 
     # ------------------------------------------------------------------ hook
     def on_iteration_start(self) -> None:
@@ -404,8 +257,13 @@ class AutoTuner:
         step = self.iteration
         self.iteration += 1
         acted = True
-        if step == self.config.switch_iteration:
-            window = [s for s in self._steps if s.measured and s.step > 0]
+        if step == self._waiting:
+            self._schedule_profiling(step)
+        elif step == self._profile_from and self._profile_end is None and self._profiled_at is None:
+            self._start_profiling(step)
+        elif step == self._profile_end:
+            self._profile_end = None
+            window = [s for s in self._steps if s.measured and s.step > (self._profile_from or 0)]
             self._retune(step, window, "profiled")
         elif step == self._next_trial:
             self._trial(step)
@@ -421,6 +279,47 @@ class AutoTuner:
             self._trim()
 
     # ------------------------------------------------------------------ decisions
+    def _schedule_profiling(self, step: int) -> None:
+        """Every rank, deferred: rank 0 names the iteration at which profiling starts, once its expected cost
+        fits the trials' share of the time trained (:func:`gradsched.tuning.schedule.profiling_rest`); it
+        starts now if it fits already.  One broadcast: the baseline runs untouched until then."""
+        from gradsched.tuning.schedule import profiling_cost_s, profiling_rest
+
+        self._waiting = None
+        start = None
+        if self._is_root:
+            window = [s for s in self._steps if s.measured and s.step > 0]
+            base_s = statistics.median(s.duration_s for s in window) if window else 0.0
+            iterations = self.config.switch_iteration
+            cost = profiling_cost_s(base_s, iterations)
+            start = step + profiling_rest(self._tracer.now() - self._start_s, base_s, self.config.trial_share,
+                                          cost, iterations)
+            logger.info("auto: on PyTorch's DDP (%.2f ms per iteration); profiling from iteration %d, when its "
+                        "expected cost (%.0f ms) fits %g of the time trained", base_s * 1e3, start, cost * 1e3,
+                        self.config.trial_share)
+        start = self._broadcast(start)
+        if start <= step:
+            self._start_profiling(step)
+        else:
+            self._profile_from = start
+
+    def _start_profiling(self, step: int) -> None:
+        """Every rank: leave the baseline for the initial plan on the executor, every operation stamped, for
+        ``switch_iteration`` iterations (the first is left out, as iteration 0 is without ``defer``)."""
+        self._model.synchronize()
+        if self._is_root:
+            self._profile_start_s = self._tracer.now()
+            rest = self._window(MAX_TRIAL_WINDOW)  # the baseline's last iterations (deferred: the rest)
+            if rest:
+                self._rest_s = statistics.median(s.duration_s for s in rest)
+        if self._needs_probes():
+            self._probes = self._probe()
+        strategy, plan, order, _ = self._tried[self._initial]
+        self._switch(step, strategy, plan, order, None, self.measured_iteration_s, "profiling")
+        self._tracer.completions = True
+        self._profile_from = step
+        self._profile_end = step + self.config.switch_iteration
+
     def _check(self, step: int) -> None:
         self._model.synchronize()  # every rank quiescent: the broadcast below cannot interleave with a plan's op
         window = self._window(self.config.patience)
@@ -435,8 +334,7 @@ class AutoTuner:
             untried = self.config.min_gain if self.switches[-1].reason == "replan" else None
             decision = decide(current, measured, expected, self._measured_by_plan, self.config.replan_threshold,
                               untried)
-            if decision[0] == "replan" and self.replans >= self.config.max_replans:
-                decision = ("keep", None)  # the cap: this check (after the last re-plan) may only revert
+            decision = capped(decision, self.replans, self.config.max_replans)
             self.checks.append(Check(step, measured, predicted, decision[0] != "keep", expected))
             logger.debug("auto: iteration %d: measured %.2f ms, expected %.2f ms (predicted %.2f ms): %s", step,
                          measured * 1e3, expected * 1e3, predicted * 1e3, decision[0])
@@ -452,7 +350,7 @@ class AutoTuner:
             # measure the current plan for a new one: `patience` iterations with every completion stamped
             self._tracer.completions = True
             self._next_check = None
-            self._next_replan = step + self.config.patience + 1
+            self._next_replan = replan_at(step, self.config)
 
     def _revert(self, step: int, target: str, window: list[StepRecord]) -> None:
         """Every rank: go back to plan ``target`` (measured faster) and exclude the current strategy."""
@@ -518,7 +416,7 @@ class AutoTuner:
         self.settled_at = step
         cost = ""
         if self._is_root and self._budget is not None and self._measured_by_plan.get(self._baseline() or ""):
-            base = self._measured_by_plan[self._baseline()]
+            base = self._budget_base_s(self._baseline())
             cost = (f"; {len(self._budget.windows)} trial windows of other plans, {len(self._dropped)} plans "
                     f"dropped early, cost {self._budget.spent_s(base) * 1e3:.0f} ms beyond the baseline in "
                     f"{self._tracer.now() - self._budget.start_s:.1f} s")
@@ -569,21 +467,24 @@ class AutoTuner:
             wins = [a < b for a, b in zip(self._rounds_by_plan.get(h, []), self._paired.get(h, []))]
             if out_of_the_running(wins, rounds, h in resized):
                 self._dropped.append(h)
-        turns = [h for h in self._trial_turns if h not in self._dropped]
-        runoff = None
-        if not any(h != base for h in turns) and self._runoff is None and self.config.runoff_rounds:
-            close = runoff_plans({h: t for h, t in self._taken().items() if h not in self._dropped}, base,
-                                 self.config.runoff_margin, RUNOFF_PLANS)
-            runoff = sorted(close, key=lambda h: h != base)  # the baseline first, as in the rounds
-            turns = runoff * self.config.runoff_rounds if any(h != base for h in runoff) else []
-        if not any(h != base for h in turns):
-            return {"kind": "end", "plan": self._decide(base), "turns": [], "runoff": runoff}
-        nxt = turns[0]
-        rest = self._budget.rest_before(now, self._measured_by_plan.get(base, 0.0), self.trial_window + 1)
-        if nxt != base and rest:
-            return {"kind": "rest", "plan": base, "iterations": max(rest, self.trial_window), "turns": turns,
-                    "runoff": runoff}
-        return {"kind": "window", "plan": nxt, "iterations": self.trial_window, "turns": turns[1:], "runoff": runoff}
+        taken = {h: t for h, t in self._taken().items() if h not in self._dropped}
+        decision = next_window([h for h in self._trial_turns if h not in self._dropped], base, taken,
+                               self._runoff is not None, self.config, self.trial_window,
+                               lambda: self._budget.rest_before(now, self._budget_base_s(base), self.trial_window + 1))
+        if decision["kind"] == "end":
+            decision["plan"] = self._decide(base)
+        return decision
+
+    def _budget_base_s(self, base: str | None) -> float:
+        """Rank 0: the baseline's iteration time the trials' cost is counted against: its median in the trials'
+        windows, or, deferred, the median of its last iterations before profiling if that is less.  A window
+        of the baseline measured in a slow phase made the candidates' windows look free (cnn over loopback at
+        load 15: its first window 0.167 s against 0.093 s over the job, and 15 candidate windows ran back to
+        back); counting against the lower figure errs towards resting."""
+        measured = self._measured_by_plan.get(base or "", 0.0)
+        if self._rest_s is not None and (not measured or self._rest_s < measured):
+            return self._rest_s
+        return measured
 
     def _alive(self, base: str | None) -> list[str]:
         """Rank 0: the trial candidates still in the running (the baseline aside)."""
@@ -600,7 +501,7 @@ class AutoTuner:
                                "resized": sorted(resized), "plans": {h: _label(*self._tried[h][:2]) for h in taken},
                                "runoff": list(self._runoff or []), "paired": dict(self._paired),
                                "dropped": list(self._dropped),
-                               "cost_s": self._budget.spent_s(self._measured_by_plan.get(base or "", 0.0))}
+                               "cost_s": self._budget.spent_s(self._budget_base_s(base))}
         return best
 
     def _runoff_plans(self) -> list[str] | None:
@@ -619,16 +520,11 @@ class AutoTuner:
     def _baseline(self) -> str | None:
         """What a trial plan must beat by ``min_gain``: what the user would run otherwise, PyTorch's DDP at their
         bucket size (:attr:`TunedModel.ddp_bucket_cap_mb`), or DDP's buckets on the executor without it."""
-        cap = self._model.ddp_bucket_cap_mb
-        own = [h for h, (_, plan, *_) in self._tried.items()
-               if is_torch_ddp(plan) and plan.options["bucket_cap_mb"] == cap]
-        return next(iter(own), None) or next((h for h, (name, *_) in self._tried.items() if name == "ddp"), None)
+        return baseline_of({h: t[:2] for h, t in self._tried.items()}, self._model.ddp_bucket_cap_mb)
 
     def _resized(self, baseline: str | None, taken: dict[str, float]) -> set[str]:
         """The candidates that are the baseline with other bucket sizes: PyTorch's DDP, when the baseline is."""
-        if baseline is None or not is_torch_ddp(self._tried[baseline][1]):
-            return set()
-        return {h for h in taken if h != baseline and is_torch_ddp(self._tried[h][1])}
+        return resized_of({h: t[:2] for h, t in self._tried.items()}, baseline, taken)
 
     def _record(self, plan_hash: str, window: list[StepRecord]) -> None:
         """Rank 0: add ``window``'s iterations to what ``plan_hash`` measured (the latest
@@ -663,15 +559,19 @@ class AutoTuner:
             self._record(self._model.plan().hash, window)  # what the plan being left achieved
             payload = self._plan(window, measured, peers, reason)
         self._apply(step, self._broadcast(payload), reason)
+        if reason == "profiled":
+            self._profiled_at = step
         # Stamping every completion slows the plan it measures (Tracer.completions); what comes
         # next (trials, checks) needs only iteration times, so it stops until the next re-plan.
         self._tracer.completions = self._keep_events
         if self._trial_turns:
             self._next_trial = step + self.trial_window + 1
             self._window_len = self.trial_window
-            if self._is_root and self.config.budgeted:  # what came before the trials counts against them
+            if self._is_root and self.config.budgeted:  # profiling and planning count against the trials
                 now = self._tracer.now()
-                self._budget = TrialBudget(self.config.trial_share, self._start_s, now - self._start_s, step)
+                since_s = self._start_s if self._profile_start_s is None else self._profile_start_s
+                self._budget = TrialBudget(self.config.trial_share, self._start_s, now - since_s,
+                                           step - (self._profile_from or 0))
                 self._window_start = (now, step)
         else:
             if reason == "profiled":
@@ -679,11 +579,8 @@ class AutoTuner:
             self._schedule_check(step, after_replan=reason == "replan")
 
     def _schedule_check(self, step: int, after_replan: bool = False) -> None:
-        # on PyTorch's DDP nothing is traced, so there is nothing to re-plan from: the checks (and their
-        # broadcasts) stop, and what runs costs DDP's time alone; a re-plan's plan, which ran in no
-        # trial, is checked at least once, the cap notwithstanding
-        more = (self.replans < self.config.max_replans or after_replan) and not is_torch_ddp(self._model.plan())
-        self._next_check = step + self.config.patience + 1 if more else None
+        # on PyTorch's DDP the checks (and their broadcasts) stop: what runs costs DDP's time alone
+        self._next_check = next_check(step, self.config, self.replans, after_replan, is_torch_ddp(self._model.plan()))
 
     @property
     def _is_root(self) -> bool:
@@ -710,14 +607,10 @@ class AutoTuner:
         exclude = tuple(self.config.planner_options.get("exclude", ())) + tuple(r for r in self.rejected
                                                                              if r != TORCH_DDP)
         opts = dict(self.config.planner_options, exclude=exclude)
-        def runnable(candidates: list[Ranked]) -> list[Ranked]:
-            if model.has_optimizer():
-                return candidates
-            # without a DistributedOptimizer an overlapping plan waits at the end of backward
-            # (gradsched.torch.runtime.inflight), so the simulator's figure for it would not hold
-            return [r for r in candidates if not r.plan.overlap_forward] or candidates
+        def runs(candidates: list[Ranked]) -> list[Ranked]:
+            return runnable(candidates, model.has_optimizer())
 
-        results = runnable(ranked(profile, cluster, **opts))
+        results = runs(ranked(profile, cluster, **opts))
         plan = as_auto(results[0], len(results))
         order = issue_order(plan, profile, cluster)
         predicted = results[0].predicted_s
@@ -731,7 +624,8 @@ class AutoTuner:
 
         trials: list[Ranked] = []
         if reason == "profiled" and self.config.trials > 1:
-            trials = self._trials(results, with_defaults, lambda p, c: runnable(ranked(p, c, **opts)))
+            offline = runs(ranked(*self._offline, **opts)) if self._offline is not None else None
+            trials = trial_candidates(results, self.config, with_defaults, offline)
             trials += self._torch_ddp_trials(profile, cluster)
             if self.config.budgeted:
                 trials = not_clearly_slower(results[0], trials)
@@ -780,27 +674,6 @@ class AutoTuner:
         logger.warning("auto: too few measured operation sizes to fit collective costs; planning with %s",
                        "the previous fit" if self.cluster else "a loopback-like default")
         return self.cluster or default_cluster(model.world)
-
-    def _trials(self, results: list[Ranked], with_defaults: Callable[[str], Ranked],
-                rank_offline: Callable[[Profile, Cluster], list[Ranked]]) -> list[Ranked]:
-        """Rank 0, at the first plan: the plans measured beside the chosen one (:attr:`AutoTuneConfig.trials`).
-
-        The search tunes each strategy's options on the simulator's model; the options its
-        authors chose by hand are measured beside them.  On 2 hosts at 1gbit (vgg) the
-        search's usbyte and bytescheduler plans measured 584-623 ms in one job's trials, DDP's
-        buckets 563-574; their default options ran at 509-511 ms in the next job's rounds."""
-        chosen = results[0].strategy
-        trials = [with_defaults(chosen)]
-        picked = {chosen}
-        for r in results[1:]:
-            if len(picked) < self.config.trials and r.strategy not in picked:
-                picked.add(r.strategy)
-                trials.append(r)
-        if self._offline is not None:  # the user's own measurements may know what in situ cannot
-            trials.extend(rank_offline(*self._offline)[:OFFLINE_TRIALS])
-        if "ddp" not in picked and not self.config.torch_ddp:  # what the user would run otherwise is measured
-            trials.append(with_defaults("ddp"))
-        return trials
 
     def _torch_ddp_trials(self, profile: Profile, cluster: Cluster) -> list[Ranked]:
         """Rank 0, at the first plan: PyTorch's own DDP (:mod:`gradsched.torch.runtime.torch_ddp`) at the
@@ -858,12 +731,15 @@ class AutoTuner:
         turn = [planned]
         for name, trial_plan, order, predicted in payload.get("trials", []):
             trial_plan.check(self._model.profile, "auto trial plan")
-            if trial_plan.hash not in self._tried:  # one plan under two names is measured once
+            started_on = self.config.deferred and trial_plan.hash == self.switches[0].plan_hash
+            if trial_plan.hash not in self._tried or (started_on and trial_plan.hash not in turn):
+                # one plan under two names is measured once; the baseline the job started on (deferred: the same
+                # buckets planned again) takes its turns, now with a prediction
                 self._tried[trial_plan.hash] = (name, trial_plan, list(order), predicted)
                 turn.append(trial_plan.hash)
         if len(turn) == 1:
             return []
-        initial = self.switches[0].plan_hash
+        initial = self._initial
         name, initial_plan, initial_order, _ = self._tried[initial]
         self._tried[initial] = (name, initial_plan, initial_order, payload.get("initial_predicted_s"))
         if initial not in turn:
@@ -912,7 +788,7 @@ class AutoTuner:
     @property
     def trials_done(self) -> bool:
         """The first plan is made and its trials (if any) are decided (the same on every rank)."""
-        return self.iteration > self.config.switch_iteration and self._next_trial is None
+        return self._profiled_at is not None and self._next_trial is None
 
     @property
     def tuning_iterations(self) -> int:
@@ -935,7 +811,7 @@ class AutoTuner:
     def summary(self) -> dict[str, Any]:
         """JSON-ready state: switches, prediction and this rank's measurements."""
         return {"predicted_iteration_s": self.predicted_iteration_s, "expected_iteration_s": self._expected_s,
-                "settled_at": self.settled_at,
+                "settled_at": self.settled_at, "profiling_from": self._profile_from, "profiled_at": self._profiled_at,
                 "measured_iteration_s": self.measured_iteration_s, "replans": self.replans,
                 "trial_decision": self.trial_decision,
                 "switches": [s.to_dict() for s in self.switches],

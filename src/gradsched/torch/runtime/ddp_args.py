@@ -10,13 +10,14 @@ When no plan is named the wrapper runs :data:`DEFAULT_STRATEGY`: run-time ``auto
 ``bucket_cap_mb`` (PyTorch's default if not given), at the advised size and as one
 bucket, and DDP kept unless a plan measured at least ``min_gain`` (3%) faster in
 interleaved trials, and no re-plans after
-them (``max_replans=0``: the winner stays, measured).  It starts on DDP's
-bucket rule run by gradsched's executor (:data:`DEFAULT_OPTIONS`: traced, to profile the
-model in place).  After the trials it runs DDP or something measured faster; what the
-trials cost (their slower candidates' windows, 50-80 iterations on cnn) comes
-once.  The earlier default, DDP's buckets on the executor alone, ran 0.93x PyTorch DDP's
-time on a quiet machine but 1.08-1.12x under load (``benchmarks/results/dropin_default_cnn.json``,
-docs/runtime.md); the default's own figures are in docs/autotune.md.
+them (``max_replans=0``: the winner stays, measured).  It starts on PyTorch's DDP at the
+user's bucket size and profiles on DDP's bucket rule run by gradsched's executor
+(:data:`DEFAULT_OPTIONS`: traced, to profile the model in place) only once the trials'
+budget pays for it (:mod:`gradsched.tuning.schedule`: a short job runs DDP throughout).
+After the trials it runs DDP or something measured faster; what profiling and the trials
+cost stays within about ``trial_share`` (1%) of the time trained.  The earlier default, DDP's
+buckets on the executor alone, ran 0.93x PyTorch DDP's time on a quiet machine but 1.08-1.12x
+under load (``benchmarks/results/dropin_default_cnn.json``, docs/runtime.md); the default's own figures are in docs/autotune.md.
 """
 
 from __future__ import annotations

@@ -46,9 +46,12 @@ from gradsched.constants import MiB
 from gradsched.errors import GradschedError
 from gradsched.plan import Plan
 from gradsched.profile import Profile
+from gradsched.tuning.candidates import CANDIDATE_SIZES, TORCH_DDP, is_torch_ddp
 
-TORCH_DDP = "torch-ddp"  # a candidate's strategy name: run by torch.nn.parallel.DistributedDataParallel
-CANDIDATE_SIZES = 3  # the most PyTorch DDPs auto tries: the user's size, the advised one, one bucket
+# the candidates' names live in the torch-free core (gradsched.tuning.candidates); they stay importable here
+__all__ = ["CANDIDATE_SIZES", "TORCH_DDP", "TorchDDPPool", "candidate_plan", "is_torch_ddp", "one_bucket_mb",
+           "reduce_every_backward"]
+
 
 
 def candidate_plan(profile: Profile, cluster: Cluster, bucket_cap_mb: float, *, default: bool = False) -> Plan:
@@ -63,11 +66,6 @@ def candidate_plan(profile: Profile, cluster: Cluster, bucket_cap_mb: float, *, 
 def one_bucket_mb(profile: Profile) -> float:
     """A ``bucket_cap_mb`` that puts every gradient of ``profile`` in one bucket (whole MiB)."""
     return float(max(1, -(-profile.total_bytes // MiB)))
-
-
-def is_torch_ddp(plan: Plan | None) -> bool:
-    """Whether ``plan`` stands for PyTorch's own DDP (:func:`candidate_plan`)."""
-    return plan is not None and plan.strategy == TORCH_DDP
 
 
 class TorchDDPPool:

@@ -1,0 +1,149 @@
+"""Run-time auto's torch-free decisions (gradsched.tuning): when profiling starts, the configuration."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gradsched.calibration.budget import MAX_REST
+from gradsched.errors import GradschedError
+from gradsched.tuning import AutoTuneConfig, profiling_cost_s, profiling_rest
+
+
+@given(share=st.floats(0.001, 0.5), elapsed_s=st.floats(0, 1000), base_s=st.floats(1e-4, 2),
+       iterations=st.integers(2, 20), planning_s=st.floats(0, 5))
+def test_profiling_waits_exactly_until_its_cost_fits_the_share(share, elapsed_s, base_s, iterations, planning_s):
+    """After the rest, profiling's expected cost is within ``share`` of the time trained by its end; two
+    iterations less (one: rounding) and it would not be."""
+    cost = profiling_cost_s(base_s, iterations, planning_s)
+    rest = profiling_rest(elapsed_s, base_s, share, cost, iterations)
+
+    def fits(n: int) -> bool:
+        return cost <= share * (elapsed_s + (n + iterations) * base_s) * (1 + 1e-9) + 1e-12
+
+    assert 0 <= rest <= MAX_REST and (fits(rest) or rest == MAX_REST)
+    assert rest <= 1 or not fits(rest - 2)
+
+
+def test_profiling_costs_more_for_slower_iterations_and_starts_at_once_without_a_budget():
+    assert profiling_cost_s(0.2, 5) > profiling_cost_s(0.1, 5) > profiling_cost_s(0.1, 5, planning_s=0)
+    assert profiling_rest(0.0, 0.1, 0.0, 10.0, 5) == 0  # no budget: profile now, as without defer
+    assert profiling_rest(0.0, 0.0, 0.01, 10.0, 5) == 0  # nothing measured: now
+    # a longer job (more time trained) waits less: the same cost fits sooner
+    assert profiling_rest(50.0, 0.1, 0.01, 1.0, 5) < profiling_rest(5.0, 0.1, 0.01, 1.0, 5)
+
+
+def test_a_100_step_job_of_short_iterations_never_profiles_with_the_defaults():
+    cfg = AutoTuneConfig.from_options({})
+    base_s = 0.1  # 100 steps: 10 s
+    rest = profiling_rest(cfg.switch_iteration * base_s, base_s, cfg.trial_share,
+                          profiling_cost_s(base_s, cfg.switch_iteration), cfg.switch_iteration)
+    assert cfg.deferred and cfg.switch_iteration + rest > 100
+
+
+def test_the_configuration_is_torch_free_and_defer_is_checked():
+    assert AutoTuneConfig.from_options({"defer": "no"}).defer is False
+    with pytest.raises(GradschedError, match="defer"):
+        AutoTuneConfig.from_options({"defer": 3})
+
+
+# --------------------------------------------------------------------------- the rules, on synthetic records
+def _plan(strategy: str, overlap: bool = False, **options):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(strategy=strategy, overlap_forward=overlap, options=options)
+
+
+def _ranked(predicted_s: float, strategy: str, overlap: bool = False):
+    from gradsched.planners.auto import Ranked
+
+    return Ranked(predicted_s, strategy, _plan(strategy, overlap))
+
+
+def test_checks_every_patience_until_the_cap_and_once_more_after_the_last_replan():
+    """The schedule the two-rank test saw (switch at 3, patience 4, every check re-plans, cap 2): checks at
+    8 and 18, re-plans at 13 and 23, one last check at 28 that may only keep or revert; then none."""
+    from gradsched.tuning.rules import capped, next_check, replan_at
+
+    cfg = AutoTuneConfig.from_options({"switch_iteration": 3, "patience": 4, "max_replans": 2, "trials": 1})
+    checks, replans_at, replans = [], [], 0
+    at = next_check(cfg.switch_iteration, cfg, replans, after_replan=False, on_torch_ddp=False)
+    while at is not None and at < 100:
+        checks.append(at)
+        action, _ = capped(("replan", None), replans, cfg.max_replans)
+        if action == "keep":
+            at = next_check(at, cfg, replans, after_replan=False, on_torch_ddp=False)
+            continue
+        replans += 1
+        replans_at.append(replan_at(at, cfg))
+        at = next_check(replans_at[-1], cfg, replans, after_replan=True, on_torch_ddp=False)
+    assert checks == [8, 18, 28] and replans_at == [13, 23] and replans == cfg.max_replans
+    assert capped(("revert", "h"), 5, 2) == ("revert", "h")  # past the cap a check may still revert
+    assert next_check(8, cfg, 0, after_replan=False, on_torch_ddp=True) is None  # on PyTorch's DDP: no checks
+
+
+def test_without_a_distributed_optimizer_overlapping_plans_are_not_candidates():
+    from gradsched.tuning.rules import runnable
+
+    cands = [_ranked(1.0, "usbyte", overlap=True), _ranked(1.1, "wfbp"), _ranked(1.2, "bytescheduler", overlap=True)]
+    assert [r.strategy for r in runnable(cands, has_optimizer=False)] == ["wfbp"]
+    assert runnable(cands, has_optimizer=True) == cands
+    only_overlapping = [cands[0], cands[2]]
+    assert runnable(only_overlapping, has_optimizer=False) == only_overlapping  # nothing else: all stay
+
+
+def test_trial_candidates_one_per_strategy_the_users_best_plan_and_ddp_without_pytorchs():
+    from gradsched.tuning.rules import trial_candidates
+
+    results = [_ranked(1.0, "usbyte"), _ranked(1.01, "usbyte"), _ranked(1.1, "wfbp"), _ranked(1.2, "mgwfbp"),
+               _ranked(1.3, "sync")]
+    offline = [_ranked(0.9, "bytescheduler"), _ranked(0.95, "dear")]
+
+    def defaults(strategy: str):
+        return _ranked(2.0, strategy)
+
+    cfg = AutoTuneConfig.from_options({"trials": 3})
+    got = trial_candidates(results, cfg, defaults, offline)
+    assert [(r.strategy, r.predicted_s) for r in got] == [("usbyte", 2.0), ("wfbp", 1.1), ("mgwfbp", 1.2),
+                                                          ("bytescheduler", 0.9)]
+    no_torch = AutoTuneConfig.from_options({"trials": 2, "torch_ddp": False})
+    got = trial_candidates(results, no_torch, defaults, None)
+    assert [(r.strategy, r.predicted_s) for r in got] == [("usbyte", 2.0), ("wfbp", 1.1), ("ddp", 2.0)]
+
+
+def test_the_baseline_is_the_latest_pytorch_ddp_at_the_users_size_and_resized_ones_are_the_others():
+    from gradsched.tuning.rules import baseline_of, resized_of
+
+    tried = {"start": ("torch-ddp", _plan("torch-ddp", bucket_cap_mb=25.0)),
+             "init": ("ddp", _plan("ddp", bucket_cap_mb=25.0)),
+             "one": ("torch-ddp", _plan("torch-ddp", bucket_cap_mb=3.0)),
+             "planned": ("torch-ddp", _plan("torch-ddp", bucket_cap_mb=25.0)),
+             "usb": ("usbyte", _plan("usbyte"))}
+    assert baseline_of(tried, 25.0) == "planned"  # deferred: the one planned from the measured profile
+    assert baseline_of({k: tried[k] for k in ("init", "usb")}, 25.0) == "init"  # DDP's buckets on the executor
+    assert baseline_of({"usb": tried["usb"]}, 25.0) is None
+    taken = {"one": 1.0, "usb": 1.0, "planned": 1.0}
+    assert resized_of(tried, "planned", taken) == {"one"}
+    assert resized_of(tried, "init", taken) == set()  # the executor's DDP buckets: no resized PyTorch DDP
+
+
+def test_the_next_window_a_rest_first_when_the_budget_needs_one_a_runoff_when_the_rounds_were_close():
+    from gradsched.tuning.rules import next_window
+
+    cfg = AutoTuneConfig.from_options({"runoff_rounds": 2, "runoff_margin": 0.05})
+    # a candidate next: its window, or first a rest of the baseline as long as the budget says (at least a window)
+    got = next_window(["a", "base", "b"], "base", {}, False, cfg, 4, lambda: 0)
+    assert (got["kind"], got["plan"], got["iterations"], got["turns"]) == ("window", "a", 4, ["base", "b"])
+    got = next_window(["a", "base", "b"], "base", {}, False, cfg, 4, lambda: 2)
+    assert (got["kind"], got["plan"], got["iterations"], got["turns"]) == ("rest", "base", 4, ["a", "base", "b"])
+    assert next_window(["a"], "base", {}, False, cfg, 4, lambda: 50)["iterations"] == 50
+    # the baseline next: no rest asked for (it is what a rest runs)
+    assert next_window(["base", "a"], "base", {}, False, cfg, 4, lambda: 1 / 0)["plan"] == "base"
+    # only the baseline left, the rounds close: a run-off, the baseline first, runoff_rounds turns each
+    close = {"base": 1.0, "a": 0.98, "b": 1.5}
+    got = next_window(["base"], "base", close, False, cfg, 4, lambda: 0)
+    assert got["runoff"] == ["base", "a"] and (got["plan"], got["turns"]) == ("base", ["a", "base", "a"])
+    # ... not twice, and nothing close: the end (the caller decides what stays)
+    assert next_window(["base"], "base", close, True, cfg, 4, lambda: 0)["kind"] == "end"
+    assert next_window([], "base", {"base": 1.0, "b": 1.5}, False, cfg, 4, lambda: 0)["kind"] == "end"
