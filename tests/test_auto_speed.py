@@ -3,13 +3,15 @@ candidates) returns exactly the plan of simulating every candidate."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradsched.planners import make_plan
-from gradsched.planners.auto import (USBYTE_MERGE_BYTES, as_auto, bytescheduler_floor_s, comm_lower_bound_s,
+from gradsched.planners.auto import (GRID, USBYTE_MERGE_BYTES, as_auto, bytescheduler_floor_s, comm_lower_bound_s,
                                      dear_floor_s, ranked, usbyte_floor_s)
 from gradsched.sim import simulate
+from gradsched.synthetic import random_case
 from strategies import clusters, profiles, two_level_clusters
 
 SETTINGS = settings(max_examples=25, deadline=None)
@@ -88,3 +90,35 @@ def test_auto_does_not_plan_dear_where_compute_alone_keeps_it_from_winning(monke
     got = make_plan("auto", profile, cluster)
     assert got.options["predicted_iteration_s"] < profile.compute_s / (1 - 0.02)
     assert planned == [] and got == as_auto(ranked(profile, cluster)[0], len(ranked(profile, cluster)))
+
+
+@pytest.mark.parametrize("seed", [619334, 586572, 586575, 619329])
+def test_auto_chooses_the_plan_of_planning_every_candidate_on_random_cases(seed):
+    # issue 40's grid (the benchmark's worst seeds, fewer tensors): the shortcuts (shared
+    # bytescheduler blocks, the planners' own simulations reused, the floors) change no choice
+    case = random_case(seed, 120)
+    profile, cluster = case.profile(), case.cluster()
+    every = ranked(profile, cluster, 0.01)
+    assert make_plan("auto", profile, cluster, density=0.01) == as_auto(every[0], len(every), 0.01)
+
+
+def test_auto_cuts_bytescheduler_blocks_once_per_partition_and_does_not_resimulate_dear(monkeypatch):
+    import gradsched.sim
+    from gradsched import Cluster
+    from gradsched.planners import registry
+    from gradsched.synthetic import heldout_profile
+
+    profile = heldout_profile(60, seed=3, flops_per_s=2e12)
+    cluster = Cluster.alpha_beta(1e-4, 1e-9, 8)  # communication-bound: no floor skips bytescheduler or dear
+    planned, simulated = [], []
+    bytescheduler, simulate_ = registry._PLANNERS["bytescheduler"], gradsched.sim.simulate
+    monkeypatch.setitem(registry._PLANNERS, "bytescheduler", lambda *a, **k: planned.append(k) or bytescheduler(*a, **k))
+    monkeypatch.setattr(gradsched.sim, "simulate", lambda p, *a, **k: simulated.append(p) or simulate_(p, *a, **k))
+    got = make_plan("auto", profile, cluster)
+    by_auto, auto_simulated = planned[:], simulated[:]
+    every = ranked(profile, cluster)
+    assert got == as_auto(every[0], len(every))
+    partitions = {o["partition_bytes"] for o in GRID["bytescheduler"]}
+    assert by_auto and len({k["partition_bytes"] for k in by_auto}) == len(by_auto) <= len(partitions)
+    assert any(p.strategy == "dear" for p in auto_simulated)  # dear was planned (its groupings simulated)
+    assert [p for p in auto_simulated if p.strategy == "dear" and p.options.get("grouping") == "planned"] == []
