@@ -104,12 +104,10 @@ def test_auto_chooses_the_plan_of_planning_every_candidate_on_random_cases(seed)
 
 def test_auto_cuts_bytescheduler_blocks_once_per_partition_and_does_not_resimulate_dear(monkeypatch):
     import gradsched.sim
-    from gradsched import Cluster
     from gradsched.planners import registry
-    from gradsched.synthetic import heldout_profile
 
-    profile = heldout_profile(60, seed=3, flops_per_s=2e12)
-    cluster = Cluster.alpha_beta(1e-4, 1e-9, 8)  # communication-bound: no floor skips bytescheduler or dear
+    case = random_case(619334, 120)  # communication-bound: the floors skip neither bytescheduler nor dear
+    profile, cluster = case.profile(), case.cluster()
     planned, simulated = [], []
     bytescheduler, simulate_ = registry._PLANNERS["bytescheduler"], gradsched.sim.simulate
     monkeypatch.setitem(registry._PLANNERS, "bytescheduler", lambda *a, **k: planned.append(k) or bytescheduler(*a, **k))
