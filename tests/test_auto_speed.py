@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from gradsched.planners import make_plan
 from gradsched.planners.auto import (GRID, USBYTE_MERGE_BYTES, as_auto, bytescheduler_floor_s, comm_lower_bound_s,
+                                     sparse_floor_s,
                                      dear_floor_s, ranked, usbyte_floor_s)
 from gradsched.sim import simulate
 from gradsched.synthetic import random_case
@@ -120,3 +121,32 @@ def test_auto_cuts_bytescheduler_blocks_once_per_partition_and_does_not_resimula
     assert by_auto and len({k["partition_bytes"] for k in by_auto}) == len(by_auto) <= len(partitions)
     assert any(p.strategy == "dear" for p in auto_simulated)  # dear was planned (its groupings simulated)
     assert [p for p in auto_simulated if p.strategy == "dear" and p.options.get("grouping") == "planned"] == []
+
+
+@SETTINGS
+@given(profiles(max_layers=10, mixed_dtypes=True, with_update=True), clusters(), st.sampled_from([1, 2]),
+       st.sampled_from([0.001, 0.05, 0.5]))
+def test_sparse_floor_never_exceeds_the_simulated_iteration(profile, cluster, channels, density):
+    # auto skips planning a topk or omgs candidate whose floor (compute and selections) is above the best so far
+    floor = sparse_floor_s(profile, cluster)
+    assert floor >= profile.compute_s
+    for name, opts in (("topk", {"per_tensor": True}), ("topk", {"per_tensor": False}), ("omgs", {}),
+                       ("omgs", {"refine_plan": False})):
+        plan = make_plan(name, profile, cluster, density=density, **opts)
+        assert floor <= simulate(plan, profile, cluster, channels=channels, timeline=False).iteration_s * (1 + 1e-9)
+
+
+def test_auto_does_not_plan_sparse_strategies_where_selection_alone_keeps_them_from_winning(monkeypatch):
+    from gradsched.planners import registry
+
+    case = random_case(586572, 120)  # compute-bound: the best dense plan is within 0.1% of the compute
+    profile, cluster = case.profile(), case.cluster()
+    planned = []
+    for name in ("topk", "omgs"):
+        planner = registry._PLANNERS[name]
+        monkeypatch.setitem(registry._PLANNERS, name, lambda *a, _p=planner, _n=name, **k: planned.append(_n) or _p(*a, **k))
+    got = make_plan("auto", profile, cluster, density=0.01)
+    by_auto = planned[:]
+    every = ranked(profile, cluster, 0.01)
+    assert got == as_auto(every[0], len(every), 0.01)
+    assert got.options["predicted_iteration_s"] < sparse_floor_s(profile, cluster) and by_auto == []

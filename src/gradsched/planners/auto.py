@@ -214,14 +214,27 @@ def _floor_ranked_s(name: str, profile: Profile, cluster: Cluster, opts: dict[st
     """What candidate ``name`` with ``opts`` cannot beat in :func:`ranking_s`, from the profile alone
     (0 where no floor is known): its plans' all-reduces (reduce-scatters and all-gathers) back to
     back from the first ready gradient (:func:`usbyte_floor_s`, :func:`bytescheduler_floor_s`,
-    :func:`dear_floor_s`)."""
+    :func:`dear_floor_s`), or the compute with every tensor's top-k selection (:func:`sparse_floor_s`)."""
     if name == "usbyte":
         return usbyte_floor_s(profile, cluster, opts, channels)
     if name == "bytescheduler":
         return bytescheduler_floor_s(profile, cluster, opts, channels)
     if name == "dear":
         return dear_floor_s(profile, cluster, channels) / (1.0 - DECOUPLED_MARGIN)
+    if name in SELECTING:
+        return sparse_floor_s(profile, cluster)
     return 0.0
+
+
+SELECTING = ("topk", "omgs")  # sparse planners whose operations are whole tensors, every one a top-k
+
+
+def sparse_floor_s(profile: Profile, cluster: Cluster) -> float:
+    """Seconds no ``topk`` or ``omgs`` plan can beat, from the profile alone: the compute stream runs
+    the forward, backward, update and other time and each operation's top-k selection
+    (``Cluster.selection_s``: c n log2 n, so a group's selection is at least its tensors' apart),
+    one after another, whatever the communication."""
+    return profile.compute_s + sum(cluster.selection_s(t.numel) for t in profile.tensors)
 
 
 def _collective_names(cluster: Cluster, mode: str) -> list[str]:
