@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gradsched.constants import MiB
 from gradsched.planners import make_plan
 from gradsched.planners.auto import (GRID, USBYTE_MERGE_BYTES, as_auto, bytescheduler_floor_s, comm_lower_bound_s,
                                      sparse_floor_s,
@@ -150,3 +151,26 @@ def test_auto_does_not_plan_sparse_strategies_where_selection_alone_keeps_them_f
     every = ranked(profile, cluster, 0.01)
     assert got == as_auto(every[0], len(every), 0.01)
     assert got.options["predicted_iteration_s"] < sparse_floor_s(profile, cluster) and by_auto == []
+
+
+@pytest.mark.parametrize("seed", [586572, 619334])
+def test_usbyte_builds_and_simulates_each_distinct_rule_plan_once(seed, monkeypatch):
+    # a merged usbyte candidate simulates its rules' plans to choose one; where rules agree
+    # (compute-bound: 586572) the same plan is neither built nor simulated again, and the
+    # choice is the one of simulating every rule's plan
+    import gradsched.sim
+    from gradsched.planners.usbyte import RULES
+
+    case = random_case(seed, 120)
+    profile, cluster = case.profile(), case.cluster()
+    merge = MiB
+    fixed = [make_plan("usbyte", profile, cluster, merge_bytes=merge, window=w, extend=e) for w, e in RULES]
+    keyed = [(simulate(p, profile, cluster, timeline=False).iteration_s, len(p.operations), k, p)
+             for k, p in enumerate(fixed)]
+    expected = min(keyed, key=lambda x: x[:3])[3]
+    simulated = []
+    simulate_ = gradsched.sim.simulate
+    monkeypatch.setattr(gradsched.sim, "simulate", lambda p, *a, **k: simulated.append(p) or simulate_(p, *a, **k))
+    got = make_plan("usbyte", profile, cluster, merge_bytes=merge)
+    assert got.operations == expected.operations and got.options == expected.options
+    assert len(simulated) == len({p.operations for p in fixed})
