@@ -3,13 +3,17 @@ candidates) returns exactly the plan of simulating every candidate."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gradsched.constants import MiB
 from gradsched.planners import make_plan
-from gradsched.planners.auto import (USBYTE_MERGE_BYTES, as_auto, bytescheduler_floor_s, comm_lower_bound_s,
+from gradsched.planners.auto import (GRID, USBYTE_MERGE_BYTES, as_auto, bytescheduler_floor_s, comm_lower_bound_s,
+                                     sparse_floor_s,
                                      dear_floor_s, ranked, usbyte_floor_s)
 from gradsched.sim import simulate
+from gradsched.synthetic import random_case
 from strategies import clusters, profiles, two_level_clusters
 
 SETTINGS = settings(max_examples=25, deadline=None)
@@ -88,3 +92,85 @@ def test_auto_does_not_plan_dear_where_compute_alone_keeps_it_from_winning(monke
     got = make_plan("auto", profile, cluster)
     assert got.options["predicted_iteration_s"] < profile.compute_s / (1 - 0.02)
     assert planned == [] and got == as_auto(ranked(profile, cluster)[0], len(ranked(profile, cluster)))
+
+
+@pytest.mark.parametrize("seed", [619334, 586572, 586575, 619329])
+def test_auto_chooses_the_plan_of_planning_every_candidate_on_random_cases(seed):
+    # issue 40's grid (the benchmark's worst seeds, fewer tensors): the shortcuts (shared
+    # bytescheduler blocks, the planners' own simulations reused, the floors) change no choice
+    case = random_case(seed, 120)
+    profile, cluster = case.profile(), case.cluster()
+    every = ranked(profile, cluster, 0.01)
+    assert make_plan("auto", profile, cluster, density=0.01) == as_auto(every[0], len(every), 0.01)
+
+
+def test_auto_cuts_bytescheduler_blocks_once_per_partition_and_does_not_resimulate_dear(monkeypatch):
+    import gradsched.sim
+    from gradsched.planners import registry
+
+    case = random_case(619334, 120)  # communication-bound: the floors skip neither bytescheduler nor dear
+    profile, cluster = case.profile(), case.cluster()
+    planned, simulated = [], []
+    bytescheduler, simulate_ = registry._PLANNERS["bytescheduler"], gradsched.sim.simulate
+    monkeypatch.setitem(registry._PLANNERS, "bytescheduler", lambda *a, **k: planned.append(k) or bytescheduler(*a, **k))
+    monkeypatch.setattr(gradsched.sim, "simulate", lambda p, *a, **k: simulated.append(p) or simulate_(p, *a, **k))
+    got = make_plan("auto", profile, cluster)
+    by_auto, auto_simulated = planned[:], simulated[:]
+    every = ranked(profile, cluster)
+    assert got == as_auto(every[0], len(every))
+    partitions = {o["partition_bytes"] for o in GRID["bytescheduler"]}
+    assert by_auto and len({k["partition_bytes"] for k in by_auto}) == len(by_auto) <= len(partitions)
+    assert any(p.strategy == "dear" for p in auto_simulated)  # dear was planned (its groupings simulated)
+    assert [p for p in auto_simulated if p.strategy == "dear" and p.options.get("grouping") == "planned"] == []
+
+
+@SETTINGS
+@given(profiles(max_layers=10, mixed_dtypes=True, with_update=True), clusters(), st.sampled_from([1, 2]),
+       st.sampled_from([0.001, 0.05, 0.5]))
+def test_sparse_floor_never_exceeds_the_simulated_iteration(profile, cluster, channels, density):
+    # auto skips planning a topk or omgs candidate whose floor (compute and selections) is above the best so far
+    floor = sparse_floor_s(profile, cluster)
+    assert floor >= profile.compute_s
+    for name, opts in (("topk", {"per_tensor": True}), ("topk", {"per_tensor": False}), ("omgs", {}),
+                       ("omgs", {"refine_plan": False})):
+        plan = make_plan(name, profile, cluster, density=density, **opts)
+        assert floor <= simulate(plan, profile, cluster, channels=channels, timeline=False).iteration_s * (1 + 1e-9)
+
+
+def test_auto_does_not_plan_sparse_strategies_where_selection_alone_keeps_them_from_winning(monkeypatch):
+    from gradsched.planners import registry
+
+    case = random_case(586572, 120)  # compute-bound: the best dense plan is within 0.1% of the compute
+    profile, cluster = case.profile(), case.cluster()
+    planned = []
+    for name in ("topk", "omgs"):
+        planner = registry._PLANNERS[name]
+        monkeypatch.setitem(registry._PLANNERS, name, lambda *a, _p=planner, _n=name, **k: planned.append(_n) or _p(*a, **k))
+    got = make_plan("auto", profile, cluster, density=0.01)
+    by_auto = planned[:]
+    every = ranked(profile, cluster, 0.01)
+    assert got == as_auto(every[0], len(every), 0.01)
+    assert got.options["predicted_iteration_s"] < sparse_floor_s(profile, cluster) and by_auto == []
+
+
+@pytest.mark.parametrize("seed", [586572, 619334])
+def test_usbyte_builds_and_simulates_each_distinct_rule_plan_once(seed, monkeypatch):
+    # a merged usbyte candidate simulates its rules' plans to choose one; where rules agree
+    # (compute-bound: 586572) the same plan is neither built nor simulated again, and the
+    # choice is the one of simulating every rule's plan
+    import gradsched.sim
+    from gradsched.planners.usbyte import RULES
+
+    case = random_case(seed, 120)
+    profile, cluster = case.profile(), case.cluster()
+    merge = MiB
+    fixed = [make_plan("usbyte", profile, cluster, merge_bytes=merge, window=w, extend=e) for w, e in RULES]
+    keyed = [(simulate(p, profile, cluster, timeline=False).iteration_s, len(p.operations), k, p)
+             for k, p in enumerate(fixed)]
+    expected = min(keyed, key=lambda x: x[:3])[3]
+    simulated = []
+    simulate_ = gradsched.sim.simulate
+    monkeypatch.setattr(gradsched.sim, "simulate", lambda p, *a, **k: simulated.append(p) or simulate_(p, *a, **k))
+    got = make_plan("usbyte", profile, cluster, merge_bytes=merge)
+    assert got.operations == expected.operations and got.options == expected.options
+    assert len(simulated) == len({p.operations for p in fixed})

@@ -110,7 +110,9 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
 
     The same winner, found faster: a candidate whose plan equals one already simulated
     gets that result (``threshold`` at 1 MB is ``ddp`` at 1 MB; ``mgwfbp`` often merges
-    everything like ``sync``), and a dense candidate whose operations alone, back to back,
+    everything like ``sync``; ``usbyte`` and ``dear`` simulated their plan to choose it),
+    ``bytescheduler``'s blocks are cut once per partition size (the credit window changes
+    nothing else), and a dense candidate whose operations alone, back to back,
     take longer than the best iteration so far cannot win and is not simulated (the
     simulator waits for every operation before the iteration ends; see
     :func:`comm_lower_bound_s`); a ``usbyte`` candidate whose layers' all-reduces alone
@@ -120,18 +122,17 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
 
     top: tuple[tuple[float, int, int], Ranked] | None = None
     seen: dict[tuple, float] = {}
+    made: dict[tuple, Plan] = {}
     count = 0
     for k, (name, opts) in _strong_first(list(candidates(density, tuple(exclude), hierarchical))):
         count += 1
         if top is not None and _floor_ranked_s(name, profile, cluster, opts, channels) > top[0][0] * (1 + 1e-9):
             continue  # slower than the best so far whatever its blocks, groups and priorities: not planned
-        candidate = get_planner(name)(profile, cluster, **opts)
+        candidate = _planned(name, opts, profile, cluster, made)
         key = (candidate.operations, candidate.scheduling, candidate.overlap_forward, candidate.credit_bytes)
         predicted_s = seen.get(key)
-        if predicted_s is None and name == "usbyte" and channels == 1:
-            from gradsched.planners.usbyte import simulated_s
-
-            predicted_s = simulated_s(candidate)  # usbyte simulated it to choose its rule
+        if predicted_s is None and channels == 1:
+            predicted_s = _simulated_by_planner(name, candidate)
             if predicted_s is not None:
                 seen[key] = predicted_s
         if predicted_s is None:
@@ -146,6 +147,33 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
     if top is None:
         raise GradschedError("auto: every strategy was excluded; leave at least one out of --exclude")
     return top[1], count
+
+
+def _simulated_by_planner(name: str, candidate: Plan) -> float | None:
+    """``candidate``'s iteration on one channel where its planner simulated that very plan to choose it
+    (``usbyte``'s rule, ``dear``'s planned grouping: the same operations, scheduling and window), else None."""
+    if name == "usbyte":
+        from gradsched.planners.usbyte import simulated_s
+
+        return simulated_s(candidate)
+    if name == "dear" and candidate.options.get("grouping") == "planned":
+        return candidate.options.get("predicted_iteration_s")
+    return None
+
+
+def _planned(name: str, opts: dict[str, Any], profile: Profile, cluster: Cluster, made: dict[tuple, Plan]) -> Plan:
+    """Candidate ``name``'s plan with ``opts``; a ``bytescheduler`` plan differing from one in ``made``
+    only in its credit window is that plan with the window changed (its blocks depend on the
+    partition alone: cutting them again is most of its planning)."""
+    if name != "bytescheduler" or opts.get("credit_bytes") is None:
+        return get_planner(name)(profile, cluster, **opts)
+    key = tuple(sorted((k, v) for k, v in opts.items() if k != "credit_bytes"))
+    same = made.get(key)
+    if same is None:
+        made[key] = same = get_planner(name)(profile, cluster, **opts)
+        return same
+    credit = opts["credit_bytes"]
+    return replace(same, credit_bytes=credit, options={**same.options, "credit_bytes": credit})
 
 
 FIRST = ("mgwfbp", "optimal")  # tried first by best(): usually near the winner, so the floors skip more
@@ -186,14 +214,27 @@ def _floor_ranked_s(name: str, profile: Profile, cluster: Cluster, opts: dict[st
     """What candidate ``name`` with ``opts`` cannot beat in :func:`ranking_s`, from the profile alone
     (0 where no floor is known): its plans' all-reduces (reduce-scatters and all-gathers) back to
     back from the first ready gradient (:func:`usbyte_floor_s`, :func:`bytescheduler_floor_s`,
-    :func:`dear_floor_s`)."""
+    :func:`dear_floor_s`), or the compute with every tensor's top-k selection (:func:`sparse_floor_s`)."""
     if name == "usbyte":
         return usbyte_floor_s(profile, cluster, opts, channels)
     if name == "bytescheduler":
         return bytescheduler_floor_s(profile, cluster, opts, channels)
     if name == "dear":
         return dear_floor_s(profile, cluster, channels) / (1.0 - DECOUPLED_MARGIN)
+    if name in SELECTING:
+        return sparse_floor_s(profile, cluster)
     return 0.0
+
+
+SELECTING = ("topk", "omgs")  # sparse planners whose operations are whole tensors, every one a top-k
+
+
+def sparse_floor_s(profile: Profile, cluster: Cluster) -> float:
+    """Seconds no ``topk`` or ``omgs`` plan can beat, from the profile alone: the compute stream runs
+    the forward, backward, update and other time and each operation's top-k selection
+    (``Cluster.selection_s``: c n log2 n, so a group's selection is at least its tensors' apart),
+    one after another, whatever the communication."""
+    return profile.compute_s + sum(cluster.selection_s(t.numel) for t in profile.tensors)
 
 
 def _collective_names(cluster: Cluster, mode: str) -> list[str]:

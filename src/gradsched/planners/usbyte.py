@@ -789,9 +789,14 @@ def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_B
     rules = [(w, e) for w, e in RULES if window in (None, w) and extend in (None, e)]
     exact = merge_bytes == 0 and _model_is_exact(profile, cluster)
     best, total = None, 0
+    made: set[tuple] = set()  # rules' plans so far (rank and blocks): a later rule's same plan loses the tie
     for k, (w, e) in enumerate(rules):
         rank, schedule, evaluations = search_priorities(model, max_evaluations, e, w, patience)
         total += evaluations
+        same = (tuple(rank), tuple((u, lo, hi) for u, lo, hi, _, _ in schedule.blocks))
+        if same in made and not exact:
+            continue  # built and simulated already (rules often agree where compute hides the blocks)
+        made.add(same)
         options = {"unit_bytes": unit_bytes, "max_evaluations": max_evaluations, "patience": patience,
                    "merge_bytes": merge_bytes, "extend": e, "window": w}
         plan_ = (build_plan(model, rank, schedule, options, cluster, hierarchical)
