@@ -128,7 +128,7 @@ def planned(profile: Profile, cluster: Cluster) -> tuple[tuple[Operation, ...], 
     order."""
     from gradsched.sim import simulate  # the simulator imports planners' types only
 
-    best: tuple[tuple[float, int, int, int], tuple[Operation, ...], str, str] | None = None
+    best: tuple[tuple[float, int, int, int], tuple[Operation, ...], str, str, float] | None = None
     seen: set[tuple[tuple[int, ...], ...]] = set()
     whole = whole_slices(profile)
     for k, (name, groups) in enumerate(candidate_groupings(profile, cluster)):
@@ -139,12 +139,13 @@ def planned(profile: Profile, cluster: Cluster) -> tuple[tuple[Operation, ...], 
         fifo = two_phase_ops(groups, profile, whole)
         for v, (scheduling, ops) in enumerate((("fifo", fifo), ("priority", prioritized(fifo)))):
             trial = Plan("dear", ops, profile.fingerprint, profile.model, scheduling=scheduling, overlap_forward=True)
-            rank = (round(simulate(trial, profile, cluster, timeline=False).iteration_s, 12), v, len(ops), k)
+            iteration_s = simulate(trial, profile, cluster, timeline=False).iteration_s
+            rank = (round(iteration_s, 12), v, len(ops), k)
             if best is None or rank < best[0]:
-                best = (rank, ops, name, scheduling)
+                best = (rank, ops, name, scheduling, iteration_s)
     if best is None:
         raise GradschedError("dear: the profile has no tensors to group")
-    return best[1], best[2], best[0][0], best[3]
+    return best[1], best[2], best[4], best[3]  # the iteration as simulated: auto reuses it as its prediction
 
 
 @register("dear", options=OPTIONS)
