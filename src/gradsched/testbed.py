@@ -547,8 +547,14 @@ class Testbed:
         for index, ns in _host_namespaces(self.prefix).items():
             if index >= self.hosts and is_ours(ns):
                 _delete_namespace(ns)
-                if _json(["ip", "-n", sw, "-j", "link", "show", f"{self.prefix}-p{index}"]):
-                    _run(["ip", "-n", sw, "link", "delete", f"{self.prefix}-p{index}"])
+                # its veth's switch end goes with it, but the kernel removes it asynchronously: it may
+                # vanish between the check and the delete (CI: "Cannot find device"), so only what is
+                # still there afterwards is an error
+                port = f"{self.prefix}-p{index}"
+                if _json(["ip", "-n", sw, "-j", "link", "show", port]):
+                    _run(["ip", "-n", sw, "link", "delete", port], check=False)
+                    if _json(["ip", "-n", sw, "-j", "link", "show", port]):
+                        raise GradschedError(f"testbed: could not remove {port} from {sw}")
 
     def _without_half_made(self, existing: list[str]) -> list[str]:
         """``existing`` less this testbed's namespaces that a killed ``up`` left before storing their
