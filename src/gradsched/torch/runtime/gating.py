@@ -28,9 +28,11 @@ Not seen by either: a parameter's memory read without a torch function (a C++
 extension given ``data_ptr()``), or through a view made before the forward that is
 held somewhere other than a module attribute.  docs/runtime.md lists them.  The
 second is caught: the first forward with pending updates also checks each operation's
-tensors against the parameters' memory, and a read of a parameter whose update is
-still due raises a :class:`~gradsched.errors.GradschedError` naming it and the remedy
-(instead of training on stale weights or an autograd error later).  The advisor asks
+tensors against the parameters' memory, and at a read of a parameter whose update is
+still due every deferred update is applied before the read runs, and from then on before
+each forward (one warning names the parameter and the remedy): the plan runs correctly
+without its overlap, instead of training on stale weights, and run-time ``auto`` then
+measures it as it is.  The advisor asks
 the same question before a plan is recommended
 (:func:`gradsched.torch.measure.outside_reads.unseen_reads`).
 """
@@ -38,6 +40,7 @@ the same question before a plan is recommended
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any, Callable, Iterator
 
 import torch
@@ -45,7 +48,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-from gradsched.errors import GradschedError
+log = logging.getLogger(__name__)
 
 # The optimizer wrapper, typed by what is used here: ``pending``, ``_pending`` (plan indices), ``apply(list)``.
 Optimizer = Any
@@ -77,6 +80,7 @@ class ForwardGate:
         self.memory: ParameterMemory | None = None  # made at the checked forward: where the parameters are then
         self._names = {index[id(p)]: n for n, p in module.named_parameters() if id(p) in index}
         self._checks_left = 1  # overlapped forwards still to check for reads the gate cannot see
+        self.unseen: str | None = None  # the parameter a read the gate cannot see was found on: no overlap since
 
     def _pre_hook(self, tensors: list[int]) -> Callable[[nn.Module, Any], None]:
         def hook(_mod: nn.Module, _inputs: Any) -> None:
@@ -103,6 +107,10 @@ class ForwardGate:
         if opt is None or not opt.pending:
             yield
             return
+        if self.unseen is not None:  # this model reads a parameter where the gate cannot see: all updates first
+            self.flush(opt)
+            yield
+            return
         check = self._checks_left > 0
         self._checks_left -= check
         if check:
@@ -119,12 +127,22 @@ class ForwardGate:
         due = [i for i in self.memory.overlapping(t) if i in opt._pending] if self.memory is not None else []
         if not due:
             return
-        name = self._names.get(due[0], f"parameter {due[0]}")
-        raise GradschedError(
-            f"{name} is read through a tensor that shares its memory (a view or alias kept outside the module's "
-            "attributes) before its deferred update: a plan that overlaps the update with the next forward cannot "
-            "run on this model; use one that does not (mgwfbp, wfbp, ddp, or plan_options={'exclude': ['usbyte', "
-            "'bytescheduler']} with auto), or make the view in the forward or keep it as a module attribute")
+        self.unseen = self._names.get(due[0], f"parameter {due[0]}")
+        log.warning("%s is read through a tensor that shares its memory (a view or alias kept outside the module's "
+                    "attributes) before its deferred update: every deferred update is now applied before the "
+                    "forward, so this plan no longer overlaps the update with the next forward; for the overlap, "
+                    "make the view in the forward or keep it as a module attribute", self.unseen)
+        self.flush(opt)  # before the read runs: it sees the updated values, as without the overlap
+
+    def flush(self, opt: Optimizer) -> None:
+        """Every deferred update now (``opt.flush()``), during which :class:`FirstUse` lets every operation through."""
+        if self.applying:
+            return
+        self.applying = True
+        try:
+            opt.flush()
+        finally:
+            self.applying = False
 
     def remove(self) -> None:
         for h in self._hooks:
