@@ -38,6 +38,22 @@ SERIAL_FILES = {
 }
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadfile``, with every file of :data:`SERIAL_FILES` in one work unit: one worker runs them
+    one after another while the other runs the rest (instead of a worker waiting on the lock below)."""
+    if config.getoption("dist") != "loadfile":
+        return None  # another --dist: xdist's own scheduler
+    from xdist.scheduler import LoadFileScheduling
+
+    class SerialFilesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "serial files" if Path(path).name in SERIAL_FILES else path
+
+    return SerialFilesTogether(config, log)  # type: ignore[arg-type]
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _one_serial_file_at_a_time(request: pytest.FixtureRequest,
                                tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
