@@ -44,6 +44,9 @@ from gradsched.torch.runtime.sparse import topk_indices
 
 Hook = Callable[[Any, dist.GradBucket], torch.futures.Future]
 
+__all__ = ["Hook", "TopKState", "allreduce_hook", "bf16_hook", "bf16_wrapper", "dtype_name", "fp16_hook", "fp16_wrapper",
+           "merged_topk_hook", "register_hook", "topk_hook"]  # also what the old paths re-export
+
 
 # --------------------------------------------------------------------------- dense and half precision
 def allreduce_hook(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

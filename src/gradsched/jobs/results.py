@@ -408,9 +408,9 @@ def read_bench_row(row: dict[str, Any]) -> tuple[BenchJsonRow, float]:
     With ``units`` (:data:`UNITS`): by the declared types (:func:`to_run`).  Without: the old rule
     on key names undone (``_legacy_scaled``), so that each figure is in the run's seconds as the
     measured profile and cluster are; files without ``dilate`` (before it) or at 1 are as they were
-    run.  Files written by a8db2c5 up to the commit that added ``units`` (6 Dec 2026, about 15:40
-    to 17:00 UTC) converted by the types but carry no ``units``: none is kept in this repository;
-    add ``"units": "gradsched.jobs.results/1"`` to such a file's rows to read it right."""
+    run.  A file converted by the types but written before rows carried ``units`` reads by the old
+    rule: add ``"units": "gradsched.jobs.results/1"`` to its rows to read it right (the dates are in
+    docs/notes/2026-12-bench-runs.md)."""
     dilate = float(row.get("dilate") or 1.0)
     if dilate == 1:
         return row, dilate  # type: ignore[return-value]

@@ -1,18 +1,5 @@
 """A kept old path of :mod:`gradsched.integrations.hooks` (``from gradsched.torch.hooks import topk_hook``)."""
 
-from gradsched.integrations.hooks import (  # noqa: F401 - re-exported
-    Hook,
-    TopKState,
-    allreduce_hook,
-    bf16_hook,
-    bf16_wrapper,
-    dtype_name,
-    fp16_hook,
-    fp16_wrapper,
-    merged_topk_hook,
-    register_hook,
-    topk_hook,
-)
+from gradsched.integrations.hooks import *  # noqa: F401,F403 - re-exported: the names in its __all__
 
-__all__ = ["Hook", "TopKState", "allreduce_hook", "bf16_hook", "bf16_wrapper", "dtype_name", "fp16_hook", "fp16_wrapper",
-           "merged_topk_hook", "register_hook", "topk_hook"]
+__all__ = [name for name in dir() if not name.startswith("_")]  # the names of its __all__, brought above
