@@ -43,6 +43,9 @@ class _Pending:
     def pending(self) -> bool:
         return True
 
+    def is_due(self, tensor: int) -> bool:
+        return tensor in self._pending
+
     def apply(self, tensors: list[int]) -> None:
         todo = [i for i in tensors if i in self._pending]
         self._pending.difference_update(todo)

@@ -14,16 +14,17 @@ from gradsched.torch.runtime.optim import DistributedOptimizer  # noqa: E402
 
 
 class _Overlapping:
-    """What DistributedOptimizer needs of the wrapper to defer updates: an overlapping plan, no tracer."""
+    """What DistributedOptimizer needs of the wrapper's link to defer updates: an overlapping plan, no tracer."""
 
     overlaps_forward = True
-    _tracer = None
+    tracer = None
 
     def __init__(self, module: nn.Module) -> None:
-        self._params = list(module.parameters())
+        self.params = list(module.parameters())
+        self.link = self
 
-    def _attach_optimizer(self, optimizer: DistributedOptimizer) -> None:
-        pass
+    def attach_optimizer(self, optimizer: DistributedOptimizer, inner: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        return inner
 
     def backward_outstanding(self) -> bool:
         return True  # the gradients were computed: step() defers the update

@@ -157,8 +157,12 @@ def test_clip_grad_norm_option_is_checked():
     class _Model:
         overlaps_forward = False
 
-        def _attach_optimizer(self, opt: Any) -> None:
-            pass
+        @property
+        def link(self) -> Any:
+            return self
+
+        def attach_optimizer(self, opt: Any, inner: Any) -> Any:
+            return inner
 
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
     for bad in (0, -1.0, float("nan"), float("inf"), "1"):

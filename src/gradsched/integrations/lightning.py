@@ -116,7 +116,7 @@ class GradschedStrategy(DDPStrategy):
         if self._sparse_state:
             self.model.load_sparse_state_dict(self._sparse_state)
             self._sparse_state = None
-        torch_ddp = self.model._ddp
+        torch_ddp = self.model.link.torch_ddp
         if torch_ddp is not None and self._ddp_comm_hook is not None:
             hook = self._ddp_comm_hook
             if self._ddp_comm_wrapper is not None:

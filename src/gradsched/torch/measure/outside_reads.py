@@ -108,7 +108,8 @@ def plan_check(model: nn.Module, batch: Any, loss_fn: Callable[..., torch.Tensor
 
 
 class _Recorder:
-    """A stand-in for the DistributedOptimizer the gate drives: every update due, ``apply`` only records."""
+    """A stand-in for the DistributedOptimizer the gate drives (an :class:`~gradsched.torch.runtime.link.UpdateLink`):
+    every update due, ``apply`` only records."""
 
     def __init__(self, n: int) -> None:
         self._pending: set[int] = set(range(n))
@@ -118,9 +119,17 @@ class _Recorder:
     def pending(self) -> bool:
         return bool(self._pending)
 
+    on_arrival = None
+
+    def is_due(self, tensor: int) -> bool:
+        return tensor in self._pending
+
     def apply(self, tensors: list[int]) -> None:
         self.applied.update(tensors)
         self._pending.difference_update(tensors)
+
+    def flush(self) -> None:
+        self.apply(sorted(self._pending))
 
 
 class _StaleReads(TorchFunctionMode):
@@ -143,7 +152,7 @@ class _StaleReads(TorchFunctionMode):
                     # a parameter itself: its own update; any other tensor (a view, an alias): the parameters
                     # whose elements it reads
                     read = self._memory.overlapping(v) if own is None else (own,)
-                    self.stale.update(i for i in read if i in self._recorder._pending)
+                    self.stale.update(i for i in read if self._recorder.is_due(i))
         return func(*args, **kwargs)
 
 

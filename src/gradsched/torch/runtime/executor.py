@@ -231,7 +231,7 @@ class Executor:
         self.enabled = True  # False inside no_sync()
         self.in_backward = False
         # set by the wrapper (overlap plans): True when it leaves operations in flight (gradsched.torch.runtime.inflight)
-        self.on_backward_end: Callable[[], bool] | None = None
+        self.on_backward_end: Callable[[Executor], bool] | None = None
         self.host_timer: HostTimer | None = None  # counts host time per operation when set (gradsched bench)
         self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(i)) for i, p in enumerate(params)]
         if plan.overlap_forward:  # operations may be in flight when a backward starts: see _before_accumulate
@@ -379,6 +379,11 @@ class Executor:
         self.next_pos = 0
         self.inflight: deque[int] = deque()
         self.inflight_bytes = 0
+
+    @property
+    def hooked(self) -> bool:
+        """Whether its gradient hooks are on the parameters (until :meth:`close`)."""
+        return bool(self._hooks)
 
     def close(self) -> None:
         """Stop the progress thread, remove the hooks, let the collectives in flight finish, forget them.
@@ -596,7 +601,7 @@ class Executor:
             self._agree_on_unused()
             self._hold_back_unused_residuals()
         self.progress()
-        if self.on_backward_end is None or not self.on_backward_end():
+        if self.on_backward_end is None or not self.on_backward_end(self):
             wait_start = self.tracer.now() if self.tracer is not None else 0.0
             self.settle_all()
             if self.tracer is not None:

@@ -48,16 +48,18 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
+from gradsched.torch.runtime.link import UpdateLink
+
 log = logging.getLogger(__name__)
 
-# The optimizer wrapper, typed by what is used here: ``pending``, ``_pending`` (plan indices), ``apply(list)``.
-Optimizer = Any
+# The attached optimizer: ``pending``, ``is_due(i)``, ``apply(list)``, ``flush()``.
+Optimizer = UpdateLink
 
 
 class ForwardGate:
     """The gating of one executor's plan: pre-hooks now, :meth:`first_use` around each forward."""
 
-    def __init__(self, module: nn.Module, params: list[nn.Parameter], optimizer: Callable[[], Optimizer]) -> None:
+    def __init__(self, module: nn.Module, params: list[nn.Parameter], optimizer: Callable[[], Optimizer | None]) -> None:
         """``params``: in plan-index order; ``optimizer()``: the attached DistributedOptimizer or None."""
         self._optimizer = optimizer
         self.applying = False  # the optimizer's own reads of parameters (inside apply) trigger nothing
@@ -124,7 +126,7 @@ class ForwardGate:
 
     def unseen_read(self, opt: Optimizer, t: torch.Tensor) -> None:
         """Raise if ``t`` (neither a parameter nor a known alias) reads the memory of a parameter still due."""
-        due = [i for i in self.memory.overlapping(t) if i in opt._pending] if self.memory is not None else []
+        due = [i for i in self.memory.overlapping(t) if opt.is_due(i)] if self.memory is not None else []
         if not due:
             return
         self.unseen = self._names.get(due[0], f"parameter {due[0]}")

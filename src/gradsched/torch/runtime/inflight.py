@@ -36,6 +36,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from gradsched.errors import GradschedError
+from gradsched.torch.runtime.link import ModelLink
 from gradsched.torch.runtime.trace import WAIT
 
 # The executor imports this module (to unwrap guards), so it is typed here by what is used:
@@ -159,13 +160,13 @@ def guard_unwritten(ex: Executor) -> None:
             p.grad = guard(ex, p.grad)
 
 
-def on_backward_end(model: Any) -> bool:
-    """The executor's end-of-backward callback for overlapping plans (see the module docstring).
+def on_backward_end(link: ModelLink, ex: Executor) -> bool:
+    """Executor ``ex``'s end-of-backward callback for overlapping plans (see the module docstring), bound to
+    its wrapper's ``link``.
 
     Returns True when operations are left in flight (a DistributedOptimizer defers the
     update), False when the executor must wait for them now (plain optimizers)."""
-    ex = model._executor
-    if model._optimizer is None:
+    if link.optimizer is None:
         return False
     guard_unwritten(ex)
     return True

@@ -44,6 +44,7 @@ from gradsched.torch.runtime.sharded import ShardedOptimizer
 from gradsched.torch.runtime.trace import UPDATE, WAIT
 
 if TYPE_CHECKING:
+    from gradsched.torch.runtime.link import ModelLink
     from gradsched.torch.runtime.wrapper import DistributedDataParallel
 
 
@@ -61,8 +62,10 @@ class DistributedOptimizer:
             raise GradschedError(f"clip_grad_norm must be a positive finite number (or None), got {clip_grad_norm!r}")
         if not isinstance(norm_type, (int, float)) or not (norm_type > 0):
             raise GradschedError(f"norm_type must be positive (2.0, or inf for the largest element), got {norm_type!r}")
-        self.optimizer = optimizer
-        self._model = model
+        link: ModelLink | None = getattr(model, "link", None)
+        if link is None:
+            raise GradschedError(f"expected a gradsched.torch.DistributedDataParallel, got {type(model).__name__}")
+        self._link = link
         self.clip_grad_norm = None if clip_grad_norm is None else float(clip_grad_norm)
         self.norm_type = float(norm_type)
         self.last_grad_norm: torch.Tensor | None = None  # the total norm before clipping, of the last update
@@ -70,7 +73,7 @@ class DistributedOptimizer:
         self._pending: set[int] = set()
         self._hparams: list[dict[str, Any]] = []
         self._zero: bool | None = None  # deferred zero_grad(set_to_none=...)
-        model._attach_optimizer(self)
+        self.optimizer = link.attach_optimizer(self, optimizer)  # sharded under shard_optimizer=True
 
     @property
     def on_arrival(self) -> Any:
@@ -103,22 +106,23 @@ class DistributedOptimizer:
                 loss = closure()
             self.step()
             return loss
-        clear_applied(self._params())  # LaySA's results already applied: None, as the optimizer expects
-        if not self._model.overlaps_forward or not self._model.backward_outstanding():
+        clear_applied(self._stepped_params())  # LaySA's results already applied: None, as the optimizer expects
+        link = self._link
+        if not link.overlaps_forward or not link.backward_outstanding():
             # nothing in flight to defer for (e.g. step() before the first backward): torch.optim's step as it is
-            tracer = self._model.step_tracer
+            tracer = link.step_tracer
             t0 = tracer.now() if tracer is not None else 0.0
             self._clip()
             out = self.optimizer.step() if closure is None else self.optimizer.step(closure)
             if tracer is not None:
-                tracer.span("update", UPDATE, t0, tensors=list(range(len(self._model._params))))
+                tracer.span("update", UPDATE, t0, tensors=list(range(len(link.params))))
             return out
         if closure is not None:
             raise GradschedError(f"LBFGS evaluates its closure several times per step, which plan "
-                                 f"{self._model.strategy!r} (overlapping the update with the next forward) cannot "
+                                 f"{link.strategy!r} (overlapping the update with the next forward) cannot "
                                  "defer; use a non-overlapping plan (wfbp, mgwfbp, optimal, ...)")
         self.flush()  # a second step() without a forward in between: finish the first
-        self._pending = set(range(len(self._model._params)))
+        self._pending = set(range(len(link.params)))
         self._hparams = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
         self._zero = None
         self._clip_due = self.clip_grad_norm is not None
@@ -129,8 +133,8 @@ class DistributedOptimizer:
         if self._pending:
             self._zero = set_to_none
             return
-        self._model._finish_unstepped()  # results still in flight would land in the zeroed .grad
-        clear_applied(self._params())
+        self._link.finish_unstepped()  # results still in flight would land in the zeroed .grad
+        clear_applied(self._stepped_params())
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def state_dict(self) -> dict[str, Any]:
@@ -150,6 +154,10 @@ class DistributedOptimizer:
     def pending(self) -> bool:
         """Updates deferred, or (sharded) updated parameters still being gathered."""
         return bool(self._pending) or (self._sharded and self.optimizer.gathering)
+
+    def is_due(self, tensor: int) -> bool:
+        """Whether plan tensor ``tensor``'s update is deferred and not yet applied."""
+        return tensor in self._pending
 
     @property
     def _sharded(self) -> bool:
@@ -183,21 +191,21 @@ class DistributedOptimizer:
         todo = [i for i in tensors if i in self._pending]
         if not todo:
             return
-        model = self._model
-        tracer = model._tracer
+        link = self._link
+        tracer = link.tracer
         t0 = tracer.now() if tracer is not None else 0.0
         if self._clip_due:
-            model._executor.settle_all()  # the global norm needs every reduced gradient
+            link.settle_all()  # the global norm needs every reduced gradient
             self._clip_due = False
             self._clip()
         else:
-            model._executor.settle(todo)
+            link.settle(todo)
         if tracer is not None:
             t1 = tracer.now()
             if t1 - t0 > 1e-6:
-                tracer.add(f"wait {model._names[todo[0]]}", WAIT, "compute", t0, t1, tensors=todo)
+                tracer.add(f"wait {link.names[todo[0]]}", WAIT, "compute", t0, t1, tensors=todo)
             t0 = t1
-        params = [model._params[i] for i in todo]
+        params = [link.params[i] for i in todo]
         self._step_subset(params)
         if self._zero is not None:
             for p in params:
@@ -212,9 +220,9 @@ class DistributedOptimizer:
             self._zero = None
             self._hparams = []
         if tracer is not None:
-            tracer.span(f"update {model._names[todo[0]]}", UPDATE, t0, tensors=todo)
+            tracer.span(f"update {link.names[todo[0]]}", UPDATE, t0, tensors=todo)
 
-    def _params(self) -> list[torch.nn.Parameter]:
+    def _stepped_params(self) -> list[torch.nn.Parameter]:
         if self._sharded:  # its groups hold this rank's pieces
             return list(self.optimizer.model_params)
         return [p for g in self.optimizer.param_groups for p in g["params"]]
@@ -225,7 +233,7 @@ class DistributedOptimizer:
         if self._sharded:  # the global norm of the reduced shards
             self.last_grad_norm = self.optimizer.clip_grad_norm_(self.clip_grad_norm, self.norm_type)
             return
-        params = [p for p in self._params() if p.grad is not None]
+        params = [p for p in self._stepped_params() if p.grad is not None]
         self.last_grad_norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm, self.norm_type)
 
     def _step_subset(self, params: list[torch.nn.Parameter]) -> None:

@@ -29,7 +29,7 @@ from torch import nn
 from gradsched._validate import timeout_s as check_timeout_s
 from gradsched.advise import DDP_DEFAULT_MB
 from gradsched.cluster import Cluster
-from gradsched.errors import GradschedError
+from gradsched.errors import GradschedError, InternalError
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.timeline import Timeline
@@ -43,6 +43,7 @@ from gradsched.torch.runtime.executor import PENDING, Executor, private_group
 from gradsched.torch.runtime.gating import ForwardGate
 from gradsched.torch.runtime.groups import is_whole_world, side_group
 from gradsched.torch.runtime.hosttime import HostTimer
+from gradsched.torch.runtime.link import ModelLink, UpdateLink
 from gradsched.torch.runtime.misuse import check_module, claim
 from gradsched.torch.runtime.ops import CollectiveError
 from gradsched.torch.runtime.nodes import ranks_per_node as resolve_ranks_per_node, uses_nodes
@@ -136,7 +137,7 @@ class DistributedDataParallel(nn.Module):
             named = in_profile_order(named, profile)  # plans index tensors in the profile's order
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
-        self._optimizer: Any = None
+        self._optimizer: UpdateLink | None = None
         self._executor: Executor | None = None
         self._ddp: nn.Module | None = None
         self._ctrl: dist.ProcessGroup | None = None
@@ -286,7 +287,7 @@ class DistributedDataParallel(nn.Module):
             self._executor.mirror = self._optimizer.on_arrival  # sparse results update their weights on arrival
         if self.overlaps_forward:
             # in flight past backward only with a DistributedOptimizer (gradsched.torch.runtime.inflight)
-            self._executor.on_backward_end = functools.partial(inflight.on_backward_end, self)
+            self._executor.on_backward_end = functools.partial(inflight.on_backward_end, self.link)
             self._gate = ForwardGate(self.module, self._params, lambda: self._optimizer)
 
     def _switch_plan(self, plan: Plan, order: list[int]) -> None:
@@ -325,19 +326,26 @@ class DistributedDataParallel(nn.Module):
         return self._ddp is not None and self._ddp.require_backward_grad_sync
 
     # ------------------------------------------------------------------ start-up
-    def _attach_optimizer(self, optimizer: Any) -> None:
+    @property
+    def link(self) -> ModelLink:
+        """This wrapper as its optimizer, the in-flight guard and integrations see it
+        (:class:`~gradsched.torch.runtime.link.ModelLink`): the one way they reach its state."""
+        return _Link(self)
+
+    def _attach_optimizer(self, optimizer: UpdateLink, inner: torch.optim.Optimizer) -> torch.optim.Optimizer:
         if self._optimizer is not None and self._optimizer is not optimizer:
             raise GradschedError("this model already has a DistributedOptimizer; wrap one optimizer per model")
         mine = {id(p) for p in self._params}
-        theirs = {id(p) for g in optimizer.optimizer.param_groups for p in g["params"]}
+        theirs = {id(p) for g in inner.param_groups for p in g["params"]}
         if self.overlaps_forward and not theirs <= mine | {id(p) for p in self.module.parameters()}:
             raise GradschedError("the optimizer holds parameters that are not this model's; build it over "
                                  "model.parameters()")
         if self._shard_optimizer:
-            optimizer.optimizer = self._sharded(optimizer.optimizer)
+            inner = self._sharded(inner)
         self._optimizer = optimizer
         if self._executor is not None:
             self._executor.mirror = optimizer.on_arrival  # sparse results update their weights on arrival
+        return inner
 
     def _sharded(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """``shard_optimizer=True``: over a plan of reduce-scatters alone (``dear``, no run-time auto) the
@@ -447,7 +455,7 @@ class DistributedDataParallel(nn.Module):
         not closed (:mod:`gradsched.torch.runtime.misuse` refuses a second wrapper over them)."""
         if self._ddp is not None or self._ddp_pool is not None:
             return True
-        return self._executor is not None and bool(self._executor._hooks)
+        return self._executor is not None and self._executor.hooked
 
     def backward_outstanding(self) -> bool:
         """Whether a backward ran on gradsched's executor since its start or the last plan switch (its
@@ -606,6 +614,70 @@ class DistributedDataParallel(nn.Module):
             meta["plan_hash"] = self.plan.hash
             meta["operations"] = len(self.plan.operations)
         return meta
+
+
+
+class _Link:
+    """:class:`~gradsched.torch.runtime.link.ModelLink` of one wrapper (``model.link``): the members its
+    partners use, read from the wrapper's state here, in its own module."""
+
+    __slots__ = ("_model",)
+
+    def __init__(self, model: DistributedDataParallel) -> None:
+        self._model = model
+
+    @property
+    def params(self) -> list[nn.Parameter]:
+        return self._model._params
+
+    @property
+    def names(self) -> list[str]:
+        return self._model._names
+
+    @property
+    def strategy(self) -> str:
+        return self._model.strategy
+
+    @property
+    def overlaps_forward(self) -> bool:
+        return self._model.overlaps_forward
+
+    @property
+    def tracer(self) -> Tracer | None:
+        return self._model._tracer
+
+    @property
+    def step_tracer(self) -> Tracer | None:
+        return self._model.step_tracer
+
+    @property
+    def optimizer(self) -> UpdateLink | None:
+        return self._model._optimizer
+
+    @property
+    def torch_ddp(self) -> nn.Module | None:
+        return self._model._ddp
+
+    def attach_optimizer(self, optimizer: UpdateLink, inner: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        return self._model._attach_optimizer(optimizer, inner)
+
+    def backward_outstanding(self) -> bool:
+        return self._model.backward_outstanding()
+
+    def settle(self, tensors: list[int]) -> None:
+        self._executor().settle(tensors)
+
+    def settle_all(self) -> None:
+        self._executor().settle_all()
+
+    def finish_unstepped(self) -> None:
+        self._model._finish_unstepped()
+
+    def _executor(self) -> Executor:
+        ex = self._model._executor
+        if ex is None:  # deferred updates exist only under the executor
+            raise InternalError("no executor to settle: the plan runs on PyTorch's DDP")
+        return ex
 
 
 def _compiling() -> bool:
