@@ -81,3 +81,64 @@ def test_timeout_flags_check_as_the_runtime_does(command, value, capsys):
     assert main([*command, "--timeout-s", value]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(runtime.value).replace("timeout_s", "--timeout-s", 1) in err[0], err
+
+
+# --------------------------------------------------------------------------- run-time auto's settings
+HALF_OPEN = Option("share", float, 0.5, low=0, high=1, high_open=True)
+
+
+def test_a_half_open_range_refuses_its_upper_bound_and_says_so():
+    assert check("thing", HALF_OPEN, "0.99") == 0.99
+    with pytest.raises(GradschedError, match=r"^thing must be below 1, got 1$"):
+        check("thing", HALF_OPEN, 1)
+    with pytest.raises(GradschedError, match=r"^thing must be at least 0 and below 1, got -0.5$"):
+        check("thing", HALF_OPEN, -0.5)
+    assert HALF_OPEN.describe() == "share (float in [0, 1), default 0.5)"
+
+
+def test_every_auto_setting_is_declared_with_the_configs_default():
+    from dataclasses import MISSING, fields
+
+    from gradsched.tuning.config import OPTIONS, AutoTuneConfig
+
+    declared = {o.name: o.default for o in OPTIONS}
+    own = {f.name: f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+           for f in fields(AutoTuneConfig) if f.name != "planner_options"}
+    assert declared == own
+    assert AutoTuneConfig.from_options({}) == AutoTuneConfig()
+
+
+def _bad_value(option: Option) -> object:
+    """A value ``option``'s declaration refuses."""
+    if option.kind in (bool, dict):
+        return "maybe"
+    if option.high is not None:
+        return option.high + (0 if option.high_open else 1)
+    return (option.low or 0) - 1
+
+
+def _auto_options() -> list[Option]:
+    from gradsched.tuning.config import OPTIONS
+
+    return [o for o in OPTIONS if o.kind is not str]  # initial: a strategy name, checked by name below
+
+
+@pytest.mark.parametrize("option", _auto_options(), ids=lambda o: o.name)
+def test_a_bad_auto_setting_is_refused_in_one_line_naming_it(option):
+    from gradsched.tuning.config import AutoTuneConfig
+
+    with pytest.raises(GradschedError) as err:
+        AutoTuneConfig.from_options({option.name: _bad_value(option)})
+    assert str(err.value).startswith(f"auto: {option.name}") and "\n" not in str(err.value), err.value
+
+
+def test_auto_settings_from_the_command_line_are_typed_as_declared():
+    """``--opt torch_ddp=no`` reaches the config as the string 'no' (not JSON): it means False, not a truthy word."""
+    from gradsched.tuning.config import AutoTuneConfig
+
+    cfg = AutoTuneConfig.from_options({"torch_ddp": "no", "adaptive": "true", "patience": "4", "min_gain": "0.1"})
+    assert (cfg.torch_ddp, cfg.adaptive, cfg.patience, cfg.min_gain) == (False, True, 4, 0.1)
+    with pytest.raises(GradschedError, match="^auto: patience must be a whole number, got True$"):
+        AutoTuneConfig.from_options({"patience": True})
+    with pytest.raises(GradschedError, match="^auto: initial_options must be a dict"):
+        AutoTuneConfig.from_options({"initial_options": [1]})

@@ -15,9 +15,11 @@ option and the reason.  Nothing a planner receives is a string it did not ask fo
 a NaN, an infinity or a number outside what it can use.
 
 The same declarations check options that are not a planner's: the runtime's
-``sparse_options`` and the DDP comm hooks' :class:`~gradsched.torch.runtime.hooks.TopKState`
-(:func:`check_all`: a dict of values against a tuple of options), and single values
-such as ``--density`` (:func:`check`, with :data:`gradsched.sparsity.DENSITY`).
+``sparse_options``, the DDP comm hooks' :class:`~gradsched.torch.runtime.hooks.TopKState`,
+run-time ``auto``'s settings (:data:`gradsched.tuning.config.OPTIONS`) and
+``DistributedOptimizer``'s clipping (:func:`check_all`: a dict of values against a tuple of
+options), and single values such as ``--density`` or ``shard_optimizer`` (:func:`check`,
+with :data:`gradsched.sparsity.DENSITY`).
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ STRATEGIES = "strategies"  # kind of an option naming strategies (a comma-separa
 class Option:
     """One planner option: its name, type, default and allowed range.
 
-    ``kind`` is ``float``, ``int``, ``bool``, ``str`` or :data:`STRATEGIES`.  ``low``/``high``
-    bound numbers (``low_open``: the value must be above ``low``, not equal to it);
+    ``kind`` is ``float``, ``int``, ``bool``, ``str``, ``dict`` (a mapping, e.g. another strategy's options;
+    copied, its content not checked here) or :data:`STRATEGIES`.  ``low``/``high`` bound numbers
+    (``low_open``: the value must be above ``low``, not equal to it; ``high_open``: below ``high``);
     ``optional``: ``None`` is allowed (and means "the planner's own choice");
     ``choices``: the words a ``str`` option takes (empty: any); ``allow_inf``: a ``float``
     option may be infinite (never NaN); ``why``: said after a range error (why the bound)."""
@@ -47,6 +50,7 @@ class Option:
     low: float | None = None
     high: float | None = None
     low_open: bool = False
+    high_open: bool = False
     optional: bool = False
     doc: str = ""
     choices: tuple[str, ...] = ()
@@ -56,7 +60,7 @@ class Option:
     def describe(self) -> str:
         kind = self.kind if isinstance(self.kind, str) else self.kind.__name__
         lo = "" if self.low is None else ("(" if self.low_open else "[") + f"{self.low:g}"
-        hi = "" if self.high is None else f"{self.high:g}]"
+        hi = "" if self.high is None else f"{self.high:g}" + (")" if self.high_open else "]")
         rng = f" in {lo or '(-inf'}, {hi or 'inf)'}" if (lo or hi) else ""
         one_of = f" one of {', '.join(self.choices)}" if self.choices else ""
         return f"{self.name} ({kind}{rng}{one_of}, default {self.default!r})"
@@ -89,6 +93,10 @@ def check(where: str, option: Option, value: Any, known: Callable[[], list[str]]
         return _boolean(where, value)
     if option.kind == STRATEGIES:
         return _strategies(where, value, known())
+    if option.kind is dict:
+        if not isinstance(value, dict):
+            raise GradschedError(f"{where} must be a dict, got {value!r}")
+        return dict(value)
     if option.kind is str:  # a word: one of its choices, if it declares them (else the planner checks)
         if option.choices and value not in option.choices:
             raise GradschedError(f"{where} must be one of {', '.join(option.choices)}, got {value!r}")
@@ -140,13 +148,17 @@ def _in_range(where: str, option: Option, x: float) -> None:
     why = f" ({option.why})" if option.why else ""
     if lo is not None and (x < lo or (option.low_open and x == lo)):
         bound = f"above {lo:g}" if option.low_open else f"at least {lo:g}"
-        raise GradschedError(f"{where} must be {bound}{_upto(hi)}{why}, got {x:g}")
-    if hi is not None and x > hi:
-        raise GradschedError(f"{where} must be at most {hi:g}{why}, got {x:g}")
+        raise GradschedError(f"{where} must be {bound}{_upto(option)}{why}, got {x:g}")
+    if hi is not None and (x > hi or (option.high_open and x == hi)):
+        raise GradschedError(f"{where} must be {_below(option)}{why}, got {x:g}")
 
 
-def _upto(hi: float | None) -> str:
-    return "" if hi is None else f" and at most {hi:g}"
+def _below(option: Option) -> str:
+    return f"below {option.high:g}" if option.high_open else f"at most {option.high:g}"
+
+
+def _upto(option: Option) -> str:
+    return "" if option.high is None else f" and {_below(option)}"
 
 
 def _strategies(where: str, value: Any, known: list[str]) -> tuple[str, ...]:

@@ -96,6 +96,28 @@ def test_a_failed_wrap_claims_nothing(world_of_one):
     DistributedDataParallel(module, "wfbp")  # the failed wrapper does not hold the parameters
 
 
+@pytest.mark.parametrize("bad", ["maybe", 1, None])
+def test_a_bad_shard_optimizer_is_refused_in_one_line_naming_it(world_of_one, bad):
+    with pytest.raises(GradschedError, match=r"^DistributedDataParallel: shard_optimizer (must be true or false|needs "
+                                             r"a value)[^\n]*$"):
+        DistributedDataParallel(nn.Linear(4, 4), "wfbp", shard_optimizer=bad)
+
+
+@pytest.mark.parametrize("plan", ["usbyte", "ddp"])
+def test_the_optimizer_and_integrations_see_the_wrapper_through_its_link(world_of_one, plan):
+    module = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    model = DistributedDataParallel(module, plan)
+    link = model.link
+    assert list(link.params) == list(module.parameters())  # no profile given: plan order is registration order
+    assert len(link.names) == len(link.params) and link.names[0].endswith("0.weight")
+    assert (link.strategy, link.overlaps_forward) == (model.strategy, plan == "usbyte")
+    assert (link.torch_ddp is not None) == (plan == "ddp") and link.optimizer is None
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model)
+    assert link.optimizer is opt and not opt.pending and not opt.is_due(0)
+    with pytest.raises(GradschedError, match="^expected a gradsched.torch.DistributedDataParallel, got Sequential$"):
+        DistributedOptimizer(torch.optim.SGD(module.parameters(), lr=0.1), module)
+
+
 @pytest.mark.parametrize("plan", ["usbyte", "bytescheduler"])
 def test_step_before_the_first_backward_is_a_no_op_as_in_pytorch(world_of_one, plan):
     torch.manual_seed(0)

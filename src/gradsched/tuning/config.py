@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gradsched.errors import GradschedError
-from gradsched.planners.options import Option, coerce
+from gradsched.options import Option, check, coerce
 from gradsched.tuning.candidates import CANDIDATE_SIZES, TORCH_DDP
 
 if TYPE_CHECKING:
@@ -58,19 +58,23 @@ class AutoTuneConfig:
 
     @classmethod
     def from_options(cls, options: dict[str, Any] | None) -> "AutoTuneConfig":
-        """Split ``plan_options`` of ``"auto"`` into tuner settings and planner options; check them."""
+        """Split ``plan_options`` of ``"auto"`` into tuner settings and planner options; check them, each tuner
+        setting as :data:`OPTIONS` declares it (a one-line GradschedError naming it)."""
         opts = dict(options or {})
         planner = {k: opts.pop(k) for k in PLANNER_KEYS if k in opts}
-        if "defer" in opts:
-            opts["defer"] = coerce("auto", DEFER, opts["defer"], list)
-        if "trials" in opts:
-            opts["trials"] = trials_option(opts["trials"])
-            if opts["trials"] == 0:  # "don't try": nor re-plan to a plan nobody measured, unless asked to
-                opts.setdefault("max_replans", 0)
+        density = opts.pop("density", 1)
+        known = {o.name for o in OPTIONS}
+        unknown = sorted(set(opts) - known)
+        if unknown:
+            raise GradschedError(f"unknown option(s) for strategy 'auto': {', '.join(unknown)}; known: "
+                                 f"{', '.join(sorted(known | set(PLANNER_KEYS)))}")
+        opts = {o.name: trials_option(opts[o.name]) if o is TRIALS else check(f"auto: {o.name}", o, opts[o.name])
+                for o in OPTIONS if o.name in opts}
+        if opts.get("trials") == 0:  # "don't try": nor re-plan to a plan nobody measured, unless asked to
+            opts.setdefault("max_replans", 0)
         from gradsched.planners.registry import check_options
 
         planner = check_options("auto", planner)  # typed and range-checked as the auto planner declares them
-        density = opts.pop("density", 1)
         if density != 1:
             # Sparse plans are planned once at start-up: a run-time switch must not change
             # the numbers, and top-k residuals would not survive it.
@@ -79,43 +83,13 @@ class AutoTuneConfig:
                                      f"not survive a switch), got density={density} with adaptive=true; "
                                      "drop adaptive=true to plan once at start-up")
             opts["adaptive"] = False
-        if density != 1:
             planner["density"] = density
-        known = {f for f in cls.__dataclass_fields__ if f != "planner_options"}
-        unknown = sorted(set(opts) - known)
-        if unknown:
-            raise GradschedError(f"unknown option(s) for strategy 'auto': {', '.join(unknown)}; known: "
-                                 f"{', '.join(sorted(known | set(PLANNER_KEYS)))}")
         cfg = cls(planner_options=planner, **opts)
         cfg._check()
         return cfg
 
     def _check(self) -> None:
-        if not isinstance(self.switch_iteration, int) or self.switch_iteration < 2:
-            raise GradschedError(f"auto: switch_iteration must be an integer >= 2 (iteration 0 is a warm-up, at least "
-                                 f"one more is measured), got {self.switch_iteration!r}")
-        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 0:
-            raise GradschedError(f"auto: trials must be a whole number (0 or off: no trials, 1: the simulator's "
-                                 f"choice with re-plans), got {self.trials!r}")
-        if not isinstance(self.trial_iterations, int) or self.trial_iterations < 1:
-            raise GradschedError(f"auto: trial_iterations must be a positive integer, got {self.trial_iterations!r}")
-        if not isinstance(self.trial_rounds, int) or self.trial_rounds < 1:
-            raise GradschedError(f"auto: trial_rounds must be a positive integer, got {self.trial_rounds!r}")
-        if isinstance(self.runoff_rounds, bool) or not isinstance(self.runoff_rounds, int) or self.runoff_rounds < 0:
-            raise GradschedError(f"auto: runoff_rounds must be a whole number, 0 or more, got {self.runoff_rounds!r}")
-        if not isinstance(self.trial_window_s, (int, float)) or not 0 <= self.trial_window_s < math.inf:
-            raise GradschedError(f"auto: trial_window_s must be a non-negative number of seconds, "
-                                 f"got {self.trial_window_s!r}")
-        if not isinstance(self.patience, int) or self.patience < 1:
-            raise GradschedError(f"auto: patience must be a positive integer, got {self.patience!r}")
-        if not isinstance(self.max_replans, int) or self.max_replans < 0:
-            raise GradschedError(f"auto: max_replans must be a non-negative integer, got {self.max_replans!r}")
-        for name in ("min_gain", "resize_min_gain", "runoff_margin", "trial_share"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-                raise GradschedError(f"auto: {name} must be a fraction in [0, 1), got {value!r}")
-        if not isinstance(self.replan_threshold, (int, float)) or not self.replan_threshold > 0:
-            raise GradschedError(f"auto: replan_threshold must be a positive fraction, got {self.replan_threshold!r}")
+        """What no single option's declaration says: the initial strategy is a known, concrete, dense one."""
         if self.initial == "auto":
             raise GradschedError("auto: initial must be a concrete strategy (the safe default), not 'auto'")
         from gradsched.planners import get_planner, is_sparse
@@ -170,8 +144,38 @@ class AutoTuneConfig:
             + checks * (self.patience + 1)
 
 
-TRIALS = Option("trials", int, 3, low=0, doc="plans measured before settling; 0 or off: none")
+TRIALS = Option("trials", int, 3, low=0, doc="plans measured before settling; 0 or off: none (1: the simulator's "
+                                               "choice, with re-plans)")
 DEFER = Option("defer", bool, True, doc="start on PyTorch's DDP and profile once the trials' budget pays for it")
+
+
+def _fraction(name: str, default: float, doc: str) -> Option:
+    return Option(name, float, default, low=0, high=1, high_open=True, doc=doc)
+
+
+# Every setting of AutoTuneConfig (but planner_options), as from_options checks it; defaults as the class's.
+OPTIONS: tuple[Option, ...] = (
+    Option("adaptive", bool, True, doc="false: plan auto once at start-up, like any other strategy"),
+    Option("switch_iteration", int, 5, low=2, doc="iterations under initial before the first plan",
+           why="iteration 0 is a warm-up, at least one more is measured"),
+    Option("initial", str, "wfbp", doc="the safe default that runs while profiling (a dense strategy)"),
+    Option("initial_options", dict, {}, doc="the initial strategy's options"),
+    TRIALS,
+    Option("trial_iterations", int, 12, low=1, doc="iterations each trial plan runs in all"),
+    Option("trial_rounds", int, 3, low=1, doc="windows the trial iterations are split into"),
+    Option("trial_window_s", float, 0.3, low=0, doc="seconds a trial window lasts at least"),
+    _fraction("trial_share", 0.01, "share of the time trained so far the trials may cost (0: back to back)"),
+    _fraction("min_gain", 0.03, "how much faster than the baseline a trial plan must measure to replace it"),
+    _fraction("resize_min_gain", 0.01, "the same for PyTorch's DDP at another bucket size"),
+    Option("runoff_rounds", int, 4, low=0, doc="more turns for the plans the rounds could not tell apart"),
+    _fraction("runoff_margin", 0.05, "plans within this fraction of the fastest median take the run-off"),
+    Option("torch_ddp", bool, True, doc="PyTorch's own DDP takes turns too"),
+    DEFER,
+    Option("replan_threshold", float, 0.15, low=0, low_open=True, allow_inf=True,
+           doc="relative |measured - expected| / expected that triggers a re-plan"),
+    Option("patience", int, 10, low=1, doc="iterations per check"),
+    Option("max_replans", int, 3, low=0, doc="re-plans after the first plan"),
+)
 
 
 def trials_option(value: Any) -> int:

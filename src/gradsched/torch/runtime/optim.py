@@ -33,12 +33,12 @@ optimizer without this wrapper: the gradients are then final when ``backward()``
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from gradsched.errors import GradschedError
+from gradsched.options import Option, check_all
 from gradsched.torch.runtime.inflight import clear_applied
 from gradsched.torch.runtime.sharded import ShardedOptimizer
 from gradsched.torch.runtime.trace import UPDATE, WAIT
@@ -46,6 +46,13 @@ from gradsched.torch.runtime.trace import UPDATE, WAIT
 if TYPE_CHECKING:
     from gradsched.torch.runtime.link import ModelLink
     from gradsched.torch.runtime.wrapper import DistributedDataParallel
+
+
+CLIP_GRAD_NORM = Option("clip_grad_norm", float, None, low=0, low_open=True, optional=True,
+                        doc="clip the global norm of the gradients to this before every update (None: no clipping)")
+NORM_TYPE = Option("norm_type", float, 2.0, low=0, low_open=True, allow_inf=True,
+                   doc="the norm clip_grad_norm bounds", why="2.0, or inf for the largest element")
+OPTIONS = (CLIP_GRAD_NORM, NORM_TYPE)
 
 
 class DistributedOptimizer:
@@ -57,17 +64,13 @@ class DistributedOptimizer:
         before every update, as ``torch.nn.utils.clip_grad_norm_`` between backward and step would."""
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise GradschedError(f"expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
-        if clip_grad_norm is not None and not (isinstance(clip_grad_norm, (int, float))
-                                               and math.isfinite(clip_grad_norm) and clip_grad_norm > 0):
-            raise GradschedError(f"clip_grad_norm must be a positive finite number (or None), got {clip_grad_norm!r}")
-        if not isinstance(norm_type, (int, float)) or not (norm_type > 0):
-            raise GradschedError(f"norm_type must be positive (2.0, or inf for the largest element), got {norm_type!r}")
+        clip = check_all("DistributedOptimizer", OPTIONS, {"clip_grad_norm": clip_grad_norm, "norm_type": norm_type})
         link: ModelLink | None = getattr(model, "link", None)
         if link is None:
             raise GradschedError(f"expected a gradsched.torch.DistributedDataParallel, got {type(model).__name__}")
         self._link = link
-        self.clip_grad_norm = None if clip_grad_norm is None else float(clip_grad_norm)
-        self.norm_type = float(norm_type)
+        self.clip_grad_norm: float | None = clip["clip_grad_norm"]
+        self.norm_type: float = clip["norm_type"]
         self.last_grad_norm: torch.Tensor | None = None  # the total norm before clipping, of the last update
         self._clip_due = False
         self._pending: set[int] = set()

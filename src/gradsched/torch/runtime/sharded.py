@@ -37,8 +37,12 @@ import torch.distributed as dist
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from gradsched.errors import GradschedError
+from gradsched.options import Option
 from gradsched.torch.runtime.decoupled import all_gather_single
 from gradsched.torch.runtime.ops import wait_all
+
+
+SHARD_OPTIMIZER = Option("shard_optimizer", bool, False, doc="shard the optimizer state over the ranks (ZeRO-1)")
 
 
 def shard(optimizer: torch.optim.Optimizer, group: dist.ProcessGroup) -> ZeroRedundancyOptimizer:

@@ -30,13 +30,14 @@ from gradsched._validate import timeout_s as check_timeout_s
 from gradsched.advise import DDP_DEFAULT_MB
 from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError, InternalError
+from gradsched.options import check
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.timeline import Timeline
 from gradsched.torch.runtime.autotune import AutoTuneConfig, AutoTuner, TunedModel
 from gradsched.torch.runtime import inflight
 from gradsched.torch.runtime.decoupled import DecoupledAllReduce, executable
-from gradsched.torch.runtime.sharded import ShardedOptimizer, shard
+from gradsched.torch.runtime.sharded import SHARD_OPTIMIZER, ShardedOptimizer, shard
 from gradsched.torch.runtime.ddp_args import DDPArgs, plan_choice, resolve, split_positional, to_device
 from gradsched.torch.runtime import ddp_errors
 from gradsched.torch.runtime.executor import PENDING, Executor, private_group
@@ -143,8 +144,7 @@ class DistributedDataParallel(nn.Module):
         self._ctrl: dist.ProcessGroup | None = None
         self._gate: ForwardGate | None = None  # overlapping plans: updates applied at each parameter's first use
         self._sparse_options = sparse_options
-        if not isinstance(shard_optimizer, bool):
-            raise GradschedError(f"shard_optimizer must be True or False, got {shard_optimizer!r}")
+        shard_optimizer = check("DistributedDataParallel: shard_optimizer", SHARD_OPTIMIZER, shard_optimizer)
         self._shard_optimizer = shard_optimizer
         self.autotuner: AutoTuner | None = None
         self._ddp_pool: TorchDDPPool | None = None  # run-time auto's PyTorch-DDP candidates (torch_ddp)
