@@ -14,6 +14,7 @@ from torch import nn  # noqa: E402
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer  # noqa: E402
 from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
 from gradsched.torch.runtime.wrapper import is_compiled  # noqa: E402
+from helpers import params_of, train  # noqa: E402
 
 STEPS = 4
 
@@ -35,15 +36,14 @@ def _train(rank: int, world: int, plan: str, order: str) -> list[torch.Tensor]:
     else:
         model = forward = DistributedDataParallel(module, plan, plan_options=options)
     opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), model)
-    gen = torch.Generator().manual_seed(1)
-    for _ in range(STEPS):
-        x = torch.randn(16, 8, generator=gen)
-        y = x.sum(dim=1, keepdim=True).sin()
-        opt.zero_grad()
-        nn.functional.mse_loss(forward(x[rank::world]), y[rank::world]).backward()
-        opt.step()
+    train(forward, opt, _batch, nn.functional.mse_loss, rank=rank, world=world, steps=STEPS, batch=16 // world)
     model.synchronize()
-    return [p.detach().clone() for p in module.parameters()]
+    return params_of(module)
+
+
+def _batch(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randn(n, 8, generator=gen)
+    return x, x.sum(dim=1, keepdim=True).sin()
 
 
 def _cases(rank: int, world: int, cases: list[tuple[str, str]]) -> dict:
@@ -120,7 +120,8 @@ def test_compiled_wrapper_compiles_once(plan):
     """torch.compile(wrapper): the module is compiled, the wrapper's bookkeeping is not; once the plan stops
     changing (at once for a named plan, after run-time auto's trials for the default) nothing is compiled again.
     Traced, the wrapper's forward guarded on the tracer's iteration counter and recompiled every step."""
-    r0 = spawn_local(_graphs_per_step, 2, plan, 40, timeout_s=300)[0]
+    steps = 40 if plan is None else 10  # run-time auto's trials, then 10 more; a named plan is settled at once
+    r0 = spawn_local(_graphs_per_step, 2, plan, steps, timeout_s=300)[0]
     assert r0["settled_at"] is not None and r0["settled_at"] < 30, r0
     graphs = r0["graphs"]
     assert graphs[0] >= 1, graphs  # the module itself was compiled
