@@ -127,8 +127,14 @@ def _gone(pid: int) -> bool:
     return False
 
 
-def test_a_launcher_that_fails_stops_the_others(monkeypatch):
-    _sleepers(monkeypatch, (3, 0.0), (0, 60.0))
+def test_a_launcher_that_fails_stops_the_others(monkeypatch, tmp_path):
+    # rank 0 fails once rank 1 has said hello (an event, not a race with a loaded machine's start-up)
+    said = tmp_path / "rank1-said-hello"
+    argvs = [[sys.executable, "-c", f"import os, sys, time; print('hello 0', flush=True)\n"
+              f"while not os.path.exists({str(said)!r}): time.sleep(0.01)\nsys.exit(3)"],
+             [sys.executable, "-c", f"import time; print('hello 1', flush=True); open({str(said)!r}, 'w').close(); "
+              "time.sleep(60)"]]
+    monkeypatch.setattr(launcher, "loopback_argvs", lambda ranks: argvs)
     t0 = time.monotonic()
     done = launch(Ranks(script_argv=("-m", "x"), hosts=2), on_line=lambda line: None)
     assert done.code == 3 and not done.timed_out and time.monotonic() - t0 < 30
@@ -239,6 +245,7 @@ def test_an_interrupt_while_a_launcher_starts_stops_it_too(monkeypatch):
     """Ctrl-C (or SIGTERM under sigterm_unwinds) that fires inside ``Popen``, after the child started and
     before ``Popen`` returned it: before, that launcher was never registered and ran on, orphaned."""
     import signal
+    import threading
 
     _sleepers(monkeypatch, (0, 60.0), (0, 60.0))
     started = []
@@ -246,7 +253,10 @@ def test_an_interrupt_while_a_launcher_starts_stops_it_too(monkeypatch):
 
     def popen_interrupted(*a, **k):
         started.append(real_popen(*a, **k))
-        os.kill(os.getpid(), signal.SIGINT)  # its handler runs at the next instruction: still inside "Popen"
+        # to the main thread, which runs Python's handlers: its sleep ends at once and the handler runs here,
+        # still inside "Popen" (os.kill may wake another thread, which a loaded machine schedules late: the
+        # handler then ran only after the launchers had ended)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
         time.sleep(0.05)
         return started[-1]
 
