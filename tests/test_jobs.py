@@ -127,8 +127,14 @@ def _gone(pid: int) -> bool:
     return False
 
 
-def test_a_launcher_that_fails_stops_the_others(monkeypatch):
-    _sleepers(monkeypatch, (3, 0.0), (0, 60.0))
+def test_a_launcher_that_fails_stops_the_others(monkeypatch, tmp_path):
+    # rank 0 fails once rank 1 has said hello (an event, not a race with a loaded machine's start-up)
+    said = tmp_path / "rank1-said-hello"
+    argvs = [[sys.executable, "-c", f"import os, sys, time; print('hello 0', flush=True)\n"
+              f"while not os.path.exists({str(said)!r}): time.sleep(0.01)\nsys.exit(3)"],
+             [sys.executable, "-c", f"import time; print('hello 1', flush=True); open({str(said)!r}, 'w').close(); "
+              "time.sleep(60)"]]
+    monkeypatch.setattr(launcher, "loopback_argvs", lambda ranks: argvs)
     t0 = time.monotonic()
     done = launch(Ranks(script_argv=("-m", "x"), hosts=2), on_line=lambda line: None)
     assert done.code == 3 and not done.timed_out and time.monotonic() - t0 < 30
@@ -240,6 +246,9 @@ def test_an_interrupt_while_a_launcher_starts_stops_it_too(monkeypatch):
     before ``Popen`` returned it: before, that launcher was never registered and ran on, orphaned."""
     import signal
 
+    # Ctrl-C's own handler, as an interactive shell gives it: a job started in the background (`cmd &`, nohup)
+    # inherits SIGINT ignored, and Python then leaves it ignored (this test failed so, whatever the load)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     _sleepers(monkeypatch, (0, 60.0), (0, 60.0))
     started = []
     real_popen = launcher.subprocess.Popen
@@ -251,6 +260,9 @@ def test_an_interrupt_while_a_launcher_starts_stops_it_too(monkeypatch):
         return started[-1]
 
     monkeypatch.setattr(launcher.subprocess, "Popen", popen_interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        launch(Ranks(script_argv=("-m", "x"), hosts=2))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            launch(Ranks(script_argv=("-m", "x"), hosts=2))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert len(started) == 1 and started[0].poll() is not None and _gone(started[0].pid)

@@ -157,15 +157,16 @@ def test_without_start_up_cost_per_tensor_wfbp_is_optimal(profile, cluster):
 
 def test_optimal_plans_a_thousand_tensors_quickly():
     # The speed target (< 50 ms) is measured by benchmarks/planner_speed.py; here only a
-    # generous bound that catches an accidental O(L^3) or a per-row Python loop.
+    # generous bound that catches an accidental O(L^3) or a per-row Python loop.  This process's
+    # CPU time, not the wall clock: another process on the core does not count.
     import time
 
     tensors = tuple(fp32(f"t{i}", 1000 + 37 * i, 1e-4) for i in range(1000))
     profile = Profile("wide", tensors)
     cluster = Cluster.alpha_beta(1e-3, 1e-9, 8)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     make_plan("optimal", profile, cluster)
-    assert time.perf_counter() - t0 < 1.0
+    assert time.process_time() - t0 < 1.0
 
 
 # --------------------------------------------------------------------------- hand-computed timelines

@@ -22,15 +22,25 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from gradsched import _validate as v
-from gradsched.errors import FormatError, GradschedError
+from gradsched.errors import FormatError, GradschedError, InternalError
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter")
 PER_RANK = ("allgather", "reducescatter")  # sized by each rank's part (the whole buffer is world_size times it)
 NODE_STEPS = ("reduce", "broadcast")  # measured inside a node only: the hierarchical all-reduce's first and last steps
 
 
+class _Table:
+    """The measured table's arrays, which :class:`CollectiveCost` sets in ``__post_init__`` where it has
+    one: declared on a plain base class so that they are attributes for the type checker, not fields
+    (not compared, hashed, printed or serialised)."""
+
+    _xs: np.ndarray  # bytes, sorted
+    _ys: np.ndarray  # seconds
+    _first: float  # what the smallest size costs
+
+
 @dataclass(frozen=True)
-class CollectiveCost:
+class CollectiveCost(_Table):
     """Cost of one collective at one world size: a line, optionally a measured table."""
 
     alpha_s: float
@@ -70,7 +80,7 @@ class CollectiveCost:
             out = np.where(s < self._xs[0], np.minimum(out, self._first), out)
         return np.where(s <= 0, 0.0, out)
 
-    def _table_scale(self, nbytes):
+    def _table_scale(self, nbytes: Any) -> Any:
         if self.table_line is None:
             return 1.0
         a0, b0 = self.table_line
@@ -246,14 +256,24 @@ class CheaperOf(CollectiveCost):
     ``beta_s_per_byte`` are the line of the one with the smaller start-up (a planner's start-up
     figure), not used for times."""
 
-    first: CollectiveCost | None = None
+    first: CollectiveCost | None = None  # defaults only because the fields above have them: both are required
     second: CollectiveCost | None = None
 
+    def __post_init__(self) -> None:
+        if self.first is None or self.second is None:
+            raise InternalError("CheaperOf needs both costs (first and second)")
+        super().__post_init__()
+
     def time_s(self, nbytes: float) -> float:
-        return min(self.first.time_s(nbytes), self.second.time_s(nbytes))
+        a, b = self.first, self.second
+        if a is None or b is None:  # never: __post_init__ refuses it (mypy's narrowing)
+            raise InternalError("CheaperOf needs both costs (first and second)")
+        return min(a.time_s(nbytes), b.time_s(nbytes))
 
     def times_s(self, nbytes: np.ndarray | Sequence[float]) -> np.ndarray:
         a, b = self.first, self.second
+        if a is None or b is None:
+            raise InternalError("CheaperOf needs both costs (first and second)")
         if a.points is None and b.points is None:  # two lines: the common case, kept cheap
             s = np.asarray(nbytes, dtype=float)
             out = s * a.beta_s_per_byte

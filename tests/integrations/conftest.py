@@ -1,8 +1,14 @@
-"""Shared set-up of the runtime tests: one compute thread per process (2-core CI machines)."""
+"""Shared set-up of the runtime tests: one compute thread per process (2-core CI machines), and the runtime
+tests' shared helpers (tests/torch/helpers.py) importable as ``helpers``, as in tests/torch."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "torch"))
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)

@@ -14,6 +14,7 @@ from torch import nn  # noqa: E402
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer  # noqa: E402
 from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
 from gradsched.torch.runtime.wrapper import is_compiled  # noqa: E402
+from helpers import params_of, train  # noqa: E402
 
 STEPS = 4
 
@@ -35,15 +36,14 @@ def _train(rank: int, world: int, plan: str, order: str) -> list[torch.Tensor]:
     else:
         model = forward = DistributedDataParallel(module, plan, plan_options=options)
     opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), model)
-    gen = torch.Generator().manual_seed(1)
-    for _ in range(STEPS):
-        x = torch.randn(16, 8, generator=gen)
-        y = x.sum(dim=1, keepdim=True).sin()
-        opt.zero_grad()
-        nn.functional.mse_loss(forward(x[rank::world]), y[rank::world]).backward()
-        opt.step()
+    train(forward, opt, _batch, nn.functional.mse_loss, rank=rank, world=world, steps=STEPS, batch=16 // world)
     model.synchronize()
-    return [p.detach().clone() for p in module.parameters()]
+    return params_of(module)
+
+
+def _batch(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randn(n, 8, generator=gen)
+    return x, x.sum(dim=1, keepdim=True).sin()
 
 
 def _cases(rank: int, world: int, cases: list[tuple[str, str]]) -> dict:

@@ -16,22 +16,28 @@ from typing import Any, Callable
 import torch
 
 Batch = Callable[[int, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
-Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def train(model: torch.nn.Module, opt: Any, make_batch: Batch, loss_fn: Loss, *, rank: int = 0, world: int = 1,
-          steps: int = 5, batch: int = 8, seed: int = 1, sched: Any = None,
-          after_step: Callable[[int, torch.Tensor], None] | None = None) -> list[float]:
-    """``steps`` iterations of ``model`` under ``opt``: each rank draws the global batch (``batch`` rows a rank,
-    from a generator seeded ``seed``) and keeps its shard; ``sched`` (an LR scheduler) steps after the optimizer,
-    ``after_step(step, x)`` runs after it (an evaluation forward, a checkpoint). Returns the losses."""
+def _backward(loss: torch.Tensor) -> torch.Tensor:
+    loss.backward()
+    return loss
+
+
+def train(model: Callable[[torch.Tensor], Any], opt: Any, make_batch: Batch, loss_fn: Callable[[Any, torch.Tensor], Any],
+          *, rank: int = 0, world: int = 1, steps: int = 5, batch: int = 8, seed: int = 1, sched: Any = None,
+          after_step: Callable[[int, torch.Tensor], None] | None = None,
+          backward: Callable[[Any], torch.Tensor] = _backward) -> list[float]:
+    """``steps`` iterations of ``model`` (a module, or a compiled one) under ``opt``: each rank draws the global
+    batch (``batch`` rows a rank, from a generator seeded ``seed``) and keeps its shard; ``sched`` (an LR scheduler)
+    steps after the optimizer, ``after_step(step, x)`` runs after it (an evaluation forward, a checkpoint).
+    ``backward(loss_fn's result)`` runs the backward pass(es) and returns the loss to record (default: one
+    ``loss.backward()``; several losses, several backward passes). Returns the losses."""
     gen = torch.Generator().manual_seed(seed)
     losses = []
     for step in range(steps):
         x, y = make_batch(batch * world, gen)
         opt.zero_grad()
-        loss = loss_fn(model(x[rank::world]), y[rank::world])
-        loss.backward()
+        loss = backward(loss_fn(model(x[rank::world]), y[rank::world]))
         opt.step()
         if sched is not None:
             sched.step()

@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch")
 from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.torch.runtime.autotune import MAX_TRIAL_WINDOW, AutoTuneConfig  # noqa: E402
 from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
+from helpers import params_of, train  # noqa: E402
 
 TOLERANCE = 1e-5
 STEPS = 30
@@ -100,18 +101,16 @@ def _train(rank: int, world: int, strategy: str, optimizer: str, options: dict |
              else torch.optim.Adam(model.parameters(), lr=1e-3))
     opt = DistributedOptimizer(inner, model) if wrap_optimizer else inner
     sched = torch.optim.lr_scheduler.StepLR(inner, step_size=7, gamma=0.5)
-    gen = torch.Generator().manual_seed(1)
-    for step in range(STEPS):
-        x, y = spec.make_batch(8 * world, gen)  # every rank draws the global batch, keeps its shard
-        opt.zero_grad()
-        spec.loss_fn(model(x[rank::world]), y[rank::world]).backward()
-        opt.step()
-        sched.step()
+
+    def evaluate(step: int, x: torch.Tensor) -> None:
         if step == 9:
             with torch.no_grad():  # an evaluation forward is not an iteration: it must not shift the switch
-                model(x[rank::world])
+                model(x)
+
+    train(model, opt, spec.make_batch, spec.loss_fn, rank=rank, world=world, steps=STEPS, sched=sched,
+          after_step=evaluate)
     model.synchronize()
-    params = [p.detach().clone() for p in spec.module.parameters()]
+    params = params_of(spec.module)
     tuner = model.autotuner
     if tuner is None:
         return {"params": params}

@@ -25,6 +25,7 @@ from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
 from gradsched.advise import best_ddp_bucket_mb  # noqa: E402
 from gradsched.bundled import bundled_cluster  # noqa: E402
 from gradsched.torch.runtime.planning import profile_from_module  # noqa: E402
+from helpers import train  # noqa: E402
 from gradsched.torch.runtime.torch_ddp import (TORCH_DDP, TorchDDPPool, candidate_plan, is_torch_ddp,  # noqa: E402
                                                one_bucket_mb)
 
@@ -63,13 +64,12 @@ def _train(model: nn.Module, rank: int, world: int, steps: int) -> None:
     """A plain torch optimizer on the wrapped model's parameters, as a DDP script has it."""
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=7, gamma=0.5)
-    gen = torch.Generator().manual_seed(1)
-    for _ in range(steps):
-        x = torch.randn(8 * world, 8, generator=gen)  # every rank draws the global batch, keeps its shard
-        opt.zero_grad()
-        model(x[rank::world]).square().mean().backward()
-        opt.step()
-        sched.step()
+    train(model, opt, _inputs, lambda out, _: out.square().mean(), rank=rank, world=world, steps=steps, sched=sched)
+
+
+def _inputs(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randn(n, 8, generator=gen)
+    return x, x  # the loss reads the output only
 
 
 def _state(module: nn.Module) -> list[torch.Tensor]:
@@ -157,17 +157,18 @@ def test_the_users_unset_bucket_size_runs_as_pytorchs_default_and_a_given_one_ca
 def test_short_iterations_get_longer_trial_windows_on_rank_0s_word(world_of_one):
     """trial_window_s: the first plan sets the windows' length from the iteration time it measured."""
     module = _net()
-    # On the injected clock every iteration takes 1 s more than its real time (a few ms here, more under
-    # load): 20 s of window make about 20 iterations (above 14 while a real step takes under 0.4 s)
-    model = DistributedDataParallel(module, "auto", plan_options={**OPTIONS, "trial_window_s": 20.0})
+    # On the injected clock every iteration takes 10 s more than its real time (a few ms here, more under
+    # load): 200 s of window make about 20 iterations (above 14 while a real step takes under 4 s: a loaded
+    # machine's stalls stay far below the injected time)
+    model = DistributedDataParallel(module, "auto", plan_options={**OPTIONS, "trial_window_s": 200.0})
     tuner = model.autotuner
-    delay(model, lambda plan: 1.0)
+    delay(model, lambda plan: 10.0)
     _train(model, 0, 1, OPTIONS["switch_iteration"] + 1)
     profiled = tuner.switches[1]
     assert profiled.reason == "profiled"
     window = tuner.config.window_for(profiled.measured_before_s)
-    assert 1.0 <= profiled.measured_before_s < 20.0 / 14  # the injected second, and the step's real time
-    assert tuner.trial_window == window > tuner.config.trial_window  # 1 s a step: 20 s take more
+    assert 10.0 <= profiled.measured_before_s < 200.0 / 14  # the injected 10 s, and the step's real time
+    assert tuner.trial_window == window > tuner.config.trial_window  # 10 s a step: 200 s take more
     _train(model, 0, 1, tuner.tuning_iterations - OPTIONS["switch_iteration"] - 1)
     trials = [s.iteration for s in tuner.switches if s.reason == "trial"]
     assert trials and all(b - a == window + 1 for a, b in zip([profiled.iteration, *trials], trials))

@@ -22,6 +22,7 @@ from gradsched.torch import DistributedDataParallel, DistributedOptimizer, build
 from gradsched.torch.jobs.selftest import rel_diff, spawn_local  # noqa: E402
 from gradsched.torch.runtime.decoupled import DecoupledAllReduce, executable  # noqa: E402
 from gradsched.torch.runtime.planning import default_cluster, profile_from_module  # noqa: E402
+from helpers import params_of, train  # noqa: E402
 
 TOLERANCE = 1e-5
 STEPS = 8
@@ -41,14 +42,9 @@ def _train(strategy, optimizer: str, *, distributed_optimizer: bool = True) -> d
     inner = (torch.optim.SGD(params, lr=0.05, momentum=0.9) if optimizer == "sgd"
              else torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01))
     opt = DistributedOptimizer(inner, model) if distributed_optimizer and not ddp else inner
-    gen = torch.Generator().manual_seed(1)
-    for _ in range(STEPS):
-        opt.zero_grad()
-        x, y = spec.make_batch(8 * world, gen)
-        spec.loss_fn(model(x[rank::world]), y[rank::world]).backward()
-        opt.step()
+    train(model, opt, spec.make_batch, spec.loss_fn, rank=rank, world=world, steps=STEPS)
     model.synchronize()
-    out: dict = {"params": [p.detach().clone() for p in spec.module.parameters()]}
+    out: dict = {"params": params_of(spec.module)}
     if not ddp:
         out["runners"] = sorted({type(r).__name__ for r in model._executor.runners})
         out["collectives"] = sorted({e.args["collective"] for e in model.timeline().events if e.cat == "comm"})

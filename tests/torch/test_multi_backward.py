@@ -28,6 +28,7 @@ from gradsched.torch import DistributedDataParallel, DistributedOptimizer, build
 from gradsched.torch.jobs.selftest import SMALL_MODEL_OPTIONS, dense_strategies, rel_diff, spawn_local  # noqa: E402
 from gradsched.torch.runtime.planning import default_cluster  # noqa: E402
 from gradsched.torch.runtime.torch_ddp import candidate_plan  # noqa: E402
+from helpers import params_of, train  # noqa: E402
 
 TOLERANCE = 1e-5  # as tests/torch/test_runtime_equivalence.py
 STEPS = 6
@@ -71,19 +72,19 @@ def _train(pattern: str, wrap_opt: bool, strategy: str | None, options: dict | N
         on_wrap(model)
     inner = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     opt: Any = DistributedOptimizer(inner, model) if wrap_opt and not reference else inner
-    gen = torch.Generator().manual_seed(1)
-    for _ in range(STEPS):
-        opt.zero_grad()
-        x, y = spec.make_batch(8 * world, gen)
-        losses = _losses(model(x[rank::world]), y[rank::world], spec, pattern)
+
+    def backward(losses: list[torch.Tensor]) -> torch.Tensor:
         if reference:
             sum(losses).backward()
         else:
             for k, loss in enumerate(losses):
                 loss.backward(retain_graph=k < len(losses) - 1)
-        opt.step()
+        return sum(loss.detach() for loss in losses)
+
+    train(model, opt, spec.make_batch, lambda out, y: _losses(out, y, spec, pattern), rank=rank, world=world,
+          steps=STEPS, backward=backward)
     model.synchronize()
-    return [p.detach().clone() for p in spec.module.parameters()]
+    return params_of(spec.module)
 
 
 def _job(rank: int, world: int, pattern: str, wrap_opt: bool) -> dict[str, list[torch.Tensor]]:

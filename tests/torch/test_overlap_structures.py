@@ -25,6 +25,7 @@ from torch import nn  # noqa: E402
 
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer, build_model  # noqa: E402
 from gradsched.torch.jobs.selftest import SMALL_MODEL_OPTIONS, dense_strategies, rel_diff, spawn_local  # noqa: E402
+from helpers import params_of, train  # noqa: E402
 
 TOLERANCE = 1e-5  # as tests/torch/test_runtime_equivalence.py
 STEPS = 6
@@ -167,15 +168,10 @@ def _train(name: str, strategy: str | None, options: dict | None, reference: boo
         model = DistributedDataParallel(module, strategy, plan_options=options, use_torch_ddp=False, timeout_s=60)
     inner = torch.optim.Adam(model.parameters(), lr=1e-2)
     opt: Any = inner if reference else DistributedOptimizer(inner, model)
-    gen = torch.Generator().manual_seed(1)
-    for _ in range(STEPS):
-        opt.zero_grad()
-        x, y = make_batch(gen, 4 * world)
-        loss_fn(model(x[rank::world]), y[rank::world]).backward()
-        opt.step()
+    train(model, opt, lambda n, gen: make_batch(gen, n), loss_fn, rank=rank, world=world, steps=STEPS, batch=4)
     overlapping = model.overlaps_forward
     model.synchronize()
-    return {"params": [p.detach().clone() for p in module.parameters()], "overlapping": overlapping}
+    return {"params": params_of(module), "overlapping": overlapping}
 
 
 def _job(rank: int, world: int, name: str) -> dict[str, Any]:

@@ -75,8 +75,11 @@ def test_gradients_ready_in_order_never_early_and_without_computing(monkeypatch)
     _step(model)  # warm-up
     _, wall, cpu, _ = _step(model)
     expected = prof.forward_s + prof.backward_s + prof.other_s
-    assert wall < 2.0 * expected  # loose: the machine is shared
-    assert cpu < 0.25 * expected  # waiting, not computing: real compute would take about `expected` of CPU
+    # real time: never earlier than the clock allows (at most carry_s of the host's time before the forward is
+    # hidden); no upper bound, as a loaded machine only makes a step later: the exact times are asserted on the
+    # virtual clock below.  And this process waiting, not computing (its CPU time)
+    assert wall >= prof.forward_s + prof.backward_s - model.clock.carry_s - replay.HOST_SLACK_S
+    assert cpu < 0.25 * expected  # real compute would take about `expected` of CPU
     for p in model.parameters():
         assert p.grad is not None and p.grad.shape == p.shape and p.grad.dtype == p.dtype
     t = VirtualTime()  # the times on a virtual clock: exact, whatever the load (a late wake-up is forgiven)

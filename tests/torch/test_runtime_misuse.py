@@ -172,6 +172,9 @@ def test_plan_ddp_with_its_deadline_hook_is_pytorch_ddp_bit_for_bit():
 
 # ----------------------------------------------------------------------------- dead and frozen peers
 TIMEOUT_S = 4.0
+# a bounded exit: the error's process ends within timeout_s and this margin of it.  A hang is gloo's 30
+# minutes (it was still blocked at 90 s); a machine loaded by 2 busy processes beside 15 others took 15 s
+EXIT_MARGIN_S = 45.0
 WORKER = r"""
 import datetime, os, signal, sys, time
 import torch, torch.distributed as dist
@@ -222,7 +225,7 @@ def _survivor(fault: str, plan: str, pg_timeout: str) -> tuple[int, str, float, 
                 break
         assert err_at is not None, survivor.stderr.read()
         try:
-            survivor.wait(timeout=TIMEOUT_S + 30)
+            survivor.wait(timeout=TIMEOUT_S + EXIT_MARGIN_S)
         except subprocess.TimeoutExpired:
             pytest.fail(f"rank 0 still running {time.time() - err_at:.0f} s after its error")
         exited = time.time()
@@ -240,11 +243,11 @@ def _survivor(fault: str, plan: str, pg_timeout: str) -> tuple[int, str, float, 
 @pytest.mark.parametrize("plan", ["wfbp", "bytescheduler", "ddp"])
 def test_a_frozen_rank_gives_a_collective_error_and_a_bounded_exit(plan):
     """gloo's default process-group timeout (30 min): the survivor raises CollectiveError after
-    timeout_s and exits within timeout_s + 10 s of it (it was still blocked at 90 s)."""
+    timeout_s and exits within timeout_s + EXIT_MARGIN_S of it (it was still blocked at 90 s)."""
     code, err, err_at, exited = _survivor("freeze", plan, "default")
     assert "CollectiveError" in err and "peer rank probably died" in err, err[-3000:]
     assert code == 1
-    assert exited - err_at <= TIMEOUT_S + 10, (exited - err_at, err[-2000:])
+    assert exited - err_at <= TIMEOUT_S + EXIT_MARGIN_S, (exited - err_at, err[-2000:])
 
 
 @pytest.mark.slow

@@ -86,6 +86,7 @@ def runoff_plans(measured_by_plan: dict[str, float], baseline: str | None, margi
                    key=measured_by_plan.__getitem__)
     if len(close) < 2:
         return []
-    with_baseline = baseline in measured_by_plan
-    plans = [h for h in close if h != baseline][:limit - with_baseline]
-    return plans + [baseline] if with_baseline else plans
+    plans = [h for h in close if h != baseline]
+    if baseline is None or baseline not in measured_by_plan:
+        return plans[:limit]
+    return plans[:limit - 1] + [baseline]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.errors import InternalError
@@ -18,6 +18,11 @@ from gradsched.profile import Profile, TensorProfile
 from gradsched.timeline import BACKWARD, COMM, FORWARD, UPDATE, WAIT, Event
 
 MIN_SERVICE_S = 1e-6  # a service time below this is a completion observed late in a batch, not a measurement
+
+
+def _args(e: Event) -> dict[str, Any]:
+    """``e``'s arguments (none: empty)."""
+    return e.args or {}
 
 
 @dataclass
@@ -89,9 +94,9 @@ def _samples(n: int, events: Iterable[Event], steps: list[StepRecord]
         t0 = min(e.start_s for e in evs)
         end = max(e.start_s + e.dur_s for e in evs)
         for e in evs:
-            ready[int(e.args["tensor"])].append(e.start_s + e.dur_s - t0)
+            ready[int(_args(e)["tensor"])].append(e.start_s + e.dur_s - t0)
         inside = [e for e in spans if s.start_s <= e.start_s < (s.end_s or end)]
-        forward = [e for e in inside if e.cat == FORWARD and e.args.get("iteration") == s.trace_iteration]
+        forward = [e for e in inside if e.cat == FORWARD and _args(e).get("iteration") == s.trace_iteration]
         f = sum(e.dur_s for e in forward)
         for e in inside:
             if e.cat in (WAIT, UPDATE) and any(x.start_s <= e.start_s < x.start_s + x.dur_s for x in forward):
@@ -134,7 +139,7 @@ def issue_times(events: Iterable[Event], steps: list[StepRecord]) -> IssueTimes:
     for e in events:
         it = (e.args or {}).get("iteration")
         if e.cat == COMM and it in step_of:
-            out.setdefault(step_of[it], {})[int(e.args["op"])] = e.start_s
+            out.setdefault(step_of[it], {})[int(_args(e)["op"])] = e.start_s
     return out
 
 
@@ -156,11 +161,11 @@ def service_points(events: Iterable[Event], steps: list[StepRecord],
         for e in sorted(evs, key=lambda e: e.start_s):
             start = e.start_s
             for peer in peers or ():
-                start = max(start, peer.get(step_of[it], {}).get(int(e.args["op"]), start))
+                start = max(start, peer.get(step_of[it], {}).get(int(_args(e)["op"]), start))
             end = e.start_s + e.dur_s
             service_s = end - max(start, prev_end)
             if service_s > MIN_SERVICE_S:  # else it finished right behind the one before: no information
-                out.append((int(e.args["bytes"]), service_s))
+                out.append((int(_args(e)["bytes"]), service_s))
             prev_end = max(prev_end, end)
     return out
 

@@ -154,9 +154,9 @@ def refine_timed(groups: list[list[int]], profile: Profile, cluster: Cluster, de
             if evaluations >= max_simulations:
                 break
             cuts[u] = not cuts[u]
-            t = cost(cuts)
-            if t < best_s * (1 - 1e-9):
-                best_s, improved = t, True
+            tried_s = cost(cuts)
+            if tried_s < best_s * (1 - 1e-9):
+                best_s, improved = tried_s, True
             else:
                 cuts[u] = not cuts[u]
     return groups_of(cuts), best_s

@@ -58,14 +58,11 @@ def choose_granularity(build: Callable[[bool], tuple[Plan, float | None]], profi
         return build(False)[0]
     from gradsched.sim import simulate  # the simulator imports planners' types only
 
-    best: tuple[float, Plan] | None = None
+    tried: list[tuple[float, Plan]] = []
     for choice in (False, True):
         plan_, t = build(choice)
-        if t is None:
-            t = simulate(plan_, profile, cluster, timeline=False).iteration_s
-        if best is None or t < best[0]:
-            best = (t, plan_)
-    return best[1]
+        tried.append((simulate(plan_, profile, cluster, timeline=False).iteration_s if t is None else t, plan_))
+    return min(tried, key=lambda tp: tp[0])[1]  # ties: the first (per layer)
 
 
 def split_by_element_size(groups: list[list[int]], profile: Profile) -> list[list[int]]:
