@@ -243,6 +243,8 @@ class DistributedDataParallel(nn.Module):
     def _start_runtime(self, args: DDPArgs, tune: AutoTuneConfig | None,
                        given: tuple[Profile, Cluster] | None) -> None:
         """After the start-up check: rank 0's state everywhere, side groups, the executor (and auto)."""
+        if tune is not None:  # every rank alike (the check vouched for the options): each refuses at once
+            tune.check_cluster(given[1] if given is not None else None)
         module, timeout_s = self.module, self._timeout_s
         if args.init_sync:
             tensors = list(module.parameters()) + (list(module.buffers()) if args.init_sync_buffers else [])
