@@ -32,12 +32,7 @@ CLIP = 1.0
 
 def _unfinished_fraction(model: Any) -> float:
     """Share of the plan's bytes whose operation is not complete (not issued, or issued and running)."""
-    from gradsched.torch.runtime.executor import DONE, PENDING
-
-    ex = model._executor
-    total = sum(r.nbytes for r in ex.runners)
-    left = sum(r.nbytes for j, r in enumerate(ex.runners)
-               if ex.op_state[j] == PENDING or (ex.op_state[j] != DONE and not r.is_done()))
+    left, total = model.unfinished_bytes()
     return left / total
 
 

@@ -48,6 +48,34 @@ def test_the_configuration_is_torch_free_and_defer_is_checked():
         AutoTuneConfig.from_options({"defer": 3})
 
 
+def test_run_time_auto_takes_every_option_its_planner_declares():
+    """The auto planner declares ``hierarchical``; run-time auto refused it as unknown."""
+    from gradsched.planners.registry import planner_option_specs
+    from gradsched.tuning.config import PLANNER_KEYS
+
+    assert set(PLANNER_KEYS) | {"density"} == set(planner_option_specs("auto"))
+    for name, option in planner_option_specs("auto").items():
+        AutoTuneConfig.from_options({name: option.default})  # each one taken
+    cfg = AutoTuneConfig.from_options({"hierarchical": "never", "channels": "2"})
+    assert cfg.planner_options == {"hierarchical": "never", "channels": 2}
+    with pytest.raises(GradschedError, match="hierarchical must be one of auto, never, always"):
+        AutoTuneConfig.from_options({"hierarchical": "sometimes"})
+
+
+def test_hierarchical_always_needs_a_given_cluster_with_a_topology():
+    from gradsched.bundled import bundled_cluster
+    from gradsched.cluster import Cluster, CollectiveCost
+
+    cfg = AutoTuneConfig.from_options({"hierarchical": "always"})
+    with pytest.raises(GradschedError, match="hierarchical=always needs a cluster with a topology"):
+        cfg.check_cluster(None)  # run-time auto's own fit has one level
+    with pytest.raises(GradschedError, match="topology"):
+        cfg.check_cluster(bundled_cluster(world_size=4))
+    cfg.check_cluster(Cluster.two_level(CollectiveCost(1e-5, 1e-10), CollectiveCost(1e-4, 1e-9), 2, 2))
+    AutoTuneConfig.from_options({"hierarchical": "never"}).check_cluster(None)  # nothing to refuse
+    AutoTuneConfig.from_options({"hierarchical": "always", "adaptive": False}).check_cluster(None)  # planned once
+
+
 # --------------------------------------------------------------------------- the rules, on synthetic records
 def _plan(strategy: str, overlap: bool = False, **options):
     from types import SimpleNamespace

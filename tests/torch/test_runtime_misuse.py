@@ -96,6 +96,14 @@ def test_a_failed_wrap_claims_nothing(world_of_one):
     DistributedDataParallel(module, "wfbp")  # the failed wrapper does not hold the parameters
 
 
+def test_run_time_auto_takes_hierarchical_and_refuses_always_without_a_topology_at_start_up(world_of_one):
+    module = nn.Linear(4, 4)
+    with pytest.raises(GradschedError, match="hierarchical=always needs a cluster with a topology"):
+        DistributedDataParallel(module, "auto", plan_options={"hierarchical": "always"})
+    model = DistributedDataParallel(module, "auto", plan_options={"hierarchical": "never"})  # was: unknown option
+    assert model.autotuner is not None and model.autotuner.config.planner_options == {"hierarchical": "never"}
+
+
 @pytest.mark.parametrize("bad", ["maybe", 1, None])
 def test_a_bad_shard_optimizer_is_refused_in_one_line_naming_it(world_of_one, bad):
     with pytest.raises(GradschedError, match=r"^DistributedDataParallel: shard_optimizer (must be true or false|needs "

@@ -14,6 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
@@ -66,7 +67,7 @@ def _gaps(rank: int, world: int, thread: bool, steps: int = 5) -> dict:
     module[2].issued = lambda: ex.next_pos  # operations of the last backward issued so far
     had_thread = ex._thread is not None and ex._thread.is_alive() and ex._thread.daemon
     if not thread:
-        ex.stop_progress_thread()  # the old behaviour: progress only at hooks and waits
+        model.stop_progress_thread()  # the old behaviour: progress only at hooks and waits
     opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01), model)
     gen = torch.Generator().manual_seed(rank)
     for _ in range(steps):
@@ -172,3 +173,44 @@ def test_a_window_that_holds_the_whole_plan_starts_no_thread(jobs):
     for r in (j["threads-by-window"] for j in jobs):
         assert r[8192] == {"thread": True, "credit": 8192}
         assert r[1 << 20] == {"thread": False, "credit": None}
+
+
+# --------------------------------------------------------------------------- in process (one rank)
+@pytest.fixture(scope="module")
+def world_of_one(tmp_path_factory):
+    store = tmp_path_factory.mktemp("store") / "file"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _thread_alive(model: DistributedDataParallel) -> bool:
+    thread = model._executor._thread
+    return thread is not None and thread.is_alive()
+
+
+def test_the_model_stops_its_progress_thread_for_later_plans_too(world_of_one):
+    model = DistributedDataParallel(nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 10)), "bytescheduler",
+                                    plan_options=BLOCK)
+    assert _thread_alive(model)
+    model.stop_progress_thread()
+    assert not _thread_alive(model)
+    model._switch_plan(model.plan, model._order)  # as run-time auto switches: a new executor, no thread
+    assert model._executor.credit_bytes == BLOCK["credit_bytes"] and not _thread_alive(model)
+    model._executor.close()
+
+
+def test_unfinished_bytes_counts_what_the_last_backward_left_in_flight(world_of_one):
+    module = nn.Sequential(nn.Linear(16, 16), nn.Linear(16, 4))
+    total = sum(p.numel() * p.element_size() for p in module.parameters())
+    model = DistributedDataParallel(module, "usbyte")
+    assert model.unfinished_bytes() == (total, total)  # no backward yet: nothing issued
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model)
+    model(torch.randn(2, 16)).sum().backward()
+    opt.step()
+    left, moved = model.unfinished_bytes()
+    assert moved == total and 0 <= left <= total
+    model.synchronize()
+    assert model.unfinished_bytes() == (0, total)
+    assert DistributedDataParallel(nn.Linear(2, 2), "ddp").unfinished_bytes() is None  # PyTorch's DDP
+    model._executor.close()

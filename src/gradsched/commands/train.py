@@ -32,10 +32,11 @@ from gradsched.jobs.launch import PREFIXES
 from gradsched.jobs.results import TrainResult
 from gradsched.options import check
 from gradsched.sparsity import DENSITY
+from gradsched.tuning.config import PLANNER_KEYS
 
 MODELS = BUILT_IN
 LOG_ENV = "GRADSCHED_LOG_LEVEL"  # set by --log-level (gradsched.cli); the workers log at that level
-AUTO_PLANNER_KEYS = ("channels", "exclude", "density")  # run-time auto's options that its planner takes
+AUTO_PLANNER_KEYS = PLANNER_KEYS + ("density",)  # run-time auto's options that its planner takes
 TESTBED_PREFIX = PREFIXES["train"]  # its own prefix: never touches a testbed the user brought up
 WORKER = "gradsched.torch.jobs.trainer"  # what each rank runs: python -m WORKER config.json
 

@@ -29,7 +29,7 @@ from gradsched.planners.options import Option
 from gradsched.profile import Profile
 
 MODES = ("auto", "never", "always")
-OPTION = Option("hierarchical", str, "auto",
+OPTION = Option("hierarchical", str, "auto", choices=MODES,
                 doc="two-level clusters: run an operation as hier-allreduce where it is cheaper ('auto'), "
                     "never, or always")
 

@@ -17,9 +17,12 @@ from gradsched.options import Option, check, coerce
 from gradsched.tuning.candidates import CANDIDATE_SIZES, TORCH_DDP
 
 if TYPE_CHECKING:
+    from gradsched.cluster import Cluster
     from gradsched.planners.auto import Ranked
 
-PLANNER_KEYS = ("channels", "exclude")
+# The options of "auto" that go to the auto planner (AutoTuneConfig.planner_options): every option the planner
+# declares (gradsched.planners.auto.OPTIONS) but density, which decides whether auto adapts (tests/test_tuning.py)
+PLANNER_KEYS = ("channels", "exclude", "hierarchical")
 PROBE_BYTES = (8 << 10, 256 << 10, 2 << 20)  # start-up probes, used only when the initial plan has too few sizes
 MIN_SIZES = 3  # distinct operation sizes wanted for a line fit
 KEEP_POINTS = 9  # service times kept per operation size (most recent)
@@ -54,7 +57,7 @@ class AutoTuneConfig:
     replan_threshold: float = 0.15  # relative |measured - expected| / expected that triggers a re-plan
     patience: int = 10  # iterations per check (the median of this many is compared)
     max_replans: int = 3  # re-plans after the first plan; then no more checks
-    planner_options: dict[str, Any] = field(default_factory=dict)  # for the auto planner: channels, exclude
+    planner_options: dict[str, Any] = field(default_factory=dict)  # for the auto planner (PLANNER_KEYS)
 
     @classmethod
     def from_options(cls, options: dict[str, Any] | None) -> "AutoTuneConfig":
@@ -67,7 +70,7 @@ class AutoTuneConfig:
         unknown = sorted(set(opts) - known)
         if unknown:
             raise GradschedError(f"unknown option(s) for strategy 'auto': {', '.join(unknown)}; known: "
-                                 f"{', '.join(sorted(known | set(PLANNER_KEYS)))}")
+                                 f"{', '.join(sorted(known | set(PLANNER_KEYS) | {'density'}))}")
         opts = {o.name: trials_option(opts[o.name]) if o is TRIALS else check(f"auto: {o.name}", o, opts[o.name])
                 for o in OPTIONS if o.name in opts}
         if opts.get("trials") == 0:  # "don't try": nor re-plan to a plan nobody measured, unless asked to
@@ -87,6 +90,16 @@ class AutoTuneConfig:
         cfg = cls(planner_options=planner, **opts)
         cfg._check()
         return cfg
+
+    def check_cluster(self, cluster: "Cluster | None") -> None:
+        """Refuse at start-up what the first plan would refuse mid-training: run-time auto plans with the
+        cluster given with the profile (``cluster``) or, without one, a one-level line fitted in situ, so
+        ``hierarchical=always`` needs a given cluster with a topology (nodes x ranks per node)."""
+        if self.adaptive and self.planner_options.get("hierarchical") == "always" and (
+                cluster is None or cluster.topology is None):
+            raise GradschedError("auto: hierarchical=always needs a cluster with a topology (docs/formats.md) "
+                                 "given with the profile (profile= and cluster=); without one run-time auto "
+                                 "plans with a one-level fit of its own measurements")
 
     def _check(self) -> None:
         """What no single option's declaration says: the initial strategy is a known, concrete, dense one."""

@@ -165,21 +165,17 @@ class DecoupledAllReduce:
 
 def retire_alone(ex: Any, j: int) -> bool:
     """The executor's hook before it waits for operation ``j`` (``Executor._drain_locked``): start the
-    gathers of every decoupled operation in flight, in forward order; if ``j`` is one, retire it now,
-    out of issue order, and return True (else False: the executor drains in issue order as usual).
+    gathers of every decoupled operation in flight, in forward order; return whether ``j`` is one
+    (the executor then retires it alone, out of issue order; else it drains in issue order as usual).
 
     Deterministic on every rank: the operations in flight at a drain are those issued and not
-    retired, and a decoupled one retires only here or after its gather started here."""
+    retired, and a decoupled one retires only there or after its gather started here."""
     runners = ex.runners
     decoupled = sorted((k for k in ex.inflight if isinstance(runners[k], DecoupledAllReduce)),
                        key=lambda k: runners[k].first_tensor)
     for k in decoupled:
         runners[k].start_gather(ex.timeout_s)
-    if j not in decoupled:
-        return False
-    ex.inflight.remove(j)
-    ex._retire(j)
-    return True
+    return j in decoupled
 
 
 def reduce_scatter(shard: torch.Tensor, full: torch.Tensor, scratch: torch.Tensor | None,

@@ -380,6 +380,15 @@ class Executor:
         self.inflight: deque[int] = deque()
         self.inflight_bytes = 0
 
+    def unfinished_bytes(self) -> tuple[int, int]:
+        """(bytes of the plan's operations not complete: not issued, or issued and running; bytes the plan
+        moves) for the last backward: what is left to overlap the next forward when ``step()`` returns."""
+        with self._lock:
+            total = sum(r.nbytes for r in self.runners)
+            left = sum(r.nbytes for j, r in enumerate(self.runners)
+                       if self.op_state[j] == PENDING or (self.op_state[j] != DONE and not r.is_done()))
+        return left, total
+
     @property
     def hooked(self) -> bool:
         """Whether its gradient hooks are on the parameters (until :meth:`close`)."""
@@ -569,6 +578,8 @@ class Executor:
 
     def _drain_locked(self, j: int) -> None:
         if self.decoupled and retire_alone(self, j):  # gathered in forward order, retired alone
+            self.inflight.remove(j)
+            self._retire(j)
             return
         while self.op_state[j] != DONE:
             if self.inflight:

@@ -30,16 +30,19 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
-from gradsched.errors import GradschedError
+from gradsched.errors import GradschedError, InternalError
 from gradsched.options import Option
-from gradsched.torch.runtime.decoupled import all_gather_single
+from gradsched.torch.runtime.decoupled import DecoupledAllReduce, all_gather_single
 from gradsched.torch.runtime.ops import wait_all
+
+if TYPE_CHECKING:
+    from gradsched.torch.runtime.executor import Executor
 
 
 SHARD_OPTIMIZER = Option("shard_optimizer", bool, False, doc="shard the optimizer state over the ranks (ZeRO-1)")
@@ -86,11 +89,19 @@ class ShardPiece:
     group: int
 
 
-def shard_pieces(executor: Any, owner_group: dict[int, int]) -> list[ShardPiece]:
+def decoupled_runners(executor: Executor) -> list[DecoupledAllReduce]:
+    """``executor``'s runners, each a decoupled all-reduce (the plans a :class:`ShardedOptimizer` runs over)."""
+    runners = [r for r in executor.runners if isinstance(r, DecoupledAllReduce)]
+    if len(runners) != len(executor.runners):
+        raise InternalError("a sharded optimizer steps reduce-scatters' shards: every operation must be one")
+    return runners
+
+
+def shard_pieces(executor: Executor, owner_group: dict[int, int]) -> list[ShardPiece]:
     """This rank's pieces of every decoupled operation of ``executor`` (``owner_group``: id of a parameter ->
     its optimizer group; parameters in no group are left out: their elements are gathered, never stepped)."""
     out = []
-    for j, runner in enumerate(executor.runners):
+    for j, runner in enumerate(decoupled_runners(executor)):
         m = runner.shard.numel()
         lo, hi = runner.rank * m, (runner.rank + 1) * m  # this rank's region, relative to the piece
         base = executor.layout.op_pieces[j][0].start
@@ -112,7 +123,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
     ``.grad`` views into the reduced shards, so ``ShardedGradScaler`` (FSDP's) unscales and checks what is
     stepped."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, executor: Any, group: dist.ProcessGroup) -> None:
+    def __init__(self, optimizer: torch.optim.Optimizer, executor: Executor, group: dist.ProcessGroup) -> None:
         if any(len(s) for s in optimizer.state.values()):
             raise GradschedError("shard_optimizer: the optimizer has already stepped (it holds state); wrap it in "
                                  "DistributedOptimizer before the first step")
@@ -124,7 +135,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._model_index = {t: by_id[id(p)] for t, p in enumerate(executor.params) if id(p) in by_id}
         self._executor = executor
         self._group = group
-        self._runners = executor.runners
+        self._runners = decoupled_runners(executor)
         self.pieces = shard_pieces(executor, owner)
         views = []
         for pc in self.pieces:
@@ -282,7 +293,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
             raise GradschedError("shard_optimizer: the checkpoint's parameter groups do not match this optimizer's "
                                  f"({[len(g['params']) for g in groups]} parameters per group)")
         saved = {int(k): v for k, v in full["state"].items()}
-        state, params = {}, [[] for _ in groups]
+        state: dict[int, dict[str, Any]] = {}
+        params: list[list[int]] = [[] for _ in groups]
         for k, (pc, _) in enumerate(self._inner):
             i = self._model_index[pc.tensor]
             p = self.model_params[i]

@@ -98,6 +98,8 @@ class DistributedDataParallel(nn.Module):
             dict: ``warmup_steps``, ``selection``, ``error_feedback``, ``memory``); see docs/sparse.md.
     """
 
+    _progress_thread = True  # plans with a credit window run a progress thread (until stop_progress_thread())
+
     def __init__(self, module: nn.Module, plan: str | Plan | None = None, *,
                  process_group: dist.ProcessGroup | None = None, profile: Profile | None = None,
                  cluster: Cluster | None = None, plan_options: dict[str, Any] | None = None,
@@ -241,6 +243,8 @@ class DistributedDataParallel(nn.Module):
     def _start_runtime(self, args: DDPArgs, tune: AutoTuneConfig | None,
                        given: tuple[Profile, Cluster] | None) -> None:
         """After the start-up check: rank 0's state everywhere, side groups, the executor (and auto)."""
+        if tune is not None:  # every rank alike (the check vouched for the options): each refuses at once
+            tune.check_cluster(given[1] if given is not None else None)
         module, timeout_s = self.module, self._timeout_s
         if args.init_sync:
             tensors = list(module.parameters()) + (list(module.buffers()) if args.init_sync_buffers else [])
@@ -280,7 +284,7 @@ class DistributedDataParallel(nn.Module):
                                   self._ctrl or self._group, timeout_s=self._timeout_s,
                                   find_unused_parameters=self._find_unused, tracer=self._tracer,
                                   sparse_options=self._sparse_options, private_owner=self,
-                                  ranks_per_node=self._ranks_per_node)
+                                  ranks_per_node=self._ranks_per_node, progress_thread=self._progress_thread)
         # its hooks keep it alive, and it this wrapper: the claim on the parameters (misuse.claim) lasts as they do
         self._executor.wrapper = self
         if self._optimizer is not None:
@@ -587,6 +591,19 @@ class DistributedDataParallel(nn.Module):
         if self._executor.host_timer is None:
             self._executor.host_timer = HostTimer()
         return self._executor.host_timer
+
+    def stop_progress_thread(self) -> None:
+        """Stop the executor's progress thread (plans with a credit window: ``bytescheduler``), for this
+        plan and every later one (run-time auto's): operations then go at hooks and waits alone, as
+        before the thread existed (docs/runtime.md, "Progress thread").  Nothing to stop elsewhere."""
+        self._progress_thread = False
+        if self._executor is not None:
+            self._executor.stop_progress_thread()
+
+    def unfinished_bytes(self) -> tuple[int, int] | None:
+        """(bytes of the plan's operations not yet complete, bytes the plan moves) for the last backward:
+        read when ``step()`` returns, what is left to overlap the next forward; ``None`` under PyTorch's DDP."""
+        return self._executor.unfinished_bytes() if self._executor is not None else None
 
     def memory_stats(self) -> dict[str, int] | None:
         """Bytes of the runtime's own buffers (live, peak; docs/sparse.md); ``None`` under PyTorch's DDP."""
