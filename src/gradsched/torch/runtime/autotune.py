@@ -91,6 +91,7 @@ import torch.distributed as dist
 
 from gradsched.calibration import (IssueTimes, StepRecord, TrialBudget, decide, fastest, fit_cluster, issue_times,
                                    measured_profile, out_of_the_running, runoff_plans, service_points)
+from gradsched.calibration.budget import SWITCH_BACK_ITERATIONS
 from gradsched.cluster import Cluster
 from gradsched.plan import Plan
 from gradsched.profile import Profile
@@ -202,6 +203,7 @@ class AutoTuner:
         self._paired: dict[str, list[float]] = {}  # rank 0: per candidate, the baseline's window before each of its
         self._last_base_s: float | None = None  # rank 0: the baseline's latest window median
         self._dropped: list[str] = []  # rank 0: candidates out of the running (lost a round they had to win)
+        self._switch_back_from: int | None = None  # rank 0: iteration of a switch back to the baseline, to price
         self._root = dist.get_global_rank(model.group, 0)
         self._initial = model.plan().hash  # the plan profiling runs (the executor's, traced)
         self._start_schedule()
@@ -256,6 +258,8 @@ class AutoTuner:
                 self._recent_s.append(prev.duration_s)
         step = self.iteration
         self.iteration += 1
+        if self._switch_back_from is not None and step >= self._switch_back_from + SWITCH_BACK_ITERATIONS:
+            self._count_switch_back()
         acted = True
         if step == self._waiting:
             self._schedule_profiling(step)
@@ -439,6 +443,8 @@ class AutoTuner:
         strategy, plan, order, predicted = self._tried[decision["plan"]]
         if plan.hash != self._model.plan().hash:
             self._switch(step, strategy, plan, order, predicted, measured_before, "trial")
+            if self._is_root and plan.hash == self._baseline():
+                self._switch_back_from = step  # its first iterations count against the budget
         self._resting = decision["kind"] == "rest"
         self._window_len = decision["iterations"]
         self._next_trial = step + decision["iterations"] + 1
@@ -475,6 +481,18 @@ class AutoTuner:
             decision["plan"] = self._decide(base)
         return decision
 
+    def _count_switch_back(self) -> None:
+        """Rank 0: the baseline's first iterations after another plan count against the trials' budget
+        (:meth:`~gradsched.calibration.TrialBudget.count_switch`): a switch back costs too."""
+        start, self._switch_back_from = self._switch_back_from, None
+        if self._budget is None or start is None:
+            return
+        first = [s.duration_s for s in self._steps
+                 if start <= s.step < start + SWITCH_BACK_ITERATIONS and s.end_s is not None]
+        base_s = self._budget_base_s(self._baseline())
+        if first and base_s > 0:
+            self._budget.count_switch(first, base_s)
+
     def _budget_base_s(self, base: str | None) -> float:
         """Rank 0: the baseline's iteration time the trials' cost is counted against: its median in the trials'
         windows, or, deferred, the median of its last iterations before profiling if that is less.  A window
@@ -501,7 +519,8 @@ class AutoTuner:
                                "resized": sorted(resized), "plans": {h: _label(*self._tried[h][:2]) for h in taken},
                                "runoff": list(self._runoff or []), "paired": dict(self._paired),
                                "dropped": list(self._dropped),
-                               "cost_s": self._budget.spent_s(self._budget_base_s(base))}
+                               "cost_s": self._budget.spent_s(self._budget_base_s(base)),
+                               "switches_s": list(self._budget.switches)}
         return best
 
     def _runoff_plans(self) -> list[str] | None:
@@ -573,6 +592,8 @@ class AutoTuner:
                 self._budget = TrialBudget(self.config.trial_share, self._start_s, now - since_s,
                                            step - (self._profile_from or 0))
                 self._window_start = (now, step)
+                if self._model.plan().hash == self._baseline():  # back from profiling: priced as a switch
+                    self._switch_back_from = step
         else:
             if reason == "profiled":
                 self._settled(step, "without trials" if self.config.trials <= 1 else "no other plan to try")
