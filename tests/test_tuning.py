@@ -209,3 +209,31 @@ def test_the_trials_cost_stays_within_the_share_of_the_time_trained_at_every_poi
         now += 2 * base_s + back * base_s
         budget.count_switch([base_s * (1 + back), base_s], base_s)
         assert budget.spent_s(base_s) <= share * now * (1 + 1e-9) + error + 1e-9
+
+
+# --------------------------------------------------------------------------- what each plan measured
+def test_a_plans_measurement_is_the_median_of_its_latest_samples_and_forgotten_before_its_turns():
+    from gradsched.tuning import PlanMeasurements
+
+    m = PlanMeasurements(kept=3)
+    m.record("a", [5.0, 1.0])
+    m.record("a", [2.0, 3.0])  # the oldest (5.0) falls out
+    assert m.samples["a"] == [1.0, 2.0, 3.0] and m.measured["a"] == 2.0
+    m.record("b", [])
+    assert m.taken(["a", "b", "c"]) == {"a": 2.0}  # nothing measured: not taken
+    m.add_round("a", 2.0)
+    m.forget("a")
+    assert m.taken(["a"]) == {} and m.rounds_of(["a"]) == {"a": []}
+
+
+def test_a_candidates_windows_win_or_lose_against_the_baselines_window_before_each():
+    from gradsched.tuning import PlanMeasurements
+
+    m = PlanMeasurements()
+    m.add_round("base", 1.0)  # the baseline's own windows are not paired
+    m.add_round("a", 0.9, baseline_s=1.0)
+    m.add_round("a", 1.1, baseline_s=1.05)
+    assert m.wins("a") == [True, False] and m.wins("base") == [] and "base" not in m.paired
+    rounds = m.rounds_of(["a"])
+    rounds["a"].append(0.0)  # a copy: the record is unchanged
+    assert m.rounds["a"] == [0.9, 1.1]
