@@ -162,8 +162,8 @@ def test_a_switch_back_to_the_baseline_is_spent_never_a_credit():
     from gradsched.calibration import TrialBudget
 
     budget = TrialBudget(0.01, start_s=0.0)
-    assert budget.count_switch([0.13, 0.18], 0.03) == pytest.approx(0.25)  # DDP's first iterations after mgwfbp
-    assert budget.count_switch([0.02, 0.03], 0.03) == 0  # faster: no credit
+    assert budget.count_switch(0.13 + 0.18, 2, 0.03) == pytest.approx(0.25)  # DDP's first iterations after mgwfbp
+    assert budget.count_switch(0.02 + 0.03, 2, 0.03) == 0  # faster: no credit
     assert budget.spent_s(0.03) == pytest.approx(0.25)
 
 
@@ -178,7 +178,7 @@ def test_a_window_is_expected_to_cost_what_the_windows_cost_their_warm_up_and_sw
                                                            + 2 * SWITCH_ITERATIONS * base_s)
     # mgwfbp's window: 0.99 + 0.60 + 0.34 s in its first three iterations, then at the baseline's pace
     budget.windows.append((0.99 + 0.60 + 0.34 + (n - 3) * base_s, n))
-    budget.count_switch([0.13, 0.18], base_s)
+    budget.count_switch(0.13 + 0.18, 2, base_s)
     # the next is expected to cost as much (a median of per-iteration slowdowns said 0.2 of the baseline)
     assert budget.window_cost_s(base_s, n) == pytest.approx(0.99 + 0.60 + 0.34 - 3 * base_s + 0.25)
     spent, expected = budget.spent_s(base_s), budget.window_cost_s(base_s, n)
@@ -207,7 +207,7 @@ def test_the_trials_cost_stays_within_the_share_of_the_time_trained_at_every_poi
         error = 0.0 if k else window_s + back * base_s  # the first window's cost was a prior's guess
         assert budget.spent_s(base_s) <= share * now * (1 + 1e-9) + error + 1e-9
         now += 2 * base_s + back * base_s
-        budget.count_switch([base_s * (1 + back), base_s], base_s)
+        budget.count_switch(base_s * (2 + back), 2, base_s)
         assert budget.spent_s(base_s) <= share * now * (1 + 1e-9) + error + 1e-9
 
 

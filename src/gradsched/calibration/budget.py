@@ -58,10 +58,10 @@ class TrialBudget:
         before = max(0.0, self.before_s - self.before_iterations * baseline_s)
         return before + sum(max(0.0, seconds - n * baseline_s) for seconds, n in self.windows) + sum(self.switches)
 
-    def count_switch(self, durations_s: Sequence[float], baseline_s: float) -> float:
-        """Count a switch back to the baseline as spent: the extra time of its first iterations (``durations_s``,
-        the switching one included) over as many at ``baseline_s``, at least 0; return it."""
-        extra = max(0.0, sum(durations_s) - len(durations_s) * baseline_s) if baseline_s > 0 else 0.0
+    def count_switch(self, seconds: float, iterations: int, baseline_s: float) -> float:
+        """Count a switch back to the baseline as spent: the extra time of its first ``iterations`` (``seconds``
+        from the switch, the switching one included) over as many at ``baseline_s``, at least 0; return it."""
+        extra = max(0.0, seconds - iterations * baseline_s) if baseline_s > 0 else 0.0
         self.switches.append(extra)
         return extra
 

@@ -200,7 +200,7 @@ class AutoTuner:
         self._resting = False  # the window running is a rest: the baseline, outside the rounds
         self._last_base_s: float | None = None  # rank 0: the baseline's latest window median
         self._dropped: list[str] = []  # rank 0: candidates out of the running (lost a round they had to win)
-        self._switch_back_from: int | None = None  # rank 0: iteration of a switch back to the baseline, to price
+        self._switch_back: tuple[int, float] | None = None  # rank 0: iteration and time of a switch back, to price
         self._root = dist.get_global_rank(model.group, 0)
         self._initial = model.plan().hash  # the plan profiling runs (the executor's, traced)
         self._start_schedule()
@@ -255,7 +255,7 @@ class AutoTuner:
                 self._recent_s.append(prev.duration_s)
         step = self.iteration
         self.iteration += 1
-        if self._switch_back_from is not None and step >= self._switch_back_from + SWITCH_BACK_ITERATIONS:
+        if self._switch_back is not None and step >= self._switch_back[0] + SWITCH_BACK_ITERATIONS:
             self._count_switch_back()
         acted = True
         if step == self._waiting:
@@ -441,7 +441,7 @@ class AutoTuner:
         if plan.hash != self._model.plan().hash:
             self._switch(step, strategy, plan, order, predicted, measured_before, "trial")
             if self._is_root and plan.hash == self._baseline():
-                self._switch_back_from = step  # its first iterations count against the budget
+                self._switch_back = (step, self._tracer.now())  # its first iterations count against the budget
         self._resting = decision["kind"] == "rest"
         self._window_len = decision["iterations"]
         self._next_trial = step + decision["iterations"] + 1
@@ -478,14 +478,14 @@ class AutoTuner:
     def _count_switch_back(self) -> None:
         """Rank 0: the baseline's first iterations after another plan count against the trials' budget
         (:meth:`~gradsched.calibration.TrialBudget.count_switch`): a switch back costs too."""
-        start, self._switch_back_from = self._switch_back_from, None
-        if self._budget is None or start is None:
+        switched, self._switch_back = self._switch_back, None
+        if self._budget is None or switched is None:
             return
-        first = [s.duration_s for s in self._steps
-                 if start <= s.step < start + SWITCH_BACK_ITERATIONS and s.end_s is not None]
+        start, since_s = switched  # from the switch on (what came before it in that iteration is counted already)
+        last = [s.end_s for s in self._steps if s.step == start + SWITCH_BACK_ITERATIONS - 1 and s.end_s is not None]
         base_s = self._budget_base_s(self._baseline())
-        if first and base_s > 0:
-            self._budget.count_switch(first, base_s)
+        if last and base_s > 0:
+            self._budget.count_switch(last[0] - since_s, SWITCH_BACK_ITERATIONS, base_s)
 
     def _budget_base_s(self, base: str | None) -> float:
         """Rank 0: the baseline's iteration time the trials' cost is counted against: its median in the trials'
@@ -583,8 +583,8 @@ class AutoTuner:
                 self._budget = TrialBudget(self.config.trial_share, self._start_s, now - since_s,
                                            step - (self._profile_from or 0))
                 self._window_start = (now, step)
-                if self._model.plan().hash == self._baseline():  # back from profiling: priced as a switch
-                    self._switch_back_from = step
+                if self._model.plan().hash == self._baseline():  # back from profiling (after the planning): a switch
+                    self._switch_back = (step, now)
         else:
             if reason == "profiled":
                 self._settled(step, "without trials" if self.config.trials <= 1 else "no other plan to try")
