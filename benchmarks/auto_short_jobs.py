@@ -10,7 +10,9 @@ plain ``torch.optim.SGD`` (momentum) over ``model.parameters()`` as a DDP script
 The machine is shared and loaded (whole jobs run one after another differed 2x at load
 25), so the two jobs run in lock-step in the same processes: step k of one, then step k of
 the other, which goes first alternating every step; a job's time is its wrapping (start-up)
-plus the sum of its steps.  ``pairs`` pairs per job length, after a short unrecorded pair (a
+plus the sum of its steps.  Run-time auto's clock (its budget is a share of the time
+trained) stops while the other job's step runs, so that it sees its own job's time, as it
+would running alone.  ``pairs`` pairs per job length, after a short unrecorded pair (a
 process's first job pays one-time costs, 8 s once); the ratio reported is the median of the
 pairs' ratios (auto's job time / DDP's).  ``--variants`` adds ``auto``
 (``strategy="auto"``: starts on ``wfbp``, re-plans allowed) and ``auto-off``
@@ -61,11 +63,17 @@ def _build(model_name: str, variant: str, batch_size: int, rank: int) -> dict:
 
 def _step(job: dict, k: int) -> None:
     s0 = time.perf_counter()
+    tracer = getattr(job["model"], "_tracer", None)  # run-time auto's clock (gradsched's wrapper only)
+    if tracer is not None and job.get("paused_at") is not None:
+        # the other job's step, run since this one's last, is not this job's time: auto's budget is a share of
+        # the time it trained (wall clock, as a job running alone sees it), so its clock stops in between
+        tracer.epoch += s0 - job["paused_at"]
     x, y = job["batches"][k % 8]
     job["opt"].zero_grad()
     job["spec"].loss_fn(job["model"](x), y).backward()
     job["opt"].step()
-    job["step_s"].append(time.perf_counter() - s0)
+    job["paused_at"] = time.perf_counter()
+    job["step_s"].append(job["paused_at"] - s0)
 
 
 def _pair(model_name: str, variant: str, steps: int, batch_size: int, rank: int, flip: bool) -> dict:

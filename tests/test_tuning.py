@@ -175,3 +175,93 @@ def test_the_next_window_a_rest_first_when_the_budget_needs_one_a_runoff_when_th
     # ... not twice, and nothing close: the end (the caller decides what stays)
     assert next_window(["base"], "base", close, True, cfg, 4, lambda: 0)["kind"] == "end"
     assert next_window([], "base", {"base": 1.0, "b": 1.5}, False, cfg, 4, lambda: 0)["kind"] == "end"
+
+
+# --------------------------------------------------------------------------- switches priced in the budget
+def test_profiling_is_priced_with_its_two_switches():
+    from gradsched.calibration.budget import SWITCH_ITERATIONS
+    from gradsched.tuning.schedule import PROFILE_SLOWDOWN
+
+    # onto the executor and back to the baseline: SWITCH_ITERATIONS baseline iterations each
+    assert profiling_cost_s(0.1, 5, 0.25) == pytest.approx(5 * 0.1 * PROFILE_SLOWDOWN + 0.25 + 2 * SWITCH_ITERATIONS * 0.1)
+
+
+def test_a_switch_back_to_the_baseline_is_spent_never_a_credit():
+    from gradsched.calibration import TrialBudget
+
+    budget = TrialBudget(0.01, start_s=0.0)
+    assert budget.count_switch(0.13 + 0.18, 2, 0.03) == pytest.approx(0.25)  # DDP's first iterations after mgwfbp
+    assert budget.count_switch(0.02 + 0.03, 2, 0.03) == 0  # faster: no credit
+    assert budget.spent_s(0.03) == pytest.approx(0.25)
+
+
+def test_a_window_is_expected_to_cost_what_the_windows_cost_their_warm_up_and_switch_back_included():
+    from gradsched.calibration import TrialBudget
+    from gradsched.calibration.budget import FIRST_SLOWDOWN, SWITCH_ITERATIONS
+
+    base_s, n = 0.03, 9
+    budget = TrialBudget(0.01, start_s=0.0)
+    # before any: the first slowdown, a switch in and a switch back
+    assert budget.window_cost_s(base_s, n) == pytest.approx(n * base_s * FIRST_SLOWDOWN
+                                                           + 2 * SWITCH_ITERATIONS * base_s)
+    # mgwfbp's window: 0.99 + 0.60 + 0.34 s in its first three iterations, then at the baseline's pace
+    budget.windows.append((0.99 + 0.60 + 0.34 + (n - 3) * base_s, n))
+    budget.count_switch(0.13 + 0.18, 2, base_s)
+    # the next is expected to cost as much (a median of per-iteration slowdowns said 0.2 of the baseline)
+    assert budget.window_cost_s(base_s, n) == pytest.approx(0.99 + 0.60 + 0.34 - 3 * base_s + 0.25)
+    spent, expected = budget.spent_s(base_s), budget.window_cost_s(base_s, n)
+    rest = budget.rest_before(100.0, base_s, n)  # 100 s trained: a window of ~2.2 s more fits only later
+    assert (spent + expected) / 0.01 == pytest.approx(100.0 + (rest + n) * base_s, abs=base_s)
+
+
+@given(share=st.floats(0.002, 0.2), base_s=st.floats(1e-3, 1), warm_up=st.floats(0, 20), slow=st.floats(0, 2),
+       back=st.floats(0, 10), before=st.floats(0, 50), n=st.integers(2, 64))
+def test_the_trials_cost_stays_within_the_share_of_the_time_trained_at_every_point(share, base_s, warm_up, slow,
+                                                                                   back, before, n):
+    """Windows whose first iteration costs ``warm_up`` baseline iterations more and the rest ``slow`` more, each
+    followed by a switch back costing ``back`` iterations: once one window is measured, each later one starts
+    only where it and its switch back fit, so at every window's end and every switch back the cost so far is
+    within ``share`` of the time trained (the first window is an estimate: up to its error more)."""
+    from gradsched.calibration import TrialBudget
+
+    profiling_s = before * base_s  # profiling's extra time, started where it fitted
+    now = profiling_s / share
+    budget = TrialBudget(share, start_s=0.0, before_s=profiling_s, before_iterations=0)
+    window_s = n * base_s * (1 + slow) + warm_up * base_s
+    for k in range(4):
+        rest = budget.rest_before(now, base_s, n)
+        now += rest * base_s + window_s
+        budget.windows.append((window_s, n))
+        error = 0.0 if k else window_s + back * base_s  # the first window's cost was a prior's guess
+        assert budget.spent_s(base_s) <= share * now * (1 + 1e-9) + error + 1e-9
+        now += 2 * base_s + back * base_s
+        budget.count_switch(base_s * (2 + back), 2, base_s)
+        assert budget.spent_s(base_s) <= share * now * (1 + 1e-9) + error + 1e-9
+
+
+# --------------------------------------------------------------------------- what each plan measured
+def test_a_plans_measurement_is_the_median_of_its_latest_samples_and_forgotten_before_its_turns():
+    from gradsched.tuning import PlanMeasurements
+
+    m = PlanMeasurements(kept=3)
+    m.record("a", [5.0, 1.0])
+    m.record("a", [2.0, 3.0])  # the oldest (5.0) falls out
+    assert m.samples["a"] == [1.0, 2.0, 3.0] and m.measured["a"] == 2.0
+    m.record("b", [])
+    assert m.taken(["a", "b", "c"]) == {"a": 2.0}  # nothing measured: not taken
+    m.add_round("a", 2.0)
+    m.forget("a")
+    assert m.taken(["a"]) == {} and m.rounds_of(["a"]) == {"a": []}
+
+
+def test_a_candidates_windows_win_or_lose_against_the_baselines_window_before_each():
+    from gradsched.tuning import PlanMeasurements
+
+    m = PlanMeasurements()
+    m.add_round("base", 1.0)  # the baseline's own windows are not paired
+    m.add_round("a", 0.9, baseline_s=1.0)
+    m.add_round("a", 1.1, baseline_s=1.05)
+    assert m.wins("a") == [True, False] and m.wins("base") == [] and "base" not in m.paired
+    rounds = m.rounds_of(["a"])
+    rounds["a"].append(0.0)  # a copy: the record is unchanged
+    assert m.rounds["a"] == [0.9, 1.1]

@@ -128,7 +128,7 @@ def _train(rank: int, world: int, strategy: str, optimizer: str, options: dict |
         offline_hash = as_auto(ranked(off_profile, off_cluster)[0], 1).hash
     return {"params": params, "switches": [(s.iteration, s.plan_hash, s.strategy, s.reason) for s in tuner.switches],
             "predicted": tuner.predicted_iteration_s, "plan_hash": model.plan.hash,
-            "measured_by_plan": dict(tuner._measured_by_plan), "rejected": list(tuner.rejected),
+            "measured_by_plan": dict(tuner.measurements.measured), "rejected": list(tuner.rejected),
             "torch_ddp_hash": torch_ddp_plan.hash, "offline_hash": offline_hash,
             "plan_overlaps": model.plan.overlap_forward, "checks": [c.iteration for c in tuner.checks],
             "completions": tuner._tracer.completions, "measuring": tuner._next_replan is not None,

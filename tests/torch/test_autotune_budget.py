@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gradsched.calibration import TrialBudget, fastest, out_of_the_running
-from gradsched.calibration.budget import MAX_REST
+from gradsched.calibration.budget import MAX_REST, MIN_SLOWDOWN, SWITCH_ITERATIONS
 from gradsched.errors import GradschedError
 
 torch = pytest.importorskip("torch")
@@ -34,7 +34,9 @@ def test_the_cost_is_time_beyond_the_baseline_never_a_credit():
     budget = TrialBudget(0.1, start_s=0.0, before_s=1.0, before_iterations=5, windows=[(1.2, 10), (0.9, 10)])
     assert budget.spent_s(0.1) == pytest.approx((1.0 - 0.5) + (1.2 - 1.0))  # the faster window counts 0
     assert TrialBudget(0.1, start_s=0.0, before_s=0.1, before_iterations=5).spent_s(0.1) == 0
-    assert budget.slowdown(0.1) == pytest.approx(0.05)  # median of +20% and -10%, at least MIN_SLOWDOWN
+    # the next window's expected cost: the mean of what they cost (+0.2 s, 0), at least MIN_SLOWDOWN, and a switch
+    # back of SWITCH_ITERATIONS baseline iterations before one was measured
+    assert budget.window_cost_s(0.1, 10) == pytest.approx(max(0.1, 10 * 0.1 * MIN_SLOWDOWN) + SWITCH_ITERATIONS * 0.1)
 
 
 @given(share=st.floats(0.005, 0.5), before_s=st.floats(0, 10), base_s=st.floats(1e-3, 1), now_s=st.floats(0, 100),
@@ -45,7 +47,7 @@ def test_a_rest_is_exactly_as_long_as_the_budget_needs(share, before_s, base_s, 
     budget = TrialBudget(share, start_s=0.0, before_s=before_s, before_iterations=2,
                          windows=[(window * base_s * (1 + slow), window)])
     rest = budget.rest_before(now_s, base_s, window)
-    expected = window * base_s * budget.slowdown(base_s)
+    expected = budget.window_cost_s(base_s, window)
 
     def fits(n: int) -> bool:
         return budget.spent_s(base_s) + expected <= share * (now_s + (n + window) * base_s) * (1 + 1e-9) + 1e-12
@@ -198,7 +200,7 @@ def test_profiling_starts_once_its_expected_cost_fits_the_share_then_trials_foll
     from gradsched.tuning.schedule import profiling_cost_s
 
     share = 0.1
-    model = _deferred(lambda plan: 1.0 if is_torch_ddp(plan) else 2.0, {"trial_share": share}, 60)
+    model = _deferred(lambda plan: 1.0 if is_torch_ddp(plan) else 2.0, {"trial_share": share}, 120)
     tuner = model.autotuner
     profiling = next(s for s in tuner.switches if s.reason == "profiling")
     profiled = next(s for s in tuner.switches if s.reason == "profiled")
@@ -274,3 +276,32 @@ def test_the_baseline_started_on_takes_its_turns_when_planned_again_with_the_sam
     assert decision["baseline"] == start and profiled.plan_hash == start  # the same buckets, one plan
     assert start in decision["measured"] and decision["kept"] == start and model.plan.hash == start
     assert tuner._tried[start][3] is not None  # planned again: now with a prediction
+
+
+def test_a_switch_back_to_the_baseline_is_counted_against_the_trials(world_of_one):
+    """Every switch costs 3 s more in the first iteration of the plan switched to (a warm-up; the baseline's steady
+    iterations 1 s): the baseline's first iterations after a candidate are counted as spent, and the trials stay
+    within the share of the time trained, but for one window and its switches."""
+    share, last = 0.1, {"hash": None}
+
+    def seconds(plan) -> float:
+        warm_up = 3.0 if last["hash"] not in (None, plan.hash) else 0.0
+        last["hash"] = plan.hash
+        return (1.0 if is_torch_ddp(plan) else 1.2) + warm_up
+
+    model = DistributedDataParallel(_net(), "auto", plan_options={**DEFERRED, "trial_share": share},
+                                    bucket_cap_mb=0.01)
+    delay(model, seconds)
+    tuner = model.autotuner
+    for _ in range(MAX_STEPS // 5):
+        _train(model, 0, 1, 10)
+        if tuner.trials_done:
+            break
+    budget = tuner._budget
+    assert tuner.trials_done and budget is not None and budget.windows
+    # back from profiling and from each candidate's window: 3 s each, beyond the baseline's iterations
+    assert len(budget.switches) >= len(budget.windows) and budget.switches[0] == pytest.approx(3.0, abs=0.3)
+    assert tuner.trial_decision["switches_s"] == budget.switches
+    elapsed = tuner._tracer.now() - tuner._start_s
+    window = (tuner.trial_window + 1) * 1.2 + 2 * 3.0
+    assert budget.spent_s(1.0) <= share * elapsed + window

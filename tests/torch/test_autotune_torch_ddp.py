@@ -177,7 +177,7 @@ def test_short_iterations_get_longer_trial_windows_on_rank_0s_word(world_of_one)
     assert window > 14
     kept = tuner.trial_decision["kept"]
     assert all(len(samples) == OPTIONS["trial_rounds"] * window
-               for h, samples in tuner._samples_by_plan.items() if h != kept)
+               for h, samples in tuner.measurements.samples.items() if h != kept)
 
 
 @pytest.mark.parametrize("resize_min_gain, kept", [(0.01, "one bucket"), (0.03, "user's")])

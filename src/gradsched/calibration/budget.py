@@ -10,6 +10,17 @@ baseline runs (a *rest*, which costs nothing: it is what the job would run witho
 ``auto``).  A job of any length then pays at most about ``share`` of its time for the
 trials, on top of what profiling and planning cost before them (counted too).
 
+Switches are priced: a plan's first iterations after a switch cost far more than its
+steady ones (over loopback, mgwfbp's first three 0.99, 0.60 and 0.34 s, PyTorch's DDP's
+after it 0.13, 0.18 and 0.07 s, against 0.03-0.07 s steady), and a job that ends soon
+after a window never earns that back.  So the extra time of the baseline's first
+iterations after a candidate (:meth:`TrialBudget.count_switch`) is counted as spent, and
+a window's expected cost is what the windows so far cost on average, their switches in
+and back included (:meth:`TrialBudget.window_cost_s`), or before any, the slowdown of
+:data:`FIRST_SLOWDOWN` and :data:`SWITCH_ITERATIONS` baseline iterations per switch.
+What is spent then stays within ``share`` of the time trained at every point, up to the
+error of one estimate.
+
 Torch-free plain functions of times, used by rank 0 of
 :class:`gradsched.torch.runtime.autotune.AutoTuner`, which broadcasts what they decide.
 """
@@ -24,6 +35,8 @@ from dataclasses import dataclass, field
 FIRST_SLOWDOWN = 0.2  # a candidate window's expected cost per baseline iteration before any was measured
 MIN_SLOWDOWN = 0.05  # ... and at least this once some were (a window may measure faster by chance)
 MAX_REST = 1_000_000  # iterations of one rest at most
+SWITCH_ITERATIONS = 3  # a switch's expected extra time, in baseline iterations, before one was measured
+SWITCH_BACK_ITERATIONS = 2  # the baseline's iterations after a candidate counted for the switch back
 
 
 @dataclass(slots=True)
@@ -35,6 +48,7 @@ class TrialBudget:
     before_s: float = 0.0  # from the start to the first trial window: profiling, planning, the broadcast
     before_iterations: int = 0  # ... and how many iterations that was
     windows: list[tuple[float, int]] = field(default_factory=list)  # each candidate window: (seconds, iterations)
+    switches: list[float] = field(default_factory=list)  # each switch back to the baseline: its extra seconds
 
     def spent_s(self, baseline_s: float) -> float:
         """What the trials cost so far beyond running the baseline (``baseline_s`` per iteration) throughout:
@@ -42,23 +56,41 @@ class TrialBudget:
         No credit for what measured faster: over loopback at load 25 a baseline window measured in a slow
         phase made the profiling look free, and three candidate windows ran inside a 100-step job."""
         before = max(0.0, self.before_s - self.before_iterations * baseline_s)
-        return before + sum(max(0.0, seconds - n * baseline_s) for seconds, n in self.windows)
+        return before + sum(max(0.0, seconds - n * baseline_s) for seconds, n in self.windows) + sum(self.switches)
 
-    def slowdown(self, baseline_s: float) -> float:
-        """Expected extra time of a candidate iteration over the baseline's, as a fraction of it: the median of
-        the windows so far (at least :data:`MIN_SLOWDOWN`), :data:`FIRST_SLOWDOWN` before any."""
-        if not self.windows or not baseline_s > 0:
-            return FIRST_SLOWDOWN
-        return max(MIN_SLOWDOWN, statistics.median(s / (n * baseline_s) - 1 for s, n in self.windows if n > 0))
+    def count_switch(self, seconds: float, iterations: int, baseline_s: float) -> float:
+        """Count a switch back to the baseline as spent: the extra time of its first ``iterations`` (``seconds``
+        from the switch, the switching one included) over as many at ``baseline_s``, at least 0; return it."""
+        extra = max(0.0, seconds - iterations * baseline_s) if baseline_s > 0 else 0.0
+        self.switches.append(extra)
+        return extra
+
+    def window_cost_s(self, baseline_s: float, iterations: int) -> float:
+        """Expected cost of the next candidate window of ``iterations`` (the switching one included), the switch
+        back to the baseline after it included.
+
+        Measured: the mean extra time of the windows so far, each scaled to ``iterations`` (at least
+        :data:`MIN_SLOWDOWN` of the baseline), plus the mean switch back.  Before any window: the slowdown
+        :data:`FIRST_SLOWDOWN` and :data:`SWITCH_ITERATIONS` baseline iterations for the switch in, and the
+        switches back measured so far (after profiling), or as many iterations for it.  A mean, not a median:
+        the warm-ups are few and long, and each one is spent."""
+        if not baseline_s > 0:
+            return 0.0
+        back = statistics.fmean(self.switches) if self.switches else SWITCH_ITERATIONS * baseline_s
+        floor = iterations * baseline_s * MIN_SLOWDOWN
+        sized = [max(0.0, seconds - n * baseline_s) * iterations / n for seconds, n in self.windows if n > 0]
+        if not sized:
+            return iterations * baseline_s * FIRST_SLOWDOWN + SWITCH_ITERATIONS * baseline_s + back
+        return max(floor, statistics.fmean(sized)) + back
 
     def rest_before(self, now_s: float, baseline_s: float, iterations: int) -> int:
         """Baseline iterations to run before a candidate window of ``iterations`` fits the budget (0: it fits now).
 
-        It fits when the cost so far plus its expected cost is at most ``share`` of the time trained by its end;
-        a rest adds baseline iterations (time, no cost) until it does."""
+        It fits when the cost so far plus its expected cost (:meth:`window_cost_s`, switches included) is at most
+        ``share`` of the time trained by its end; a rest adds baseline iterations (time, no cost) until it does."""
         if not baseline_s > 0:
             return 0
-        expected = iterations * baseline_s * self.slowdown(baseline_s)
+        expected = self.window_cost_s(baseline_s, iterations)
         short_s = (self.spent_s(baseline_s) + expected) / self.share - (now_s - self.start_s) - iterations * baseline_s
         return 0 if short_s <= 0 else min(MAX_REST, math.ceil(short_s / baseline_s))
 

@@ -8,13 +8,13 @@ revert, the trials' winner; :mod:`~gradsched.calibration.budget`: what the trial
 - :mod:`.config`: :class:`AutoTuneConfig`, the options of ``"auto"``, and which candidates are worth a window.
 - :mod:`.candidates`: PyTorch's DDP as a candidate plan (:data:`TORCH_DDP`).
 - :mod:`.schedule`: when profiling starts (paid out of the trials' budget, on the baseline until then).
-- :mod:`.records`: the switches and checks ``auto`` reports.
+- :mod:`.records`: the switches and checks ``auto`` reports, and what each plan measured (:class:`PlanMeasurements`).
 """
 
 from gradsched.tuning.candidates import CANDIDATE_SIZES, TORCH_DDP, is_torch_ddp, label
 from gradsched.tuning.config import AutoTuneConfig, not_clearly_slower, trials_option
-from gradsched.tuning.records import Check, Switch
+from gradsched.tuning.records import Check, PlanMeasurements, Switch
 from gradsched.tuning.schedule import profiling_cost_s, profiling_rest
 
-__all__ = ["CANDIDATE_SIZES", "TORCH_DDP", "AutoTuneConfig", "Check", "Switch", "is_torch_ddp", "label",
+__all__ = ["CANDIDATE_SIZES", "TORCH_DDP", "AutoTuneConfig", "Check", "PlanMeasurements", "Switch", "is_torch_ddp", "label",
            "not_clearly_slower", "profiling_cost_s", "profiling_rest", "trials_option"]

@@ -1,9 +1,14 @@
-"""What run-time ``auto`` did, as it reports it: its plan switches and its checks (torch-free records)."""
+"""What run-time ``auto`` did and measured (torch-free records): its plan switches and checks, as it reports them,
+and what each plan measured (:class:`PlanMeasurements`, rank 0's bookkeeping the decisions are made from)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
+
+from gradsched.tuning.config import SAMPLES_KEPT
 
 
 @dataclass(frozen=True)
@@ -34,4 +39,48 @@ class Check:
     expected_s: float | None = None  # what the measurement was compared with (see AutoTuner._expected_s)
 
 
-# --------------------------------------------------------------------------- the tuner
+@dataclass(slots=True)
+class PlanMeasurements:
+    """Rank 0's measurements per plan (by hash): iteration times, each trial window's median, and for a candidate
+    of budgeted trials the baseline's window median before each of its windows.
+
+    A plan's measurement is the median of its latest ``kept`` iteration times (:meth:`record`); what it measured
+    before its turns in the trials is forgotten (:meth:`forget`), so that only windows taken in turn count."""
+
+    kept: int = SAMPLES_KEPT
+    samples: dict[str, list[float]] = field(default_factory=dict)  # the latest `kept` iteration times
+    measured: dict[str, float] = field(default_factory=dict)  # ... their median
+    rounds: dict[str, list[float]] = field(default_factory=dict)  # each trial window's median, round by round
+    paired: dict[str, list[float]] = field(default_factory=dict)  # the baseline's window before each of them
+
+    def record(self, plan_hash: str, durations_s: Iterable[float]) -> None:
+        """Add iteration times measured under ``plan_hash``; its measurement becomes the median of the latest."""
+        samples = self.samples.setdefault(plan_hash, [])
+        samples.extend(durations_s)
+        del samples[:-self.kept]
+        if samples:
+            self.measured[plan_hash] = statistics.median(samples)
+
+    def add_round(self, plan_hash: str, median_s: float, baseline_s: float | None = None) -> None:
+        """A trial window's median; ``baseline_s``: the baseline's window before it (a candidate's, budgeted)."""
+        self.rounds.setdefault(plan_hash, []).append(median_s)
+        if baseline_s is not None:
+            self.paired.setdefault(plan_hash, []).append(baseline_s)
+
+    def forget(self, plan_hash: str) -> None:
+        """Drop what ``plan_hash`` measured (its samples, median and rounds) before it takes its turns."""
+        self.samples.pop(plan_hash, None)
+        self.measured.pop(plan_hash, None)
+        self.rounds.pop(plan_hash, None)
+
+    def taken(self, candidates: Iterable[str]) -> dict[str, float]:
+        """The measurement of each of ``candidates`` measured so far."""
+        return {h: self.measured[h] for h in candidates if h in self.measured}
+
+    def rounds_of(self, plans: Iterable[str]) -> dict[str, list[float]]:
+        """Each plan's window medians, round by round (copies)."""
+        return {h: list(self.rounds.get(h, [])) for h in plans}
+
+    def wins(self, plan_hash: str) -> list[bool]:
+        """Whether each of a candidate's windows measured faster than the baseline's window before it."""
+        return [a < b for a, b in zip(self.rounds.get(plan_hash, []), self.paired.get(plan_hash, []))]

@@ -18,15 +18,18 @@ from __future__ import annotations
 
 import math
 
-from gradsched.calibration.budget import MAX_REST
+from gradsched.calibration.budget import MAX_REST, SWITCH_ITERATIONS
 
 PROFILE_SLOWDOWN = 0.5  # an iteration traced on the executor, over the baseline's (gpt2 over loopback: +20-90%)
 PLANNING_S = 0.25  # planning, probes and the switches, before any was measured (0.05 s quiet, 0.3-0.5 s loaded)
 
 
 def profiling_cost_s(baseline_s: float, iterations: int, planning_s: float = PLANNING_S) -> float:
-    """Expected cost of profiling beyond running the baseline: ``iterations`` slower iterations and planning."""
-    return iterations * max(0.0, baseline_s) * PROFILE_SLOWDOWN + planning_s
+    """Expected cost of profiling beyond running the baseline: ``iterations`` slower iterations, planning, and
+    two switches (onto gradsched's executor and back to the baseline), :data:`SWITCH_ITERATIONS` baseline
+    iterations each: a plan's first iterations cost several steady ones (:mod:`gradsched.calibration.budget`)."""
+    base_s = max(0.0, baseline_s)
+    return iterations * base_s * PROFILE_SLOWDOWN + planning_s + 2 * SWITCH_ITERATIONS * base_s
 
 
 def profiling_rest(elapsed_s: float, baseline_s: float, share: float, cost_s: float, iterations: int) -> int:

@@ -91,6 +91,7 @@ import torch.distributed as dist
 
 from gradsched.calibration import (IssueTimes, StepRecord, TrialBudget, decide, fastest, fit_cluster, issue_times,
                                    measured_profile, out_of_the_running, runoff_plans, service_points)
+from gradsched.calibration.budget import SWITCH_BACK_ITERATIONS
 from gradsched.cluster import Cluster
 from gradsched.plan import Plan
 from gradsched.profile import Profile
@@ -104,7 +105,7 @@ from gradsched.tuning.candidates import label as _label
 from gradsched.tuning.config import (KEEP_POINTS, MAX_TRIAL_WINDOW, MIN_SIZES, OFFLINE_TRIALS, PLANNER_KEYS,
                                      PREDICTED_SLOWER, PROBE_BYTES, RUNOFF_PLANS, SAMPLES_KEPT, TRIALS, AutoTuneConfig,
                                      not_clearly_slower, trials_option)
-from gradsched.tuning.records import Check, Switch
+from gradsched.tuning.records import Check, PlanMeasurements, Switch
 from gradsched.tuning.rules import (baseline_of, capped, next_check, next_window, replan_at, resized_of, runnable,
                                     trial_candidates)
 
@@ -163,9 +164,7 @@ class AutoTuner:
         # is reverted and its strategy excluded from later planning (measure, don't trust).
         self._tried: dict[str, tuple[str, Plan, list[int], float | None]] = {
             model.plan().hash: (config.initial, model.plan(), list(model.order()), None)}
-        self._measured_by_plan: dict[str, float] = {}  # median of every iteration measured under the plan
-        self._samples_by_plan: dict[str, list[float]] = {}
-        self._rounds_by_plan: dict[str, list[float]] = {}  # rank 0: each trial window's median, round by round
+        self.measurements = PlanMeasurements()  # rank 0: what each plan measured (gradsched.tuning.records)
         self.rejected: list[str] = []
         # rank 0, once the trials end: what they measured per plan hash, the baseline and the plan kept
         self.trial_decision: dict[str, Any] | None = None
@@ -199,9 +198,9 @@ class AutoTuner:
         self._window_start: tuple[float, int] | None = None  # rank 0: time and iteration the current window started
         self._window_len = config.trial_window  # measured iterations of the window running
         self._resting = False  # the window running is a rest: the baseline, outside the rounds
-        self._paired: dict[str, list[float]] = {}  # rank 0: per candidate, the baseline's window before each of its
         self._last_base_s: float | None = None  # rank 0: the baseline's latest window median
         self._dropped: list[str] = []  # rank 0: candidates out of the running (lost a round they had to win)
+        self._switch_back: tuple[int, float] | None = None  # rank 0: iteration and time of a switch back, to price
         self._root = dist.get_global_rank(model.group, 0)
         self._initial = model.plan().hash  # the plan profiling runs (the executor's, traced)
         self._start_schedule()
@@ -256,6 +255,8 @@ class AutoTuner:
                 self._recent_s.append(prev.duration_s)
         step = self.iteration
         self.iteration += 1
+        if self._switch_back is not None and step >= self._switch_back[0] + SWITCH_BACK_ITERATIONS:
+            self._count_switch_back()
         acted = True
         if step == self._waiting:
             self._schedule_profiling(step)
@@ -332,7 +333,7 @@ class AutoTuner:
             self._record(current, window)
             # a re-plan's plan ran in no trial: it stays only while it beats every plan measured, by min_gain
             untried = self.config.min_gain if self.switches[-1].reason == "replan" else None
-            decision = decide(current, measured, expected, self._measured_by_plan, self.config.replan_threshold,
+            decision = decide(current, measured, expected, self.measurements.measured, self.config.replan_threshold,
                               untried)
             decision = capped(decision, self.replans, self.config.max_replans)
             self.checks.append(Check(step, measured, predicted, decision[0] != "keep", expected))
@@ -358,7 +359,7 @@ class AutoTuner:
         self.rejected.append(self.switches[-1].strategy)
         measured_before = statistics.median(s.duration_s for s in window) if window else None
         # what it measured when it ran is the best prediction there is
-        predicted = self._broadcast(self._measured_by_plan.get(target, predicted) if self._is_root else predicted)
+        predicted = self._broadcast(self.measurements.measured.get(target, predicted) if self._is_root else predicted)
         self._switch(step, strategy, plan, order, predicted, measured_before, "revert")
         self._expected_s = predicted
         logger.info("auto: iteration %d: %s measured slower than %s did; back to %s, %s excluded from now on", step,
@@ -375,7 +376,7 @@ class AutoTuner:
         measured_before = statistics.median(s.duration_s for s in window) if window else None
         if self._is_root and measured_before is not None:
             self._record(self._model.plan().hash, window)
-            self._rounds_by_plan.setdefault(self._model.plan().hash, []).append(measured_before)
+            self.measurements.add_round(self._model.plan().hash, measured_before)
         if not self._trial_turns and self._runoff is None:  # the rounds are over: a run-off if they were close
             self._runoff = self._broadcast(self._runoff_plans()) if self.config.runoff_rounds else []
             self._trial_turns = self._runoff * self.config.runoff_rounds
@@ -389,7 +390,7 @@ class AutoTuner:
         if self._is_root:
             baseline = self._baseline()
             taken = self._taken()
-            rounds = {h: list(self._rounds_by_plan.get(h, [])) for h in taken}
+            rounds = self.measurements.rounds_of(taken)
             resized = self._resized(baseline, taken)
             best = fastest(taken, baseline, self.config.min_gain, rounds, resized, self.config.resize_min_gain)
             self.trial_decision = {"measured": dict(taken), "rounds": rounds, "baseline": baseline, "kept": best,
@@ -406,7 +407,7 @@ class AutoTuner:
             self._switch(step, strategy, plan, order, predicted, measured_before, "fastest")
         self._model.release_spares()  # the PyTorch DDPs kept for the trials' windows, but the one running
         if self._is_root:  # checks look for drift from what the winner measured, not from the simulator
-            self._expected_s = self._measured_by_plan[best]
+            self._expected_s = self.measurements.measured[best]
         logger.info("auto: iteration %d: of the plans tried, %s measured fastest; it stays", step, strategy)
         self._settled(step, "after trials")
         self._schedule_check(step)
@@ -415,7 +416,7 @@ class AutoTuner:
         """Every rank: the plan is chosen (later checks may still re-plan, up to ``max_replans``); say so."""
         self.settled_at = step
         cost = ""
-        if self._is_root and self._budget is not None and self._measured_by_plan.get(self._baseline() or ""):
+        if self._is_root and self._budget is not None and self.measurements.measured.get(self._baseline() or ""):
             base = self._budget_base_s(self._baseline())
             cost = (f"; {len(self._budget.windows)} trial windows of other plans, {len(self._dropped)} plans "
                     f"dropped early, cost {self._budget.spent_s(base) * 1e3:.0f} ms beyond the baseline in "
@@ -439,6 +440,8 @@ class AutoTuner:
         strategy, plan, order, predicted = self._tried[decision["plan"]]
         if plan.hash != self._model.plan().hash:
             self._switch(step, strategy, plan, order, predicted, measured_before, "trial")
+            if self._is_root and plan.hash == self._baseline():
+                self._switch_back = (step, self._tracer.now())  # its first iterations count against the budget
         self._resting = decision["kind"] == "rest"
         self._window_len = decision["iterations"]
         self._next_trial = step + decision["iterations"] + 1
@@ -455,17 +458,14 @@ class AutoTuner:
             median = statistics.median(s.duration_s for s in window)
             if current == base:
                 self._last_base_s = median
-            if not self._resting:
-                self._rounds_by_plan.setdefault(current, []).append(median)
-                if current != base:
-                    self._paired.setdefault(current, []).append(self._last_base_s or median)
+            if not self._resting:  # a candidate's window against the baseline's before it
+                self.measurements.add_round(current, median, None if current == base else self._last_base_s or median)
         if current != base and self._window_start is not None:
             self._budget.windows.append((now - self._window_start[0], step - self._window_start[1]))
         rounds = self.config.trial_rounds + (self.config.runoff_rounds if self._runoff else 0)
         resized = self._resized(base, self._taken())
         for h in self._alive(base) if base is not None else []:  # (no baseline: nothing to lose a round to)
-            wins = [a < b for a, b in zip(self._rounds_by_plan.get(h, []), self._paired.get(h, []))]
-            if out_of_the_running(wins, rounds, h in resized):
+            if out_of_the_running(self.measurements.wins(h), rounds, h in resized):
                 self._dropped.append(h)
         taken = {h: t for h, t in self._taken().items() if h not in self._dropped}
         decision = next_window([h for h in self._trial_turns if h not in self._dropped], base, taken,
@@ -475,13 +475,25 @@ class AutoTuner:
             decision["plan"] = self._decide(base)
         return decision
 
+    def _count_switch_back(self) -> None:
+        """Rank 0: the baseline's first iterations after another plan count against the trials' budget
+        (:meth:`~gradsched.calibration.TrialBudget.count_switch`): a switch back costs too."""
+        switched, self._switch_back = self._switch_back, None
+        if self._budget is None or switched is None:
+            return
+        start, since_s = switched  # from the switch on (what came before it in that iteration is counted already)
+        last = [s.end_s for s in self._steps if s.step == start + SWITCH_BACK_ITERATIONS - 1 and s.end_s is not None]
+        base_s = self._budget_base_s(self._baseline())
+        if last and base_s > 0:
+            self._budget.count_switch(last[0] - since_s, SWITCH_BACK_ITERATIONS, base_s)
+
     def _budget_base_s(self, base: str | None) -> float:
         """Rank 0: the baseline's iteration time the trials' cost is counted against: its median in the trials'
         windows, or, deferred, the median of its last iterations before profiling if that is less.  A window
         of the baseline measured in a slow phase made the candidates' windows look free (cnn over loopback at
         load 15: its first window 0.167 s against 0.093 s over the job, and 15 candidate windows ran back to
         back); counting against the lower figure errs towards resting."""
-        measured = self._measured_by_plan.get(base or "", 0.0)
+        measured = self.measurements.measured.get(base or "", 0.0)
         if self._rest_s is not None and (not measured or self._rest_s < measured):
             return self._rest_s
         return measured
@@ -494,14 +506,16 @@ class AutoTuner:
         """Rank 0, at the end of budgeted trials: the plan kept (:func:`~gradsched.calibration.fastest` over the
         candidates still in the running, each window against the baseline's before it)."""
         taken = {h: t for h, t in self._taken().items() if h == base or h not in self._dropped}
-        rounds = {h: list(self._rounds_by_plan.get(h, [])) for h in taken}
+        rounds = self.measurements.rounds_of(taken)
         resized = self._resized(base, taken)
-        best = fastest(taken, base, self.config.min_gain, rounds, resized, self.config.resize_min_gain, self._paired)
+        best = fastest(taken, base, self.config.min_gain, rounds, resized, self.config.resize_min_gain,
+                       self.measurements.paired)
         self.trial_decision = {"measured": dict(taken), "rounds": rounds, "baseline": base, "kept": best,
                                "resized": sorted(resized), "plans": {h: _label(*self._tried[h][:2]) for h in taken},
-                               "runoff": list(self._runoff or []), "paired": dict(self._paired),
+                               "runoff": list(self._runoff or []), "paired": dict(self.measurements.paired),
                                "dropped": list(self._dropped),
-                               "cost_s": self._budget.spent_s(self._budget_base_s(base))}
+                               "cost_s": self._budget.spent_s(self._budget_base_s(base)),
+                               "switches_s": list(self._budget.switches)}
         return best
 
     def _runoff_plans(self) -> list[str] | None:
@@ -515,7 +529,7 @@ class AutoTuner:
 
     def _taken(self) -> dict[str, float]:
         """Rank 0: what each trial candidate measured so far (its median)."""
-        return {h: self._measured_by_plan[h] for h in self._trial_candidates if h in self._measured_by_plan}
+        return self.measurements.taken(self._trial_candidates)
 
     def _baseline(self) -> str | None:
         """What a trial plan must beat by ``min_gain``: what the user would run otherwise, PyTorch's DDP at their
@@ -529,11 +543,7 @@ class AutoTuner:
     def _record(self, plan_hash: str, window: list[StepRecord]) -> None:
         """Rank 0: add ``window``'s iterations to what ``plan_hash`` measured (the latest
         :data:`SAMPLES_KEPT`); its measurement is their median."""
-        samples = self._samples_by_plan.setdefault(plan_hash, [])
-        samples.extend(s.duration_s for s in window)
-        del samples[:-SAMPLES_KEPT]
-        if samples:
-            self._measured_by_plan[plan_hash] = statistics.median(samples)
+        self.measurements.record(plan_hash, (s.duration_s for s in window))
 
     def _window(self, n: int) -> list[StepRecord]:
         """The last ``n`` finished iterations measured under the current plan."""
@@ -573,6 +583,8 @@ class AutoTuner:
                 self._budget = TrialBudget(self.config.trial_share, self._start_s, now - since_s,
                                            step - (self._profile_from or 0))
                 self._window_start = (now, step)
+                if self._model.plan().hash == self._baseline():  # back from profiling (after the planning): a switch
+                    self._switch_back = (step, now)
         else:
             if reason == "profiled":
                 self._settled(step, "without trials" if self.config.trials <= 1 else "no other plan to try")
@@ -745,9 +757,7 @@ class AutoTuner:
         if initial not in turn:
             turn.append(initial)  # the safe default competes on the same terms
         for h in turn:
-            self._samples_by_plan.pop(h, None)
-            self._measured_by_plan.pop(h, None)
-            self._rounds_by_plan.pop(h, None)
+            self.measurements.forget(h)
         return turn
 
     # ------------------------------------------------------------------ measurements
