@@ -279,19 +279,41 @@ def _dry_iteration(I, F, N, S, Z, bF, order, start, t, m, at, IA, FA, P, Q):
     Z[0], Z[1] = m, size
 
 
+@_inline
+def _bound(free, rem, count, extend, I, m, left, a_lo, b_lo, after_lo):
+    """A lower bound of the iteration once the channel is free at ``free``: every byte left
+    (``rem``) sent at the cheaper line's bytes rate, a start-up for each of the ``count``
+    units with data left (each goes in at least one more message: the cost is subadditive;
+    but for the last block's unit where blocks extend), then the least work after a block."""
+    if extend and m > 0 and left[I[0, m - 1]] > 0:
+        count -= 1
+    return free + b_lo * rem + a_lo * count + after_lo
+
+
 @_jit
-def _run(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, summ):
+def _run(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, summ, thr):
     """usbyte._Model.run (dry) into ``I..Z``, resumed from ``bI..bZ`` at block ``at``: phase 1
     played block by block, phase 2 priced.  Returns 0, or 1 where every unit is sent before
-    phase 2 (a case the Python model plays: the search falls back)."""
+    phase 2 (a case the Python model plays: the search falls back), or 2 as soon as the
+    iteration cannot be below ``thr`` (a block's end plus the work after it, or
+    :func:`_bound`, reaches it: the search's try is then not kept, whatever the rest is)."""
     # long function: the model's phase-1 loop, one block per pass, as usbyte._Model._run_line
-    by_ready, elem, unit_elems = IA[0], IA[2], IA[3]
+    by_ready, elem, unit_elems, after = IA[0], IA[2], IA[3], FA[3]
     ready, ready_eps = FA[0], FA[1]
     alpha, beta, a1, b1, a2, b2 = P[0], P[1], P[2], P[3], P[4], P[5]
     two, spread, extend = Q[0] != 0, Q[1] != 0, Q[2] != 0
+    a_lo, b_lo = (min(a1, a2), min(b1, b2)) if two else (a1, b1)
+    after_lo = after.min()
     n = by_ready.shape[0]
     left, sent = N[1], N[2]
     m, t, free, nxt, size = _start(I, F, N, bI, bF, bS, bZ, at, IA, FA, rank, bits, summ)
+    rem, count = 0, 0  # the bytes left, and the units with data left
+    for u in range(n):
+        if left[u] > 0:
+            rem += left[u] * elem[u]
+            count += 1
+    if P[6] >= thr or (at > 1 and bF[3, at - 2] >= thr):  # the floor, or a block before the first that may
+        return 2  # change, already too late
     while True:
         lim = t + EPS_S
         while nxt < n and ready[nxt] <= lim:  # the units ready by now join the bitset
@@ -320,9 +342,14 @@ def _run(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, sum
                 free = F[1, m - 1]
             sent[u] += elems
             left[u] = rest - elems
+            rem -= elems * elem[u]
             if rest == elems:
                 _remove(bits, summ, top)
                 size -= 1
+                count -= 1
+            if free + after[u] >= thr or _bound(free, rem, count, extend, I, m, left, a_lo, b_lo, after_lo) * \
+                    (1 - 1e-9) >= thr:
+                return 2
             continue
         if size == 0 and nxt == n:
             return 1
@@ -407,7 +434,7 @@ def search(order, cap, IA, FA, P, Q, cheap_tail):
     walk = order.copy()  # the layers in their first ranks, output first
     words = (n + 63) >> 6
     bits, summ = np.zeros(words, np.uint64), np.zeros((words + 63) >> 6, np.uint64)
-    if _run(bI, bF, bN, bS, bZ, bI, bF, bS, bZ, 0, order, rank, IA, FA, P, Q, bits, summ):
+    if _run(bI, bF, bN, bS, bZ, bI, bF, bS, bZ, 0, order, rank, IA, FA, P, Q, bits, summ, np.inf):
         return 1, 0, rank, bI, bF, bN, bS, bZ
     first_lo, first_hi = np.empty(n, np.int64), np.empty(n, np.int64)
     first_s, first_e = np.empty(n), np.empty(n)
@@ -437,10 +464,12 @@ def search(order, cap, IA, FA, P, Q, cheap_tail):
         if patience and since >= patience and m - at > cheap_tail * m:
             continue
         _promote(order, rank, u, target, t_order, t_rank)
-        if _run(tI, tF, tN, tS, tZ, bI, bF, bS, bZ, at, t_order, t_rank, IA, FA, P, Q, bits, summ):
+        thr = bS[0] * (1 - 1e-12)  # a try is kept below this
+        status = _run(tI, tF, tN, tS, tZ, bI, bF, bS, bZ, at, t_order, t_rank, IA, FA, P, Q, bits, summ, thr)
+        if status == 1:
             return 1, evaluations, rank, bI, bF, bN, bS, bZ
         since += 1
-        if tS[0] < bS[0] * (1 - 1e-12):
+        if status == 0 and tS[0] < thr:
             bI, tI, bF, tF, bN, tN, bS, tS, bZ, tZ = tI, bI, tF, bF, tN, bN, tS, bS, tZ, bZ
             order, t_order, rank, t_rank = t_order, order, t_rank, rank
             _kept(bI, bF, bZ, FA, first_lo, first_hi, first_s, first_e)
