@@ -530,8 +530,8 @@ class _Model:
         last = float((np.add.accumulate(took) + self.after_np[queue]).max())
         after = self.after_unit
         same = at - 1 if resume is not None and at > 1 else 0  # blocks[:same] are resume's as they were
-        first = float(_block_arrays(self, resume)[2][same - 1]) if same else 0.0
-        first = max([end + after[u] for u, _, _, _, end in blocks[same:]], default=first)
+        first = float(_block_arrays(self, resume)[2][same - 1]) if same else 0.0  # their largest end + after
+        first = max([first] + [end + after[u] for u, _, _, _, end in blocks[same:]])
         return max(self.floor_s, first, last)
 
     def evaluate(self, rank: list[int], extend: bool, resume: Schedule | None = None, at: int = 0,
