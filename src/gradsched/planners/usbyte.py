@@ -70,7 +70,7 @@ import numbers
 import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -459,7 +459,7 @@ class _Model:
             left, sent = list(self.numel), [0] * len(self.numel)
         else:  # (``at`` may be len(resume.blocks) of a pending schedule: just before its phase 2)
             blocks, decide = resume.blocks[:at], resume.decide_s[:at]
-            t = resume.decide_s[at] if at < len(resume.decide_s) else resume.pending[2]
+            t = resume.decide_s[at] if at < len(resume.decide_s) else _pending(resume)[2]
             free = blocks[-1][4]
             numel = self.numel
             left, sent = numel.copy(), [0] * len(numel)
@@ -530,7 +530,7 @@ class _Model:
         last = float((np.add.accumulate(took) + self.after_np[queue]).max())
         after = self.after_unit
         same = at - 1 if resume is not None and at > 1 else 0  # blocks[:same] are resume's as they were
-        first = float(_block_arrays(self, resume)[2][same - 1]) if same else 0.0  # their largest end + after
+        first = float(_block_arrays(self, resume)[2][same - 1]) if same and resume else 0.0  # largest end + after
         first = max([first] + [end + after[u] for u, _, _, _, end in blocks[same:]])
         return max(self.floor_s, first, last)
 
@@ -643,7 +643,8 @@ class _Timer:
         self.cost = cost
         self.alpha_s, self.beta_s = cost.alpha_s, cost.beta_s_per_byte
         self.table = ([float(x) for x, _ in cost.points], [float(y) for _, y in cost.points]) if cost.points else None
-        self.first = cost._first if self.table else math.inf  # below the table: the line, capped (CollectiveCost.time_s)
+        # below the table: the line, capped at what the table's first size costs (CollectiveCost.time_s)
+        self.first = cost.time_s(cost.points[0][0]) if cost.points else math.inf
 
     def __call__(self, nbytes: int) -> float:
         if nbytes <= 0:
@@ -770,6 +771,20 @@ def _front_first(model: _Model) -> np.ndarray:
     return np.argsort(table.tensors[table.ptr[:-1]], kind="stable")
 
 
+T = TypeVar("T")
+
+
+def _given(x: T | None) -> T:
+    """``x``, known not to be None here."""
+    assert x is not None
+    return x
+
+
+def _pending(schedule: Schedule) -> tuple:
+    """A dry schedule's pending phase 2."""
+    return _given(schedule.pending)
+
+
 class _Found:
     """One rule's search: the rank, how many tries, the iteration, and the schedule: the compiled
     search's as its block arrays (``I``: unit, first and end element; ``F``: start, end and
@@ -783,12 +798,12 @@ class _Found:
     @property
     def count(self) -> int:
         """Its operations (blocks)."""
-        return len(self._schedule.blocks) if self._schedule is not None else self._I.shape[1]
+        return len(self._schedule.blocks) if self._schedule is not None else _given(self._I).shape[1]
 
     def blocks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each block's unit, first element and end element."""
         if self._I is None:
-            I = np.array([b[:3] for b in self._schedule.blocks], dtype=np.int64).reshape(-1, 3).T  # noqa: E741
+            I = np.array([b[:3] for b in self.schedule().blocks], dtype=np.int64).reshape(-1, 3).T  # noqa: E741
             return I[0], I[1], I[2]
         return self._I[0], self._I[1], self._I[2]
 
@@ -799,7 +814,7 @@ class _Found:
 
     def schedule(self) -> Schedule:
         if self._schedule is None:
-            (unit, lo, hi), (start, end, decide) = self._I.tolist(), self._F.tolist()
+            (unit, lo, hi), (start, end, decide) = _given(self._I).tolist(), _given(self._F).tolist()
             self._schedule = Schedule(self.iteration_s, list(zip(unit, lo, hi, start, end)), decide)
         return self._schedule
 
@@ -832,7 +847,7 @@ def _compiled_search(model: _Model, max_evaluations: int | None, extend: bool, w
     status, evaluations, rank, i, f, n, s, z = search(order, cap, ia, fa, p, q, CHEAP_TAIL)
     if status:
         return None
-    m, iteration_s = _jit.kernel("complete")(i, f, n, s, z, ia, fa, p, q, *forward)  # phase 2 played
+    m, iteration_s = _given(_jit.kernel("complete"))(i, f, n, s, z, ia, fa, p, q, *forward)  # phase 2 played
     return _Found(rank, int(evaluations), float(iteration_s), None, i[:, :m], f[:3, :m])
 
 
@@ -887,7 +902,7 @@ def _first_change(model: _Model, schedule: Schedule, rank: list[int], u: int, ta
             return int(hit.argmax())
     if in_phase_two:  # phase 2 goes by priority, every unit ready: is one ranked target..top-1 left?
         n = len(rank)
-        keys = pending[0]
+        keys = _pending(schedule)[0]
         k = int(np.searchsorted(keys, target * n))
         if k < len(keys) and keys[k] < top * n:
             return len(blocks)
@@ -1019,22 +1034,22 @@ def _simulated_s(plan_: Plan, profile: Profile, cluster: Cluster) -> float:
 
 
 def _check_merge(merge_bytes: object) -> None:
-    if isinstance(merge_bytes, bool) or not (isinstance(merge_bytes, numbers.Integral) and merge_bytes >= 0):
+    if isinstance(merge_bytes, bool) or not (isinstance(merge_bytes, numbers.Integral) and int(merge_bytes) >= 0):
         raise GradschedError(f"usbyte: merge_bytes must be a whole number of bytes, 0 or more (0: the paper's "
                              f"layers), got {merge_bytes!r}")
 
 
 def _check_patience(patience: object) -> None:
-    if isinstance(patience, bool) or not (isinstance(patience, numbers.Integral) and patience >= 0):
+    if isinstance(patience, bool) or not (isinstance(patience, numbers.Integral) and int(patience) >= 0):
         raise GradschedError(f"usbyte: patience must be a whole number of tries, 0 or more (0: the full search), "
                              f"got {patience!r}")
 
 
 def _check_options(unit_bytes: object, max_evaluations: object, extend: object,
                    window: object) -> tuple[int, int | None]:
-    if not (isinstance(unit_bytes, numbers.Integral) and unit_bytes > 0):
+    if not (isinstance(unit_bytes, numbers.Integral) and int(unit_bytes) > 0):
         raise GradschedError(f"usbyte: unit_bytes must be a positive whole number of bytes, got {unit_bytes!r}")
-    if max_evaluations is not None and not (isinstance(max_evaluations, numbers.Integral) and max_evaluations >= 1):
+    if max_evaluations is not None and not (isinstance(max_evaluations, numbers.Integral) and int(max_evaluations) >= 1):
         raise GradschedError(f"usbyte: max_evaluations must be at least 1 (1 = front-first, no search), "
                              f"got {max_evaluations!r}")
     if extend not in (None, True, False):
