@@ -10,8 +10,9 @@ Python search's): a try stops as soon as its iteration cannot be below the best'
 floor, a block's end plus the work after it, or the bytes left at the cheaper rate), and a
 try that meets the best schedule (the same clock, start and last block, every unit as far
 as the best was there, the units left in the same order) takes the best's rest instead of
-replaying it (:func:`_run`): where a promotion changes a few blocks and the schedule then
-runs as before, most of phase 1.  The Python model stays the reference and the fallback: without numba
+replaying it (:func:`_run`; a kept one, rare, is then played whole for its blocks): where a
+promotion changes a few blocks and the schedule then runs as before, most of phase 1.
+The Python model stays the reference and the fallback: without numba
 (``pip install 'gradsched[fast]'`` adds it), with ``GRADSCHED_JIT=0`` in the
 environment, or for a model this kernel does not cover (a measured cost table, or a
 layer with no elements), ``usbyte`` runs the Python search, and the two give identical
@@ -342,7 +343,8 @@ def _run(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, sum
     best made its block ``jb`` (``diff``: the difference per unit, zeros on entry and exit), at
     the same clock, start and last block, and the units with data left keep their order (the
     promoted one done, or the ones it passed), the rest is the best's: ``S[0]`` priced by
-    :func:`_synced`, ``Z[0]`` the try's blocks, ``Z[1]`` ``jb``."""
+    :func:`_synced` (the try's blocks are then not whole: the search plays a kept one again,
+    with ``promoted`` -1)."""
     elem, left = IA[2], N[1]
     m, t, free, nxt, size = _start(I, F, N, bI, bF, bS, bZ, at, IA, FA, rank, bits, summ)
     rem, count = 0, 0  # the bytes left, and the units with data left
@@ -486,28 +488,6 @@ def _kept(bI, bF, bZ, FA, first_lo, first_hi, first_s, first_e):
         v = bF[1, k] + after[bI[0, k]]
         best = v if v > best else best
         bF[4, k] = best
-    bF[4, bZ[0]] = -np.inf
-
-
-@_jit
-def _joined(I, F, N, S, Z, bI, bF, bN, bS, bZ, order):
-    """A try that met the best schedule at its block ``Z[1]`` (:func:`_run`'s status 3), made whole:
-    the best's blocks from there on, its state at phase 2 (the same units left, in the try's order)."""
-    m, jb, mb = Z[0], Z[1], bZ[0]
-    k = mb - jb
-    I[:, m:m + k] = bI[:, jb:mb]
-    F[:3, m:m + k] = bF[:3, jb:mb]
-    N[1, :] = bN[1, :]
-    N[2, :] = bN[2, :]
-    n = order.shape[0]
-    size = 0
-    for r in range(n):
-        u = order[r]
-        if N[1, u] > 0:
-            N[3, size] = r * n + u
-            size += 1
-    S[1], S[2], S[3] = bS[1], bS[2], bS[3]
-    Z[0], Z[1] = m + k, size
 
 
 @_jit
@@ -577,12 +557,13 @@ def search(order, cap, IA, FA, P, Q, cheap_tail):
         thr = bS[0] * (1 - 1e-12)  # a try is kept below this
         status = _run(tI, tF, tN, tS, tZ, bI, bF, bS, bZ, at, t_order, t_rank, IA, FA, P, Q, bits, summ, thr, diff,
                       u, target, rank[u])
+        if status == 3 and tS[0] < thr:  # kept (rare: not met in 300 random cases): played whole, for its blocks
+            status = _run(tI, tF, tN, tS, tZ, bI, bF, bS, bZ, at, t_order, t_rank, IA, FA, P, Q, bits, summ, np.inf,
+                          diff, -1, target, rank[u])
         if status == 1:
             return 1, evaluations, rank, bI, bF, bN, bS, bZ
         since += 1
-        if status == 3 and tS[0] < thr:  # kept: the try's blocks, then the best's from where they met
-            _joined(tI, tF, tN, tS, tZ, bI, bF, bN, bS, bZ, t_order)
-        if (status == 0 or status == 3) and tS[0] < thr:
+        if status == 0 and tS[0] < thr:
             bI, tI, bF, tF, bN, tN, bS, tS, bZ, tZ = tI, bI, tF, bF, tN, bN, tS, bS, tZ, bZ
             order, t_order, rank, t_rank = t_order, order, t_rank, rank
             _kept(bI, bF, bZ, FA, first_lo, first_hi, first_s, first_e)
