@@ -174,3 +174,21 @@ def test_bad_options_are_user_errors(opts):
     profile = Profile("p", (fp32("a", 1, 1, 1),))
     with pytest.raises(GradschedError, match="usbyte"):
         make_plan("usbyte", profile, Cluster.alpha_beta(1e-3, 1e-9, 2), **opts)
+
+
+def test_plan_and_simulated_returns_the_iteration_it_simulated_with_its_plan():
+    # auto reuses the iteration usbyte simulated to choose its rule: returned with the plan (no
+    # module-level record of the last plan), None where the model chose alone (then simulate it)
+    from gradsched.planners import usbyte
+
+    case = random_case(11, 200)
+    profile, cluster = case.profile(), case.cluster()
+    merged, merged_s = usbyte.plan_and_simulated(profile, cluster, merge_bytes=1 << 20)
+    assert merged_s == simulate(merged, profile, cluster, timeline=False).iteration_s
+    assert merged == make_plan("usbyte", profile, cluster, merge_bytes=1 << 20)
+    plain, plain_s = usbyte.plan_and_simulated(profile, cluster)  # the model is exact: not simulated
+    assert plain_s is None and plain == make_plan("usbyte", profile, cluster)
+    with pytest.raises(GradschedError, match="merge_bytes"):
+        usbyte.plan_and_simulated(profile, cluster, merge_bytes=-1)  # checked as make_plan checks
+    with pytest.warns(DeprecationWarning, match="plan_and_simulated"):
+        assert usbyte.simulated_s(merged) is None

@@ -23,8 +23,8 @@ def both_searches(model_args, extend, window, patience, max_evaluations=None):
         mp.setenv("GRADSCHED_JIT", "0")
         python = search_priorities(_Model(*model_args), max_evaluations, extend, window, patience)
         mp.setenv("GRADSCHED_JIT", "1")
-        compiled = usbyte._compiled_search(_Model(*model_args), max_evaluations, extend, window, patience)
-    return python, compiled
+        found = usbyte._compiled_search(_Model(*model_args), max_evaluations, extend, window, patience)
+    return python, None if found is None else (found.rank.tolist(), found.schedule(), found.evaluations)
 
 
 def assert_same(python, compiled):

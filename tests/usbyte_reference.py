@@ -1,6 +1,16 @@
-"""The ``usbyte`` planner as it was before its speed-up (commit 5863394), kept verbatim as the
-oracle of tests/test_usbyte_speed.py: the fast planner with ``extend=False, window="block"``
-must return exactly this plan.  Not a strategy (nothing registers it)."""
+"""An independent oracle of the ``usbyte`` planner: the planner as it was before its speed-ups
+(commit 5863394), kept verbatim.  It shares no code with ``gradsched.planners.usbyte`` (only the
+formats and the simulator's ``EPS_S``): every try is modelled from the start by one plain loop,
+without the fast model's resumed tries, closed-form phase 2, bisection, numpy tables or
+compiled kernel, so an error in those shows up as a different plan.
+tests/test_usbyte_rules.py checks that the fast planner with ``extend=False, window="block"``,
+``patience=0`` and a cap returns exactly this plan.  Not a strategy (nothing registers it).
+
+The planner's model and the simulator are not one code: the search models a hundred or more
+schedules per plan, each resumed where a promotion changes it and priced in closed form,
+where one run of the simulator's general loop costs about as much as planning does; they
+are tested equal instead (tests/test_usbyte_rules.py: any priority order's modelled blocks
+replay in the simulator to 1e-12)."""
 
 from __future__ import annotations
 

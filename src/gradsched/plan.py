@@ -336,3 +336,26 @@ def whole_tensor_ops(groups: Iterable[Iterable[int]], profile: Profile, *, colle
 def whole_slices(profile: Profile) -> list[Slice]:
     """Each tensor of ``profile`` as one :class:`Slice`, by tensor index."""
     return [Slice(t, 0, x.numel) for t, x in enumerate(profile.tensors)]
+
+
+# the slots' own setters (a frozen dataclass' __setattr__ refuses; the slot descriptors do not)
+_SET_TENSOR, _SET_START, _SET_END = (vars(Slice)[name].__set__ for name in ("tensor", "start", "end"))
+
+
+def block_operations(blocks: Iterable[tuple[int, int, int, str, int]]) -> list[Operation]:
+    """``Operation((Slice(tensor, start, end),), collective, priority)`` for each ``(tensor, start, end,
+    collective, priority)``: equal to those made one by one (tests/test_formats_smoke.py), made
+    without the frozen dataclasses' ``__init__`` (an ``object.__setattr__`` per field), in about a
+    third of the time: a planner that cuts thousands of blocks (``usbyte``)."""
+    new = object.__new__
+    out = []
+    for tensor, start, end, collective, priority in blocks:
+        s = new(Slice)
+        _SET_TENSOR(s, tensor)
+        _SET_START(s, start)
+        _SET_END(s, end)
+        op = new(Operation)
+        d = op.__dict__
+        d["slices"], d["collective"], d["priority"], d["density"], d["gate"] = (s,), collective, priority, None, None
+        out.append(op)
+    return out

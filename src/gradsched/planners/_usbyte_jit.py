@@ -5,7 +5,14 @@ The same search as :func:`gradsched.planners.usbyte.search_priorities` over
 changed block, phase 2 and the next forward priced in closed form, the same tries in
 the same order, the same floats compared in the same order), with every try's loop
 compiled: each phase-1 block costs tens of nanoseconds instead of microseconds of
-interpreter.  The Python model stays the reference and the fallback: without numba
+interpreter.  Two shortcuts of its own, neither changing a choice (so the plans stay the
+Python search's): a try stops as soon as its iteration cannot be below the best's (the
+floor, a block's end plus the work after it, or the bytes left at the cheaper rate), and a
+try that meets the best schedule (the same clock, start and last block, every unit as far
+as the best was there, the units left in the same order) takes the best's rest instead of
+replaying it (:func:`_run`; a kept one, rare, is then played whole for its blocks): where a
+promotion changes a few blocks and the schedule then runs as before, most of phase 1.
+The Python model stays the reference and the fallback: without numba
 (``pip install 'gradsched[fast]'`` adds it), with ``GRADSCHED_JIT=0`` in the
 environment, or for a model this kernel does not cover (a measured cost table, or a
 layer with no elements), ``usbyte`` runs the Python search, and the two give identical
@@ -198,10 +205,11 @@ def _extend(I, F, m, u, start, next_ready, rest, unit, eb, alpha, beta, a1, b1, 
 
 # A schedule's state, in arrays (``cap`` phase-1 blocks at most, ``n`` units):
 #   I int64 (3, cap): each block's unit, first and end element
-#   F float64 (4, cap): each block's start, end, decision time, running largest end + after
+#   F float64 (5, cap): each block's start, end, decision time, running largest end + after, and
+#     the largest end + after from the block on
 #   N int64 (4, n): (unused), each unit's elements left and sent, phase 2's sorted keys
-#   S float64 (3,): the iteration, phase 2's start and clock
-#   Z int64 (2,): blocks, phase 2's keys
+#   S float64 (4,): the iteration, phase 2's start and clock, phase 2's largest end + after
+#   Z int64 (3,): blocks, phase 2's keys, (during a try) the best's blocks passed
 # The model: FA float64 (5, n): ready times sorted, each + EPS_S, each unit's whole time, the
 # work after its earliest layer, its ready time; IA int64 (4, n): units by ready time, elements,
 # element bytes, unit elements; P: alpha, beta (the line blocks are sized by), the exact
@@ -267,31 +275,114 @@ def _dry_iteration(I, F, N, S, Z, bF, order, start, t, m, at, IA, FA, P, Q):
         if run + after[u] > last:
             last = run + after[u]
     same = at - 1 if at > 1 else 0  # blocks[:same] are the resumed schedule's as they were
-    first = bF[3, same - 1] if same else 0.0
-    if m > same:  # (the Python model's max over the blocks from ``same`` on, the prefix's dropped)
-        first = -np.inf
-        for k in range(same, m):
-            v = F[1, k] + after[I[0, k]]
-            if v > first:
-                first = v
+    first = bF[3, same - 1] if same else 0.0  # their largest end + after, and the blocks' from ``same`` on
+    for k in range(same, m):
+        v = F[1, k] + after[I[0, k]]
+        if v > first:
+            first = v
     S[0] = max(P[6], first, last)
-    S[1], S[2] = start, t
+    S[1], S[2], S[3] = start, t, last
     Z[0], Z[1] = m, size
 
 
+@_inline
+def _bound(free, rem, count, extend, I, m, left, a_lo, b_lo, after_lo):
+    """A lower bound of the iteration once the channel is free at ``free``: every byte left
+    (``rem``) sent at the cheaper line's bytes rate, a start-up for each of the ``count``
+    units with data left (each goes in at least one more message: the cost is subadditive;
+    but for the last block's unit where blocks extend), then the least work after a block."""
+    if extend and m > 0 and left[I[0, m - 1]] > 0:
+        count -= 1
+    return free + b_lo * rem + a_lo * count + after_lo
+
+
+@_inline
+def _bump(diff, u, elems, nz):
+    """``diff[u] += elems``; returns the count of nonzero entries, ``nz`` before."""
+    was = diff[u] != 0
+    diff[u] += elems
+    return nz + (diff[u] != 0) - was
+
+
+@_inline
+def _same_state(I, F, m, t, start, bI, bF, jb, mb, extend):
+    """Whether the try's decision now (clock ``t``, the block to start at ``start``) is the one the
+    best schedule made creating its block ``jb``: the same clock and start and (where blocks
+    extend) the same last block; the caller checks that every unit has sent as much."""
+    if jb >= mb or jb < 1 or m < 1 or bF[2, jb] != t or bF[0, jb] != start:
+        return False
+    if not extend:
+        return True
+    return (I[0, m - 1] == bI[0, jb - 1] and I[1, m - 1] == bI[1, jb - 1] and I[2, m - 1] == bI[2, jb - 1]
+            and F[0, m - 1] == bF[0, jb - 1] and F[1, m - 1] == bF[1, jb - 1])
+
+
 @_jit
-def _run(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, summ):
+def _synced(F, I, S, bF, bS, m, at, jb, after, floor):
+    """The iteration of a try that meets the best schedule at its block ``jb`` (the try's blocks up to
+    ``m``, then the best's from ``jb`` on, and its phase 2): as :func:`_dry_iteration` would price it."""
+    same = at - 1 if at > 1 else 0
+    first = bF[3, same - 1] if same else 0.0
+    for k in range(same, m):
+        v = F[1, k] + after[I[0, k]]
+        if v > first:
+            first = v
+    S[0] = max(floor, first, bF[4, jb], bS[3])
+
+
+@_jit
+def _run(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, summ, thr, diff, promoted, target,
+         top_rank):
     """usbyte._Model.run (dry) into ``I..Z``, resumed from ``bI..bZ`` at block ``at``: phase 1
     played block by block, phase 2 priced.  Returns 0, or 1 where every unit is sent before
-    phase 2 (a case the Python model plays: the search falls back)."""
+    phase 2 (a case the Python model plays: the search falls back), or 2 as soon as the
+    iteration cannot be below ``thr`` (a block's end plus the work after it, or
+    :func:`_bound`, reaches it: the search's try is then not kept, whatever the rest is), or 3
+    where the try meets the best schedule (``promoted`` >= 0: the unit the try moved from rank
+    ``top_rank`` to ``target``): at a decision where every unit has sent what it had when the
+    best made its block ``jb`` (``diff``: the difference per unit, zeros on entry and exit), at
+    the same clock, start and last block, and the units with data left keep their order (the
+    promoted one done, or the ones it passed), the rest is the best's: ``S[0]`` priced by
+    :func:`_synced` (the try's blocks are then not whole: the search plays a kept one again,
+    with ``promoted`` -1)."""
+    elem, left = IA[2], N[1]
+    m, t, free, nxt, size = _start(I, F, N, bI, bF, bS, bZ, at, IA, FA, rank, bits, summ)
+    rem, count = 0, 0  # the bytes left, and the units with data left
+    for u in range(elem.shape[0]):
+        if left[u] > 0:
+            rem += left[u] * elem[u]
+            count += 1
+    Z[0], Z[2] = m, at
+    if P[6] >= thr or (at > 1 and bF[3, at - 2] >= thr):  # the floor, or a block before the first that may
+        return 2  # change, already too late
+    jb, mb, nz, passed = at, bZ[0], 0, 0  # the best's next block, its blocks, diff's nonzeros, passed units left
+    if promoted >= 0:
+        for r in range(target + 1, top_rank + 1):
+            passed += left[order[r]] > 0
+    status = _loop(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, summ, thr, diff, promoted,
+                   target, top_rank, m, t, free, nxt, size, rem, count, jb, mb, nz, passed)
+    for k in range(at - 1 if at > 0 else 0, Z[0]):  # diff back to zeros
+        diff[I[0, k]] = 0
+    for k in range(at, min(Z[2], mb)):
+        diff[bI[0, k]] = 0
+    return status
+
+
+@_jit
+def _loop(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, summ, thr, diff, promoted, target,
+          top_rank, m, t, free, nxt, size, rem, count, jb, mb, nz, passed):
+    """:func:`_run`'s loop (from its state after :func:`_start`); leaves the try's blocks in ``Z[0]``
+    and the best's blocks it passed in ``Z[2]``."""
     # long function: the model's phase-1 loop, one block per pass, as usbyte._Model._run_line
-    by_ready, elem, unit_elems = IA[0], IA[2], IA[3]
+    by_ready, elem, unit_elems, after = IA[0], IA[2], IA[3], FA[3]
     ready, ready_eps = FA[0], FA[1]
     alpha, beta, a1, b1, a2, b2 = P[0], P[1], P[2], P[3], P[4], P[5]
     two, spread, extend = Q[0] != 0, Q[1] != 0, Q[2] != 0
+    a_lo, b_lo = (min(a1, a2), min(b1, b2)) if two else (a1, b1)
+    after_lo = after.min()
     n = by_ready.shape[0]
     left, sent = N[1], N[2]
-    m, t, free, nxt, size = _start(I, F, N, bI, bF, bS, bZ, at, IA, FA, rank, bits, summ)
+    Z[0], Z[2] = m, jb
     while True:
         lim = t + EPS_S
         while nxt < n and ready[nxt] <= lim:  # the units ready by now join the bitset
@@ -302,7 +393,17 @@ def _run(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, sum
             start = t if t > free else free
             if nxt == n:  # phase 2 from here
                 _dry_iteration(I, F, N, S, Z, bF, order, start, t, m, at, IA, FA, P, Q)
+                Z[2] = jb
                 return 0
+            if promoted >= 0:
+                while jb < mb and bF[0, jb] < start:  # the best's blocks up to now
+                    nz = _bump(diff, bI[0, jb], bI[1, jb] - bI[2, jb], nz)
+                    jb += 1
+                if nz == 0 and (left[promoted] == 0 or passed == 0) and \
+                        _same_state(I, F, m, t, start, bI, bF, jb, mb, extend):
+                    _synced(F, I, S, bF, bS, m, at, jb, after, P[6])
+                    Z[0], Z[1], Z[2] = m, jb, jb
+                    return 3
             top = _lowest(bits, summ)
             u = order[top]
             rest = left[u]
@@ -320,9 +421,19 @@ def _run(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, sum
                 free = F[1, m - 1]
             sent[u] += elems
             left[u] = rest - elems
+            rem -= elems * elem[u]
+            Z[0], Z[2] = m, jb
+            if promoted >= 0:
+                nz = _bump(diff, u, elems, nz)
             if rest == elems:
                 _remove(bits, summ, top)
                 size -= 1
+                count -= 1
+                if promoted >= 0 and target < top <= top_rank:
+                    passed -= 1
+            if free + after[u] >= thr or _bound(free, rem, count, extend, I, m, left, a_lo, b_lo, after_lo) * \
+                    (1 - 1e-9) >= thr:
+                return 2
             continue
         if size == 0 and nxt == n:
             return 1
@@ -372,6 +483,11 @@ def _kept(bI, bF, bZ, FA, first_lo, first_hi, first_s, first_e):
         bF[3, k] = best
         if first_lo[u] < 0:
             first_lo[u], first_hi[u], first_s[u], first_e[u] = bI[1, k], bI[2, k], bF[0, k], bF[1, k]
+    best = -np.inf
+    for k in range(bZ[0] - 1, -1, -1):  # and the largest from each block on
+        v = bF[1, k] + after[bI[0, k]]
+        best = v if v > best else best
+        bF[4, k] = best
 
 
 @_jit
@@ -395,8 +511,9 @@ def search(order, cap, IA, FA, P, Q, cheap_tail):
     n = order.shape[0]
     numel, by_ready, ready, full = IA[1], IA[0], FA[0], FA[2]
     window_layer, max_eval, patience = Q[3] != 0, Q[4], Q[5]
-    state = [(np.zeros((3, cap), np.int64), np.zeros((4, cap)), np.zeros((4, n), np.int64), np.zeros(3),
-              np.zeros(2, np.int64)) for _ in range(2)]
+    state = [(np.zeros((3, cap), np.int64), np.zeros((5, cap)), np.zeros((4, n), np.int64), np.zeros(4),
+              np.zeros(3, np.int64)) for _ in range(2)]
+    diff = np.zeros(n, np.int64)
     bI, bF, bN, bS, bZ = state[0]
     tI, tF, tN, tS, tZ = state[1]
     rank = np.empty(n, np.int64)
@@ -407,7 +524,7 @@ def search(order, cap, IA, FA, P, Q, cheap_tail):
     walk = order.copy()  # the layers in their first ranks, output first
     words = (n + 63) >> 6
     bits, summ = np.zeros(words, np.uint64), np.zeros((words + 63) >> 6, np.uint64)
-    if _run(bI, bF, bN, bS, bZ, bI, bF, bS, bZ, 0, order, rank, IA, FA, P, Q, bits, summ):
+    if _run(bI, bF, bN, bS, bZ, bI, bF, bS, bZ, 0, order, rank, IA, FA, P, Q, bits, summ, np.inf, diff, -1, 0, 0):
         return 1, 0, rank, bI, bF, bN, bS, bZ
     first_lo, first_hi = np.empty(n, np.int64), np.empty(n, np.int64)
     first_s, first_e = np.empty(n), np.empty(n)
@@ -437,10 +554,16 @@ def search(order, cap, IA, FA, P, Q, cheap_tail):
         if patience and since >= patience and m - at > cheap_tail * m:
             continue
         _promote(order, rank, u, target, t_order, t_rank)
-        if _run(tI, tF, tN, tS, tZ, bI, bF, bS, bZ, at, t_order, t_rank, IA, FA, P, Q, bits, summ):
+        thr = bS[0] * (1 - 1e-12)  # a try is kept below this
+        status = _run(tI, tF, tN, tS, tZ, bI, bF, bS, bZ, at, t_order, t_rank, IA, FA, P, Q, bits, summ, thr, diff,
+                      u, target, rank[u])
+        if status == 3 and tS[0] < thr:  # kept (rare: not met in 300 random cases): played whole, for its blocks
+            status = _run(tI, tF, tN, tS, tZ, bI, bF, bS, bZ, at, t_order, t_rank, IA, FA, P, Q, bits, summ, np.inf,
+                          diff, -1, target, rank[u])
+        if status == 1:
             return 1, evaluations, rank, bI, bF, bN, bS, bZ
         since += 1
-        if tS[0] < bS[0] * (1 - 1e-12):
+        if status == 0 and tS[0] < thr:
             bI, tI, bF, tF, bN, tN, bS, tS, bZ, tZ = tI, bI, tF, bF, tN, bN, tS, bS, tZ, bZ
             order, t_order, rank, t_rank = t_order, order, t_rank, rank
             _kept(bI, bF, bZ, FA, first_lo, first_hi, first_s, first_e)

@@ -128,13 +128,11 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
         count += 1
         if top is not None and _floor_ranked_s(name, profile, cluster, opts, channels) > top[0][0] * (1 + 1e-9):
             continue  # slower than the best so far whatever its blocks, groups and priorities: not planned
-        candidate = _planned(name, opts, profile, cluster, made)
+        candidate, by_planner = _planned(name, opts, profile, cluster, made)
         key = (candidate.operations, candidate.scheduling, candidate.overlap_forward, candidate.credit_bytes)
         predicted_s = seen.get(key)
-        if predicted_s is None and channels == 1:
-            predicted_s = _simulated_by_planner(name, candidate)
-            if predicted_s is not None:
-                seen[key] = predicted_s
+        if predicted_s is None and channels == 1 and by_planner is not None:
+            predicted_s = seen[key] = by_planner
         if predicted_s is None:
             if top is not None and comm_lower_bound_s(candidate, profile, cluster, channels) > \
                     top[0][0] * (1 + 1e-9):
@@ -149,31 +147,28 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
     return top[1], count
 
 
-def _simulated_by_planner(name: str, candidate: Plan) -> float | None:
-    """``candidate``'s iteration on one channel where its planner simulated that very plan to choose it
-    (``usbyte``'s rule, ``dear``'s planned grouping: the same operations, scheduling and window), else None."""
+def _planned(name: str, opts: dict[str, Any], profile: Profile, cluster: Cluster,
+             made: dict[tuple, Plan]) -> tuple[Plan, float | None]:
+    """Candidate ``name``'s plan with ``opts``, and its iteration on one channel where its planner
+    simulated that very plan to choose it (``usbyte``'s rule, ``dear``'s planned grouping: the same
+    operations, scheduling and window), else None.  A ``bytescheduler`` plan differing from one in
+    ``made`` only in its credit window is that plan with the window changed (its blocks depend on
+    the partition alone: cutting them again is most of its planning)."""
     if name == "usbyte":
-        from gradsched.planners.usbyte import simulated_s
+        from gradsched.planners.usbyte import plan_and_simulated
 
-        return simulated_s(candidate)
-    if name == "dear" and candidate.options.get("grouping") == "planned":
-        return candidate.options.get("predicted_iteration_s")
-    return None
-
-
-def _planned(name: str, opts: dict[str, Any], profile: Profile, cluster: Cluster, made: dict[tuple, Plan]) -> Plan:
-    """Candidate ``name``'s plan with ``opts``; a ``bytescheduler`` plan differing from one in ``made``
-    only in its credit window is that plan with the window changed (its blocks depend on the
-    partition alone: cutting them again is most of its planning)."""
+        return plan_and_simulated(profile, cluster, **opts)
     if name != "bytescheduler" or opts.get("credit_bytes") is None:
-        return get_planner(name)(profile, cluster, **opts)
+        plan_ = get_planner(name)(profile, cluster, **opts)
+        planned = name == "dear" and plan_.options.get("grouping") == "planned"
+        return plan_, plan_.options.get("predicted_iteration_s") if planned else None
     key = tuple(sorted((k, v) for k, v in opts.items() if k != "credit_bytes"))
     same = made.get(key)
     if same is None:
         made[key] = same = get_planner(name)(profile, cluster, **opts)
-        return same
+        return same, None
     credit = opts["credit_bytes"]
-    return replace(same, credit_bytes=credit, options={**same.options, "credit_bytes": credit})
+    return replace(same, credit_bytes=credit, options={**same.options, "credit_bytes": credit}), None
 
 
 FIRST = ("mgwfbp", "optimal")  # tried first by best(): usually near the winner, so the floors skip more

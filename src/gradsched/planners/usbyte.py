@@ -67,18 +67,20 @@ import heapq
 import itertools
 import math
 import numbers
+import warnings
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from functools import cached_property
+from typing import Callable, NamedTuple, TypeVar
 
 import numpy as np
 
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.errors import GradschedError
-from gradsched.plan import DENSE, HIER, Operation, Plan, Slice
+from gradsched.plan import DENSE, HIER, Operation, Plan, Slice, block_operations
 from gradsched.planners import _collective as coll
 from gradsched.planners import _usbyte_jit as _jit
 from gradsched.planners.options import Option
-from gradsched.planners.registry import register
+from gradsched.planners.registry import check_options, register
 from gradsched.profile import Profile
 from gradsched.sim.engine import EPS_S  # the simulator's simultaneity: the plan must replay exactly
 
@@ -132,10 +134,57 @@ class Schedule:
     pending: tuple | None = field(default=None, repr=False)
     # made when first needed (_block_arrays): each block's unit and end, and the running largest end + after
     arrays: tuple | None = field(default=None, repr=False, compare=False)
+    # the simulator's iteration (one channel, no timeline) where predict simulated this plan to choose it
+    simulated_s: float | None = field(default=None, compare=False)
+
+
+class _Units(NamedTuple):
+    """The units US-Byte schedules (a layer's tensors of one element size), as arrays indexed by
+    unit, units in the order they first appear in the ready order (:func:`_unit_table`)."""
+
+    numel: np.ndarray  # int64: elements
+    elem: np.ndarray  # int64: bytes per element
+    ready: np.ndarray  # float: when the last of its tensors is ready
+    layer: np.ndarray  # int64: the scheduled layer id (profile layer, or merged group)
+    ptr: np.ndarray  # int64 (units + 1): unit u's tensors are tensors[ptr[u]:ptr[u + 1]]
+    tensors: np.ndarray  # int64: each unit's tensors, in forward order
+
+
+def _unit_table(profile: Profile, layer_of: tuple[int, ...], ready_t: np.ndarray) -> _Units:
+    """Each layer's tensors of one element size as one unit (``layer_of``: each tensor's layer as
+    scheduled), in arrays: no Python object per unit."""
+    tensors = profile.tensors
+    n = len(tensors)
+    numel = np.array([t.numel for t in tensors], dtype=np.int64)
+    elem = np.array([t.bytes for t in tensors], dtype=np.int64) // numel
+    order = np.array(profile.order, dtype=np.int64)
+    lay = np.array(layer_of, dtype=np.int64)
+    if len(set(layer_of)) == n:  # every tensor its own layer (the common case): unit u is order[u]
+        return _Units(numel[order], elem[order], ready_t[order], lay[order], np.arange(n + 1, dtype=np.int64), order)
+    # a unit per (layer, element size), numbered in order of first appearance in the ready order
+    sizes, elem_code = np.unique(elem, return_inverse=True)
+    key = (np.unique(lay, return_inverse=True)[1] * len(sizes) + elem_code)[order]
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    number = np.empty(len(first), dtype=np.int64)
+    number[np.argsort(first, kind="stable")] = np.arange(len(first))
+    unit_of = np.empty(n, dtype=np.int64)
+    unit_of[order] = number[inverse.ravel()]
+    members = np.argsort(unit_of, kind="stable")  # by unit, then tensor index (forward order)
+    ptr = np.concatenate(([0], np.cumsum(np.bincount(unit_of, minlength=len(first))))).astype(np.int64)
+    total = np.zeros(len(first), dtype=np.int64)
+    np.add.at(total, unit_of, numel)
+    ready = np.full(len(first), -np.inf)
+    np.maximum.at(ready, unit_of, ready_t)
+    lead = members[ptr[:-1]]  # each unit's first tensor
+    return _Units(total, elem[lead], ready, lay[lead], ptr, members)
 
 
 class _Model:
-    """US-Byte's phase 1 + phase 2 for a given priority order, and the iteration it gives."""
+    """US-Byte's phase 1 + phase 2 for a given priority order, and the iteration it gives.
+
+    The tables are numpy arrays made without a Python loop over tensors where it can be
+    helped (``*_np``: what the compiled search takes); the Python model's lists are made
+    from them when it first needs them."""
 
     def __init__(self, profile: Profile, cost: CollectiveCost, unit_bytes: int,
                  exact: tuple[CollectiveCost, ...] | None = None, layer_of: tuple[int, ...] | None = None) -> None:
@@ -146,70 +195,129 @@ class _Model:
         :func:`merged_layers`)."""
         self.profile = profile
         self.cost = cost
-        self.time_s = _cheapest(timers := [_Timer(c) for c in (exact or (cost,))])  # bytes -> seconds, as simulated
-        ready = profile.ready_s
-        tensors, layer_of = profile.tensors, layer_of or profile.layer_of
-        key_of: dict[tuple[int, int], list[int]] = {}
-        for i in profile.order:
-            key_of.setdefault((layer_of[i], tensors[i].element_bytes), []).append(i)
-        units = []
-        for (lid, eb), members in key_of.items():
-            members.sort()
-            units.append(_Layer(tuple(members), sum([tensors[i].numel for i in members]), eb,
-                                max([ready[i] for i in members]), lid, members[0]))
-        self.units = units  # in order of first appearance in the ready order
-        self.by_ready = sorted(range(len(units)), key=lambda u: (units[u].ready_s, u))
-        self.unit_elems = [max(1, unit_bytes // u.element_bytes) for u in units]
-        self.ready_sorted = [units[u].ready_s for u in self.by_ready]
-        self.ready_of = [u.ready_s for u in units]
-        ready_eps = self.ready_eps = [r + EPS_S for r in self.ready_sorted]
-        spread = self.spread = all(b > a for a, b in zip(ready_eps, self.ready_sorted[1:]))  # each its own step
+        timers = [_Timer(c) for c in (exact or (cost,))]
+        self.time_s: Callable[[int], float] = _cheapest(timers)  # bytes -> seconds, as simulated
         self.lines = None if any(t.table is not None for t in timers) else [(t.alpha_s, t.beta_s) for t in timers]
-        if spread:
-            self.busy_until = lambda ready, nxt, t, free: _busy_until_spread(ready, ready_eps, nxt, free)
-        else:
-            self.busy_until = _busy_until
-        timer = self.time_s
-        # one cost line, every ready time its own step (the common case): run's loop inlined (_run_line)
-        self.line = (isinstance(timer, _Timer) and timer.table is None and spread
-                     and (timer.alpha_s, timer.beta_s) == (cost.alpha_s, cost.beta_s_per_byte))
-        self.numel = [u.numel for u in units]
-        self.elem = [u.element_bytes for u in units]
-        self.layer_id = [u.layer for u in units]
-        self.backward_end_s = max(ready)
-        # next-forward gating: the profile's layers in forward order with their forward and update
-        # time; each waits for every block of the units that hold its tensors (of merged layers:
-        # the group's, where the simulator waits for the blocks holding the layer's own elements)
-        fwd: dict[int, list[float]] = {}
-        for t, lid in zip(tensors, profile.layer_of):
-            acc = fwd.setdefault(lid, [0.0, 0.0])
-            acc[0] += t.forward_s
-            acc[1] += t.update_s
-        self.forward_layers = [(lid, f, upd) for lid, (f, upd) in fwd.items()]
-        position = {lid: k for k, (lid, _, _) in enumerate(self.forward_layers)}
-        profile_layer = profile.layer_of
-        self.unit_layers = [(position[profile_layer[u.tensors[0]]],) if len(u.tensors) == 1 else
-                            tuple(sorted({position[profile_layer[i]] for i in u.tensors})) for u in units]
-        self.forward_work = [(upd, f) for _, f, upd in self.forward_layers]
         self.alpha_s = cost.alpha_s
         self.beta_s = cost.beta_s_per_byte
+        ready_t = np.array(profile.ready_s, dtype=float)
+        table = self.table = _unit_table(profile, layer_of or profile.layer_of, ready_t)
+        self.numel_np, self.elem_np, self.ready_of_np = table.numel, table.elem, table.ready
+        self.by_ready_np = np.argsort(table.ready, kind="stable")  # ties: by unit
+        self.unit_elems_np = np.maximum(1, unit_bytes // table.elem)
+        self.ready_sorted_np = table.ready[self.by_ready_np]
+        self.ready_eps_np = self.ready_sorted_np + EPS_S
+        self.spread = bool(np.all(self.ready_sorted_np[1:] > self.ready_eps_np[:-1]))  # each its own step
+        self.full_np = self._times(table.numel * table.elem, timers)
+        self.backward_end_s = float(ready_t.max())
+        self._forward_tables(profile, table)
+        # one cost line, every ready time its own step (the common case): run's loop inlined (_run_line)
+        timer = self.time_s
+        self.line = (isinstance(timer, _Timer) and timer.table is None and self.spread
+                     and (timer.alpha_s, timer.beta_s) == (cost.alpha_s, cost.beta_s_per_byte))
         self._seen: dict[tuple[bool, tuple[int, ...]], Schedule] = {}
         self.arrays: tuple | None = None  # the compiled search's arrays (_compiled_search)
-        self.full_time_s = [self.time_s(u.numel * u.element_bytes) for u in units]
-        self._closed_form()
 
-    def _closed_form(self) -> None:
-        """What the search's trials need to price phase 2 and the next forward without a loop:
-        forward layer ``k`` ends no earlier than ``done[k]`` plus the forward and update work
-        of layers ``k`` to the last, and the iteration is the largest of these bounds (the
-        max-plus form of :meth:`_forward`).  Per unit: the work after its earliest layer."""
-        work = [upd + fwd for upd, fwd in self.forward_work]
-        after = list(itertools.accumulate(reversed(work)))[::-1] + [0.0]  # after[k]: layers k..end
-        self.floor_s = self.backward_end_s + self.profile.other_s + after[0]
-        self.after_unit = [max([after[k] for k in ks], default=0.0) for ks in self.unit_layers]
-        self._after_np = np.array(self.after_unit, dtype=float)
-        self._full_np = np.array(self.full_time_s, dtype=float)
-        self._numel_np = np.array(self.numel, dtype=np.int64)
+    def _times(self, nbytes: np.ndarray, timers: list[_Timer]) -> np.ndarray:
+        """:attr:`time_s` of each of ``nbytes``, bit for bit (a line's ``alpha + beta * bytes``, or
+        the cheaper of two, vectorised: the same float operations)."""
+        if self.lines is None:
+            return np.array([self.time_s(int(x)) for x in nbytes.tolist()], dtype=float)
+        x = nbytes.astype(float)
+        out = None
+        for alpha, beta in self.lines:
+            line = alpha + beta * x
+            out = line if out is None else np.where(line < out, line, out)
+        assert out is not None
+        return np.where(nbytes <= 0, 0.0, out)
+
+    def _forward_tables(self, profile: Profile, table: _Units) -> None:
+        """Next-forward gating: the profile's layers in forward order with their update and forward
+        time (:attr:`Profile.layer_table`, the simulator's); each waits for every block of the
+        units that hold its tensors (of merged layers: the group's, where the simulator waits for
+        the blocks holding the layer's own elements).  And what the search's trials need to price
+        phase 2 and the next forward without a loop: forward layer ``k`` ends no earlier than
+        ``done[k]`` plus the forward and update work of layers ``k`` to the last, and the
+        iteration is the largest of these bounds (the max-plus form of :meth:`_forward`).  Per
+        unit: the work after its earliest layer."""
+        layers = profile.layer_table
+        n = len(profile.tensors)
+        self.forward_work = list(zip(layers.update_s, layers.forward_s))
+        if len(layers.forward) == n:  # one tensor per layer: forward layer k is tensor k
+            position = np.arange(n, dtype=np.int64)
+        else:
+            position = np.empty(n, dtype=np.int64)
+            position[np.fromiter(itertools.chain.from_iterable(layers.forward), dtype=np.int64, count=n)] = \
+                np.repeat(np.arange(len(layers.forward)), [len(ts) for ts in layers.forward])
+        self.layer_idx_np = position[table.tensors]  # each unit's tensors' forward layers (CSR by table.ptr)
+        work = np.array(layers.update_s, dtype=float) + np.array(layers.forward_s, dtype=float)
+        after = np.append(np.cumsum(work[::-1])[::-1], 0.0)  # after[k]: layers k..end, summed from the last
+        self.floor_s = self.backward_end_s + profile.other_s + float(after[0])
+        per_tensor = after[self.layer_idx_np]
+        if len(per_tensor) == len(table.numel):  # one tensor per unit
+            self.after_np = per_tensor
+        else:
+            self.after_np = np.full(len(table.numel), -np.inf)
+            np.maximum.at(self.after_np, np.repeat(np.arange(len(table.numel)), np.diff(table.ptr)), per_tensor)
+
+    # the Python model's lists (the compiled search takes the arrays)
+    @cached_property
+    def by_ready(self) -> list[int]:
+        return self.by_ready_np.tolist()
+
+    @cached_property
+    def ready_sorted(self) -> list[float]:
+        return self.ready_sorted_np.tolist()
+
+    @cached_property
+    def ready_eps(self) -> list[float]:
+        return self.ready_eps_np.tolist()
+
+    @cached_property
+    def ready_of(self) -> list[float]:
+        return self.ready_of_np.tolist()
+
+    @cached_property
+    def numel(self) -> list[int]:
+        return self.numel_np.tolist()
+
+    @cached_property
+    def elem(self) -> list[int]:
+        return self.elem_np.tolist()
+
+    @cached_property
+    def unit_elems(self) -> list[int]:
+        return self.unit_elems_np.tolist()
+
+    @cached_property
+    def full_time_s(self) -> list[float]:
+        return self.full_np.tolist()
+
+    @cached_property
+    def after_unit(self) -> list[float]:
+        return self.after_np.tolist()
+
+    @cached_property
+    def unit_layers(self) -> list[tuple[int, ...]]:
+        """Each unit's forward layers (positions in :attr:`forward_work`), sorted."""
+        ptr, idx = self.table.ptr.tolist(), self.layer_idx_np.tolist()
+        return [tuple(sorted(set(idx[a:b]))) for a, b in zip(ptr, ptr[1:])]
+
+    @cached_property
+    def units(self) -> list[_Layer]:
+        """Each unit as a :class:`_Layer` (for reading; the model works on the arrays)."""
+        t = self.table
+        ptr, members = t.ptr.tolist(), t.tensors.tolist()
+        return [_Layer(tuple(members[a:b]), numel, eb, ready, lid, members[a])
+                for a, b, numel, eb, ready, lid in zip(ptr, ptr[1:], self.numel, self.elem, self.ready_of,
+                                                       t.layer.tolist())]
+
+    def busy_until(self, ready: list[float], nxt: int, t: float, free: float) -> float:
+        """The clock while the channel is busy (:func:`_busy_until_spread` where every ready time
+        is its own step, else :func:`_busy_until`)."""
+        if self.spread:
+            return _busy_until_spread(ready, self.ready_eps, nxt, free)
+        return _busy_until(ready, nxt, t, free)
 
     def run(self, rank: list[int], extend: bool = False, resume: Schedule | None = None, at: int = 0,
             dry: bool = False, key: list[int] | None = None) -> Schedule:
@@ -351,7 +459,7 @@ class _Model:
             left, sent = list(self.numel), [0] * len(self.numel)
         else:  # (``at`` may be len(resume.blocks) of a pending schedule: just before its phase 2)
             blocks, decide = resume.blocks[:at], resume.decide_s[:at]
-            t = resume.decide_s[at] if at < len(resume.decide_s) else resume.pending[2]
+            t = resume.decide_s[at] if at < len(resume.decide_s) else _pending(resume)[2]
             free = blocks[-1][4]
             numel = self.numel
             left, sent = numel.copy(), [0] * len(numel)
@@ -406,24 +514,24 @@ class _Model:
         """The iteration :meth:`_phase_two` then :meth:`iteration_s` would give, without a loop over
         the units left: phase 2's ends are a running sum of the units' times in priority order
         (``keys``), and the next forward is the largest of each block's end plus the work
-        after its earliest layer (:meth:`_closed_form`); equal to the loop's up to rounding.
+        after its earliest layer (:meth:`_forward_tables`); equal to the loop's up to rounding.
         ``resume``/``at``: ``blocks[:at]`` are ``resume``'s (their largest end + after is kept
         with ``resume``, :func:`_block_arrays`), but for block ``at - 1``, which block extension
         may have grown."""
         n = len(left)
         queue = keys % n
-        took = self._full_np[queue]
+        took = self.full_np[queue]
         elem, time_s = self.elem, self.time_s
         rest = np.array(left)
-        partial = np.flatnonzero((rest > 0) & (rest < self._numel_np)).tolist()  # partly sent in phase 1
+        partial = np.flatnonzero((rest > 0) & (rest < self.numel_np)).tolist()  # partly sent in phase 1
         if partial:
             took[np.searchsorted(keys, [key[u] for u in partial])] = [time_s(left[u] * elem[u]) for u in partial]
         took[0] += start
-        last = float((np.add.accumulate(took) + self._after_np[queue]).max())
+        last = float((np.add.accumulate(took) + self.after_np[queue]).max())
         after = self.after_unit
         same = at - 1 if resume is not None and at > 1 else 0  # blocks[:same] are resume's as they were
-        first = float(_block_arrays(self, resume)[2][same - 1]) if same else 0.0
-        first = max([end + after[u] for u, _, _, _, end in blocks[same:]], default=first)
+        first = float(_block_arrays(self, resume)[2][same - 1]) if same and resume else 0.0  # largest end + after
+        first = max([first] + [end + after[u] for u, _, _, _, end in blocks[same:]])
         return max(self.floor_s, first, last)
 
     def evaluate(self, rank: list[int], extend: bool, resume: Schedule | None = None, at: int = 0,
@@ -535,7 +643,8 @@ class _Timer:
         self.cost = cost
         self.alpha_s, self.beta_s = cost.alpha_s, cost.beta_s_per_byte
         self.table = ([float(x) for x, _ in cost.points], [float(y) for _, y in cost.points]) if cost.points else None
-        self.first = cost._first if self.table else math.inf  # below the table: the line, capped (CollectiveCost.time_s)
+        # below the table: the line, capped at what the table's first size costs (CollectiveCost.time_s)
+        self.first = cost.time_s(cost.points[0][0]) if cost.points else math.inf
 
     def __call__(self, nbytes: int) -> float:
         if nbytes <= 0:
@@ -592,14 +701,27 @@ def search_priorities(model: _Model, max_evaluations: int | None, extend: bool =
     ``patience``: after that many tries in a row that did not shorten the iteration, only
     the cheap tries go on: those that replay at most :data:`CHEAP_TAIL` of phase 1's blocks
     (a kept one starts the count again); 0: every try (the full search)."""
+    found = _search(model, max_evaluations, extend, window, patience)
+    return found.rank.tolist(), found.schedule(), found.evaluations
+
+
+def _search(model: _Model, max_evaluations: int | None, extend: bool, window: str, patience: int) -> _Found:
+    """:func:`search_priorities`, compiled where it can be (:func:`_compiled_search`), its schedule
+    left as arrays until read."""
     compiled = _compiled_search(model, max_evaluations, extend, window, patience)
     if compiled is not None:
         return compiled
-    if max_evaluations is None:
-        max_evaluations = math.inf
-    units = model.units
-    n = len(units)
-    order = _front_first(model)
+    rank, schedule, evaluations = _python_search(model, max_evaluations, extend, window, patience)
+    return _Found(np.array(rank, dtype=np.int64), evaluations, schedule.iteration_s, schedule)
+
+
+def _python_search(model: _Model, max_evaluations: int | None, extend: bool, window: str,
+                   patience: int) -> tuple[list[int], Schedule, int]:
+    """:func:`search_priorities` on the Python model (the reference, and the fallback)."""
+    limit = math.inf if max_evaluations is None else max_evaluations
+    numel, elem = model.numel, model.elem
+    n = len(numel)
+    order = _front_first(model).tolist()
     rank = [0] * n
     for r, u in enumerate(order):
         rank[u] = r
@@ -611,15 +733,15 @@ def search_priorities(model: _Model, max_evaluations: int | None, extend: bool =
     ready = model.ready_sorted
     since = 0  # trials since the last kept one
     for u in sorted(range(n), key=lambda u: rank[u], reverse=True):  # output layer first
-        if evaluations >= max_evaluations:
+        if evaluations >= limit:
             break
         if u not in first:
             continue  # sent whole in phase 2
         _, lo, hi, start_s, end_s = first[u]
-        if hi - lo >= units[u].numel:
+        if hi - lo >= numel[u]:
             continue  # sent whole in one block: nothing to keep going
         if window == "layer":
-            end_s = start_s + model.time_s(units[u].numel * units[u].element_bytes)
+            end_s = start_s + model.time_s(numel[u] * elem[u])
         span = model.by_ready[bisect.bisect_right(ready, start_s):bisect.bisect_right(ready, end_s)]
         rivals = [v for v in span if rank[v] < rank[u]]
         if not rivals:
@@ -642,32 +764,80 @@ def search_priorities(model: _Model, max_evaluations: int | None, extend: bool =
     return rank, model.complete(best), evaluations
 
 
-def _front_first(model: _Model) -> list[int]:
-    """The units in front-first order (input layer first): the search's first priorities."""
-    units = model.units
-    return sorted(range(len(units)), key=lambda u: (units[u].forward_rank, units[u].element_bytes))
+def _front_first(model: _Model) -> np.ndarray:
+    """The units in front-first order (input layer first, by each unit's first tensor in forward
+    order: no two units share one): the search's first priorities."""
+    table = model.table
+    return np.argsort(table.tensors[table.ptr[:-1]], kind="stable")
+
+
+T = TypeVar("T")
+
+
+def _given(x: T | None) -> T:
+    """``x``, known not to be None here."""
+    assert x is not None
+    return x
+
+
+def _pending(schedule: Schedule) -> tuple:
+    """A dry schedule's pending phase 2."""
+    return _given(schedule.pending)
+
+
+class _Found:
+    """One rule's search: the rank, how many tries, the iteration, and the schedule: the compiled
+    search's as its block arrays (``I``: unit, first and end element; ``F``: start, end and
+    decision time), made into a :class:`Schedule` only where it is read."""
+
+    def __init__(self, rank: np.ndarray, evaluations: int, iteration_s: float, schedule: Schedule | None = None,
+                 I: np.ndarray | None = None, F: np.ndarray | None = None) -> None:  # noqa: E741
+        self.rank, self.evaluations, self.iteration_s = rank, evaluations, iteration_s
+        self._schedule, self._I, self._F = schedule, I, F
+
+    @property
+    def count(self) -> int:
+        """Its operations (blocks)."""
+        return len(self._schedule.blocks) if self._schedule is not None else _given(self._I).shape[1]
+
+    def blocks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each block's unit, first element and end element."""
+        if self._I is None:
+            I = np.array([b[:3] for b in self.schedule().blocks], dtype=np.int64).reshape(-1, 3).T  # noqa: E741
+            return I[0], I[1], I[2]
+        return self._I[0], self._I[1], self._I[2]
+
+    def key(self) -> bytes:
+        """The rank and blocks, as bytes: equal exactly where two rules found the same plan."""
+        unit, lo, hi = self.blocks()
+        return b"".join(np.ascontiguousarray(a).tobytes() for a in (self.rank, unit, lo, hi))
+
+    def schedule(self) -> Schedule:
+        if self._schedule is None:
+            (unit, lo, hi), (start, end, decide) = _given(self._I).tolist(), _given(self._F).tolist()
+            self._schedule = Schedule(self.iteration_s, list(zip(unit, lo, hi, start, end)), decide)
+        return self._schedule
 
 
 def _compiled_search(model: _Model, max_evaluations: int | None, extend: bool, window: str,
-                     patience: int) -> tuple[list[int], Schedule, int] | None:
+                     patience: int) -> _Found | None:
     """:func:`search_priorities` by the compiled kernel (:mod:`gradsched.planners._usbyte_jit`), or
     None where it is not used (numba not installed, ``GRADSCHED_JIT=0``, a measured cost table,
     a layer without elements, or a schedule the kernel leaves to the Python model)."""
-    if (len(model.units) < _jit.MIN_UNITS or model.lines is None or len(model.lines) > 2
-            or min(model.numel, default=0) <= 0 or not _jit.enabled()):
+    if (len(model.numel_np) < _jit.MIN_UNITS or model.lines is None or len(model.lines) > 2
+            or model.numel_np.min() <= 0 or not _jit.enabled()):
         return None
     if model.arrays is None:  # the model as the kernel takes it, made once for every rule
         (a1, b1), (a2, b2) = model.lines[0], model.lines[-1]
-        ia = np.array([model.by_ready, model.numel, model.elem, model.unit_elems], dtype=np.int64)
-        fa = np.array([model.ready_sorted, model.ready_eps, model.full_time_s, model.after_unit, model.ready_of],
-                      dtype=float)
+        ia = np.stack([model.by_ready_np, model.numel_np, model.elem_np, model.unit_elems_np]).astype(np.int64)
+        fa = np.stack([model.ready_sorted_np, model.ready_eps_np, model.full_np, model.after_np, model.ready_of_np])
         p = np.array([model.alpha_s, model.beta_s, a1, b1, a2, b2, model.floor_s], dtype=float)
         cap = int((-(-ia[1] // ia[3])).sum()) + 1 + len(ia[1])  # phase 1's blocks (each a unit or the rest), phase 2's
-        ptr = np.array([0] + list(itertools.accumulate(len(ks) for ks in model.unit_layers)), dtype=np.int64)
-        idx = np.array([k for ks in model.unit_layers for k in ks], dtype=np.int64)
-        work = np.array([[upd for upd, _ in model.forward_work], [f for _, f in model.forward_work]], dtype=float)
+        layers = model.profile.layer_table
+        work = np.array([layers.update_s, layers.forward_s], dtype=float)
         base = model.backward_end_s + model.profile.other_s  # as _Model._forward starts
-        model.arrays = (np.array(_front_first(model), dtype=np.int64), cap, ia, fa, p, (ptr, idx, work, base))
+        forward = (model.table.ptr, model.layer_idx_np, work, base)  # each unit's layers: duplicates are harmless
+        model.arrays = (_front_first(model).astype(np.int64), cap, ia, fa, p, forward)
     limit = _jit.NO_LIMIT if max_evaluations is None else max_evaluations
     q = np.array([len(model.lines) == 2, model.spread, extend, window == "layer", limit, patience], dtype=np.int64)
     order, cap, ia, fa, p, forward = model.arrays
@@ -677,9 +847,8 @@ def _compiled_search(model: _Model, max_evaluations: int | None, extend: bool, w
     status, evaluations, rank, i, f, n, s, z = search(order, cap, ia, fa, p, q, CHEAP_TAIL)
     if status:
         return None
-    m, iteration_s = _jit.kernel("complete")(i, f, n, s, z, ia, fa, p, q, *forward)  # phase 2 played
-    blocks = list(zip(i[0, :m].tolist(), i[1, :m].tolist(), i[2, :m].tolist(), f[0, :m].tolist(), f[1, :m].tolist()))
-    return rank.tolist(), Schedule(float(iteration_s), blocks, f[2, :m].tolist()), int(evaluations)
+    m, iteration_s = _given(_jit.kernel("complete"))(i, f, n, s, z, ia, fa, p, q, *forward)  # phase 2 played
+    return _Found(rank, int(evaluations), float(iteration_s), None, i[:, :m], f[:3, :m])
 
 
 def _promoted(order: list[int], rank: list[int], key: list[int], u: int,
@@ -703,7 +872,7 @@ def _block_arrays(model: _Model, schedule: Schedule) -> tuple[np.ndarray, np.nda
         m = len(schedule.blocks)
         units = np.fromiter((b[0] for b in schedule.blocks), dtype=np.int64, count=m)
         ends = np.fromiter((b[4] for b in schedule.blocks), dtype=float, count=m)
-        schedule.arrays = (units, ends, np.maximum.accumulate(ends + model._after_np[units]))
+        schedule.arrays = (units, ends, np.maximum.accumulate(ends + model.after_np[units]))
     return schedule.arrays
 
 
@@ -733,7 +902,7 @@ def _first_change(model: _Model, schedule: Schedule, rank: list[int], u: int, ta
             return int(hit.argmax())
     if in_phase_two:  # phase 2 goes by priority, every unit ready: is one ranked target..top-1 left?
         n = len(rank)
-        keys = pending[0]
+        keys = _pending(schedule)[0]
         k = int(np.searchsorted(keys, target * n))
         if k < len(keys) and keys[k] < top * n:
             return len(blocks)
@@ -744,24 +913,40 @@ def build_plan(model: _Model, rank: list[int], schedule: Schedule, options: dict
                cluster: Cluster | None = None, hierarchical: str = "never") -> Plan:
     """The plan of ``schedule``: one operation per block, its layer's rank as priority (each made
     hierarchical where ``hierarchical`` says so, on a two-level ``cluster``)."""
-    profile, blocks, elem = model.profile, schedule.blocks, model.elem
-    kinds = (coll.collectives_for([(hi - lo) * elem[u] for u, lo, hi, _, _ in blocks], cluster, hierarchical)
-             if cluster is not None else [DENSE] * len(blocks))  # each block's bytes, known: no second pass
-    ops = []
-    for (u, lo, hi, _, _), kind in zip(blocks, kinds):
-        slices = []
-        offset = 0
-        for i in model.units[u].tensors:
-            numel = profile.tensors[i].numel
-            a, b = max(lo, offset), min(hi, offset + numel)
-            if a < b:
-                slices.append(Slice(i, a - offset, b - offset))
-            offset += numel
-        ops.append(Operation(tuple(slices), kind, priority=rank[u]))
+    found = _Found(np.asarray(rank, dtype=np.int64), 0, schedule.iteration_s, schedule)
+    return _build(model, found, options, cluster, hierarchical)
+
+
+def _build(model: _Model, found: _Found, options: dict, cluster: Cluster | None, hierarchical: str) -> Plan:
+    """:func:`build_plan` from a search's result."""
+    profile, table = model.profile, model.table
+    unit, lo, hi = found.blocks()
+    count = len(unit)
+    kinds = (coll.collectives_for(((hi - lo) * model.elem_np[unit]).tolist(), cluster, hierarchical)
+             if cluster is not None else [DENSE] * count)  # each block's bytes, known: no second pass
+    priority = found.rank[unit].tolist()
+    if len(table.tensors) == len(table.numel):  # one tensor per unit: a block is one slice of it
+        ops = block_operations(zip(table.tensors[unit].tolist(), lo.tolist(), hi.tolist(), kinds, priority))
+    else:
+        ops = [Operation(_slices(profile, table, u, a, b), kind, priority=p)
+               for u, a, b, kind, p in zip(unit.tolist(), lo.tolist(), hi.tolist(), kinds, priority)]
     if cluster is not None:
         options = coll.recorded(options, cluster, hierarchical)
     return Plan("usbyte", tuple(ops), profile.fingerprint, profile.model, options,
                 scheduling="priority", overlap_forward=True)
+
+
+def _slices(profile: Profile, table: _Units, u: int, lo: int, hi: int) -> tuple[Slice, ...]:
+    """Elements ``[lo, hi)`` of unit ``u`` (its tensors back to back, in forward order) as slices."""
+    slices = []
+    offset = 0
+    for i in table.tensors[table.ptr[u]:table.ptr[u + 1]].tolist():
+        numel = profile.tensors[i].numel
+        a, b = max(lo, offset), min(hi, offset + numel)
+        if a < b:
+            slices.append(Slice(i, a - offset, b - offset))
+        offset += numel
+    return tuple(slices)
 
 
 RULES = (("block", False), ("block", True), ("layer", False), ("layer", True))  # (window, extend); gradsched's first
@@ -788,39 +973,50 @@ def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_B
                    merged_layers(profile, merge_bytes))
     rules = [(w, e) for w, e in RULES if window in (None, w) and extend in (None, e)]
     exact = merge_bytes == 0 and _model_is_exact(profile, cluster)
-    best, total = None, 0
-    made: set[tuple] = set()  # rules' plans so far (rank and blocks): a later rule's same plan loses the tie
+    best: tuple | None = None
+    total = 0
+    made: set[bytes] = set()  # rules' plans so far (rank and blocks): a later rule's same plan loses the tie
     for k, (w, e) in enumerate(rules):
-        rank, schedule, evaluations = search_priorities(model, max_evaluations, e, w, patience)
-        total += evaluations
-        same = (tuple(rank), tuple((u, lo, hi) for u, lo, hi, _, _ in schedule.blocks))
-        if same in made and not exact:
-            continue  # built and simulated already (rules often agree where compute hides the blocks)
-        made.add(same)
+        found = _search(model, max_evaluations, e, w, patience)
+        total += found.evaluations
+        if not exact:
+            same = found.key()
+            if same in made:
+                continue  # built and simulated already (rules often agree where compute hides the blocks)
+            made.add(same)
         options = {"unit_bytes": unit_bytes, "max_evaluations": max_evaluations, "patience": patience,
                    "merge_bytes": merge_bytes, "extend": e, "window": w}
-        plan_ = (build_plan(model, rank, schedule, options, cluster, hierarchical)
-                 if not exact or len(rules) == 1 else None)
         if len(rules) == 1:
-            return plan_, schedule, total
-        predicted = schedule.iteration_s if exact else _simulated_s(plan_, profile, cluster)
-        key = (predicted, len(schedule.blocks), k)
+            return _build(model, found, options, cluster, hierarchical), found.schedule(), total
+        plan_ = None if exact else _build(model, found, options, cluster, hierarchical)
+        predicted = found.iteration_s if plan_ is None else _simulated_s(plan_, profile, cluster)
+        key = (predicted, found.count, k)
         if best is None or key < best[0]:
-            best = (key, rank, schedule, options, plan_)
-    (predicted, _, _), rank, schedule, options, plan_ = best
-    plan_ = plan_ or build_plan(model, rank, schedule, options, cluster, hierarchical)
-    _LAST_SIMULATED[:] = [plan_, predicted] if not exact else []
+            best = (key, found, options, plan_)
+    assert best is not None
+    (predicted, _, _), found, options, plan_ = best
+    schedule = found.schedule()
+    if plan_ is None:
+        plan_ = _build(model, found, options, cluster, hierarchical)
+    else:
+        schedule.simulated_s = predicted  # auto need not simulate it again
     return plan_, schedule, total
 
 
-_LAST_SIMULATED: list = []  # [plan, its simulated iteration]: the last plan predict simulated to choose it
+def plan_and_simulated(profile: Profile, cluster: Cluster, **options: object) -> tuple[Plan, float | None]:
+    """``usbyte``'s plan with ``options`` (checked as :func:`~gradsched.planners.make_plan` checks
+    them) and its iteration (one channel, no timeline) where :func:`predict` simulated that very
+    plan to choose its rule, else None: ``auto`` need not simulate it again."""
+    plan_, schedule, _ = predict(profile, cluster, **check_options("usbyte", options))
+    return plan_, schedule.simulated_s
 
 
 def simulated_s(plan_: Plan) -> float | None:
-    """The iteration (one channel, no timeline) that :func:`predict` simulated to choose ``plan_`` (the
-    very object it returned last), or None: ``auto`` need not simulate it again."""
-    last = _LAST_SIMULATED[:]
-    return last[1] if last and last[0] is plan_ else None
+    """Deprecated (it read a module-level record of the last plan): always None, "simulate it";
+    :func:`plan_and_simulated` returns the plan with its simulated iteration."""
+    warnings.warn("gradsched.planners.usbyte.simulated_s is deprecated: use plan_and_simulated, which returns "
+                  "the plan and its simulated iteration together", DeprecationWarning, stacklevel=2)
+    return None
 
 
 def _model_is_exact(profile: Profile, cluster: Cluster) -> bool:
@@ -838,22 +1034,22 @@ def _simulated_s(plan_: Plan, profile: Profile, cluster: Cluster) -> float:
 
 
 def _check_merge(merge_bytes: object) -> None:
-    if isinstance(merge_bytes, bool) or not (isinstance(merge_bytes, numbers.Integral) and merge_bytes >= 0):
+    if isinstance(merge_bytes, bool) or not (isinstance(merge_bytes, numbers.Integral) and int(merge_bytes) >= 0):
         raise GradschedError(f"usbyte: merge_bytes must be a whole number of bytes, 0 or more (0: the paper's "
                              f"layers), got {merge_bytes!r}")
 
 
 def _check_patience(patience: object) -> None:
-    if isinstance(patience, bool) or not (isinstance(patience, numbers.Integral) and patience >= 0):
+    if isinstance(patience, bool) or not (isinstance(patience, numbers.Integral) and int(patience) >= 0):
         raise GradschedError(f"usbyte: patience must be a whole number of tries, 0 or more (0: the full search), "
                              f"got {patience!r}")
 
 
 def _check_options(unit_bytes: object, max_evaluations: object, extend: object,
                    window: object) -> tuple[int, int | None]:
-    if not (isinstance(unit_bytes, numbers.Integral) and unit_bytes > 0):
+    if not (isinstance(unit_bytes, numbers.Integral) and int(unit_bytes) > 0):
         raise GradschedError(f"usbyte: unit_bytes must be a positive whole number of bytes, got {unit_bytes!r}")
-    if max_evaluations is not None and not (isinstance(max_evaluations, numbers.Integral) and max_evaluations >= 1):
+    if max_evaluations is not None and not (isinstance(max_evaluations, numbers.Integral) and int(max_evaluations) >= 1):
         raise GradschedError(f"usbyte: max_evaluations must be at least 1 (1 = front-first, no search), "
                              f"got {max_evaluations!r}")
     if extend not in (None, True, False):
