@@ -116,6 +116,33 @@ def test_without_forward_overlap_every_gather_ends_before_the_step(case):
     assert r.iteration_s == pytest.approx(2.4)
 
 
+def test_gathers_start_at_the_runtimes_first_wait_after_backward(case):
+    # The runtime starts all-gathers where it first waits after backward (decoupled.retire_alone): with
+    # forward overlap, the first forward layer's gate, after other_s.  One group RS(t0,t1,t2) 0.6-1.45;
+    # other_s 1 s: 0.6-1.6, so AG 1.6-2.45 (not 1.45-2.3), forward 2.45-2.75 (not 2.3-2.6).
+    profile, cluster = case
+    profile = dataclasses.replace(profile, other_s=1.0)
+    ops = (Operation(whole(profile, 0, 1, 2), REDUCE_SCATTER, 0), Operation(whole(profile, 0, 1, 2), ALL_GATHER, 1))
+    plan = Plan("hand", ops, profile.fingerprint, profile.model, overlap_forward=True)
+    r = simulate(plan, profile, cluster)
+    assert r.op_start_s == pytest.approx([0.6, 1.6]) and r.op_end_s == pytest.approx([1.45, 2.45])
+    assert r.iteration_s == pytest.approx(2.75)
+    # without forward overlap the runtime gathers at the end of backward: AG 1.45-2.3, other 2.3-3.3, forward 3.6
+    r = simulate(dataclasses.replace(plan, overlap_forward=False), profile, cluster)
+    assert r.op_start_s == pytest.approx([0.6, 1.45]) and r.iteration_s == pytest.approx(3.6)
+
+
+def test_a_prioritised_gather_waits_for_the_first_wait_too(case):
+    # other_s 0.5: backward ends 0.6, the forward's first gate at 1.1.  AG(t2,t1) (priority -1) is unlocked when
+    # its RS ends (0.95) but not started before 1.1, so RS(t0) goes first: 0.95-1.2, AG(t2,t1) 1.2-1.85,
+    # AG(t0) 1.85-2.1; forward 2.1-2.4
+    profile, cluster = case
+    profile = dataclasses.replace(profile, other_s=0.5)
+    r = simulate(two_phase(profile, priorities=(0, 1, 2, -1), scheduling="priority"), profile, cluster)
+    assert r.op_start_s == pytest.approx([0.3, 0.95, 1.85, 1.2])
+    assert r.iteration_s == pytest.approx(2.4)
+
+
 # ------------------------------------------------------------------ plan checks
 def test_a_two_phase_plan_round_trips(case, tmp_path):
     profile, _ = case

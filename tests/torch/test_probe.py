@@ -113,3 +113,17 @@ def test_figures_across_jobs_are_each_figures_median():
                                                            "busy_latency_s": 5e-4})  # two jobs: their mean
     alone = across_jobs(own, [])
     assert alone == own and alone is not own  # no history: this job's own, a copy
+
+
+@pytest.mark.parametrize("strategies, two_phase", [("ddp,auto", False), ("ddp,usbyte,mgwfbp", False),
+                                                   ("ddp,dear", True), ("ddp,fsdp2", True)])
+def test_the_network_table_times_the_two_phases_where_a_row_runs_them(strategies, two_phase):
+    # derived from the all-reduce, gloo's reduce-scatter and all-gather were half its time each; on the testbed
+    # they took about twice that, so rows that run them get them measured (and only those: start-up time)
+    from types import SimpleNamespace
+
+    from gradsched.jobs.bench import entries
+
+    cfg = SimpleNamespace(entries=entries(strategies, "none"))
+    expected = ["allreduce", "reducescatter", "allgather"] if two_phase else ["allreduce"]
+    assert bench_worker.network_collectives(cfg) == expected  # type: ignore[arg-type]

@@ -133,6 +133,8 @@ class Autotune(TypedDict, total=False):
     predicted_iteration_s: Emulated[float | None]
     expected_iteration_s: Emulated[float | None]
     settled_at: int | None
+    profiling_from: int | None  # iterations (AutoTuner.summary), not seconds
+    profiled_at: int | None
     measured_iteration_s: Emulated[float | None]
     replans: int
     trial_decision: TrialDecision | None

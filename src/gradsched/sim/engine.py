@@ -21,7 +21,10 @@ The model (docs/simulator.md has the figures):
    reaches it, in issue order.
    A ``reduce-scatter`` / ``all-gather`` of ``n`` bytes costs the cluster's
    ``reducescatter`` / ``allgather`` of ``n / p`` bytes per rank; an all-gather is
-   ready when its reduce-scatter ends (plan order still holds under ``fifo``).
+   ready when its reduce-scatter ends and the runtime has reached its first wait after
+   backward, where it starts the gathers (``decoupled.retire_alone``): the first forward
+   layer's gate, after ``other_s``, in an overlapping plan; the end of backward otherwise
+   (plan order still holds under ``fifo``).
 3. **Update and next forward**: without ``overlap_forward``, ``other_s`` (the
    optimizer step, the loss, whatever is not a layer) runs when every operation is
    done and the updates applied, then the next forward (the optimizer needs the
@@ -311,13 +314,7 @@ def _run(plan: Plan, profile: Profile, st: _Static, channels: int, on_compute: D
             ready[j] = clock
     backward_end = clock
 
-    # ---- communication
-    start = [0.0] * n_ops
-    finish = [0.0] * n_ops
-    _schedule(plan, ready, st.cost, st.op_bytes, channels, start, finish, on_comm, st.after)
-    comm_end = max(finish, default=0.0)
-
-    # ---- other work, updates and the next forward
+    # ---- other work (overlapping plans: before the first forward's wait), then communication
     t = backward_end
 
     def other(t: float) -> float:
@@ -329,6 +326,14 @@ def _run(plan: Plan, profile: Profile, st: _Static, channels: int, on_compute: D
 
     if plan.overlap_forward:
         t = other(t)  # the optimizer's bookkeeping and the loss run while the operations are in flight
+    start = [0.0] * n_ops
+    finish = [0.0] * n_ops
+    # the runtime issues all-gathers at its first wait after backward (decoupled.retire_alone): the first
+    # forward layer's gate (overlapping plans) or the end of backward, never before
+    _schedule(plan, ready, st.cost, st.op_bytes, channels, start, finish, on_comm, st.after, gather_from_s=t)
+    comm_end = max(finish, default=0.0)
+
+    # ---- updates and the next forward
     by_issue = sorted(range(n_ops), key=lambda j: (start[j], j))
     settled = 0  # operations retired so far, a prefix of by_issue
 
@@ -423,9 +428,11 @@ def _channel_of(j: int, plan: Plan, channels: int) -> int:
 
 
 def _schedule(plan: Plan, ready: list[float], cost: list[float], nbytes: list[int], channels: int,
-              start: list[float], end: list[float], on_comm: Dilate = _free, after: list[int] | None = None) -> None:
+              start: list[float], end: list[float], on_comm: Dilate = _free, after: list[int] | None = None,
+              gather_from_s: float = 0.0) -> None:
     """Fill ``start``/``end`` of every operation (see the module docstring, point 2).  ``after[j]``: an
-    earlier operation that must end before ``j`` is ready (an all-gather's reduce-scatter), or -1."""
+    earlier operation that must end before ``j`` is ready (an all-gather's reduce-scatter), or -1; such an
+    operation is ready no earlier than ``gather_from_s`` either (when the runtime starts its gathers)."""
     # long function: the scheduling disciplines (fifo, credit, priority) share the channels' state; each branch is short
     n = len(ready)
     if n == 0:
@@ -441,7 +448,7 @@ def _schedule(plan: Plan, ready: list[float], cost: list[float], nbytes: list[in
         last_start = 0.0
         for j in range(n):
             if after[j] >= 0:
-                ready[j] = end[after[j]]  # list order puts the reduce-scatter first: already scheduled
+                ready[j] = max(end[after[j]], gather_from_s)  # list order puts the reduce-scatter first
             c = min(range(channels), key=free.__getitem__)
             s = max(ready[j], free[c], last_start)
             start[j], end[j] = s, on_comm(s, cost[j])
@@ -503,8 +510,8 @@ def _schedule(plan: Plan, ready: list[float], cost: list[float], nbytes: list[in
             inflight += nbytes[cand]
             heapq.heappush(finishing, (end[cand], nbytes[cand]))
             for d in dependents.get(cand, ()):
-                ready[d] = end[cand]
-                heapq.heappush(unlocked, (end[cand], d))
+                ready[d] = max(end[cand], gather_from_s)
+                heapq.heappush(unlocked, (ready[d], d))
             issued += 1
             progressed = True
         if issued >= n:

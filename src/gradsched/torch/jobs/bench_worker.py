@@ -11,7 +11,8 @@ What one job does, in order (every rank runs the same steps, so collectives matc
    same CPU contention between ranks as in training, no communication); rank 0's
    profile is broadcast so that every rank plans from the same one.
 2. **Network**: all-reduce timed on the live group from 4 KiB up to twice the
-   model's gradient size (rounded up to a power of two), fitted to a Cluster on rank 0
+   model's gradient size (rounded up to a power of two), and reduce-scatter and all-gather
+   where a row runs them (:func:`network_collectives`), fitted to a Cluster on rank 0
    and broadcast.
 3. **Contention probe**: a training step alone and while a queue of all-reduces of
    all gradients keeps communication busy; one such all-reduce alone and while
@@ -122,13 +123,22 @@ def _measure_cluster(total_bytes: int, cfg: BenchConfig) -> Cluster:
     # ones (gradsched.net_extend), not timed at the shaped (dilated) rate.
     top = 2 << max(12, math.ceil(math.log2(max(total_bytes, 4096))))
     cluster = benchmark(min_bytes=4096, max_bytes=min(top, MEASURED_MAX_BYTES), reps=cfg.net_reps, warmup=1,
-                        collectives=["allreduce"])
+                        collectives=network_collectives(cfg))
     if cluster is not None and top > MEASURED_MAX_BYTES:
         measured = [tuple(p) for p in cluster.extra["measured_points"]["allreduce"]]
         cost = CollectiveCost.fit(extend_points(measured, top), envelope=True)
         cluster = dataclasses.replace(cluster, collectives={**cluster.collectives, "allreduce": cost},
                                       extra={**cluster.extra, "extended_beyond_bytes": MEASURED_MAX_BYTES})
     return _broadcast(cluster)
+
+
+def network_collectives(cfg: BenchConfig) -> list[str]:
+    """What the network table times: the all-reduce, and where a row runs reduce-scatters and all-gathers
+    (``dear``, ``fsdp2``) those too, as the runtime runs them.  Derived from the all-reduce they were
+    half of it each; on gloo over 2 testbed hosts at 1 Gbit/s they took 2.0x (all-to-all and sum) and
+    1.75x that (docs/notes/2026-12-decoupled.md), and ``dear`` was predicted 19-31% too fast."""
+    two_phase = any(e.fsdp2 or (not e.torch_ddp and e.strategy == "dear") for e in cfg.entries)
+    return ["allreduce", "reducescatter", "allgather"] if two_phase else ["allreduce"]
 
 
 def _startup_probe(contention: ContentionProbe, cluster: Cluster, cfg: BenchConfig) -> ProbeFigures:
