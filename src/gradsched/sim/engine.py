@@ -44,13 +44,17 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
+
+import numpy as np
 
 from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
 from gradsched.plan import ALL_GATHER, DENSE, HIER, REDUCE_SCATTER, SPARSE, Plan, gate_tensor
 from gradsched.profile import Profile
+from gradsched.sim import _kernel
 from gradsched.sparsity import sent_bytes
 from gradsched.timeline import BACKWARD, COMM, FORWARD, HOST, OTHER, SELECT, UPDATE, WAIT, Timeline
 
@@ -87,6 +91,10 @@ def simulate(plan: Plan, profile: Profile, cluster: Cluster, *, channels: int = 
         raise GradschedError(f"channels must be at least 1, got {channels}")
     st = _Static(plan, profile, cluster)
     kc, kn, lat, op_lat = contention(cluster)
+    if not timeline and kc == 0 and kn == 0 and lat == 0:
+        compiled = _run_compiled(plan, profile, st, channels, op_lat)
+        if compiled is not None:  # the same times as _run's, without its spans (sim/_kernel.py)
+            return _result(plan, profile, cluster, st, compiled, channels, timeline)
     timing = _run(plan, profile, st, channels, _free, _dilator([], 0.0, op_latency_s=op_lat))
     if kc > 0 or kn > 0 or lat > 0:
         # Fixed point: compute slows while communication is in flight and vice versa;
@@ -102,6 +110,72 @@ def simulate(plan: Plan, profile: Profile, cluster: Cluster, *, channels: int = 
             if done:
                 break
     return _result(plan, profile, cluster, st, timing, channels, timeline)
+
+
+def _run_compiled(plan: Plan, profile: Profile, st: _Static, channels: int, op_latency_s: float) -> _Timing | None:
+    """:func:`_run`'s pass by the compiled kernel (:mod:`gradsched.sim._kernel`), without compute spans; None
+    where it does not apply (numba absent or off, few operations, the runtime's retire time charged)."""
+    ops = plan.operations
+    n = len(ops)
+    if st.retire_s > 0 or n < _kernel.MIN_OPERATIONS or not _kernel.enabled():
+        return None
+    run_pass = _kernel.kernel()
+    if run_pass is None:
+        return None
+    fixed = _profile_arrays(profile)
+    comp_ptr, comp_ops = _csr(st.completes)
+    g_ptr, g_ops = _csr(st.gated)
+    if plan.overlap_forward:
+        o_ptr, o_tensors = _csr([[s.tensor for s in op.slices] for op in ops])
+    else:
+        o_ptr, o_tensors = np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    ready, start, end = np.zeros(n), np.zeros(n), np.zeros(n)
+    layer_end = np.zeros(len(st.layer_time))
+    credit = -1 if plan.credit_bytes is None else plan.credit_bytes
+    backward_end, comm_end, iteration = run_pass(
+        fixed.layer_time, comp_ptr, comp_ops, np.array(st.select, dtype=float), st.issue_s,
+        np.array(st.cost, dtype=float), np.array(st.op_bytes, dtype=np.int64),
+        np.array([op.priority for op in ops], dtype=np.int64), np.array(st.after, dtype=np.int64),
+        plan.scheduling == "fifo", credit, channels, op_latency_s, profile.other_s, plan.overlap_forward,
+        st.update_total, fixed.forward_s, fixed.update_s, fixed.f_ptr, fixed.f_tensors, g_ptr, g_ops, o_ptr,
+        o_tensors, profile.num_tensors, ready, start, end, layer_end)
+    return _Timing([], ready.tolist(), start.tolist(), end.tolist(), layer_end.tolist(), float(backward_end),
+                   float(comm_end), float(iteration))
+
+
+@dataclass(frozen=True)
+class _ProfileArrays:
+    """A profile's layers as the compiled pass reads them (made once per profile)."""
+
+    layer_time: np.ndarray  # backward, layers in ready order
+    forward_s: np.ndarray  # layers in forward order
+    update_s: np.ndarray
+    f_ptr: np.ndarray  # layer k's tensors: f_tensors[f_ptr[k]:f_ptr[k + 1]]
+    f_tensors: np.ndarray
+
+
+_PROFILES: list[tuple[Profile, _ProfileArrays]] = []  # the last few profiles simulated, by identity
+
+
+def _profile_arrays(profile: Profile) -> _ProfileArrays:
+    for known, arrays in _PROFILES:
+        if known is profile:
+            return arrays
+    layers = profile.layer_table
+    f_ptr, f_tensors = _csr(layers.forward)
+    arrays = _ProfileArrays(np.array(layers.backward_s, dtype=float), np.array(layers.forward_s, dtype=float),
+                            np.array(layers.update_s, dtype=float), f_ptr, f_tensors)
+    _PROFILES.insert(0, (profile, arrays))
+    del _PROFILES[4:]
+    return arrays
+
+
+def _csr(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """``rows`` as (pointers, values): row k is ``values[pointers[k]:pointers[k + 1]]``."""
+    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in rows], out=ptr[1:])
+    values = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(ptr[-1]))
+    return ptr, values
 
 
 def contention(cluster: Cluster) -> tuple[float, float, float, float]:
