@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gradsched.cluster import Contention
 from gradsched.planners import make_plan
 from gradsched.sim import _kernel, engine, simulate
 from gradsched.synthetic import random_case
@@ -44,10 +45,12 @@ def test_the_kernels_simultaneity_is_the_simulators():
 @needs_numba
 @settings(max_examples=30, deadline=None)
 @given(profiles(max_layers=10, mixed_dtypes=True, with_update=True), clusters(), st.sampled_from(PLANS),
-       st.sampled_from([1, 2]), st.sampled_from([0.0, 2e-6]))
-def test_compiled_pass_equals_python_pass(profile, cluster, strategy, channels, issue_s):
+       st.sampled_from([1, 2]), st.sampled_from([0.0, 2e-6]), st.sampled_from([0.0, 3e-6]))
+def test_compiled_pass_equals_python_pass(profile, cluster, strategy, channels, issue_s, op_latency_s):
     if issue_s:
         profile = profile.with_op_host(issue_s, 0.0)
+    if op_latency_s:  # a latency per operation, nothing dilated: still the compiled pass
+        cluster = dataclasses.replace(cluster, contention=Contention(op_latency_s=op_latency_s))
     name, opts = strategy
     plan = make_plan(name, profile, cluster, **opts)
     python, compiled = both(plan, profile, cluster, channels)

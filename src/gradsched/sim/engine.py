@@ -51,8 +51,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from gradsched.cluster import Cluster
+from gradsched.costs import CollectiveCost
 from gradsched.errors import GradschedError
-from gradsched.plan import ALL_GATHER, DENSE, HIER, REDUCE_SCATTER, SPARSE, Plan, gate_tensor
+from gradsched.plan import ALL_GATHER, DENSE, HIER, REDUCE_SCATTER, SPARSE, Operation, Plan, gate_tensor
 from gradsched.profile import Profile
 from gradsched.sim import _kernel
 from gradsched.sparsity import sent_bytes
@@ -122,7 +123,7 @@ def _run_compiled(plan: Plan, profile: Profile, st: _Static, channels: int, op_l
     run_pass = _kernel.kernel()
     if run_pass is None:
         return None
-    fixed = _profile_arrays(profile)
+    fixed = profile_arrays(profile)
     comp_ptr, comp_ops = _csr(st.completes)
     g_ptr, g_ops = _csr(st.gated)
     if plan.overlap_forward:
@@ -145,26 +146,37 @@ def _run_compiled(plan: Plan, profile: Profile, st: _Static, channels: int, op_l
 
 @dataclass(frozen=True)
 class _ProfileArrays:
-    """A profile's layers as the compiled pass reads them (made once per profile)."""
+    """What every simulation of a profile reads (made once per profile: the last few are kept)."""
 
     layer_time: np.ndarray  # backward, layers in ready order
     forward_s: np.ndarray  # layers in forward order
     update_s: np.ndarray
     f_ptr: np.ndarray  # layer k's tensors: f_tensors[f_ptr[k]:f_ptr[k + 1]]
     f_tensors: np.ndarray
+    element_bytes: list[int]  # per tensor
+    ready_layer: list[int]  # per tensor: its layer's place in ready order
+    forward_layer: list[int]  # per tensor: its layer's place in forward order
+    layer_name: list[str]  # layers in ready order: their first tensor's name
+    forward: list[tuple[str, float, float, tuple[int, ...]]]  # forward layers: (name, forward_s, update_s, tensors)
 
 
 _PROFILES: list[tuple[Profile, _ProfileArrays]] = []  # the last few profiles simulated, by identity
 
 
-def _profile_arrays(profile: Profile) -> _ProfileArrays:
+def profile_arrays(profile: Profile) -> _ProfileArrays:
+    """``profile``'s layers as the simulator reads them (kept for the last few profiles)."""
     for known, arrays in _PROFILES:
         if known is profile:
             return arrays
-    layers = profile.layer_table
+    layers, layer_of, tensors = profile.layer_table, profile.layer_of, profile.tensors
+    forward_pos = {layer_of[ts[0]]: k for k, ts in enumerate(layers.forward)}
     f_ptr, f_tensors = _csr(layers.forward)
     arrays = _ProfileArrays(np.array(layers.backward_s, dtype=float), np.array(layers.forward_s, dtype=float),
-                            np.array(layers.update_s, dtype=float), f_ptr, f_tensors)
+                            np.array(layers.update_s, dtype=float), f_ptr, f_tensors,
+                            [t.element_bytes for t in tensors], [layers.position[lid] for lid in layer_of],
+                            [forward_pos[lid] for lid in layer_of], [tensors[ts[0]].name for ts in layers.ready],
+                            [(tensors[ts[0]].name, f, u, ts)
+                             for ts, f, u in zip(layers.forward, layers.forward_s, layers.update_s)])
     _PROFILES.insert(0, (profile, arrays))
     del _PROFILES[4:]
     return arrays
@@ -261,76 +273,93 @@ class _Static:
     """What does not change between contention passes: sizes, costs, layer structure."""
 
     def __init__(self, plan: Plan, profile: Profile, cluster: Cluster) -> None:
+        # long function: one walk over the operations fills every per-operation list; split, each
+        # part would walk them again (thousands of blocks per plan in auto's search)
         ops = plan.operations
         n_ops = len(ops)
-        elem = [t.element_bytes for t in profile.tensors]
+        fixed = profile_arrays(profile)
+        elem, layer_pos = fixed.element_bytes, fixed.ready_layer
         world = cluster.world_size
         dense = _dense_costs(ops, cluster)
-        ag = cluster.cost("allgather") if any(op.sparse for op in ops) else None
         self.op_bytes = [0] * n_ops
         self.cost = [0.0] * n_ops
         self.select = [0.0] * n_ops
         self.inflight_mem = [0] * n_ops  # buffers alive while the op is being prepared / in flight
         self.residual_bytes = 0
-        selection_s = cluster.selection_s
+        self.completes: list[list[int]] = [[] for _ in fixed.layer_time]  # ops each backward layer completes
+        self.first_layer = [0] * n_ops
+        by_collective: dict[str, list[int]] = {}
+        sparse: list[int] = []
         for j, op in enumerate(ops):
             slices = op.slices
+            collective = op.collective
             if len(slices) == 1:  # the common case (whole tensors, blocks), without a generator
-                numel = slices[0].numel
-                nb = numel * elem[slices[0].tensor]
+                s0 = slices[0]
+                nb = (s0.end - s0.start) * elem[s0.tensor]
+                first = last = layer_pos[s0.tensor]
             else:
-                numel = sum(s.numel for s in slices)
-                nb = sum(s.numel * elem[s.tensor] for s in slices)
-            self.op_bytes[j] = nb
-            if op.collective == SPARSE:
-                per_rank = sent_bytes(op.density, numel, elem[op.slices[0].tensor])
-                self.cost[j] = ag.time_s(per_rank)
-                self.select[j] = selection_s(numel)
-                self.residual_bytes += nb
-                self.inflight_mem[j] = per_rank * (world + 1) + nb  # own top-k, gathered top-ks, rebuilt dense
-            else:
-                self.cost[j] = dense[op.collective].time_s(nb)
-                if (len(op.slices) > 1 and op.collective != ALL_GATHER) or op.collective == REDUCE_SCATTER:
-                    self.inflight_mem[j] = nb  # flat bucket buffer (a reduce-scatter's until its all-gather ends)
-        # backward layers in ready order, and which operations each one completes
-        layers, layer_of, tensors = profile.layer_table, profile.layer_of, profile.tensors
-        layer_pos = layers.position
-        self.layer_time = layers.backward_s
-        self.layer_name = [tensors[ts[0]].name for ts in layers.ready]
-        self.completes: list[list[int]] = [[] for _ in self.layer_time]
-        self.first_layer = [0] * n_ops
-        for j, op in enumerate(ops):
-            if op.collective == ALL_GATHER:
-                continue  # ready when its reduce-scatter ends, not when a layer does
-            if len(op.slices) == 1:
-                first = last = layer_pos[layer_of[op.slices[0].tensor]]
-            else:
-                positions = [layer_pos[layer_of[s.tensor]] for s in op.slices]
+                nb = sum([(s.end - s.start) * elem[s.tensor] for s in slices])
+                positions = [layer_pos[s.tensor] for s in slices]
                 first, last = min(positions), max(positions)
-            self.completes[last].append(j)
-            self.first_layer[j] = first
-        # forward layers in forward order: (name, forward_s, update_s, tensors)
-        self.forward = [(tensors[ts[0]].name, f, u, ts)
-                        for ts, f, u in zip(layers.forward, layers.forward_s, layers.update_s)]
+            self.op_bytes[j] = nb
+            if collective == SPARSE:
+                sparse.append(j)
+            else:
+                by_collective.setdefault(collective, []).append(j)
+                if (len(slices) > 1 and collective != ALL_GATHER) or collective == REDUCE_SCATTER:
+                    self.inflight_mem[j] = nb  # flat bucket buffer (a reduce-scatter's until its all-gather ends)
+            if collective != ALL_GATHER:  # an all-gather is ready when its reduce-scatter ends, not when a layer does
+                self.completes[last].append(j)
+                self.first_layer[j] = first
+        for collective, members in by_collective.items():
+            for j, c in zip(members, _times_s(dense[collective], [self.op_bytes[j] for j in members])):
+                self.cost[j] = c
+        if sparse:
+            self._sparse(ops, sparse, cluster, elem, world)
+        self.layer_time = profile.layer_table.backward_s
+        self.layer_name = fixed.layer_name
+        self.forward = fixed.forward  # forward layers in forward order: (name, forward_s, update_s, tensors)
         self.update_total = profile.update_s
         self.issue_s, self.retire_s = profile.op_host_s()
-        self._two_phase(plan, profile)
+        self._two_phase(plan, profile, fixed.forward_layer, REDUCE_SCATTER in by_collective)
 
-    def _two_phase(self, plan: Plan, profile: Profile) -> None:
+    def _sparse(self, ops: tuple[Operation, ...], sparse: list[int], cluster: Cluster, elem: list[int],
+                world: int) -> None:
+        """Cost, selection time and buffers of the top-k operations ``sparse``."""
+        ag = cluster.cost("allgather")
+        selection_s = cluster.selection_s
+        for j in sparse:
+            op = ops[j]
+            numel = sum(s.numel for s in op.slices)
+            nb = self.op_bytes[j]
+            per_rank = sent_bytes(op.density, numel, elem[op.slices[0].tensor])
+            self.cost[j] = ag.time_s(per_rank)
+            self.select[j] = selection_s(numel)
+            self.residual_bytes += nb
+            self.inflight_mem[j] = per_rank * (world + 1) + nb  # own top-k, gathered top-ks, rebuilt dense
+
+    def _two_phase(self, plan: Plan, profile: Profile, forward_layer: list[int], decoupled: bool) -> None:
         """Each all-gather issues once its reduce-scatter is done (``after``), frees the reduce-scatter's
         buffer when it ends (``freed_by``) and gates one forward layer (``gated``)."""
         n_ops = len(plan.operations)
         self.after = [-1] * n_ops
         self.freed_by = list(range(n_ops))
+        self.gated: list[list[int]] = [[] for _ in profile.layer_table.forward]  # all-gathers each forward layer waits for
+        if not decoupled and not any(op.collective == ALL_GATHER for op in plan.operations):
+            return
         for ag, rs in plan.gathers().items():
             self.after[ag] = rs
             self.freed_by[rs] = ag
-        layers, layer_of = profile.layer_table, profile.layer_of
-        forward_pos = {layer_of[ts[0]]: k for k, ts in enumerate(layers.forward)}
-        self.gated: list[list[int]] = [[] for _ in layers.forward]  # all-gathers each forward layer waits for
         for j, op in enumerate(plan.operations):
             if op.collective == ALL_GATHER:
-                self.gated[forward_pos[layer_of[gate_tensor(op)]]].append(j)
+                self.gated[forward_layer[gate_tensor(op)]].append(j)
+
+
+def _times_s(cost: CollectiveCost, nbytes: list[int]) -> list[float]:
+    """``cost.time_s`` of each size: a plain line with numpy (the same arithmetic), else one at a time."""
+    if type(cost) is CollectiveCost and cost.points is None and len(nbytes) > 8:
+        return cost.times_s(nbytes).tolist()
+    return [cost.time_s(nb) for nb in nbytes]
 
 
 def _dense_costs(ops, cluster: Cluster) -> dict:
