@@ -80,3 +80,33 @@ def test_python_pass_runs_without_the_kernel_or_where_it_does_not_apply(monkeypa
     assert engine._run_compiled(plan, retiring, engine._Static(plan, retiring, cluster), 1, 0.0) is None
     monkeypatch.setattr(_kernel.importlib.util, "find_spec", lambda name: None)
     assert not _kernel.enabled()
+
+
+@needs_numba
+@settings(max_examples=30, deadline=None)
+@given(profiles(max_layers=12, mixed_dtypes=True), clusters(tables=False), st.sampled_from([0.0, 1e-4]))
+def test_optimal_groups_compiled_equals_numpy(profile, cluster, alpha_s):
+    from gradsched.cluster import CollectiveCost
+    from gradsched.planners import optimal
+
+    cost = cluster.cost("allreduce") if alpha_s else CollectiveCost(0.0, cluster.cost("allreduce").beta_s_per_byte)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(optimal, "MIN_COMPILED", 1)
+        mp.setenv("GRADSCHED_JIT", "0")
+        numpy_groups = optimal.optimal_groups(profile, cost)
+        mp.setenv("GRADSCHED_JIT", "1")
+        assert optimal._compiled_dp() is not None
+        compiled_groups = optimal.optimal_groups(profile, cost)
+    assert compiled_groups == numpy_groups
+
+
+@needs_numba
+@pytest.mark.parametrize("seed", [619331, 619334, 586572])
+def test_optimal_groups_compiled_equals_numpy_on_random_cases(seed, monkeypatch):
+    from gradsched.planners import optimal
+
+    case = random_case(seed, 400)
+    profile, cost = case.profile(), case.cluster().cost("allreduce")
+    compiled_groups = optimal.optimal_groups(profile, cost)
+    monkeypatch.setenv("GRADSCHED_JIT", "0")
+    assert compiled_groups == optimal.optimal_groups(profile, cost)

@@ -59,6 +59,19 @@ def kernel() -> Callable[..., Any] | None:
     return _compiled["run_pass"]
 
 
+def compiled(fn: Callable[..., Any]) -> Callable[..., Any] | None:
+    """``fn`` compiled with numba (a planner's loop over arrays, kept beside its Python form), or None where the
+    compiled code may not be used (:func:`enabled`, numba fails to import)."""
+    if not enabled() or kernel() is None:
+        return None
+    name = f"{fn.__module__}.{fn.__qualname__}"
+    if name not in _compiled:
+        import numba
+
+        _compiled[name] = numba.njit(cache=True, nogil=True)(fn)
+    return _compiled[name]
+
+
 def _backward(layer_time, comp_ptr, comp_ops, select, issue_s, ready, layer_end):
     """Backward on the compute stream: each layer, then the selections and issue times of the
     operations it completes; their ready times.  Returns when backward ends."""

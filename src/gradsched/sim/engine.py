@@ -90,7 +90,7 @@ def simulate(plan: Plan, profile: Profile, cluster: Cluster, *, channels: int = 
     """Predict one steady-state iteration of ``plan`` (``timeline=False`` is faster)."""
     if channels < 1:
         raise GradschedError(f"channels must be at least 1, got {channels}")
-    st = _Static(plan, profile, cluster)
+    st = _static(plan, profile, cluster)
     kc, kn, lat, op_lat = contention(cluster)
     if not timeline and kc == 0 and kn == 0 and lat == 0:
         compiled = _run_compiled(plan, profile, st, channels, op_lat)
@@ -124,24 +124,42 @@ def _run_compiled(plan: Plan, profile: Profile, st: _Static, channels: int, op_l
     if run_pass is None:
         return None
     fixed = profile_arrays(profile)
-    comp_ptr, comp_ops = _csr(st.completes)
-    g_ptr, g_ops = _csr(st.gated)
-    if plan.overlap_forward:
-        o_ptr, o_tensors = _csr([[s.tensor for s in op.slices] for op in ops])
-    else:
-        o_ptr, o_tensors = np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if st.arrays is None:  # made once per _Static: auto simulates one set of blocks with several windows
+        comp_ptr, comp_ops = _csr(st.completes)
+        g_ptr, g_ops = _csr(st.gated)
+        o_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum([len(op.slices) for op in ops], out=o_ptr[1:])
+        o_tensors = np.fromiter((s.tensor for op in ops for s in op.slices), dtype=np.int64, count=int(o_ptr[-1]))
+        st.arrays = (comp_ptr, comp_ops, np.array(st.select, dtype=float), np.array(st.cost, dtype=float),
+                     np.array(st.op_bytes, dtype=np.int64),
+                     np.fromiter((op.priority for op in ops), dtype=np.int64, count=n),
+                     np.array(st.after, dtype=np.int64), g_ptr, g_ops, o_ptr, o_tensors)
+    comp_ptr, comp_ops, select, cost, nbytes, priority, after, g_ptr, g_ops, o_ptr, o_tensors = st.arrays
     ready, start, end = np.zeros(n), np.zeros(n), np.zeros(n)
     layer_end = np.zeros(len(st.layer_time))
     credit = -1 if plan.credit_bytes is None else plan.credit_bytes
     backward_end, comm_end, iteration = run_pass(
-        fixed.layer_time, comp_ptr, comp_ops, np.array(st.select, dtype=float), st.issue_s,
-        np.array(st.cost, dtype=float), np.array(st.op_bytes, dtype=np.int64),
-        np.array([op.priority for op in ops], dtype=np.int64), np.array(st.after, dtype=np.int64),
+        fixed.layer_time, comp_ptr, comp_ops, select, st.issue_s, cost, nbytes, priority, after,
         plan.scheduling == "fifo", credit, channels, op_latency_s, profile.other_s, plan.overlap_forward,
         st.update_total, fixed.forward_s, fixed.update_s, fixed.f_ptr, fixed.f_tensors, g_ptr, g_ops, o_ptr,
         o_tensors, profile.num_tensors, ready, start, end, layer_end)
     return _Timing([], ready.tolist(), start.tolist(), end.tolist(), layer_end.tolist(), float(backward_end),
                    float(comm_end), float(iteration))
+
+
+_LAST_STATIC: list[tuple[tuple[Operation, ...], Profile, Cluster, _Static]] = []
+
+
+def _static(plan: Plan, profile: Profile, cluster: Cluster) -> _Static:
+    """``_Static`` of ``plan``: the last one made where the operations, profile and cluster are the very
+    same objects (it depends on nothing else: ``auto`` simulates one set of blocks with several windows)."""
+    if _LAST_STATIC:
+        ops, known_profile, known_cluster, st = _LAST_STATIC[0]
+        if ops is plan.operations and known_profile is profile and known_cluster is cluster:
+            return st
+    st = _Static(plan, profile, cluster)
+    _LAST_STATIC[:] = [(plan.operations, profile, cluster, st)]
+    return st
 
 
 @dataclass(frozen=True)
@@ -322,6 +340,7 @@ class _Static:
         self.update_total = profile.update_s
         self.issue_s, self.retire_s = profile.op_host_s()
         self._two_phase(plan, profile, fixed.forward_layer, REDUCE_SCATTER in by_collective)
+        self.arrays: tuple[np.ndarray, ...] | None = None  # the compiled pass's, made on its first use
 
     def _sparse(self, ops: tuple[Operation, ...], sparse: list[int], cluster: Cluster, elem: list[int],
                 world: int) -> None:
