@@ -351,6 +351,9 @@ class _Static:
             op = ops[j]
             numel = sum(s.numel for s in op.slices)
             nb = self.op_bytes[j]
+            if op.density is None:
+                raise GradschedError(f"operation {j} is a top-k all-gather without a density (the fraction of its "
+                                     "elements sent): give the plan's operation one (docs/formats.md)")
             per_rank = sent_bytes(op.density, numel, elem[op.slices[0].tensor])
             self.cost[j] = ag.time_s(per_rank)
             self.select[j] = selection_s(numel)
