@@ -147,6 +147,7 @@ def _run_compiled(plan: Plan, profile: Profile, st: _Static, channels: int, op_l
                    float(comm_end), float(iteration))
 
 
+_SPARSE_MEMO: list[tuple[Cluster, dict[tuple[int, int, float], tuple[float, float, int]]]] = []
 _LAST_STATIC: list[tuple[tuple[Operation, ...], Profile, Cluster, _Static]] = []
 
 
@@ -344,19 +345,24 @@ class _Static:
 
     def _sparse(self, ops: tuple[Operation, ...], sparse: list[int], cluster: Cluster, elem: list[int],
                 world: int) -> None:
-        """Cost, selection time and buffers of the top-k operations ``sparse``."""
-        ag = cluster.cost("allgather")
-        selection_s = cluster.selection_s
+        """Cost, selection time and buffers of the top-k operations ``sparse`` (each size's figures kept for the
+        cluster's next simulation: ``omgs`` and ``topk`` simulate many groupings of the same tensors)."""
+        if not _SPARSE_MEMO or _SPARSE_MEMO[0][0] is not cluster or len(_SPARSE_MEMO[0][1]) > 100_000:
+            _SPARSE_MEMO[:] = [(cluster, {})]
+        memo = _SPARSE_MEMO[0][1]
         for j in sparse:
             op = ops[j]
-            numel = sum(s.numel for s in op.slices)
-            nb = self.op_bytes[j]
             if op.density is None:
                 raise GradschedError(f"operation {j} is a top-k all-gather without a density (the fraction of its "
                                      "elements sent): give the plan's operation one (docs/formats.md)")
-            per_rank = sent_bytes(op.density, numel, elem[op.slices[0].tensor])
-            self.cost[j] = ag.time_s(per_rank)
-            self.select[j] = selection_s(numel)
+            numel = sum([s.numel for s in op.slices])
+            key = (numel, elem[op.slices[0].tensor], op.density)
+            known = memo.get(key)
+            if known is None:
+                per_rank = sent_bytes(op.density, numel, key[1])
+                memo[key] = known = (cluster.cost("allgather").time_s(per_rank), cluster.selection_s(numel), per_rank)
+            self.cost[j], self.select[j], per_rank = known
+            nb = self.op_bytes[j]
             self.residual_bytes += nb
             self.inflight_mem[j] = per_rank * (world + 1) + nb  # own top-k, gathered top-ks, rebuilt dense
 
