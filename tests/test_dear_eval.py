@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradsched.planners import make_plan
+from gradsched.planners import _dear_eval
 from gradsched.planners._dear_eval import TwoPhasePricer
 from gradsched.planners.dear import candidate_groupings, prioritized, ready_parts, two_phase_ops
 from gradsched.plan import Plan
@@ -17,6 +18,11 @@ from gradsched.synthetic import random_case
 from strategies import clusters, profiles
 
 needs_numba = pytest.mark.skipif(not _kernel.enabled(), reason="numba not installed (gradsched[fast])")
+
+
+@pytest.fixture(autouse=True)
+def small_profiles_too(monkeypatch):
+    monkeypatch.setattr(_dear_eval, "MIN_TENSORS", 1)
 
 
 def assert_priced_as_simulated(profile, cluster):
@@ -49,7 +55,7 @@ def test_pricer_gives_the_simulated_iteration_on_random_cases(seed):
 @needs_numba
 @settings(max_examples=15, deadline=None)
 @given(profiles(max_layers=10, mixed_dtypes=True, with_update=True), clusters())
-def test_dear_chooses_as_when_it_simulates_every_candidate(profile, cluster, ):
+def test_dear_chooses_as_when_it_simulates_every_candidate(profile, cluster):
     priced = make_plan("dear", profile, cluster)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GRADSCHED_JIT", "0")
