@@ -110,3 +110,16 @@ def test_optimal_groups_compiled_equals_numpy_on_random_cases(seed, monkeypatch)
     compiled_groups = optimal.optimal_groups(profile, cost)
     monkeypatch.setenv("GRADSCHED_JIT", "0")
     assert compiled_groups == optimal.optimal_groups(profile, cost)
+
+
+@settings(max_examples=30, deadline=None)
+@given(profiles(max_layers=10, mixed_dtypes=True, with_update=True), clusters(), st.sampled_from(PLANS),
+       st.sampled_from([0.0, 2e-6]))
+def test_peak_memory_without_a_timeline_is_the_timelines(profile, cluster, strategy, issue_s):
+    # without a timeline the peak is summed with numpy instead of sample by sample: the same figure
+    if issue_s:
+        profile = profile.with_op_host(issue_s, 0.0)
+    plan = make_plan(strategy[0], profile, cluster, **strategy[1])
+    with_timeline = simulate(plan, profile, cluster)
+    assert simulate(plan, profile, cluster, timeline=False).peak_extra_bytes == with_timeline.peak_extra_bytes
+    assert with_timeline.peak_extra_bytes == max(live for _, live in with_timeline.timeline.memory)

@@ -522,21 +522,24 @@ def _result(plan: Plan, profile: Profile, cluster: Cluster, st: _Static, timing:
     n_ops = len(ops)
     compute = profile.compute_s + sum(st.select) + n_ops * (st.issue_s + st.retire_s)
     # ---- memory over time
-    deltas: list[tuple[float, int]] = []
-    for j in range(n_ops):
-        if st.inflight_mem[j]:
-            alloc_at = (timing.layer_end[st.first_layer[j]] if not ops[j].sparse
-                        else timing.ready[j] - st.select[j] - st.issue_s)
-            deltas.append((alloc_at, st.inflight_mem[j]))
-            deltas.append((timing.end[st.freed_by[j]], -st.inflight_mem[j]))
-    deltas.sort()  # by time, frees (negative) before allocations at the same instant
-    live = st.residual_bytes
-    peak = live
-    samples = [(0.0, live)]
-    for when, delta in deltas:
-        live += delta
-        peak = max(peak, live)
-        samples.append((when, live))
+    if timeline:
+        deltas: list[tuple[float, int]] = []
+        for j in range(n_ops):
+            if st.inflight_mem[j]:
+                alloc_at = (timing.layer_end[st.first_layer[j]] if not ops[j].sparse
+                            else timing.ready[j] - st.select[j] - st.issue_s)
+                deltas.append((alloc_at, st.inflight_mem[j]))
+                deltas.append((timing.end[st.freed_by[j]], -st.inflight_mem[j]))
+        deltas.sort()  # by time, frees (negative) before allocations at the same instant
+        live = st.residual_bytes
+        peak = live
+        samples = [(0.0, live)]
+        for when, delta in deltas:
+            live += delta
+            peak = max(peak, live)
+            samples.append((when, live))
+    else:
+        peak = _peak_bytes(ops, st, timing)
     tl = None
     if timeline:
         tl = Timeline(meta={"strategy": plan.strategy, "model": profile.model, "world_size": cluster.world_size,
@@ -551,6 +554,24 @@ def _result(plan: Plan, profile: Profile, cluster: Cluster, st: _Static, timing:
     comm_busy = sum(b - a for a, b in zip(timing.start, timing.end))
     return SimResult(plan.strategy, timing.iteration, compute, max(0.0, timing.iteration - compute), comm_busy, peak,
                      n_ops, timing.backward_end, timing.comm_end, timing.start, timing.end, tl)
+
+
+def _peak_bytes(ops: tuple[Operation, ...], st: _Static, timing: _Timing) -> int:
+    """:func:`_result`'s peak of the memory samples without the samples: the same allocations and frees in
+    the same order (by time, frees first at the same instant), summed with numpy."""
+    mem = np.array(st.inflight_mem, dtype=np.int64)
+    held = np.flatnonzero(mem)
+    if held.size == 0:
+        return st.residual_bytes
+    sparse = np.array([ops[j].sparse for j in held.tolist()], dtype=bool)
+    ready = np.array(timing.ready, dtype=float)[held]
+    dense_at = np.array(timing.layer_end, dtype=float)[np.array(st.first_layer, dtype=np.int64)[held]]
+    alloc_at = np.where(sparse, ready - np.array(st.select, dtype=float)[held] - st.issue_s, dense_at)
+    free_at = np.array(timing.end, dtype=float)[np.array(st.freed_by, dtype=np.int64)[held]]
+    times = np.concatenate([alloc_at, free_at])
+    deltas = np.concatenate([mem[held], -mem[held]])
+    live = st.residual_bytes + np.cumsum(deltas[np.lexsort((deltas, times))])
+    return int(max(st.residual_bytes, int(live.max())))
 
 
 def _channel_of(j: int, plan: Plan, channels: int) -> int:
