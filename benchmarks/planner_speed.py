@@ -3,7 +3,7 @@
     python benchmarks/planner_speed.py [--tensors 1000] [--repeat 7] [--profiles synthetic,heldout] \
         [--clusters 8,1024,128x8] [--json benchmarks/results/planner_speed.json]
     python benchmarks/planner_speed.py --clusters 1024,128x8 --json benchmarks/results/planner_speed_two_level.json
-    python benchmarks/planner_speed.py --random-seed 619327 --json benchmarks/results/planner_speed_random.json
+    python benchmarks/planner_speed.py --random 20 --random-seed 619327 --json benchmarks/results/planner_speed_random.json
     python benchmarks/planner_speed.py --random-seed 586569 --json benchmarks/results/planner_speed_fresh.json
 
 Two profiles: ``synthetic`` (gradsched.synthetic, 4 KB to 13 MB tensors) and ``heldout``
@@ -20,10 +20,11 @@ Issue 40: a planner's speed depends on its input, so beside the fixed profiles e
 draws ``--random`` fresh cases of issue 40's grid (``gradsched.synthetic.random_case``:
 1,000 tensors of 40 B to 80 MB, alpha 1e-5 to 5e-3 s, beta 1e-10 to 1e-8 s/B at 8 workers,
 8 to 1,024 workers, compute 2e10 to 2e12 flop/s), from a seed drawn at random and printed
-(``--random-seed`` replays it), for the ``--random-strategies`` (usbyte and auto: the ones
-whose work depends on the input).  The last table gives each strategy's median and worst
+(``--random-seed`` replays it), for the ``--random-strategies`` (usbyte, auto and dear: the
+ones whose work depends on the input).  The last table gives each strategy's median and worst
 least-CPU time over every case with the case that was worst.  US-Byte's search runs compiled
-where numba is installed (``gradsched[fast]``; the JSON's ``usbyte_search`` says which ran):
+and the simulator's pass run compiled where numba is installed (``gradsched[fast]``; the JSON's
+``usbyte_search`` says which ran):
 the least time of the repeats leaves out the first call's import of numba.
 """
 
@@ -35,10 +36,11 @@ import os
 import random
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from gradsched.cluster import Cluster, CollectiveCost
-from gradsched.plan import HIER
+from gradsched.plan import HIER, Plan
 from gradsched.planners import make_plan, strategy_names
 from gradsched.sim import simulate
 from gradsched.profile import Profile
@@ -78,7 +80,7 @@ def main() -> None:
                     help="comma-separated: 8 and 1024 (flat workers), 128x8 (two-level: nodes x ranks per node)")
     ap.add_argument("--random", type=int, default=8, help="fresh random cases (issue 40's grid) drawn this run")
     ap.add_argument("--random-seed", type=int, default=None, help="the first case's seed (default: drawn, printed)")
-    ap.add_argument("--random-strategies", default="usbyte,auto")
+    ap.add_argument("--random-strategies", default="usbyte,auto,dear")
     ap.add_argument("--json", default="benchmarks/results/planner_speed.json")
     args = ap.parse_args()
     seed = args.random_seed if args.random_seed is not None else random.SystemRandom().randrange(1 << 20)
@@ -145,14 +147,20 @@ def _worst(rows: list[dict]) -> list[dict]:
     return out
 
 
+def fresh(plan: Plan) -> Plan:
+    """``plan`` with its operations in a new tuple (the same operations): simulated as a new plan."""
+    return replace(plan, operations=tuple(list(plan.operations)))
+
+
 def _row(name: str, pname: str, profile: Profile, cluster: Cluster, label: str, args: argparse.Namespace) -> dict:
     opts = {"density": args.density} if name in ("topk", "omgs", "auto") else {}
     repeat = max(1, args.repeat // 3) if name == "auto" else args.repeat
     least: list[float] = []
     plan_s, plan_cpu_s = median_time(lambda: make_plan(name, profile, cluster, **opts), repeat, least)
     plan = make_plan(name, profile, cluster, **opts)
-    sim_s, _ = median_time(lambda: simulate(plan, profile, cluster, timeline=False), args.repeat)
-    sim_tl_s, _ = median_time(lambda: simulate(plan, profile, cluster), args.repeat)
+    # each time a plan of new operations: simulate keeps the set-up of the very same ones (auto's credit windows)
+    sim_s, _ = median_time(lambda: simulate(fresh(plan), profile, cluster, timeline=False), args.repeat)
+    sim_tl_s, _ = median_time(lambda: simulate(fresh(plan), profile, cluster), args.repeat)
     target = TARGET_AUTO_S if name == "auto" else TARGET_PLAN_S
     return {"profile": pname, "strategy": name, "workers": cluster.world_size, "topology": label,
             "tensors": profile.num_tensors, "operations": len(plan.operations),

@@ -91,11 +91,12 @@ def two_phase_ops(groups: list[list[int]], profile: Profile, whole: list[Slice] 
     return tuple(rs + ag)
 
 
-def ready_parts(groups: list[list[int]], profile: Profile) -> list[list[int]]:
-    """``groups`` split by element size, each sorted, in the order they become ready."""
+def ready_parts(groups: list[list[int]], profile: Profile, position: dict[int, int] | None = None) -> list[list[int]]:
+    """``groups`` split by element size, each sorted, in the order they become ready (``position``: each
+    tensor's place in ``profile.order``, made once where many groupings are split)."""
     parts = [sorted(g) for g in split_by_element_size(groups, profile)]
-    position = {t: k for k, t in enumerate(profile.order)}
-    return sorted(parts, key=lambda g: max(position[t] for t in g))
+    place = position if position is not None else {t: k for k, t in enumerate(profile.order)}
+    return sorted(parts, key=lambda g: max(place[t] for t in g))
 
 
 def candidate_groupings(profile: Profile, cluster: Cluster) -> list[tuple[str, list[list[int]]]]:
@@ -125,27 +126,43 @@ def prioritized(ops: tuple[Operation, ...]) -> tuple[Operation, ...]:
 def planned(profile: Profile, cluster: Cluster) -> tuple[tuple[Operation, ...], str, float, str]:
     """The candidate grouping and scheduling (fifo, or :func:`prioritized`) the simulator predicts fastest: its
     operations, name, iteration (s) and scheduling.  Ties go to fifo, then fewer operations, then candidate
-    order."""
-    from gradsched.sim import simulate  # the simulator imports planners' types only
+    order.  Each candidate is priced by the simulator's compiled pass without making its plan where that
+    applies (:class:`~gradsched.planners._dear_eval.TwoPhasePricer`: the same iteration), else simulated."""
+    from gradsched.planners._dear_eval import TwoPhasePricer
 
-    best: tuple[tuple[float, int, int, int], tuple[Operation, ...], str, str, float] | None = None
+    pricer = TwoPhasePricer(profile, cluster)
+    best: tuple[tuple[float, int, int, int], list[list[int]], str, str, float] | None = None
     seen: set[tuple[tuple[int, ...], ...]] = set()
+    position = {t: k for k, t in enumerate(profile.order)}
     whole = whole_slices(profile)
     for k, (name, groups) in enumerate(candidate_groupings(profile, cluster)):
-        key = tuple(tuple(g) for g in ready_parts(groups, profile))  # the same parts make the same plan
+        parts = ready_parts(groups, profile, position)
+        key = tuple(tuple(g) for g in parts)  # the same parts make the same plan
         if key in seen:
             continue
         seen.add(key)
-        fifo = two_phase_ops(groups, profile, whole)
-        for v, (scheduling, ops) in enumerate((("fifo", fifo), ("priority", prioritized(fifo)))):
-            trial = Plan("dear", ops, profile.fingerprint, profile.model, scheduling=scheduling, overlap_forward=True)
-            iteration_s = simulate(trial, profile, cluster, timeline=False).iteration_s
-            rank = (round(iteration_s, 12), v, len(ops), k)
+        for v, scheduling in enumerate(("fifo", "priority")):
+            iteration_s = pricer.iteration_s(parts, v == 1)
+            if iteration_s is None:
+                iteration_s = _simulated_s(two_phase_ops(groups, profile, whole), scheduling, profile, cluster)
+            rank = (round(iteration_s, 12), v, 2 * len(parts), k)  # a reduce-scatter and an all-gather per part
             if best is None or rank < best[0]:
-                best = (rank, ops, name, scheduling, iteration_s)
+                best = (rank, groups, name, scheduling, iteration_s)
     if best is None:
         raise GradschedError("dear: the profile has no tensors to group")
-    return best[1], best[2], best[4], best[3]  # the iteration as simulated: auto reuses it as its prediction
+    _, groups, name, scheduling, iteration_s = best
+    ops = two_phase_ops(groups, profile, whole)
+    return (prioritized(ops) if scheduling == "priority" else ops), name, iteration_s, scheduling  # the iteration
+    # as simulated: auto reuses it as its prediction
+
+
+def _simulated_s(fifo: tuple[Operation, ...], scheduling: str, profile: Profile, cluster: Cluster) -> float:
+    """The simulated iteration of the two-phase plan of ``fifo`` with ``scheduling``."""
+    from gradsched.sim import simulate  # the simulator imports planners' types only
+
+    ops = prioritized(fifo) if scheduling == "priority" else fifo
+    trial = Plan("dear", ops, profile.fingerprint, profile.model, scheduling=scheduling, overlap_forward=True)
+    return simulate(trial, profile, cluster, timeline=False).iteration_s
 
 
 @register("dear", options=OPTIONS)

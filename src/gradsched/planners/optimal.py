@@ -27,6 +27,8 @@ has a three-tensor counterexample).
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from gradsched.cluster import Cluster, CollectiveCost
@@ -47,6 +49,10 @@ def optimal_groups(profile: Profile, cost: CollectiveCost) -> tuple[list[list[in
     elem = [profile.tensors[i].element_bytes for i in order]
     f = np.zeros(n + 1)
     cut = np.zeros(n + 1, dtype=np.int64)
+    dp = _compiled_dp() if type(cost) is CollectiveCost and cost.points is None and n >= MIN_COMPILED else None
+    if dp is not None:
+        dp(ready.astype(float), prefix, np.array(elem, dtype=np.int64), cost.alpha_s, cost.beta_s_per_byte, f, cut)
+        return _groups(order, cut), float(f[n])
     run_start = 0
     for i in range(1, n + 1):
         if i > 1 and elem[i - 1] != elem[i - 2]:
@@ -55,14 +61,47 @@ def optimal_groups(profile: Profile, cost: CollectiveCost) -> tuple[list[list[in
         k = int(np.argmin(cand))
         f[i] = cand[k]
         cut[i] = run_start + k
+    return _groups(order, cut), float(f[n])
+
+
+def _groups(order: tuple[int, ...], cut: np.ndarray) -> list[list[int]]:
+    """The groups the cuts make, in ready order (``cut[i]``: where the group ending before ``i`` starts)."""
     groups: list[list[int]] = []
-    i = n
+    i = len(order)
     while i > 0:
         k = int(cut[i])
         groups.append([order[j] for j in range(k, i)])
         i = k
     groups.reverse()
-    return groups, float(f[n])
+    return groups
+
+
+MIN_COMPILED = 64  # fewer tensors: the numpy loop takes less than calling the compiled one
+
+
+def _compiled_dp() -> Callable[..., None] | None:
+    from gradsched.sim import _kernel  # numba, where installed (gradsched[fast])
+
+    return _kernel.compiled(line_dp)
+
+
+def line_dp(ready: np.ndarray, prefix: np.ndarray, elem: np.ndarray, alpha: float, beta: float, f: np.ndarray,
+            cut: np.ndarray) -> None:
+    """:func:`optimal_groups`' recurrence for a plain line (``alpha + beta * bytes``, 0 bytes free), the same
+    floats compared in the same order (the first of equal candidates wins, as ``argmin``), compiled by
+    :func:`gradsched.sim._kernel.compiled`: fills ``f`` and ``cut``."""
+    run_start = 0
+    for i in range(1, ready.shape[0] + 1):
+        if i > 1 and elem[i - 1] != elem[i - 2]:
+            run_start = i - 1
+        best, at = np.inf, run_start
+        for k in range(run_start, i):
+            size = prefix[i] - prefix[k]
+            c = max(f[k], ready[i - 1]) + (0.0 if size <= 0 else alpha + beta * size)
+            if c < best:
+                best, at = c, k
+        f[i] = best
+        cut[i] = at
 
 
 @register("optimal", options=(coll.OPTION,))

@@ -40,20 +40,29 @@ The model (docs/simulator.md has the figures):
    all-gather ends.
 
 Everything is O(operations log operations) with closed-form costs, so 1,000
-tensors and 1,024 workers simulate in milliseconds.
+tensors and 1,024 workers simulate in milliseconds.  Where numba is installed
+(``gradsched[fast]``) the pass itself runs compiled (:mod:`gradsched.sim._kernel`: the
+same floats in the same order) unless a timeline is asked for, contention dilates compute
+or communication, or the runtime's retire time is charged; this module's pass is the
+reference and the fallback.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
+
+import numpy as np
 
 from gradsched.cluster import Cluster
+from gradsched.costs import CollectiveCost
 from gradsched.errors import GradschedError
-from gradsched.plan import ALL_GATHER, DENSE, HIER, REDUCE_SCATTER, SPARSE, Plan, gate_tensor
+from gradsched.plan import ALL_GATHER, DENSE, HIER, REDUCE_SCATTER, SPARSE, Operation, Plan, gate_tensor
 from gradsched.profile import Profile
+from gradsched.sim import _kernel
 from gradsched.sparsity import sent_bytes
 from gradsched.timeline import BACKWARD, COMM, FORWARD, HOST, OTHER, SELECT, UPDATE, WAIT, Timeline
 
@@ -88,8 +97,12 @@ def simulate(plan: Plan, profile: Profile, cluster: Cluster, *, channels: int = 
     """Predict one steady-state iteration of ``plan`` (``timeline=False`` is faster)."""
     if channels < 1:
         raise GradschedError(f"channels must be at least 1, got {channels}")
-    st = _Static(plan, profile, cluster)
+    st = _static(plan, profile, cluster)
     kc, kn, lat, op_lat = contention(cluster)
+    if not timeline and kc == 0 and kn == 0 and lat == 0:
+        compiled = _run_compiled(plan, profile, st, channels, op_lat)
+        if compiled is not None:  # the same times as _run's, without its spans (sim/_kernel.py)
+            return _result(plan, profile, cluster, st, compiled, channels, timeline)
     timing = _run(plan, profile, st, channels, _free, _dilator([], 0.0, op_latency_s=op_lat))
     if kc > 0 or kn > 0 or lat > 0:
         # Fixed point: compute slows while communication is in flight and vice versa;
@@ -105,6 +118,102 @@ def simulate(plan: Plan, profile: Profile, cluster: Cluster, *, channels: int = 
             if done:
                 break
     return _result(plan, profile, cluster, st, timing, channels, timeline)
+
+
+def _run_compiled(plan: Plan, profile: Profile, st: _Static, channels: int, op_latency_s: float) -> _Timing | None:
+    """:func:`_run`'s pass by the compiled kernel (:mod:`gradsched.sim._kernel`), without compute spans; None
+    where it does not apply (numba absent or off, few operations, the runtime's retire time charged)."""
+    ops = plan.operations
+    n = len(ops)
+    if st.retire_s > 0 or n < _kernel.MIN_OPERATIONS or not _kernel.enabled():
+        return None
+    run_pass = _kernel.kernel()
+    if run_pass is None:
+        return None
+    fixed = profile_arrays(profile)
+    if st.arrays is None:  # made once per _Static: auto simulates one set of blocks with several windows
+        comp_ptr, comp_ops = _csr(st.completes)
+        g_ptr, g_ops = _csr(st.gated)
+        o_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum([len(op.slices) for op in ops], out=o_ptr[1:])
+        o_tensors = np.fromiter((s.tensor for op in ops for s in op.slices), dtype=np.int64, count=int(o_ptr[-1]))
+        st.arrays = (comp_ptr, comp_ops, np.array(st.select, dtype=float), np.array(st.cost, dtype=float),
+                     np.array(st.op_bytes, dtype=np.int64),
+                     np.fromiter((op.priority for op in ops), dtype=np.int64, count=n),
+                     np.array(st.after, dtype=np.int64), g_ptr, g_ops, o_ptr, o_tensors)
+    comp_ptr, comp_ops, select, cost, nbytes, priority, after, g_ptr, g_ops, o_ptr, o_tensors = st.arrays
+    ready, start, end = np.zeros(n), np.zeros(n), np.zeros(n)
+    layer_end = np.zeros(len(st.layer_time))
+    credit = -1 if plan.credit_bytes is None else plan.credit_bytes
+    backward_end, comm_end, iteration = run_pass(
+        fixed.layer_time, comp_ptr, comp_ops, select, st.issue_s, cost, nbytes, priority, after,
+        plan.scheduling == "fifo", credit, channels, op_latency_s, profile.other_s, plan.overlap_forward,
+        st.update_total, fixed.forward_s, fixed.update_s, fixed.f_ptr, fixed.f_tensors, g_ptr, g_ops, o_ptr,
+        o_tensors, profile.num_tensors, ready, start, end, layer_end)
+    return _Timing([], ready.tolist(), start.tolist(), end.tolist(), layer_end.tolist(), float(backward_end),
+                   float(comm_end), float(iteration))
+
+
+_SPARSE_MEMO: list[tuple[Cluster, dict[tuple[int, int, float], tuple[float, float, int]]]] = []
+_LAST_STATIC: list[tuple[tuple[Operation, ...], Profile, Cluster, _Static]] = []
+
+
+def _static(plan: Plan, profile: Profile, cluster: Cluster) -> _Static:
+    """``_Static`` of ``plan``: the last one made where the operations, profile and cluster are the very
+    same objects (it depends on nothing else: ``auto`` simulates one set of blocks with several windows)."""
+    if _LAST_STATIC:
+        ops, known_profile, known_cluster, st = _LAST_STATIC[0]
+        if ops is plan.operations and known_profile is profile and known_cluster is cluster:
+            return st
+    st = _Static(plan, profile, cluster)
+    _LAST_STATIC[:] = [(plan.operations, profile, cluster, st)]
+    return st
+
+
+@dataclass(frozen=True)
+class _ProfileArrays:
+    """What every simulation of a profile reads (made once per profile: the last few are kept)."""
+
+    layer_time: np.ndarray  # backward, layers in ready order
+    forward_s: np.ndarray  # layers in forward order
+    update_s: np.ndarray
+    f_ptr: np.ndarray  # layer k's tensors: f_tensors[f_ptr[k]:f_ptr[k + 1]]
+    f_tensors: np.ndarray
+    element_bytes: list[int]  # per tensor
+    ready_layer: list[int]  # per tensor: its layer's place in ready order
+    forward_layer: list[int]  # per tensor: its layer's place in forward order
+    layer_name: list[str]  # layers in ready order: their first tensor's name
+    forward: list[tuple[str, float, float, tuple[int, ...]]]  # forward layers: (name, forward_s, update_s, tensors)
+
+
+_PROFILES: list[tuple[Profile, _ProfileArrays]] = []  # the last few profiles simulated, by identity
+
+
+def profile_arrays(profile: Profile) -> _ProfileArrays:
+    """``profile``'s layers as the simulator reads them (kept for the last few profiles)."""
+    for known, arrays in _PROFILES:
+        if known is profile:
+            return arrays
+    layers, layer_of, tensors = profile.layer_table, profile.layer_of, profile.tensors
+    forward_pos = {layer_of[ts[0]]: k for k, ts in enumerate(layers.forward)}
+    f_ptr, f_tensors = _csr(layers.forward)
+    arrays = _ProfileArrays(np.array(layers.backward_s, dtype=float), np.array(layers.forward_s, dtype=float),
+                            np.array(layers.update_s, dtype=float), f_ptr, f_tensors,
+                            [t.element_bytes for t in tensors], [layers.position[lid] for lid in layer_of],
+                            [forward_pos[lid] for lid in layer_of], [tensors[ts[0]].name for ts in layers.ready],
+                            [(tensors[ts[0]].name, f, u, ts)
+                             for ts, f, u in zip(layers.forward, layers.forward_s, layers.update_s)])
+    _PROFILES.insert(0, (profile, arrays))
+    del _PROFILES[4:]
+    return arrays
+
+
+def _csr(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """``rows`` as (pointers, values): row k is ``values[pointers[k]:pointers[k + 1]]``."""
+    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in rows], out=ptr[1:])
+    values = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(ptr[-1]))
+    return ptr, values
 
 
 def contention(cluster: Cluster) -> tuple[float, float, float, float]:
@@ -190,76 +299,102 @@ class _Static:
     """What does not change between contention passes: sizes, costs, layer structure."""
 
     def __init__(self, plan: Plan, profile: Profile, cluster: Cluster) -> None:
+        # long function: one walk over the operations fills every per-operation list; split, each
+        # part would walk them again (thousands of blocks per plan in auto's search)
         ops = plan.operations
         n_ops = len(ops)
-        elem = [t.element_bytes for t in profile.tensors]
+        fixed = profile_arrays(profile)
+        elem, layer_pos = fixed.element_bytes, fixed.ready_layer
         world = cluster.world_size
         dense = _dense_costs(ops, cluster)
-        ag = cluster.cost("allgather") if any(op.sparse for op in ops) else None
         self.op_bytes = [0] * n_ops
         self.cost = [0.0] * n_ops
         self.select = [0.0] * n_ops
         self.inflight_mem = [0] * n_ops  # buffers alive while the op is being prepared / in flight
         self.residual_bytes = 0
-        selection_s = cluster.selection_s
+        self.completes: list[list[int]] = [[] for _ in fixed.layer_time]  # ops each backward layer completes
+        self.first_layer = [0] * n_ops
+        by_collective: dict[str, list[int]] = {}
+        sparse: list[int] = []
         for j, op in enumerate(ops):
             slices = op.slices
+            collective = op.collective
             if len(slices) == 1:  # the common case (whole tensors, blocks), without a generator
-                numel = slices[0].numel
-                nb = numel * elem[slices[0].tensor]
+                s0 = slices[0]
+                nb = (s0.end - s0.start) * elem[s0.tensor]
+                first = last = layer_pos[s0.tensor]
             else:
-                numel = sum(s.numel for s in slices)
-                nb = sum(s.numel * elem[s.tensor] for s in slices)
-            self.op_bytes[j] = nb
-            if op.collective == SPARSE:
-                per_rank = sent_bytes(op.density, numel, elem[op.slices[0].tensor])
-                self.cost[j] = ag.time_s(per_rank)
-                self.select[j] = selection_s(numel)
-                self.residual_bytes += nb
-                self.inflight_mem[j] = per_rank * (world + 1) + nb  # own top-k, gathered top-ks, rebuilt dense
-            else:
-                self.cost[j] = dense[op.collective].time_s(nb)
-                if (len(op.slices) > 1 and op.collective != ALL_GATHER) or op.collective == REDUCE_SCATTER:
-                    self.inflight_mem[j] = nb  # flat bucket buffer (a reduce-scatter's until its all-gather ends)
-        # backward layers in ready order, and which operations each one completes
-        layers, layer_of, tensors = profile.layer_table, profile.layer_of, profile.tensors
-        layer_pos = layers.position
-        self.layer_time = layers.backward_s
-        self.layer_name = [tensors[ts[0]].name for ts in layers.ready]
-        self.completes: list[list[int]] = [[] for _ in self.layer_time]
-        self.first_layer = [0] * n_ops
-        for j, op in enumerate(ops):
-            if op.collective == ALL_GATHER:
-                continue  # ready when its reduce-scatter ends, not when a layer does
-            if len(op.slices) == 1:
-                first = last = layer_pos[layer_of[op.slices[0].tensor]]
-            else:
-                positions = [layer_pos[layer_of[s.tensor]] for s in op.slices]
+                nb = sum([(s.end - s.start) * elem[s.tensor] for s in slices])
+                positions = [layer_pos[s.tensor] for s in slices]
                 first, last = min(positions), max(positions)
-            self.completes[last].append(j)
-            self.first_layer[j] = first
-        # forward layers in forward order: (name, forward_s, update_s, tensors)
-        self.forward = [(tensors[ts[0]].name, f, u, ts)
-                        for ts, f, u in zip(layers.forward, layers.forward_s, layers.update_s)]
+            self.op_bytes[j] = nb
+            if collective == SPARSE:
+                sparse.append(j)
+            else:
+                by_collective.setdefault(collective, []).append(j)
+                if (len(slices) > 1 and collective != ALL_GATHER) or collective == REDUCE_SCATTER:
+                    self.inflight_mem[j] = nb  # flat bucket buffer (a reduce-scatter's until its all-gather ends)
+            if collective != ALL_GATHER:  # an all-gather is ready when its reduce-scatter ends, not when a layer does
+                self.completes[last].append(j)
+                self.first_layer[j] = first
+        for collective, members in by_collective.items():
+            for j, c in zip(members, _times_s(dense[collective], [self.op_bytes[j] for j in members])):
+                self.cost[j] = c
+        if sparse:
+            self._sparse(ops, sparse, cluster, elem, world)
+        self.layer_time = profile.layer_table.backward_s
+        self.layer_name = fixed.layer_name
+        self.forward = fixed.forward  # forward layers in forward order: (name, forward_s, update_s, tensors)
         self.update_total = profile.update_s
         self.issue_s, self.retire_s = profile.op_host_s()
-        self._two_phase(plan, profile)
+        self._two_phase(plan, profile, fixed.forward_layer, REDUCE_SCATTER in by_collective)
+        self.arrays: tuple[np.ndarray, ...] | None = None  # the compiled pass's, made on its first use
 
-    def _two_phase(self, plan: Plan, profile: Profile) -> None:
+    def _sparse(self, ops: tuple[Operation, ...], sparse: list[int], cluster: Cluster, elem: list[int],
+                world: int) -> None:
+        """Cost, selection time and buffers of the top-k operations ``sparse`` (each size's figures kept for the
+        cluster's next simulation: ``omgs`` and ``topk`` simulate many groupings of the same tensors)."""
+        if not _SPARSE_MEMO or _SPARSE_MEMO[0][0] is not cluster or len(_SPARSE_MEMO[0][1]) > 100_000:
+            _SPARSE_MEMO[:] = [(cluster, {})]
+        memo = _SPARSE_MEMO[0][1]
+        for j in sparse:
+            op = ops[j]
+            if op.density is None:
+                raise GradschedError(f"operation {j} is a top-k all-gather without a density (the fraction of its "
+                                     "elements sent): give the plan's operation one (docs/formats.md)")
+            numel = sum([s.numel for s in op.slices])
+            key = (numel, elem[op.slices[0].tensor], op.density)
+            known = memo.get(key)
+            if known is None:
+                per_rank = sent_bytes(op.density, numel, key[1])
+                memo[key] = known = (cluster.cost("allgather").time_s(per_rank), cluster.selection_s(numel), per_rank)
+            self.cost[j], self.select[j], per_rank = known
+            nb = self.op_bytes[j]
+            self.residual_bytes += nb
+            self.inflight_mem[j] = per_rank * (world + 1) + nb  # own top-k, gathered top-ks, rebuilt dense
+
+    def _two_phase(self, plan: Plan, profile: Profile, forward_layer: list[int], decoupled: bool) -> None:
         """Each all-gather issues once its reduce-scatter is done (``after``), frees the reduce-scatter's
         buffer when it ends (``freed_by``) and gates one forward layer (``gated``)."""
         n_ops = len(plan.operations)
         self.after = [-1] * n_ops
         self.freed_by = list(range(n_ops))
+        self.gated: list[list[int]] = [[] for _ in profile.layer_table.forward]  # all-gathers each forward layer waits for
+        if not decoupled and not any(op.collective == ALL_GATHER for op in plan.operations):
+            return
         for ag, rs in plan.gathers().items():
             self.after[ag] = rs
             self.freed_by[rs] = ag
-        layers, layer_of = profile.layer_table, profile.layer_of
-        forward_pos = {layer_of[ts[0]]: k for k, ts in enumerate(layers.forward)}
-        self.gated: list[list[int]] = [[] for _ in layers.forward]  # all-gathers each forward layer waits for
         for j, op in enumerate(plan.operations):
             if op.collective == ALL_GATHER:
-                self.gated[forward_pos[layer_of[gate_tensor(op)]]].append(j)
+                self.gated[forward_layer[gate_tensor(op)]].append(j)
+
+
+def _times_s(cost: CollectiveCost, nbytes: list[int]) -> list[float]:
+    """``cost.time_s`` of each size: a plain line with numpy (the same arithmetic), else one at a time."""
+    if type(cost) is CollectiveCost and cost.points is None and len(nbytes) > 8:
+        return cost.times_s(nbytes).tolist()
+    return [cost.time_s(nb) for nb in nbytes]
 
 
 def _dense_costs(ops, cluster: Cluster) -> dict:
@@ -392,21 +527,24 @@ def _result(plan: Plan, profile: Profile, cluster: Cluster, st: _Static, timing:
     n_ops = len(ops)
     compute = profile.compute_s + sum(st.select) + n_ops * (st.issue_s + st.retire_s)
     # ---- memory over time
-    deltas: list[tuple[float, int]] = []
-    for j in range(n_ops):
-        if st.inflight_mem[j]:
-            alloc_at = (timing.layer_end[st.first_layer[j]] if not ops[j].sparse
-                        else timing.ready[j] - st.select[j] - st.issue_s)
-            deltas.append((alloc_at, st.inflight_mem[j]))
-            deltas.append((timing.end[st.freed_by[j]], -st.inflight_mem[j]))
-    deltas.sort()  # by time, frees (negative) before allocations at the same instant
-    live = st.residual_bytes
-    peak = live
-    samples = [(0.0, live)]
-    for when, delta in deltas:
-        live += delta
-        peak = max(peak, live)
-        samples.append((when, live))
+    if timeline:
+        deltas: list[tuple[float, int]] = []
+        for j in range(n_ops):
+            if st.inflight_mem[j]:
+                alloc_at = (timing.layer_end[st.first_layer[j]] if not ops[j].sparse
+                            else timing.ready[j] - st.select[j] - st.issue_s)
+                deltas.append((alloc_at, st.inflight_mem[j]))
+                deltas.append((timing.end[st.freed_by[j]], -st.inflight_mem[j]))
+        deltas.sort()  # by time, frees (negative) before allocations at the same instant
+        live = st.residual_bytes
+        peak = live
+        samples = [(0.0, live)]
+        for when, delta in deltas:
+            live += delta
+            peak = max(peak, live)
+            samples.append((when, live))
+    else:
+        peak = _peak_bytes(ops, st, timing)
     tl = None
     if timeline:
         tl = Timeline(meta={"strategy": plan.strategy, "model": profile.model, "world_size": cluster.world_size,
@@ -421,6 +559,24 @@ def _result(plan: Plan, profile: Profile, cluster: Cluster, st: _Static, timing:
     comm_busy = sum(b - a for a, b in zip(timing.start, timing.end))
     return SimResult(plan.strategy, timing.iteration, compute, max(0.0, timing.iteration - compute), comm_busy, peak,
                      n_ops, timing.backward_end, timing.comm_end, timing.start, timing.end, tl)
+
+
+def _peak_bytes(ops: tuple[Operation, ...], st: _Static, timing: _Timing) -> int:
+    """:func:`_result`'s peak of the memory samples without the samples: the same allocations and frees in
+    the same order (by time, frees first at the same instant), summed with numpy."""
+    mem = np.array(st.inflight_mem, dtype=np.int64)
+    held = np.flatnonzero(mem)
+    if held.size == 0:
+        return st.residual_bytes
+    sparse = np.array([ops[j].sparse for j in held.tolist()], dtype=bool)
+    ready = np.array(timing.ready, dtype=float)[held]
+    dense_at = np.array(timing.layer_end, dtype=float)[np.array(st.first_layer, dtype=np.int64)[held]]
+    alloc_at = np.where(sparse, ready - np.array(st.select, dtype=float)[held] - st.issue_s, dense_at)
+    free_at = np.array(timing.end, dtype=float)[np.array(st.freed_by, dtype=np.int64)[held]]
+    times = np.concatenate([alloc_at, free_at])
+    deltas = np.concatenate([mem[held], -mem[held]])
+    live = st.residual_bytes + np.cumsum(deltas[np.lexsort((deltas, times))])
+    return int(max(st.residual_bytes, int(live.max())))
 
 
 def _channel_of(j: int, plan: Plan, channels: int) -> int:
