@@ -99,13 +99,13 @@ def _first_free(free):
     return c
 
 
-def _schedule_fifo(ready, cost, after, channels, op_lat, start, end):
+def _schedule_fifo(ready, cost, after, channels, op_lat, start, end, gather_from):
     """Plan order, no credit window (engine._schedule's first branch)."""
     free = np.zeros(channels)
     last_start = 0.0
     for j in range(ready.shape[0]):
         if after[j] >= 0:
-            ready[j] = end[after[j]]
+            ready[j] = max(end[after[j]], gather_from)
         c = 0
         for k in range(1, channels):
             if free[k] < free[c]:
@@ -118,7 +118,7 @@ def _schedule_fifo(ready, cost, after, channels, op_lat, start, end):
 
 
 def _schedule_events(ready, cost, nbytes, priority, after, fifo, credit, channels, op_lat,
-                     start, end):
+                     start, end, gather_from):
     """Priority order, or a credit window (engine._schedule's event loop, decision for decision)."""
     # long function: engine._schedule's loop, kept line for line beside it so that the two can be compared
     n = ready.shape[0]
@@ -196,8 +196,8 @@ def _schedule_events(ready, cost, nbytes, priority, after, fifo, credit, channel
             heapq.heappush(finishing, (end[cand], nbytes[cand]))
             for k in range(dep_ptr[cand], dep_ptr[cand + 1]):
                 d = dep_ops[k]
-                ready[d] = end[cand]
-                heapq.heappush(unlocked, (end[cand], d))
+                ready[d] = max(end[cand], gather_from)
+                heapq.heappush(unlocked, (ready[d], d))
             issued += 1
         if issued >= n:
             break
@@ -281,11 +281,15 @@ def run_pass(layer_time, comp_ptr, comp_ops, select, issue_s, cost, nbytes, prio
     returns ``(backward_end, comm_end, iteration)``.  ``credit`` < 0: no window."""
     backward_end = _backward(layer_time, comp_ptr, comp_ops, select, issue_s, ready, layer_end)
     n = ready.shape[0]
+    # the runtime starts the all-gathers at its first wait after backward (engine._run): after other_s in an
+    # overlapping plan, at the end of backward otherwise
+    gather_from = backward_end + other_s if overlap and other_s > 0 else backward_end
     if n > 0:
         if fifo and credit < 0:
-            _schedule_fifo(ready, cost, after, channels, op_lat, start, end)
+            _schedule_fifo(ready, cost, after, channels, op_lat, start, end, gather_from)
         else:
-            _schedule_events(ready, cost, nbytes, priority, after, fifo, credit, channels, op_lat, start, end)
+            _schedule_events(ready, cost, nbytes, priority, after, fifo, credit, channels, op_lat, start, end,
+                             gather_from)
     comm_end = 0.0
     for j in range(n):
         comm_end = max(comm_end, end[j]) if j > 0 else end[j]
