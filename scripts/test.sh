@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh
 . .venv/bin/activate
 bash scripts/lint.sh  # ruff and mypy (pyproject.toml)
+python -m gradsched.jit  # numba's kernels compiled once (a fresh clone: ~50 s of CPU), then loaded by every worker
 # each test file on one worker; the testbed and wall-clock files one at a time (tests/conftest.py)
 workers="${GRADSCHED_TEST_WORKERS:-2}"
 parallel=()
