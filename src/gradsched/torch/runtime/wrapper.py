@@ -412,11 +412,12 @@ class DistributedDataParallel(nn.Module):
             tracer.next_iteration()
         if self.autotuner is not None and torch.is_grad_enabled() and self._sync_enabled:
             self.autotuner.on_iteration_start()  # an iteration boundary: the plan may switch here
-        t0 = tracer.now() if tracer is not None else None
         if self._ddp is not None:  # run-time auto runs PyTorch's DDP (a candidate, or what it settled on)
-            if self.autotuner is not None and self.autotuner.before_profiling and not self._user_trace:
-                t0 = None  # deferred, on the baseline: nothing reads its forward's span (profiling starts afresh)
-            return self._ddp, args, kwargs, t0
+            # deferred, on the baseline: nothing reads its forward's span (profiling starts afresh)
+            quiet = tracer is None or (self.autotuner is not None and self.autotuner.before_profiling
+                                       and not self._user_trace)
+            return self._ddp, args, kwargs, None if quiet else tracer.now()
+        t0 = tracer.now() if tracer is not None else None
         if self._input_device is not None:  # device_ids=[d]: inputs go to d, as DDP moves them
             args, kwargs = to_device(args, self._input_device), to_device(kwargs, self._input_device)
         syncing = torch.is_grad_enabled() and self._executor is not None and self._executor.enabled
