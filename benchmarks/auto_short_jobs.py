@@ -63,7 +63,7 @@ def _build(model_name: str, variant: str, batch_size: int, rank: int) -> dict:
 
 def _step(job: dict, k: int) -> None:
     s0 = time.perf_counter()
-    link = getattr(job["model"], "link", None)  # gradsched's wrapper only
+    link = getattr(job["model"], "link", None)  # gradsched's wrapper only (model.link: its typed interface)
     tracer = link.tracer if link is not None else None  # run-time auto's clock
     if tracer is not None and job.get("paused_at") is not None:
         # the other job's step, run since this one's last, is not this job's time: auto's budget is a share of

@@ -220,6 +220,31 @@ def test_profiling_starts_once_its_expected_cost_fits_the_share_then_trials_foll
     assert tuner.trials_done and is_torch_ddp(model.plan) and tuner.settled_at is not None
 
 
+def test_the_baseline_builds_no_executor_until_profiling_starts(world_of_one, monkeypatch):
+    """Deferred, PyTorch's DDP alone runs the baseline: gradsched's executor (its hooks, buckets and threads) is
+    built at the iteration profiling starts, not at wrapping (where it was built and closed at once)."""
+    import gradsched.torch.runtime.wrapper as wrapper_module
+
+    built: list[int] = []  # the tuner's iteration count at each executor's construction
+
+    class Counted(wrapper_module.Executor):  # type: ignore[misc,name-defined]
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            built.append(tuner.iteration if tuner is not None else -1)
+
+    monkeypatch.setattr(wrapper_module, "Executor", Counted)
+    tuner = None
+    model = DistributedDataParallel(_net(), "auto", plan_options={**DEFERRED, "trial_share": 0.1}, bucket_cap_mb=0.01)
+    assert built == [] and model._executor is None and is_torch_ddp(model.plan)
+    tuner = model.autotuner
+    assert tuner.before_profiling
+    delay(model, lambda plan: 1.0 if is_torch_ddp(plan) else 2.0)
+    _train(model, 0, 1, 120)
+    profiling = next(s for s in tuner.switches if s.reason == "profiling")
+    assert profiling.iteration > 3 and not tuner.before_profiling
+    assert built[0] == profiling.iteration + 1  # built in that iteration's start (the count already moved on)
+
+
 def test_deferred_is_the_default_only_where_trials_are_budgeted_with_pytorch_ddp():
     assert AutoTuneConfig.from_options({}).deferred
     for off in ({"defer": "false"}, {"trials": "off"}, {"trials": 1}, {"trial_share": 0}, {"torch_ddp": False}):

@@ -241,6 +241,11 @@ class AutoTuner:
         self._profile_end = None
         self._waiting = self.config.switch_iteration
 
+    @property
+    def before_profiling(self) -> bool:
+        """Deferred, still on the baseline (PyTorch's DDP): profiling neither started nor done."""
+        return self.config.deferred and self._profiled_at is None and self._profile_end is None
+
     # ------------------------------------------------------------------ hook
     def on_iteration_start(self) -> None:
         """Called by the wrapper at the start of every gradient-synchronising forward: an

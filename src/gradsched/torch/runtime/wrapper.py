@@ -260,7 +260,8 @@ class DistributedDataParallel(nn.Module):
         if tune is not None and tune.torch_ddp:
             self._ddp_pool = TorchDDPPool(module, self._group, {**args.torch_ddp_kwargs, **self._user_ddp_kwargs},
                                           self._find_unused_arg, self._broadcast_buffers)
-        self._start_executor()
+        if tune is None or not tune.deferred:  # deferred: built when profiling starts (PyTorch's DDP until then)
+            self._start_executor()
         if tune is not None:
             assert self._tracer is not None
             self.strategy = "auto"
@@ -327,7 +328,7 @@ class DistributedDataParallel(nn.Module):
         """Gradients are averaged in backward (False inside ``no_sync()``)."""
         if self._executor is not None:
             return self._executor.enabled
-        return self._ddp is not None and self._ddp.require_backward_grad_sync
+        return self._ddp is None or self._ddp.require_backward_grad_sync  # neither yet: deferred auto's start
 
     # ------------------------------------------------------------------ start-up
     @property
@@ -411,9 +412,12 @@ class DistributedDataParallel(nn.Module):
             tracer.next_iteration()
         if self.autotuner is not None and torch.is_grad_enabled() and self._sync_enabled:
             self.autotuner.on_iteration_start()  # an iteration boundary: the plan may switch here
-        t0 = tracer.now() if tracer is not None else None
         if self._ddp is not None:  # run-time auto runs PyTorch's DDP (a candidate, or what it settled on)
-            return self._ddp, args, kwargs, t0
+            # deferred, on the baseline: nothing reads its forward's span (profiling starts afresh)
+            quiet = tracer is None or (self.autotuner is not None and self.autotuner.before_profiling
+                                       and not self._user_trace)
+            return self._ddp, args, kwargs, None if quiet else tracer.now()
+        t0 = tracer.now() if tracer is not None else None
         if self._input_device is not None:  # device_ids=[d]: inputs go to d, as DDP moves them
             args, kwargs = to_device(args, self._input_device), to_device(kwargs, self._input_device)
         syncing = torch.is_grad_enabled() and self._executor is not None and self._executor.enabled
