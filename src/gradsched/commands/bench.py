@@ -41,6 +41,7 @@ from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.launch import PREFIXES
 from gradsched.jobs.results import UNITS, BenchJsonRow, BenchResult, BenchRow, Contention
 from gradsched.jobs.results import to_emulated as undilate  # the old name
+from gradsched.jobs.startup import AutoWarmup
 from gradsched.testbed import check_ranks_per_host
 
 DEFAULT_MODEL = "vgg"
@@ -279,6 +280,9 @@ def _auto_lines(rows: list[BenchRow]) -> list[str]:
     if tune and tune.get("predicted_iteration_s"):
         lines.append(f"  (planned at run time from its own in-training measurements, which predicted "
                      f"{tune['predicted_iteration_s'] * 1e3:.1f} ms; {tune['replans']} re-plan(s))")
+    warmup = auto.get("auto_warmup")
+    if warmup and not AutoWarmup.from_dict(dict(warmup)).in_situ:
+        lines.append(f"  ({AutoWarmup.from_dict(dict(warmup)).describe()})")
     return lines
 
 

@@ -1,0 +1,90 @@
+"""How long a bench's start-up may take, and what it leaves out to stay within it.
+
+Torch-free rules read by the bench's worker (:mod:`gradsched.torch.jobs.bench_worker`).
+Start-up is everything before the counted rounds: profiling, the network table, the
+start-up probes, building the rows and run-time ``auto``'s warm-up.  A dilated replay
+(``gradsched bench --replay P --dilate K``) runs every step K times slower, so a start-up
+counted in steps grows with K; these rules count it in wall seconds instead:
+
+- **Probes' floors** (:func:`probe_floor`): a start-up probe keeps its fewest repetitions
+  only where they fit :data:`FULL_FLOOR_S`; otherwise one (the contention probe) or none
+  (the runtimes' overhead probe).  Both are sampled again between the rounds and the
+  predictions use the medians over every sample; a dilated replay's runtime overheads
+  are host time, which weighs K times less against its dilated steps.
+- **Run-time auto's warm-up** (:func:`auto_warmup`): ``auto`` tunes itself in situ
+  (profiling, switch, trials, re-plan checks: ``tuning_iterations``, docs/autotune.md),
+  several hundred iterations.  On a replay, it does so off the clock only where those
+  iterations fit what is left of :data:`STARTUP_TARGET_S`; otherwise ``auto`` is planned
+  once at start-up from the profile and cluster the bench measured (``adaptive=false``,
+  as every other gradsched row is), and the bench says so.  ``--opt auto.adaptive=true``
+  keeps the warm-up in situ whatever it costs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+STARTUP_TARGET_S = 120.0  # a replay's start-up: at most about this long in wall seconds, at any dilation
+FULL_FLOOR_S = 30.0  # a start-up probe keeps its floor of repetitions only where they take at most this long
+
+
+def probe_floor(floor: int, per_rep_s: float, least: int, within_s: float = FULL_FLOOR_S) -> int:
+    """The fewest repetitions a start-up probe runs: ``floor``, or ``least`` where ``floor`` repetitions of
+    ``per_rep_s`` each would take more than ``within_s`` (a dilated replay's steps take seconds)."""
+    if not math.isfinite(per_rep_s) or floor * per_rep_s > within_s:
+        return min(floor, least)
+    return floor
+
+
+@dataclass(frozen=True)
+class AutoWarmup:
+    """Whether run-time ``auto`` warms up in situ (off the clock) or is planned at start-up, and why."""
+
+    in_situ: bool
+    estimated_s: float  # its warm-up's iterations times an iteration's least time
+    budget_s: float  # what was left of the start-up target (inf: the user asked for the warm-up)
+    iterations: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": "run-time (warm-up off the clock)" if self.in_situ else "planned at start-up",
+                "estimated_s": self.estimated_s, "budget_s": self.budget_s, "iterations": self.iterations}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "AutoWarmup":
+        return cls(d.get("mode") != "planned at start-up", float(d.get("estimated_s", 0.0)),
+                   float(d.get("budget_s", math.inf)), int(d.get("iterations", 0)))
+
+    def describe(self) -> str:
+        """One line for the bench's output (wall seconds)."""
+        if self.in_situ:
+            return f"auto tuned at run time, its warm-up ({self.iterations} iterations) off the clock"
+        if not math.isfinite(self.budget_s):
+            return "auto planned at start-up from the bench's profile and cluster (adaptive=false, as asked)"
+        return (f"auto planned at start-up from the bench's profile and cluster: its run-time warm-up "
+                f"({self.iterations} iterations, at least {self.estimated_s:.0f} s of wall time) would not fit what "
+                f"is left of the {STARTUP_TARGET_S:.0f} s start-up ({max(0.0, self.budget_s):.0f} s); "
+                f"--opt auto.adaptive=true tunes it at run time")
+
+
+def auto_warmup(iterations: int, iteration_s: float, elapsed_s: float, options: dict[str, Any] | None,
+                replay: bool, target_s: float = STARTUP_TARGET_S) -> AutoWarmup:
+    """What run-time ``auto`` does in a bench: warm up in situ unless the model is replayed, its ``iterations``
+    of at least ``iteration_s`` each exceed what is left of ``target_s`` after ``elapsed_s`` of start-up, and
+    the user did not set ``adaptive`` (given: as given)."""
+    estimated = iterations * max(iteration_s, 0.0)
+    if options and "adaptive" in options:
+        return AutoWarmup(str(options["adaptive"]).strip().lower() not in ("false", "0", "no", "off"),
+                          estimated, math.inf, iterations)
+    budget = target_s - elapsed_s
+    return AutoWarmup(not replay or estimated <= budget, estimated, budget, iterations)
+
+
+def auto_options(options: dict[str, Any] | None, warmup: AutoWarmup) -> dict[str, Any]:
+    """``auto``'s plan options in the bench: its trials back to back (``trial_share=0``: the rounds time the
+    plan it settles on) and, where it is planned at start-up, ``adaptive=false``."""
+    out = {"trial_share": 0, **(options or {})}
+    if not warmup.in_situ:
+        out.setdefault("adaptive", False)
+    return out
