@@ -191,6 +191,22 @@ def test_fast_forward_skips_the_replayed_compute_and_only_within(monkeypatch):
         pass
 
 
+def test_a_restarted_clock_does_not_hide_what_ran_meanwhile(monkeypatch):
+    t = VirtualTime()
+    monkeypatch.setattr(replay, "time", t)
+    prof = _profile().with_times(20.0)
+    emulated = prof.other_s + prof.forward_s + prof.backward_s
+    model = ReplayModel(prof)
+    _step(model, clock=t)
+    t.work(emulated)  # another model's steps in this thread (the bench's rounds), all CPU
+    _, hidden, _, _ = _step(model, clock=t)
+    assert hidden < 0.75 * emulated  # that work hidden from its first step (up to carry_s)
+    t.work(emulated)
+    replay.restart_clocks(torch.nn.Sequential(model))
+    _, wall, _, _ = _step(model, clock=t)
+    assert wall == pytest.approx(emulated, abs=2 * replay.HOST_SLACK_S)
+
+
 def test_dilation_shapes_links_slower_and_rescales_reports():
     assert shaped_rate("1gbit", 2, 2.0, replay=True) == 500_000_000
     assert shaped_rate("1gbit", 4, 2.0, replay=True) == 500_000_000  # 2 Gbit/s in all: faithful here

@@ -71,7 +71,7 @@ from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.torch.jobs.fsdp2_row import Fsdp2Row
 from gradsched.torch.jobs.phases import Phases
-from gradsched.torch.jobs.replay import fast_forward
+from gradsched.torch.jobs.replay import fast_forward, restart_clocks
 from gradsched.torch.jobs.shared_model import SharedModel, row_buffers, track
 from gradsched.torch.runtime.optim import DistributedOptimizer
 from gradsched.torch.measure.probe import (PROBE_BUDGET_S, ContentionProbe, NetworkResampler, slowest,
@@ -242,32 +242,38 @@ class _RuntimeOverheads:
         self._timers = (one_op.host_timer(), many_ops.host_timer())
         self.extra_ops = len(many_ops.plan.operations) - len(one_op.plan.operations)
         self.host: list[tuple[float, float]] = []  # per rotation: (issue_s, retire_s) per operation
-        self.rotation_s = self._warm_up(probe)
+        self._warm = False
+        self.rotation_s = self._cost(probe)
         lo, hi = OVERHEAD_REPS
         lo = probe_floor(lo, self.rotation_s, least=0)
         self.start_reps = max(lo, min(hi, int(_share(cfg, OVERHEAD_BUDGET_S) / max(self.rotation_s, 1e-6))))
         for t in self._timers:
             t.reset()  # the warm-up is not counted
 
-    def _warm_up(self, probe: ProbeFigures) -> float:
-        """One rotation off the clock (DDP builds its buckets); returns about what a rotation costs (slowest
-        rank).  A replay's rotation runs without its compute (:func:`fast_forward`), a rotation's cost then
-        reckoned from the probe's step: every run's steps, as long as a step alone."""
-        replayed = bool(probe.get("host_work_hidden"))
+    def _cost(self, probe: ProbeFigures) -> float:
+        """About what a rotation costs (slowest rank).  A replay's: every run's steps as long as the probe's step
+        alone (its warm-up waits for the first rotation: none may run at start-up); otherwise that of the
+        warm-up rotation, run now."""
+        if probe.get("host_work_hidden"):
+            return slowest_median([len(self.runs) * (self.STEPS + 2) * float(probe["compute_alone_s"])])
+        return slowest_median([self._warm_up()])
+
+    def _warm_up(self) -> float:
+        """One rotation off the clock (DDP builds its buckets), a replay's without its compute (:func:`fast_forward`:
+        nothing reads its time); returns what it took on this rank."""
+        self._warm = True
         with contextlib.ExitStack() as stack:
-            if replayed:
-                for model, _ in self.runs:
-                    inner: Any = getattr(model, "module", model)  # a wrapper's module, or _ComputeOnly's
-                    stack.enter_context(fast_forward(inner))
-            per_rep = sum(statistics.median(_burst(model, opt, self._loss_fn, self._batches, self.STEPS, 0))
-                          for model, opt in self.runs) * (self.STEPS + 2)
-        if replayed:
-            per_rep = len(self.runs) * (self.STEPS + 2) * float(probe["compute_alone_s"])
-        return slowest_median([per_rep])
+            for model, _ in self.runs:
+                inner: Any = getattr(model, "module", model)  # a wrapper's module, or _ComputeOnly's
+                stack.enter_context(fast_forward(inner))
+            return sum(statistics.median(_burst(model, opt, self._loss_fn, self._batches, self.STEPS, 0))
+                       for model, opt in self.runs) * (self.STEPS + 2)
 
     def measure(self, rotations: int) -> float:
         """``rotations`` more rotations; returns the seconds they took (slowest rank)."""
         t0 = time.perf_counter()
+        if not self._warm:
+            self._warm_up()
         step_s = _rotated_rounds(self.runs, self._loss_fn, self._batches, self.STEPS, rotations,
                                  first=len(self.bursts[0]), on_round=self._count_host)
         per_burst = step_s.reshape(len(self.runs), rotations, self.STEPS).median(dim=2).values
@@ -498,7 +504,9 @@ def _start(cfg: BenchConfig, shared: SharedModel, phases: Phases) -> _Start:
     spec = shared.copy_spec()
     start.contention = ContentionProbe(spec, profile.total_bytes, lr=cfg.lr, seed=cfg.seed, batch_size=cfg.batch_size,
                                        budget_s=_share(cfg, PROBE_BUDGET_S), optimizer=shared.sgd(spec.module, cfg.lr),
-                                       off_clock=lambda: fast_forward(spec.module))
+                                       off_clock=lambda: fast_forward(spec.module),
+                                       step_s=profile.compute_s if getattr(spec.module, "hides_host_work", False)
+                                       else None, restart=lambda: restart_clocks(spec.module))
     start.network = NetworkResampler(cluster)
     t0 = time.perf_counter()
     probe = _startup_probe(start.contention, cluster, cfg)

@@ -105,8 +105,10 @@ class ContentionProbe:
 
     def __init__(self, spec: "TrainableModel", total_bytes: int, *, lr: float, seed: int, batch_size: int,
                  budget_s: float = PROBE_BUDGET_S, optimizer: torch.optim.Optimizer | None = None,
-                 off_clock: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> None:
+                 off_clock: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
+                 step_s: float | None = None, restart: Callable[[], None] = lambda: None) -> None:
         self.module, self._loss_fn = spec.module, spec.loss_fn
+        self._restart = restart  # called before each measurement: a replay's clock forgets what ran meanwhile
         self._opt = optimizer if optimizer is not None else torch.optim.SGD(self.module.parameters(), lr=lr,
                                                                             momentum=0.9)
         gen = torch.Generator().manual_seed(seed * 1000 + 998)
@@ -118,7 +120,8 @@ class ContentionProbe:
         with off_clock():  # warm-up, its time unread (a replay's compute need not be waited out: bench_worker)
             self._compute()
         self._comm_while(self._smalls, False)
-        step_s = slowest_median([self._timed(self._compute)])
+        if step_s is None:  # else known (a replay waits out its profile's step: bench_worker), not timed again
+            step_s = slowest_median([self._timed(self._compute)])
         allreduce_s = slowest_median([self._timed(lambda: self._comm_while([self._big], False))])
         self.start_reps = probe_reps(step_s, allreduce_s, budget_s)
         # a queue longer than a step, so that compute is slowed all along
@@ -175,6 +178,7 @@ class ContentionProbe:
         """``reps`` more repetitions of every measurement; returns the seconds they took (slowest rank)."""
         t0 = time.perf_counter()
         self._restore()
+        self._restart()
         per_rep: dict[str, list[float]] = {k: [] for k in self.TIMES}
         for _ in range(reps):
             per_rep["compute_alone_s"].append(self._timed(self._compute))
