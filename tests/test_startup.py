@@ -53,6 +53,7 @@ def test_models_that_really_compute_keep_the_run_time_warm_up():
 def test_adaptive_given_is_obeyed_whatever_the_cost(given, in_situ):
     w = auto_warmup(303, 7.9, elapsed_s=70.0, options={"adaptive": given}, replay=True)
     assert w.in_situ is in_situ and w.budget_s == math.inf
+    assert w.to_dict()["budget_s"] is None and AutoWarmup.from_dict(w.to_dict()) == w  # no Infinity in the JSON
     assert auto_options({"adaptive": given}, w)["adaptive"] == given  # as given, never overridden
     assert "as asked" in w.describe() or w.in_situ
 

@@ -160,7 +160,7 @@ class AutoWarmupRecord(TypedDict, total=False):
 
     mode: str
     estimated_s: float
-    budget_s: float
+    budget_s: float | None  # None: the user set adaptive
     iterations: int
 
 

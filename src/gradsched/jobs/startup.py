@@ -49,12 +49,13 @@ class AutoWarmup:
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": "run-time (warm-up off the clock)" if self.in_situ else "planned at start-up",
-                "estimated_s": self.estimated_s, "budget_s": self.budget_s, "iterations": self.iterations}
+                "estimated_s": self.estimated_s, "iterations": self.iterations,
+                "budget_s": self.budget_s if math.isfinite(self.budget_s) else None}  # None: adaptive given
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "AutoWarmup":
         return cls(d.get("mode") != "planned at start-up", float(d.get("estimated_s", 0.0)),
-                   float(d.get("budget_s", math.inf)), int(d.get("iterations", 0)))
+                   math.inf if d.get("budget_s") is None else float(d["budget_s"]), int(d.get("iterations", 0)))
 
     def describe(self) -> str:
         """One line for the bench's output (wall seconds)."""
