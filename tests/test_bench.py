@@ -477,3 +477,14 @@ def test_fsdp2_row_runs_beside_a_plan_in_the_same_rounds(tmp_path):
     for r in by.values():
         assert r["iteration_s_median"] > 0 and r["predicted_iteration_s"] > 0 and len(r["step_s"]) == 2
     assert by["fsdp2"]["plan_options"] == {"grouping": "per block"}
+
+
+def test_auto_adaptive_reaches_the_auto_row_and_nothing_else():
+    from gradsched.commands.bench import entries
+    from gradsched.errors import GradschedError
+
+    rows = entries("ddp,wfbp,auto", "none", None, ["auto.adaptive=true", "wfbp.layerwise=true"])
+    by = {e.label: e for e in rows}
+    assert by["auto"].options["adaptive"] is True and by["wfbp"].options == {"layerwise": True}
+    with pytest.raises(GradschedError, match="true or false"):
+        entries("ddp,auto", "none", None, ["auto.adaptive=maybe"])

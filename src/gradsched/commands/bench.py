@@ -118,6 +118,23 @@ def register(subparsers: Any) -> None:
 
 
 # ----------------------------------------------------------------------------- configuration
+def split_auto_runtime(opts: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """``--opt auto.adaptive=true|false`` (run-time ``auto``'s own setting, not a planner option: whether its
+    warm-up runs in situ whatever it costs, gradsched.jobs.startup) apart from the planner options."""
+    runtime: dict[str, Any] = {}
+    rest = []
+    for item in opts:
+        key, sep, raw = item.partition("=")
+        if sep and key.strip() == "auto.adaptive":
+            value = raw.strip().lower()
+            if value not in ("true", "false"):
+                raise GradschedError(f"--opt {item}: auto.adaptive is true or false")
+            runtime["adaptive"] = value == "true"
+        else:
+            rest.append(item)
+    return runtime, rest
+
+
 def entries(strategies: str, buckets: str, density: float | None = None,
             opts: list[str] | None = None) -> list[BenchEntry]:
     """What to run (:func:`gradsched.jobs.bench.entries`), with ``--opt`` planner options
@@ -129,8 +146,11 @@ def entries(strategies: str, buckets: str, density: float | None = None,
 
     known = set(strategy_names())
     names = {s.strip() for s in strategies.split(",") if s.strip()} & known  # unknown ones: entries' error
-    parsed = SimpleNamespace(density=None, opt=opts or [])
+    runtime, opts = split_auto_runtime(opts or [])
+    parsed = SimpleNamespace(density=None, opt=opts)
     chosen = {name: planner_options(name, parsed) for name in sorted(names)} if opts else {}
+    if runtime and "auto" in names:
+        chosen["auto"] = {**chosen.get("auto", {}), **runtime}
     return bench_rules.entries(strategies, buckets, density, chosen)
 
 
@@ -195,7 +215,8 @@ def _checked_entries(args: argparse.Namespace) -> list[BenchEntry]:
     from gradsched.commands._inputs import check_opt_keys
 
     out = entries(args.strategies, args.ddp_buckets, args.density, args.opt)
-    check_opt_keys([e.strategy for e in out if not e.torch_ddp], argparse.Namespace(density=None, opt=args.opt))
+    check_opt_keys([e.strategy for e in out if not e.torch_ddp],
+                   argparse.Namespace(density=None, opt=split_auto_runtime(args.opt)[1]))
     return out
 
 
