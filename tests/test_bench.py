@@ -419,13 +419,13 @@ def test_table_says_when_auto_was_planned_at_start_up():
     from gradsched.commands.bench import table
     from gradsched.jobs.startup import auto_warmup
 
-    planned = auto_warmup(303, 7.9, elapsed_s=70.0, options=None, replay=True).to_dict()
+    planned = auto_warmup(303, 7.9, options=None, replay=True).to_dict()
     rows = [_row("ddp", 400.0), _row("auto", 390.0, plan_options={"chose": "mgwfbp", "chosen_options": {}},
                                      auto_warmup=planned)]
     bound = {"lower_bound_s": 0.3, "compute_s": 0.28, "allreduce_all_s": 0.29}
     text = table({"rows": rows, "lower_bound": bound, "best_ddp": "ddp"})
     assert "auto planned at start-up" in text and "303 iterations" in text and "auto.adaptive=true" in text
-    rows[1]["auto_warmup"] = auto_warmup(303, 0.1, elapsed_s=0.0, options=None, replay=True).to_dict()
+    rows[1]["auto_warmup"] = auto_warmup(303, 0.4, options=None, replay=True).to_dict()  # dilation 1: in situ
     assert "planned at start-up" not in table({"rows": rows, "lower_bound": bound, "best_ddp": "ddp"})
 
 

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from gradsched.jobs.startup import (FULL_FLOOR_S, STARTUP_TARGET_S, AutoWarmup, auto_options, auto_warmup,
-                                    probe_floor)
+from gradsched.jobs.startup import (AUTO_WARMUP_S, FULL_FLOOR_S, STARTUP_TARGET_S, AutoWarmup, auto_options,
+                                    auto_warmup, probe_floor)
 
 
 @pytest.mark.parametrize("per_rep_s,least,expected", [
@@ -25,16 +25,21 @@ def test_a_floor_below_least_is_kept():
     assert probe_floor(1, 100.0, least=2) == 1
 
 
-def test_auto_warms_up_in_situ_where_its_iterations_fit_what_is_left():
-    fits = auto_warmup(300, 0.1, elapsed_s=60.0, options=None, replay=True)
-    assert fits.in_situ and fits.estimated_s == pytest.approx(30.0) and fits.budget_s == pytest.approx(60.0)
-    late = auto_warmup(300, 0.1, elapsed_s=STARTUP_TARGET_S - 20.0, options=None, replay=True)
-    assert not late.in_situ  # 30 s of warm-up, 20 s left
+def test_auto_warms_up_in_situ_where_its_iterations_fit_its_own_budget():
+    # googlenet-k80 at dilation 1: some 300 iterations of about 0.4 s, two minutes: more than is left of
+    # the 120 s start-up once it has run, yet run-time auto's warm-up is its own phase with its own budget
+    default = auto_warmup(303, 0.4, options=None, replay=True)
+    assert AUTO_WARMUP_S == 300.0 and AUTO_WARMUP_S > STARTUP_TARGET_S
+    assert default.in_situ and default.estimated_s == pytest.approx(121.2) and default.budget_s == AUTO_WARMUP_S
+    assert "adaptive" not in auto_options(None, default)
+    assert auto_warmup(300, 0.99, options=None, replay=True).in_situ  # 297 s
+    assert not auto_warmup(300, 1.01, options=None, replay=True).in_situ  # 303 s
+    assert not auto_warmup(300, 0.1, options=None, replay=True, budget_s=20.0).in_situ
 
 
 def test_a_dilated_replay_plans_auto_at_start_up():
     # googlenet-k80 at --dilate 20: a step of about 8 s, some 300 iterations of warm-up
-    w = auto_warmup(303, 7.9, elapsed_s=70.0, options={"trials": 3}, replay=True)
+    w = auto_warmup(303, 7.9, options={"trials": 3}, replay=True)
     assert not w.in_situ and w.iterations == 303 and w.estimated_s == pytest.approx(303 * 7.9)
     opts = auto_options({"trials": 3}, w)
     assert opts == {"trial_share": 0, "trials": 3, "adaptive": False}
@@ -42,16 +47,17 @@ def test_a_dilated_replay_plans_auto_at_start_up():
     assert record["mode"] == "planned at start-up" and AutoWarmup.from_dict(record) == w
     line = w.describe()
     assert "planned at start-up" in line and "auto.adaptive=true" in line and "303 iterations" in line
+    assert "300 s budget" in line
 
 
 def test_models_that_really_compute_keep_the_run_time_warm_up():
-    w = auto_warmup(303, 7.9, elapsed_s=70.0, options=None, replay=False)
+    w = auto_warmup(303, 7.9, options=None, replay=False)
     assert w.in_situ and auto_options(None, w) == {"trial_share": 0}
 
 
 @pytest.mark.parametrize("given,in_situ", [(True, True), ("true", True), (False, False), ("false", False)])
 def test_adaptive_given_is_obeyed_whatever_the_cost(given, in_situ):
-    w = auto_warmup(303, 7.9, elapsed_s=70.0, options={"adaptive": given}, replay=True)
+    w = auto_warmup(303, 7.9, options={"adaptive": given}, replay=True)
     assert w.in_situ is in_situ and w.budget_s == math.inf
     assert w.to_dict()["budget_s"] is None and AutoWarmup.from_dict(w.to_dict()) == w  # no Infinity in the JSON
     assert auto_options({"adaptive": given}, w)["adaptive"] == given  # as given, never overridden

@@ -87,7 +87,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--opt", action="append", default=[], metavar="[STRATEGY.]KEY=VALUE",
                    help="planner option of a gradsched row, e.g. wfbp.layerwise=true (repeatable; PyTorch DDP's "
                    "rows take --ddp-buckets); auto.adaptive=true: run-time auto's warm-up on a replay whatever "
-                   "it costs (else planned at start-up where it would not fit the 2-minute start-up)")
+                   "it costs (else planned at start-up where it would not fit its own 5-minute budget)")
     p.add_argument("--ddp-buckets", default=DEFAULT_BUCKETS,
                    help=f"DDP bucket_cap_mb values to sweep, MB or 'all' (one bucket); 'none' to skip "
                    f"(default {DEFAULT_BUCKETS})")

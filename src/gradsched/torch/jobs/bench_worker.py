@@ -62,7 +62,7 @@ import torch.distributed as dist
 from gradsched.calibration import calibrate, lower_bound_s, runtime_name, this_machine, with_runtime_costs
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.results import BenchResult, BenchRow, contention_to_run, pooled_contention
-from gradsched.jobs.startup import AutoWarmup, auto_options, auto_warmup, probe_floor
+from gradsched.jobs.startup import AUTO_WARMUP_PHASE, AutoWarmup, auto_options, auto_warmup, probe_floor
 from gradsched.jobs.results import Contention as ProbeFigures  # the probe's figures (the cluster's Contention below)
 from gradsched.cluster import Cluster, Contention
 from gradsched.costs import CollectiveCost
@@ -529,9 +529,9 @@ def _start(cfg: BenchConfig, shared: SharedModel, phases: Phases) -> _Start:
     return start
 
 
-def _auto_warmup(entry: BenchEntry, cfg: BenchConfig, start: _Start, elapsed_s: float) -> AutoWarmup | None:
+def _auto_warmup(entry: BenchEntry, cfg: BenchConfig, start: _Start) -> AutoWarmup | None:
     """Run-time ``auto``'s warm-up in situ, or ``auto`` planned at start-up (:func:`auto_warmup`): the same
-    decision on every rank (from the broadcast profile and cluster and the phases' slowest-rank seconds)."""
+    decision on every rank (from the broadcast profile and cluster)."""
     if entry.torch_ddp or entry.fsdp2 or entry.strategy != "auto":
         return None
     from gradsched.tuning.config import AutoTuneConfig
@@ -544,17 +544,18 @@ def _auto_warmup(entry: BenchEntry, cfg: BenchConfig, start: _Start, elapsed_s: 
     iteration_s = lower_bound_s(start.profile, start.cluster)["lower_bound_s"]
     iterations = config.tuning_iterations_for(config.window_for(iteration_s)) if config.adaptive else 0
     replay = bool(start.probe.get("host_work_hidden")) if start.probe else cfg.model.startswith("replay:")
-    return auto_warmup(iterations, iteration_s, elapsed_s, entry.options, replay)
+    return auto_warmup(iterations, iteration_s, entry.options, replay)
 
 
 def _build_rows(cfg: BenchConfig, start: _Start, shared: SharedModel, loss_fn: Any,
-                batches: list[Any], elapsed_s: float = 0.0) -> list[tuple[Any, Any]]:
+                batches: list[Any]) -> tuple[list[tuple[Any, Any]], float]:
     """Step 4: one row at a time, built, primed or warmed up, its buckets released before the next is built;
-    the compute-only step last.  ``elapsed_s``: the start-up so far (run-time ``auto``'s warm-up fits what is
-    left of :data:`gradsched.jobs.startup.STARTUP_TARGET_S`, or ``auto`` is planned at start-up)."""
-    runs = []
+    the compute-only step last.  Returns the runs and the seconds of run-time ``auto``'s warm-up among them
+    (its own phase, not start-up; in situ where it fits :data:`gradsched.jobs.startup.AUTO_WARMUP_S`, else
+    ``auto`` is planned at start-up)."""
+    runs, warmup_s = [], 0.0
     for entry in cfg.entries:
-        warmup = _auto_warmup(entry, cfg, start, elapsed_s)
+        warmup = _auto_warmup(entry, cfg, start)
         if warmup is not None:
             start.auto_warmups[entry.label] = warmup
         model, opt = _build_entry(entry, cfg, with_runtime_costs(start.profile, start.probe, entry.torch_ddp),
@@ -568,11 +569,13 @@ def _build_rows(cfg: BenchConfig, start: _Start, shared: SharedModel, loss_fn: A
             # profiling, the switch, the trials and every re-plan check, all off the clock; the first plan
             # sets the trials' window length (the same on every rank), hence two bursts
             first = tuner.config.switch_iteration + 1
+            t0 = time.perf_counter()
             _burst(model, opt, loss_fn, batches, first, 0)
             _burst(model, opt, loss_fn, batches, tuner.tuning_iterations - first, 0)
+            warmup_s += time.perf_counter() - t0
     reference = _ComputeOnly(cfg, shared)
     runs.append((reference, reference))  # timed last in every round's rotation of the entries
-    return runs
+    return runs, warmup_s
 
 
 def _timed_rounds(cfg: BenchConfig, runs: list[tuple[Any, Any]], loss_fn: Any, batches: list[Any],
@@ -701,8 +704,11 @@ def run_bench(cfg: BenchConfig) -> BenchResult | None:
     start = _start(cfg, shared, phases)
     gen = torch.Generator().manual_seed(cfg.seed * 1000 + dist.get_rank())
     batches = [shared.spec.make_batch(cfg.batch_size, gen) for _ in range(4)]
-    runs = _build_rows(cfg, start, shared, shared.spec.loss_fn, batches, sum(p["s"] for p in phases.records))
-    phases.end("rows (built, primed, auto warmed up)")
+    runs, warmup_s = _build_rows(cfg, start, shared, shared.spec.loss_fn, batches)
+    if start.auto_warmups:  # the same on every rank (a collective): auto's rows are everyone's
+        phases.end_apart("rows (built, primed)", AUTO_WARMUP_PHASE, warmup_s)
+    else:
+        phases.end("rows (built, primed)")
     times = _timed_rounds(cfg, runs, shared.spec.loss_fn, batches, start.samplers)
     phases.end("rounds")  # its peak RSS is the largest rank's over the whole job: what check_memory allows for
     if dist.get_rank() != 0:
