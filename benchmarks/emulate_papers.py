@@ -58,7 +58,7 @@ def _run(model: str, args: argparse.Namespace) -> dict:
             "auto_vs_ddp": auto["speedup_vs_ddp"], "auto_vs_best_ddp": auto["speedup_vs_best_ddp"],
             "best_ddp": rows[0]["best_ddp"], "auto_vs_lower_bound": auto["vs_lower_bound"],
             "median_abs_error": statistics.median(errors), "worst_abs_error": max(errors),
-            "startup_s": sum(p["s"] for p in phases if p["phase"] != "rounds"),
+            "startup_s": sum(p["s"] for p in phases if p["phase"] not in ("rounds", "auto warm-up")),
             "peak_rss_bytes": rows[0]["peak_rss_bytes"],
             "compute_s": rows[0]["lower_bound"]["compute_s"],
             "allreduce_all_s": rows[0]["lower_bound"]["allreduce_all_s"]}

@@ -278,7 +278,8 @@ def test_probe_repetitions_fit_the_budget():
     from gradsched.torch.measure.probe import PROBE_BUDGET_S, PROBE_REPS, probe_reps
 
     assert probe_reps(0.001, 0.0005) == PROBE_REPS[1]  # ms-scale model: the most
-    assert probe_reps(10.0, 5.0) == PROBE_REPS[0]  # a slow model: still the fewest allowed
+    assert probe_reps(1.0, 0.5) == PROBE_REPS[0]  # a slow model: still the fewest allowed ...
+    assert probe_reps(10.0, 5.0) == 1  # ... unless they take minutes (a dilated replay): resampled between rounds
     mid = probe_reps(0.3, 0.05)
     assert PROBE_REPS[0] <= mid <= PROBE_REPS[1] and mid * (3 * 0.3 + 2 * 0.05) <= PROBE_BUDGET_S
 
@@ -414,6 +415,20 @@ def test_table_names_the_plan_auto_settled_on_and_the_contention_bound():
     assert "contention" not in table({"rows": rows, "lower_bound": bound, "best_ddp": "ddp"})
 
 
+def test_table_says_when_auto_was_planned_at_start_up():
+    from gradsched.commands.bench import table
+    from gradsched.jobs.startup import auto_warmup
+
+    planned = auto_warmup(303, 7.9, options=None, replay=True).to_dict()
+    rows = [_row("ddp", 400.0), _row("auto", 390.0, plan_options={"chose": "mgwfbp", "chosen_options": {}},
+                                     auto_warmup=planned)]
+    bound = {"lower_bound_s": 0.3, "compute_s": 0.28, "allreduce_all_s": 0.29}
+    text = table({"rows": rows, "lower_bound": bound, "best_ddp": "ddp"})
+    assert "auto planned at start-up" in text and "303 iterations" in text and "auto.adaptive=true" in text
+    rows[1]["auto_warmup"] = auto_warmup(303, 0.4, options=None, replay=True).to_dict()  # dilation 1: in situ
+    assert "planned at start-up" not in table({"rows": rows, "lower_bound": bound, "best_ddp": "ddp"})
+
+
 def test_table_reports_the_runtime_costs_the_probe_measured():
     from gradsched.commands.bench import table
 
@@ -462,3 +477,14 @@ def test_fsdp2_row_runs_beside_a_plan_in_the_same_rounds(tmp_path):
     for r in by.values():
         assert r["iteration_s_median"] > 0 and r["predicted_iteration_s"] > 0 and len(r["step_s"]) == 2
     assert by["fsdp2"]["plan_options"] == {"grouping": "per block"}
+
+
+def test_auto_adaptive_reaches_the_auto_row_and_nothing_else():
+    from gradsched.commands.bench import entries
+    from gradsched.errors import GradschedError
+
+    rows = entries("ddp,wfbp,auto", "none", None, ["auto.adaptive=true", "wfbp.layerwise=true"])
+    by = {e.label: e for e in rows}
+    assert by["auto"].options["adaptive"] is True and by["wfbp"].options == {"layerwise": True}
+    with pytest.raises(GradschedError, match="true or false"):
+        entries("ddp,auto", "none", None, ["auto.adaptive=maybe"])

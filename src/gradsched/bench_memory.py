@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from gradsched.errors import GradschedError
+from gradsched.jobs.startup import AUTO_WARMUP_PHASE
 from gradsched.procfs import proc_bytes
 
 RANK_BASE_BYTES = 450e6  # one rank's torch, gloo and gradsched before any model
@@ -47,15 +48,19 @@ def check_memory(model_bytes: int, largest_bytes: int, ranks: int, have: int | N
 
 
 def phase_lines(phases: list[dict] | None, model_bytes: int | None) -> list[str]:
-    """A line per phase of a bench job (wall seconds, the largest rank's peak RSS so far), then the peak
-    against this module's estimate of it."""
+    """A line per phase of a bench job (wall seconds, the largest rank's peak RSS so far), then the start-up
+    (without run-time ``auto``'s warm-up, its own phase) and the peak against this module's estimate of it."""
     if not phases:
         return []
     lines = ["phases (wall seconds; peak memory of the largest rank so far): " + ", ".join(
         f"{p['phase']} {p['s']:.1f} s ({p['peak_rss_bytes'] / 1e9:.2f} GB)" for p in phases)]
-    start = sum(p["s"] for p in phases if p["phase"] != "rounds")
+    start = sum(p["s"] for p in phases if p["phase"] not in ("rounds", AUTO_WARMUP_PHASE))
+    warmup = [p["s"] for p in phases if p["phase"] == AUTO_WARMUP_PHASE]
     peak = phases[-1]["peak_rss_bytes"]
-    line = f"start-up {start:.1f} s; peak memory per rank {peak / 1e9:.2f} GB (VmHWM)"
+    line = f"start-up {start:.1f} s"
+    if warmup and warmup[0] > 0:  # run-time auto's, its own phase: part of auto's row, not start-up
+        line += f" without run-time auto's warm-up ({warmup[0]:.1f} s, its own phase)"
+    line += f"; peak memory per rank {peak / 1e9:.2f} GB (VmHWM)"
     if model_bytes:
         target = COPIES * model_bytes + 0.5e9
         line += f" against {target / 1e9:.2f} GB for {COPIES}x the parameters' {model_bytes / 1e6:.0f} MB + 0.5 GB"

@@ -6,12 +6,18 @@ all-reduce at 1 Gbit/s: about 9 s a repetition) and a buffer as large; beyond a 
 MiB an all-reduce is bandwidth-bound, so its time grows linearly with its bytes.  The
 bench measures up to :data:`MEASURED_MAX_BYTES` and adds each larger power of two on
 the line through the two largest measured sizes (:func:`extend_points`); the table is
-then read as a measured one (docs/bench.md, "Start-up").
+then read as a measured one (docs/bench.md, "Start-up").  On links shaped slow (a high
+``--dilate``) even 32 MiB takes seconds a repetition: :func:`measured_top` stops the sizes
+timed where the table would exceed :data:`TABLE_BUDGET_S`, at :data:`TABLE_FLOOR_BYTES` at least.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 MEASURED_MAX_BYTES = 32 << 20  # the largest all-reduce the bench times; larger ones are on the line
+TABLE_BUDGET_S = 20.0  # on slow (dilated) links, the sizes timed stop where the table would take longer ...
+TABLE_FLOOR_BYTES = 2 << 20  # ... but never below this size (bandwidth-bound on every link the bench shapes)
 
 
 def extend_points(points: list[tuple[float, float]], top_bytes: int) -> list[tuple[float, float]]:
@@ -28,3 +34,16 @@ def extend_points(points: list[tuple[float, float]], top_bytes: int) -> list[tup
         table.append((size, t1 + slope * (size - b1)))
         size *= 2
     return table
+
+
+def measured_top(sizes: list[int], seconds_of: Callable[[int], float], budget_s: float = TABLE_BUDGET_S,
+                 floor_bytes: int = TABLE_FLOOR_BYTES) -> int:
+    """The largest of ``sizes`` (ascending) to time: every size up to ``floor_bytes``, then more while timing all
+    of them so far (``seconds_of`` each) fits ``budget_s``; larger ones go on the line (:func:`extend_points`)."""
+    top, total = sizes[0], 0.0
+    for size in sizes:
+        total += seconds_of(size)
+        if size > floor_bytes and total > budget_s:
+            break
+        top = size
+    return top

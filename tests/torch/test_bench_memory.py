@@ -70,3 +70,24 @@ def test_memory_per_rank_does_not_grow_with_rows(tmp_path):
     # first run); the target itself is the benchmarks' to report (benchmarks/emulate_papers.py)
     assert peak_six <= 3 * model_bytes + 1e9
     assert [p["phase"] for p in six[0]["phases"]][-1] == "rounds" and six[0]["phases"][-1]["peak_rss_bytes"] == peak_six
+
+
+def test_phases_record_autos_warm_up_apart_from_the_rows(tmp_path):
+    import time
+
+    import torch.distributed as dist
+
+    from gradsched.torch.jobs.phases import Phases
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        phases = Phases()
+        time.sleep(0.05)
+        phases.end_apart("rows (built, primed)", "auto warm-up", 0.04)
+        time.sleep(0.02)
+        phases.end("rounds")
+    finally:
+        dist.destroy_process_group()
+    rows, warmup, rounds = phases.records
+    assert rows["phase"] == "rows (built, primed)" and warmup == {**warmup, "phase": "auto warm-up", "s": 0.04}
+    assert 0.01 <= rows["s"] < 0.05 and rounds["s"] >= 0.02  # the rows less the warm-up; the next phase from now

@@ -177,6 +177,39 @@ def test_dilation_stretches_compute(monkeypatch):
     assert max(s for _, s in stamps) == pytest.approx(wall_slow)  # the last gradient ends the step
 
 
+def test_fast_forward_skips_the_replayed_compute_and_only_within(monkeypatch):
+    t = VirtualTime()
+    monkeypatch.setattr(replay, "time", t)
+    prof = _profile().with_times(20.0)  # a dilated replay: its steps take seconds
+    model = ReplayModel(prof)
+    model.clock.carry_s = 0.0
+    wrapped = torch.nn.Sequential(model)  # found inside a wrapper, as a bench row's module
+    with replay.fast_forward(wrapped):
+        _, wall_fast, _, stamps = _step(model, clock=t)
+    _, wall, _, _ = _step(model, clock=t)
+    emulated = prof.other_s + prof.forward_s + prof.backward_s
+    assert wall_fast < 0.01 * emulated and len(stamps) == prof.num_tensors  # every gradient, no waiting
+    assert wall == pytest.approx(emulated, abs=2 * replay.HOST_SLACK_S)  # after it, the full time again
+    with replay.fast_forward(torch.nn.Linear(2, 2)):  # nothing replayed: nothing to skip
+        pass
+
+
+def test_a_restarted_clock_does_not_hide_what_ran_meanwhile(monkeypatch):
+    t = VirtualTime()
+    monkeypatch.setattr(replay, "time", t)
+    prof = _profile().with_times(20.0)
+    emulated = prof.other_s + prof.forward_s + prof.backward_s
+    model = ReplayModel(prof)
+    _step(model, clock=t)
+    t.work(emulated)  # another model's steps in this thread (the bench's rounds), all CPU
+    _, hidden, _, _ = _step(model, clock=t)
+    assert hidden < 0.75 * emulated  # that work hidden from its first step (up to carry_s)
+    t.work(emulated)
+    replay.restart_clocks(torch.nn.Sequential(model))
+    _, wall, _, _ = _step(model, clock=t)
+    assert wall == pytest.approx(emulated, abs=2 * replay.HOST_SLACK_S)
+
+
 def test_dilation_shapes_links_slower_and_rescales_reports():
     assert shaped_rate("1gbit", 2, 2.0, replay=True) == 500_000_000
     assert shaped_rate("1gbit", 4, 2.0, replay=True) == 500_000_000  # 2 Gbit/s in all: faithful here

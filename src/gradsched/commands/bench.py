@@ -41,6 +41,7 @@ from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.launch import PREFIXES
 from gradsched.jobs.results import UNITS, BenchJsonRow, BenchResult, BenchRow, Contention
 from gradsched.jobs.results import to_emulated as undilate  # the old name
+from gradsched.jobs.startup import AutoWarmup
 from gradsched.testbed import check_ranks_per_host
 
 DEFAULT_MODEL = "vgg"
@@ -85,7 +86,8 @@ def register(subparsers: Any) -> None:
                    help="top-k density of the sparse strategies (topk, omgs) in --strategies")
     p.add_argument("--opt", action="append", default=[], metavar="[STRATEGY.]KEY=VALUE",
                    help="planner option of a gradsched row, e.g. wfbp.layerwise=true (repeatable; PyTorch DDP's "
-                   "rows take --ddp-buckets)")
+                   "rows take --ddp-buckets); auto.adaptive=true: run-time auto's warm-up on a replay whatever "
+                   "it costs (else planned at start-up where it would not fit its own 5-minute budget)")
     p.add_argument("--ddp-buckets", default=DEFAULT_BUCKETS,
                    help=f"DDP bucket_cap_mb values to sweep, MB or 'all' (one bucket); 'none' to skip "
                    f"(default {DEFAULT_BUCKETS})")
@@ -117,6 +119,23 @@ def register(subparsers: Any) -> None:
 
 
 # ----------------------------------------------------------------------------- configuration
+def split_auto_runtime(opts: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """``--opt auto.adaptive=true|false`` (run-time ``auto``'s own setting, not a planner option: whether its
+    warm-up runs in situ whatever it costs, gradsched.jobs.startup) apart from the planner options."""
+    runtime: dict[str, Any] = {}
+    rest = []
+    for item in opts:
+        key, sep, raw = item.partition("=")
+        if sep and key.strip() == "auto.adaptive":
+            value = raw.strip().lower()
+            if value not in ("true", "false"):
+                raise GradschedError(f"--opt {item}: auto.adaptive is true or false")
+            runtime["adaptive"] = value == "true"
+        else:
+            rest.append(item)
+    return runtime, rest
+
+
 def entries(strategies: str, buckets: str, density: float | None = None,
             opts: list[str] | None = None) -> list[BenchEntry]:
     """What to run (:func:`gradsched.jobs.bench.entries`), with ``--opt`` planner options
@@ -128,8 +147,11 @@ def entries(strategies: str, buckets: str, density: float | None = None,
 
     known = set(strategy_names())
     names = {s.strip() for s in strategies.split(",") if s.strip()} & known  # unknown ones: entries' error
-    parsed = SimpleNamespace(density=None, opt=opts or [])
+    runtime, opts = split_auto_runtime(opts or [])
+    parsed = SimpleNamespace(density=None, opt=opts)
     chosen = {name: planner_options(name, parsed) for name in sorted(names)} if opts else {}
+    if runtime and "auto" in names:
+        chosen["auto"] = {**chosen.get("auto", {}), **runtime}
     return bench_rules.entries(strategies, buckets, density, chosen)
 
 
@@ -194,7 +216,8 @@ def _checked_entries(args: argparse.Namespace) -> list[BenchEntry]:
     from gradsched.commands._inputs import check_opt_keys
 
     out = entries(args.strategies, args.ddp_buckets, args.density, args.opt)
-    check_opt_keys([e.strategy for e in out if not e.torch_ddp], argparse.Namespace(density=None, opt=args.opt))
+    check_opt_keys([e.strategy for e in out if not e.torch_ddp],
+                   argparse.Namespace(density=None, opt=split_auto_runtime(args.opt)[1]))
     return out
 
 
@@ -279,6 +302,9 @@ def _auto_lines(rows: list[BenchRow]) -> list[str]:
     if tune and tune.get("predicted_iteration_s"):
         lines.append(f"  (planned at run time from its own in-training measurements, which predicted "
                      f"{tune['predicted_iteration_s'] * 1e3:.1f} ms; {tune['replans']} re-plan(s))")
+    warmup = auto.get("auto_warmup")
+    if warmup and not AutoWarmup.from_dict(dict(warmup)).in_situ:
+        lines.append(f"  ({AutoWarmup.from_dict(dict(warmup)).describe()})")
     return lines
 
 

@@ -156,6 +156,16 @@ class PlanOptions(TypedDict, total=False):
     candidates: int
 
 
+class AutoWarmupRecord(TypedDict, total=False):
+    """How a bench's run-time ``auto`` row got its plan (:class:`gradsched.jobs.startup.AutoWarmup`): the
+    job's own seconds, as ``phases``."""
+
+    mode: str
+    estimated_s: float
+    budget_s: float | None  # None: the user set adaptive
+    iterations: int
+
+
 class BenchRow(TypedDict, total=False):
     """One strategy or DDP bucket size of ``gradsched bench`` (the JSON adds the run's facts to each)."""
 
@@ -176,6 +186,7 @@ class BenchRow(TypedDict, total=False):
     bucket_cap_mb: float
     plan_options: Annotated[PlanOptions, OPEN]
     autotune: Autotune
+    auto_warmup: AutoWarmupRecord  # an auto row of a replay: tuned at run time or planned at start-up
     speedup_vs_ddp: float | None
     speedup_vs_best_ddp: float | None
     below_bound: BelowBound | None

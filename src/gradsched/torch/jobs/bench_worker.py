@@ -49,6 +49,7 @@ Rank 0 writes ``bench.json`` (see :func:`run_bench`) into ``out_dir``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import statistics
@@ -62,14 +63,16 @@ import torch.distributed as dist
 from gradsched.calibration import calibrate, lower_bound_s, runtime_name, this_machine, with_runtime_costs
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.results import BenchResult, BenchRow, contention_to_run, pooled_contention
+from gradsched.jobs.startup import AUTO_WARMUP_PHASE, AutoWarmup, auto_options, auto_warmup, probe_floor
 from gradsched.jobs.results import Contention as ProbeFigures  # the probe's figures (the cluster's Contention below)
 from gradsched.cluster import Cluster, Contention
 from gradsched.costs import CollectiveCost
-from gradsched.net_extend import MEASURED_MAX_BYTES, extend_points
+from gradsched.net_extend import MEASURED_MAX_BYTES, extend_points, measured_top
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.torch.jobs.fsdp2_row import Fsdp2Row
 from gradsched.torch.jobs.phases import Phases
+from gradsched.torch.jobs.replay import fast_forward, restart_clocks
 from gradsched.torch.jobs.shared_model import SharedModel, row_buffers, track
 from gradsched.torch.runtime.optim import DistributedOptimizer
 from gradsched.torch.measure.probe import (PROBE_BUDGET_S, ContentionProbe, NetworkResampler, slowest,
@@ -78,7 +81,8 @@ from gradsched.torch.jobs.worker import run_worker
 from gradsched.torch.runtime.wrapper import DistributedDataParallel
 
 OVERHEAD_BUDGET_S = 12.0  # the runtimes' overhead probe takes about this long (by default) ...
-OVERHEAD_REPS = (2, 20)  # ... in this many rotations of short bursts (at least 2: slow steps; resampled later)
+OVERHEAD_REPS = (2, 20)  # ... in this many rotations of short bursts (at least 2: slow steps; resampled later;
+# none where 2 take minutes: gradsched.jobs.startup.probe_floor)
 
 
 def _share(cfg: BenchConfig, default_s: float) -> float:
@@ -103,32 +107,52 @@ def _measure_profile(cfg: BenchConfig, shared: SharedModel) -> Profile:
     dist.barrier()
     opt = shared.sgd(spec.module, cfg.lr)  # the rounds' optimizer
     # a replayed model waits out its profile's times: two iterations tell its layers apart (the rounds' compute-only
-    # row sets the scale later); each further one costs dilated time at start-up
+    # row sets the scale later), one where dilated (its waits are K times longer against the same noise); each
+    # further one costs two dilated steps at start-up (the profiler follows each with one unhooked); the warm-up
+    # runs without the replayed compute (fast_forward: nothing reads its time)
     replay = bool(getattr(spec.module, "hides_host_work", False))
-    prof = profile_module(spec.module, batch, loss_fn=spec.loss_fn,
-                          iterations=min(cfg.profile_iterations, 2) if replay else cfg.profile_iterations,
-                          warmup=1, model_name=cfg.model, optimizer=opt)
+    iterations, warmup = cfg.profile_iterations, 1
+    if replay:
+        iterations, warmup = min(cfg.profile_iterations, 2 if cfg.dilate == 1 else 1), 0
+        for _ in _fast_steps(spec.module, 1):
+            opt.zero_grad()
+            spec.loss_fn(spec.module(batch[0]), batch[1]).backward()
+            opt.step()
+    prof = profile_module(spec.module, batch, loss_fn=spec.loss_fn, iterations=iterations, warmup=warmup,
+                          model_name=cfg.model, optimizer=opt)
     RowBuffers(spec.module).release()  # its gradients
     dist.barrier()
     return _broadcast(prof)
 
 
+def _measured_top(sizes: list[int], reps: int) -> int:
+    """The largest size the table times (:func:`measured_top`), from one all-reduce of 4 KiB and one of 1 MiB
+    (the slowest rank's, so that every rank times the same sizes)."""
+    from gradsched.torch.measure.netbench import measure_points, operations_for
+
+    small_s, mib_s = slowest([t for _, t in measure_points("allreduce", [4096, 1 << 20], reps=1, warmup=0)])
+    return measured_top(sizes, lambda b: operations_for(b, reps + 1) * max(small_s, mib_s * b / (1 << 20)))
+
+
 def _measure_cluster(total_bytes: int, cfg: BenchConfig) -> Cluster:
+    from gradsched.netbench_args import sizes_bytes
     from gradsched.torch.measure.netbench import benchmark
 
     # One size beyond the gradients' (rounded up to a power of two): the table is read through its
     # lower monotone envelope, which bounds a size only by larger ones, and the all-reduce of all
     # gradients sits near the top (cnn: its time came out 3.9 ms in one job, 1.0 ms in the next).
-    # Sizes above MEASURED_MAX_BYTES are bandwidth-bound: on the line through the largest measured
-    # ones (gradsched.net_extend), not timed at the shaped (dilated) rate.
+    # Sizes above MEASURED_MAX_BYTES, or above what fits the table's budget on slow (dilated) links,
+    # are bandwidth-bound: on the line through the largest measured ones (gradsched.net_extend).
     top = 2 << max(12, math.ceil(math.log2(max(total_bytes, 4096))))
-    cluster = benchmark(min_bytes=4096, max_bytes=min(top, MEASURED_MAX_BYTES), reps=cfg.net_reps, warmup=1,
+    measured_max = _measured_top(sizes_bytes(4096, min(top, MEASURED_MAX_BYTES)), cfg.net_reps)
+    cluster = benchmark(min_bytes=4096, max_bytes=measured_max, reps=cfg.net_reps, warmup=1,
                         collectives=network_collectives(cfg))
-    if cluster is not None and top > MEASURED_MAX_BYTES:
-        measured = [tuple(p) for p in cluster.extra["measured_points"]["allreduce"]]
-        cost = CollectiveCost.fit(extend_points(measured, top), envelope=True)
-        cluster = dataclasses.replace(cluster, collectives={**cluster.collectives, "allreduce": cost},
-                                      extra={**cluster.extra, "extended_beyond_bytes": MEASURED_MAX_BYTES})
+    if cluster is not None and top > measured_max:  # every timed collective, on its own line
+        points = cluster.extra["measured_points"]
+        extended = {name: CollectiveCost.fit(extend_points([tuple(p) for p in points[name]], top), envelope=True)
+                    for name in network_collectives(cfg) if name in points}
+        cluster = dataclasses.replace(cluster, collectives={**cluster.collectives, **extended},
+                                      extra={**cluster.extra, "extended_beyond_bytes": measured_max})
     return _broadcast(cluster)
 
 
@@ -229,17 +253,38 @@ class _RuntimeOverheads:
         self._timers = (one_op.host_timer(), many_ops.host_timer())
         self.extra_ops = len(many_ops.plan.operations) - len(one_op.plan.operations)
         self.host: list[tuple[float, float]] = []  # per rotation: (issue_s, retire_s) per operation
-        # warm-up, off the clock (DDP builds its buckets); it also says what a rotation costs
-        per_rep = sum(statistics.median(_burst(model, opt, self._loss_fn, self._batches, self.STEPS, 0))
-                      for model, opt in self.runs) * (self.STEPS + 2)
+        self._warm = False
+        self.rotation_s = self._cost(probe)
         lo, hi = OVERHEAD_REPS
-        self.start_reps = max(lo, min(hi, int(_share(cfg, OVERHEAD_BUDGET_S) / max(slowest_median([per_rep]), 1e-6))))
+        lo = probe_floor(lo, self.rotation_s, least=0)
+        self.start_reps = max(lo, min(hi, int(_share(cfg, OVERHEAD_BUDGET_S) / max(self.rotation_s, 1e-6))))
         for t in self._timers:
             t.reset()  # the warm-up is not counted
+
+    def _cost(self, probe: ProbeFigures) -> float:
+        """About what a rotation costs (slowest rank).  A replay's: every run's steps as long as the probe's step
+        alone (its warm-up waits for the first rotation: none may run at start-up); otherwise that of the
+        warm-up rotation, run now."""
+        if probe.get("host_work_hidden"):
+            return slowest_median([len(self.runs) * (self.STEPS + 2) * float(probe["compute_alone_s"])])
+        return slowest_median([self._warm_up()])
+
+    def _warm_up(self) -> float:
+        """One rotation off the clock (DDP builds its buckets), a replay's without its compute (:func:`fast_forward`:
+        nothing reads its time); returns what it took on this rank."""
+        self._warm = True
+        with contextlib.ExitStack() as stack:
+            for model, _ in self.runs:
+                inner: Any = getattr(model, "module", model)  # a wrapper's module, or _ComputeOnly's
+                stack.enter_context(fast_forward(inner))
+            return sum(statistics.median(_burst(model, opt, self._loss_fn, self._batches, self.STEPS, 0))
+                       for model, opt in self.runs) * (self.STEPS + 2)
 
     def measure(self, rotations: int) -> float:
         """``rotations`` more rotations; returns the seconds they took (slowest rank)."""
         t0 = time.perf_counter()
+        if not self._warm:
+            self._warm_up()
         step_s = _rotated_rounds(self.runs, self._loss_fn, self._batches, self.STEPS, rotations,
                                  first=len(self.bursts[0]), on_round=self._count_host)
         per_burst = step_s.reshape(len(self.runs), rotations, self.STEPS).median(dim=2).values
@@ -259,12 +304,17 @@ class _RuntimeOverheads:
             t.reset()
 
     def op_host(self) -> dict[str, float]:
-        """Host seconds per operation, issuing and retiring: the medians over every rotation so far (never negative)."""
+        """Host seconds per operation, issuing and retiring: the medians over every rotation so far (never negative;
+        0 before the first)."""
+        if not self.host:
+            return {"issue_s": 0.0, "retire_s": 0.0}
         return {k: max(0.0, statistics.median(v)) for k, v in zip(("issue_s", "retire_s"), zip(*self.host))}
 
     def figures(self, profile: Profile, cluster: Cluster, probe: ProbeFigures) -> dict[str, float]:
         """Each runtime's overhead from every rotation so far, against ``profile`` and ``cluster``."""
         probe = {k: v for k, v in probe.items() if k != "runtime_overhead_s"}  # type: ignore[assignment]
+        if not self.bursts[0]:  # no rotation yet (start-up left them to the samples between rounds): none counted
+            return {runtime_name(e.torch_ddp): 0.0 for e in self.ENTRIES}
         compute_s = statistics.median(self.bursts[0])
         scaled = calibrate(profile, compute_s)
         out = {}
@@ -277,7 +327,8 @@ class _RuntimeOverheads:
 
 
 def _build_entry(entry: BenchEntry, cfg: BenchConfig, profile: Profile, cluster: Cluster,
-                 shared: SharedModel, prime: tuple[Any, Any] | None = None) -> tuple[Any, Any]:
+                 shared: SharedModel, prime: tuple[Any, Any] | None = None,
+                 warmup: AutoWarmup | None = None) -> tuple[Any, Any]:
     """One row: a copy of the rank's model (shared parameters and momentum, :mod:`.shared_model`), wrapped.
 
     Every row makes ``.grad`` a view of its buckets (PyTorch DDP's ``gradient_as_bucket_view``;
@@ -286,13 +337,15 @@ def _build_entry(entry: BenchEntry, cfg: BenchConfig, profile: Profile, cluster:
     start-up (``init_sync=False``: every rank built them from the same seed).  ``prime``, a loss
     function and a batch: two steps, off the clock, so that ``.grad`` shows the buckets the
     runtime allocated at construction, released before the next row is built (run-time
-    ``auto`` is not primed: its warm-up bursts count its iterations from the first)."""
+    ``auto`` is not primed: its warm-up bursts count its iterations from the first).  A replay
+    is primed without its compute (:func:`fast_forward`): nothing reads those steps' times.
+    ``warmup``: run-time ``auto``'s, in situ or planned at start-up (:func:`auto_options`)."""
     module = shared.copy()
     if entry.fsdp2:  # PyTorch's fully_shard per block: its own shards, no buckets of ours to release
         row = Fsdp2Row(module, profile, cfg.lr)
         if prime is not None:  # its lazy initialisation and first gathers off the clock, as the others' priming
             loss_fn, (x, y) = prime
-            for _ in range(2):
+            for _ in _fast_steps(module, 2):
                 row.zero_grad()
                 loss_fn(row(x), y).backward()
                 row.step()
@@ -304,19 +357,25 @@ def _build_entry(entry: BenchEntry, cfg: BenchConfig, profile: Profile, cluster:
     else:
         options = entry.options or None
         if entry.strategy == "auto":  # the rounds time the plan it settles on: its trials back to back, off the clock
-            options = {"trial_share": 0, **(options or {})}
+            options = auto_options(options, warmup or AutoWarmup(True, 0.0, math.inf, 0))
         model = DistributedDataParallel(module, entry.strategy, plan_options=options, use_torch_ddp=False, **common)
     opt = DistributedOptimizer(shared.sgd(module, cfg.lr), model)
     track(model, module, opt)
     if prime is not None and getattr(model, "autotuner", None) is None:
         loss_fn, (x, y) = prime
-        for _ in range(2):  # PyTorch DDP rebuilds its buckets in its second step: before they are released
+        for _ in _fast_steps(module, 2):  # PyTorch DDP rebuilds its buckets in its second step: before they are released
             opt.zero_grad()
             loss_fn(model(x), y).backward()
             opt.step()
         model.synchronize()
         row_buffers(model).release()
     return model, opt
+
+
+def _fast_steps(module: Any, steps: int) -> Any:
+    """``range(steps)``, iterated with ``module``'s replayed compute taking no time (:func:`fast_forward`)."""
+    with fast_forward(module):
+        yield from range(steps)
 
 
 class _ComputeOnly:
@@ -439,6 +498,7 @@ class _Start:
     network: NetworkResampler | None = None
     overheads: "_RuntimeOverheads | None" = None
     samplers: _Resampling | None = None
+    auto_warmups: dict[str, AutoWarmup] = dataclasses.field(default_factory=dict)  # per auto row's label
 
 
 def _start(cfg: BenchConfig, shared: SharedModel, phases: Phases) -> _Start:
@@ -454,7 +514,10 @@ def _start(cfg: BenchConfig, shared: SharedModel, phases: Phases) -> _Start:
         return start
     spec = shared.copy_spec()
     start.contention = ContentionProbe(spec, profile.total_bytes, lr=cfg.lr, seed=cfg.seed, batch_size=cfg.batch_size,
-                                       budget_s=_share(cfg, PROBE_BUDGET_S), optimizer=shared.sgd(spec.module, cfg.lr))
+                                       budget_s=_share(cfg, PROBE_BUDGET_S), optimizer=shared.sgd(spec.module, cfg.lr),
+                                       off_clock=lambda: fast_forward(spec.module),
+                                       step_s=profile.compute_s if getattr(spec.module, "hides_host_work", False)
+                                       else None, restart=lambda: restart_clocks(spec.module))
     start.network = NetworkResampler(cluster)
     t0 = time.perf_counter()
     probe = _startup_probe(start.contention, cluster, cfg)
@@ -464,7 +527,9 @@ def _start(cfg: BenchConfig, shared: SharedModel, phases: Phases) -> _Start:
     start.cluster = _with_contention(cluster, pooled)
     start.profile = calibrate(profile, probe["compute_alone_s"])
     overheads = _RuntimeOverheads(cfg, start.profile, start.cluster, probe, shared)
-    rotation_s = overheads.measure(overheads.start_reps) / overheads.start_reps
+    # no rotation at start-up where even the fewest take minutes (a dilated replay): the samples between rounds
+    rotation_s = overheads.measure(overheads.start_reps) / overheads.start_reps if overheads.start_reps \
+        else overheads.rotation_s
     probe["op_host"] = overheads.op_host()
     probe["runtime_overhead_s"] = overheads.figures(start.profile, start.cluster, probe)
     contention, network = start.contention, start.network
@@ -475,14 +540,37 @@ def _start(cfg: BenchConfig, shared: SharedModel, phases: Phases) -> _Start:
     return start
 
 
+def _auto_warmup(entry: BenchEntry, cfg: BenchConfig, start: _Start) -> AutoWarmup | None:
+    """Run-time ``auto``'s warm-up in situ, or ``auto`` planned at start-up (:func:`auto_warmup`): the same
+    decision on every rank (from the broadcast profile and cluster)."""
+    if entry.torch_ddp or entry.fsdp2 or entry.strategy != "auto":
+        return None
+    from gradsched.tuning.config import AutoTuneConfig
+
+    options = {"trial_share": 0, **(entry.options or {})}
+    try:
+        config = AutoTuneConfig.from_options(options)
+    except Exception:  # noqa: BLE001 - the wrapper reports a bad option itself, as before
+        return None
+    iteration_s = lower_bound_s(start.profile, start.cluster)["lower_bound_s"]
+    iterations = config.tuning_iterations_for(config.window_for(iteration_s)) if config.adaptive else 0
+    replay = bool(start.probe.get("host_work_hidden")) if start.probe else cfg.model.startswith("replay:")
+    return auto_warmup(iterations, iteration_s, entry.options, replay)
+
+
 def _build_rows(cfg: BenchConfig, start: _Start, shared: SharedModel, loss_fn: Any,
-                batches: list[Any]) -> list[tuple[Any, Any]]:
+                batches: list[Any]) -> tuple[list[tuple[Any, Any]], float]:
     """Step 4: one row at a time, built, primed or warmed up, its buckets released before the next is built;
-    the compute-only step last."""
-    runs = []
+    the compute-only step last.  Returns the runs and the seconds of run-time ``auto``'s warm-up among them
+    (its own phase, not start-up; in situ where it fits :data:`gradsched.jobs.startup.AUTO_WARMUP_S`, else
+    ``auto`` is planned at start-up)."""
+    runs, warmup_s = [], 0.0
     for entry in cfg.entries:
+        warmup = _auto_warmup(entry, cfg, start)
+        if warmup is not None:
+            start.auto_warmups[entry.label] = warmup
         model, opt = _build_entry(entry, cfg, with_runtime_costs(start.profile, start.probe, entry.torch_ddp),
-                                  start.cluster, shared, (loss_fn, batches[0]))
+                                  start.cluster, shared, (loss_fn, batches[0]), warmup)
         runs.append((model, opt))
         # Run-time ``auto`` (gradsched.torch.runtime.autotune) profiles itself under a safe default for its
         # first iterations, then switches plans: let it do so off the clock, so that the rounds
@@ -492,11 +580,13 @@ def _build_rows(cfg: BenchConfig, start: _Start, shared: SharedModel, loss_fn: A
             # profiling, the switch, the trials and every re-plan check, all off the clock; the first plan
             # sets the trials' window length (the same on every rank), hence two bursts
             first = tuner.config.switch_iteration + 1
+            t0 = time.perf_counter()
             _burst(model, opt, loss_fn, batches, first, 0)
             _burst(model, opt, loss_fn, batches, tuner.tuning_iterations - first, 0)
+            warmup_s += time.perf_counter() - t0
     reference = _ComputeOnly(cfg, shared)
     runs.append((reference, reference))  # timed last in every round's rotation of the entries
-    return runs
+    return runs, warmup_s
 
 
 def _timed_rounds(cfg: BenchConfig, runs: list[tuple[Any, Any]], loss_fn: Any, batches: list[Any],
@@ -545,7 +635,7 @@ def _pooled(start: _Start, cfg: BenchConfig) -> tuple[ProbeFigures | None, Clust
 
 
 def _row(entry: BenchEntry, run: tuple[Any, Any], all_steps: list[float], cfg: BenchConfig,
-         predicted: tuple[Plan, float], bound: dict[str, float]) -> BenchRow:
+         predicted: tuple[Plan, float], bound: dict[str, float], warmup: AutoWarmup | None = None) -> BenchRow:
     """One entry's figures (the speed-ups are added once every row is known)."""
     plan, predicted_s = predicted
     steps, warm = cfg.steps, cfg.warmup_rounds
@@ -569,6 +659,8 @@ def _row(entry: BenchEntry, run: tuple[Any, Any], all_steps: list[float], cfg: B
     tuner = getattr(run[0], "autotuner", None)
     if tuner is not None:
         row["autotune"] = tuner.summary()  # type: ignore[typeddict-item]
+    if warmup is not None:
+        row["auto_warmup"] = warmup.to_dict()  # type: ignore[typeddict-item]
     return row
 
 
@@ -595,7 +687,7 @@ def _result(cfg: BenchConfig, start: _Start, runs: list[tuple[Any, Any]], times:
     bound = lower_bound_s(profile, cluster)
     rows = [_row(entry, runs[i], times[i], cfg,
                  _predict(entry, runs[i][0], with_runtime_costs(profile, probe, entry.torch_ddp), cluster,
-                          planned_with), bound)
+                          planned_with), bound, start.auto_warmups.get(entry.label))
             for i, entry in enumerate(cfg.entries)]
     best_ddp = _with_speedups(rows)
     return {"rows": rows, "profile": {"compute_s": profile.compute_s, "forward_s": profile.forward_s,
@@ -623,8 +715,11 @@ def run_bench(cfg: BenchConfig) -> BenchResult | None:
     start = _start(cfg, shared, phases)
     gen = torch.Generator().manual_seed(cfg.seed * 1000 + dist.get_rank())
     batches = [shared.spec.make_batch(cfg.batch_size, gen) for _ in range(4)]
-    runs = _build_rows(cfg, start, shared, shared.spec.loss_fn, batches)
-    phases.end("rows (built, primed, auto warmed up)")
+    runs, warmup_s = _build_rows(cfg, start, shared, shared.spec.loss_fn, batches)
+    if start.auto_warmups:  # the same on every rank (a collective): auto's rows are everyone's
+        phases.end_apart("rows (built, primed)", AUTO_WARMUP_PHASE, warmup_s)
+    else:
+        phases.end("rows (built, primed)")
     times = _timed_rounds(cfg, runs, shared.spec.loss_fn, batches, start.samplers)
     phases.end("rounds")  # its peak RSS is the largest rank's over the whole job: what check_memory allows for
     if dist.get_rank() != 0:

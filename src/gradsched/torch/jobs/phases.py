@@ -1,7 +1,7 @@
 """Where a bench's time and memory go: one record per phase of the job.
 
 ``gradsched bench`` prints a line per phase (profiling, network table, probe, rows,
-rounds) and puts the records into its JSON, so that start-up can be told from the
+run-time auto's warm-up where it ran, rounds) and puts the records into its JSON, so that start-up can be told from the
 rounds, and the phase that sets a rank's peak memory is known."""
 
 from __future__ import annotations
@@ -36,4 +36,17 @@ class Phases:
         figures = torch.tensor([now - self._t0, float(vm_hwm_bytes())], dtype=torch.float64)
         dist.all_reduce(figures, op=dist.ReduceOp.MAX)
         self.records.append({"phase": name, "s": float(figures[0]), "peak_rss_bytes": int(figures[1])})
+        self._t0 = time.perf_counter()
+
+    def end_apart(self, name: str, apart: str, apart_s: float) -> None:
+        """The phase ``name`` ends now, less ``apart_s`` of it (this rank's), recorded as the phase ``apart``
+        after it: run-time ``auto``'s warm-up, done while the rows are built, is not start-up."""
+        import torch
+
+        now = time.perf_counter()
+        total, rss = now - self._t0, float(vm_hwm_bytes())
+        figures = torch.tensor([total - apart_s, apart_s, rss], dtype=torch.float64)
+        dist.all_reduce(figures, op=dist.ReduceOp.MAX)
+        self.records.append({"phase": name, "s": float(figures[0]), "peak_rss_bytes": int(figures[2])})
+        self.records.append({"phase": apart, "s": float(figures[1]), "peak_rss_bytes": int(figures[2])})
         self._t0 = time.perf_counter()

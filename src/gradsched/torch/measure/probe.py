@@ -25,17 +25,19 @@ error went from 5.8% with the start-up figures to 4.9% (docs/simulator.md, "Fide
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import statistics
 import time
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, ContextManager, Protocol
 
 import torch
 import torch.distributed as dist
 
 from gradsched.calibration import contention_from_probe, median_se
 from gradsched.cluster import Cluster, CollectiveCost
+from gradsched.jobs.startup import probe_floor
 from gradsched.net_extend import extend_points
 from gradsched.torch.measure.netbench import measure_points, operations_for
 from gradsched.torch.runtime.wrapper import broadcast_buffers
@@ -74,9 +76,12 @@ def probe_reps(step_s: float, allreduce_s: float, budget_s: float = PROBE_BUDGET
     """Repetitions of the start-up probe: as many as fit ``budget_s`` (:data:`PROBE_BUDGET_S`), within
     :data:`PROBE_REPS`.  A repetition runs about three steps and two all-reduces of all
     gradients.  Millisecond-scale models get the most: their figures are the noisiest (on
-    cnn, 5 repetitions gave a compute slowdown of 0.52 in one job and 0.03 in the next)."""
+    cnn, 5 repetitions gave a compute slowdown of 0.52 in one job and 0.03 in the next).
+    Where the fewest would take more than :data:`gradsched.jobs.startup.FULL_FLOOR_S` (a
+    replay at a high dilation), one: the figures are sampled again between the rounds."""
     per_rep = 3 * step_s + 2 * allreduce_s
     lo, hi = PROBE_REPS
+    lo = probe_floor(lo, per_rep, least=1)  # one where the floor would take minutes (gradsched.jobs.startup)
     return max(lo, min(hi, int(budget_s / max(per_rep, 1e-6))))
 
 
@@ -99,8 +104,11 @@ class ContentionProbe:
              "small_ops_alone_s", "small_ops_busy_s")
 
     def __init__(self, spec: "TrainableModel", total_bytes: int, *, lr: float, seed: int, batch_size: int,
-                 budget_s: float = PROBE_BUDGET_S, optimizer: torch.optim.Optimizer | None = None) -> None:
+                 budget_s: float = PROBE_BUDGET_S, optimizer: torch.optim.Optimizer | None = None,
+                 off_clock: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
+                 step_s: float | None = None, restart: Callable[[], None] = lambda: None) -> None:
         self.module, self._loss_fn = spec.module, spec.loss_fn
+        self._restart = restart  # called before each measurement: a replay's clock forgets what ran meanwhile
         self._opt = optimizer if optimizer is not None else torch.optim.SGD(self.module.parameters(), lr=lr,
                                                                             momentum=0.9)
         gen = torch.Generator().manual_seed(seed * 1000 + 998)
@@ -109,9 +117,11 @@ class ContentionProbe:
         self._big = torch.zeros(max(1, total_bytes // 4))  # zeros: the probe's sums stay finite whatever it runs
         self._smalls = [torch.zeros(SMALL_NUMEL) for _ in range(SMALL_OPS)]
         self.samples: dict[str, list[float]] = {k: [] for k in self.TIMES}
-        self._compute()  # warm-up
+        with off_clock():  # warm-up, its time unread (a replay's compute need not be waited out: bench_worker)
+            self._compute()
         self._comm_while(self._smalls, False)
-        step_s = slowest_median([self._timed(self._compute)])
+        if step_s is None:  # else known (a replay waits out its profile's step: bench_worker), not timed again
+            step_s = slowest_median([self._timed(self._compute)])
         allreduce_s = slowest_median([self._timed(lambda: self._comm_while([self._big], False))])
         self.start_reps = probe_reps(step_s, allreduce_s, budget_s)
         # a queue longer than a step, so that compute is slowed all along
@@ -168,6 +178,7 @@ class ContentionProbe:
         """``reps`` more repetitions of every measurement; returns the seconds they took (slowest rank)."""
         t0 = time.perf_counter()
         self._restore()
+        self._restart()
         per_rep: dict[str, list[float]] = {k: [] for k in self.TIMES}
         for _ in range(reps):
             per_rep["compute_alone_s"].append(self._timed(self._compute))

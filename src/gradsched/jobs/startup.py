@@ -1,0 +1,95 @@
+"""How long a bench's start-up may take, and what it leaves out to stay within it.
+
+Torch-free rules read by the bench's worker (:mod:`gradsched.torch.jobs.bench_worker`).
+Start-up is everything before the counted rounds but run-time ``auto``'s warm-up: profiling,
+the network table, the start-up probes and building the rows.  ``auto``'s warm-up is its own
+phase, part of what ``auto`` costs (its trials are what run-time ``auto`` is), with its own
+budget, :data:`AUTO_WARMUP_S`.  A dilated replay
+(``gradsched bench --replay P --dilate K``) runs every step K times slower, so a start-up
+counted in steps grows with K; these rules count it in wall seconds instead:
+
+- **Probes' floors** (:func:`probe_floor`): a start-up probe keeps its fewest repetitions
+  only where they fit :data:`FULL_FLOOR_S`; otherwise one (the contention probe) or none
+  (the runtimes' overhead probe).  Both are sampled again between the rounds and the
+  predictions use the medians over every sample; a dilated replay's runtime overheads
+  are host time, which weighs K times less against its dilated steps.
+- **Run-time auto's warm-up** (:func:`auto_warmup`): ``auto`` tunes itself in situ
+  (profiling, switch, trials, re-plan checks: ``tuning_iterations``, docs/autotune.md),
+  several hundred iterations.  On a replay, it does so off the clock only where those
+  iterations' estimated wall time fits :data:`AUTO_WARMUP_S` (whatever the start-up took:
+  googlenet-k80 at dilation 1, about 2 minutes, runs in situ; at dilation 20, some 40 minutes,
+  does not); otherwise ``auto`` is planned
+  once at start-up from the profile and cluster the bench measured (``adaptive=false``,
+  as every other gradsched row is), and the bench says so.  ``--opt auto.adaptive=true``
+  keeps the warm-up in situ whatever it costs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+STARTUP_TARGET_S = 120.0  # a replay's start-up: at most about this long in wall seconds, at any dilation
+AUTO_WARMUP_S = 300.0  # run-time auto's warm-up on a replay: in situ where it fits this many wall seconds
+AUTO_WARMUP_PHASE = "auto warm-up"  # its phase in the bench's JSON (seconds 0 where auto was planned at start-up)
+FULL_FLOOR_S = 30.0  # a start-up probe keeps its floor of repetitions only where they take at most this long
+
+
+def probe_floor(floor: int, per_rep_s: float, least: int, within_s: float = FULL_FLOOR_S) -> int:
+    """The fewest repetitions a start-up probe runs: ``floor``, or ``least`` where ``floor`` repetitions of
+    ``per_rep_s`` each would take more than ``within_s`` (a dilated replay's steps take seconds)."""
+    if not math.isfinite(per_rep_s) or floor * per_rep_s > within_s:
+        return min(floor, least)
+    return floor
+
+
+@dataclass(frozen=True)
+class AutoWarmup:
+    """Whether run-time ``auto`` warms up in situ (off the clock) or is planned at start-up, and why."""
+
+    in_situ: bool
+    estimated_s: float  # its warm-up's iterations times an iteration's least time
+    budget_s: float  # its own budget, AUTO_WARMUP_S (inf: the user set adaptive)
+    iterations: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": "run-time (warm-up off the clock)" if self.in_situ else "planned at start-up",
+                "estimated_s": self.estimated_s, "iterations": self.iterations,
+                "budget_s": self.budget_s if math.isfinite(self.budget_s) else None}  # None: adaptive given
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "AutoWarmup":
+        return cls(d.get("mode") != "planned at start-up", float(d.get("estimated_s", 0.0)),
+                   math.inf if d.get("budget_s") is None else float(d["budget_s"]), int(d.get("iterations", 0)))
+
+    def describe(self) -> str:
+        """One line for the bench's output (wall seconds)."""
+        if self.in_situ:
+            return f"auto tuned at run time, its warm-up ({self.iterations} iterations) off the clock"
+        if not math.isfinite(self.budget_s):
+            return "auto planned at start-up from the bench's profile and cluster (adaptive=false, as asked)"
+        return (f"auto planned at start-up from the bench's profile and cluster: its run-time warm-up "
+                f"({self.iterations} iterations, at least {self.estimated_s:.0f} s of wall time) would not fit its "
+                f"{max(0.0, self.budget_s):.0f} s budget; --opt auto.adaptive=true tunes it at run time")
+
+
+def auto_warmup(iterations: int, iteration_s: float, options: dict[str, Any] | None, replay: bool,
+                budget_s: float = AUTO_WARMUP_S) -> AutoWarmup:
+    """What run-time ``auto`` does in a bench: warm up in situ unless the model is replayed, its ``iterations``
+    of at least ``iteration_s`` each exceed ``budget_s`` (its own, whatever the start-up took), and the user
+    did not set ``adaptive`` (given: as given)."""
+    estimated = iterations * max(iteration_s, 0.0)
+    if options and "adaptive" in options:
+        return AutoWarmup(str(options["adaptive"]).strip().lower() not in ("false", "0", "no", "off"),
+                          estimated, math.inf, iterations)
+    return AutoWarmup(not replay or estimated <= budget_s, estimated, budget_s, iterations)
+
+
+def auto_options(options: dict[str, Any] | None, warmup: AutoWarmup) -> dict[str, Any]:
+    """``auto``'s plan options in the bench: its trials back to back (``trial_share=0``: the rounds time the
+    plan it settles on) and, where it is planned at start-up, ``adaptive=false``."""
+    out = {"trial_share": 0, **(options or {})}
+    if not warmup.in_situ:
+        out.setdefault("adaptive", False)
+    return out
