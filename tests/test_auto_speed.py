@@ -176,3 +176,47 @@ def test_usbyte_builds_and_simulates_each_distinct_rule_plan_once(seed, monkeypa
     got = make_plan("usbyte", profile, cluster, merge_bytes=merge)
     assert got.operations == expected.operations and got.options == expected.options
     assert len(simulated) == len({p.operations for p in fixed})
+
+
+@settings(max_examples=15, deadline=None)
+@given(profiles(max_layers=10, mixed_dtypes=True), st.sampled_from([4 << 10, 100_003, 1 << 20]))
+def test_bytescheduler_blocks_are_each_tensor_cut_front_to_back(profile, partition):
+    # the fast construction (no dataclass __init__) gives the blocks made one by one
+    from gradsched.cluster import Cluster
+    from gradsched.plan import Operation, Slice
+
+    plan = make_plan("bytescheduler", profile, Cluster.alpha_beta(1e-4, 1e-9, 8), partition_bytes=partition)
+    expected = []
+    for i in profile.order:
+        t = profile.tensors[i]
+        step = max(1, partition // t.element_bytes)
+        expected += [Operation((Slice(i, a, min(t.numel, a + step)),), "allreduce", i) for a in range(0, t.numel, step)]
+    assert list(plan.operations) == expected
+
+
+def test_auto_leaves_the_cycle_collector_as_it_found_it():
+    import gc
+
+    case = random_case(7, 30)
+    profile, cluster = case.profile(), case.cluster()
+    assert gc.isenabled()
+    make_plan("auto", profile, cluster)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        make_plan("auto", profile, cluster)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_comm_lower_bound_counts_every_slice_of_every_operation():
+    # multi-slice operations (usbyte's merged units, threshold's buckets) count each slice's bytes
+    from gradsched.cluster import Cluster
+
+    case = random_case(11, 40)
+    profile, cluster = case.profile(), Cluster.alpha_beta(1e-4, 1e-9, 8)
+    for name, opts in (("threshold", {"mb": 4}), ("usbyte", {"merge_bytes": MiB}), ("bytescheduler", {})):
+        plan = make_plan(name, profile, cluster, **opts)
+        nbytes = [sum(s.numel * profile.tensors[s.tensor].element_bytes for s in op.slices) for op in plan.operations]
+        assert comm_lower_bound_s(plan, profile, cluster) == float(cluster.cost("allreduce").times_s(nbytes).sum())

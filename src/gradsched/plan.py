@@ -342,6 +342,25 @@ def whole_slices(profile: Profile) -> list[Slice]:
 _SET_TENSOR, _SET_START, _SET_END = (vars(Slice)[name].__set__ for name in ("tensor", "start", "end"))
 
 
+def new_slice(tensor: int, start: int, end: int) -> Slice:
+    """``Slice(tensor, start, end)``, equal to it, made without the frozen dataclass's ``__init__``
+    (as :func:`block_operations`): a planner that cuts thousands of multi-tensor blocks."""
+    s = object.__new__(Slice)
+    _SET_TENSOR(s, tensor)
+    _SET_START(s, start)
+    _SET_END(s, end)
+    return s
+
+
+def new_operation(slices: tuple[Slice, ...], collective: str, priority: int) -> Operation:
+    """``Operation(slices, collective, priority)``, equal to it, made as :func:`block_operations` makes
+    its operations (no ``density``, no ``gate``)."""
+    op = object.__new__(Operation)
+    d = op.__dict__
+    d["slices"], d["collective"], d["priority"], d["density"], d["gate"] = slices, collective, priority, None, None
+    return op
+
+
 def block_operations(blocks: Iterable[tuple[int, int, int, str, int]]) -> list[Operation]:
     """``Operation((Slice(tensor, start, end),), collective, priority)`` for each ``(tensor, start, end,
     collective, priority)``: equal to those made one by one (tests/test_formats_smoke.py), made

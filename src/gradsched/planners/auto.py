@@ -18,6 +18,8 @@ so a near tie goes to the plan that has been measured as predicted."""
 
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
@@ -26,7 +28,7 @@ import numpy as np
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.constants import MiB
 from gradsched.errors import GradschedError
-from gradsched.plan import ALL_GATHER, HIER, REDUCE_SCATTER, Plan
+from gradsched.plan import ALL_GATHER, HIER, REDUCE_SCATTER, SPARSE, Plan
 from gradsched.planners.options import STRATEGIES, Option
 from gradsched.planners import _collective as coll
 from gradsched.planners.registry import get_planner, is_sparse, planner_option_specs, register, strategy_names
@@ -121,7 +123,7 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
     from gradsched.sim import simulate  # the simulator imports planners' types only
 
     top: tuple[tuple[float, int, int], Ranked] | None = None
-    seen: dict[tuple, float] = {}
+    seen = _Seen()
     made: dict[tuple, Plan] = {}
     count = 0
     for k, (name, opts) in _strong_first(list(candidates(density, tuple(exclude), hierarchical))):
@@ -129,22 +131,45 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
         if top is not None and _floor_ranked_s(name, profile, cluster, opts, channels) > top[0][0] * (1 + 1e-9):
             continue  # slower than the best so far whatever its blocks, groups and priorities: not planned
         candidate, by_planner = _planned(name, opts, profile, cluster, made)
-        key = (candidate.operations, candidate.scheduling, candidate.overlap_forward, candidate.credit_bytes)
-        predicted_s = seen.get(key)
+        predicted_s = seen.get(candidate)
         if predicted_s is None and channels == 1 and by_planner is not None:
-            predicted_s = seen[key] = by_planner
+            predicted_s = seen.put(candidate, by_planner)
         if predicted_s is None:
             if top is not None and comm_lower_bound_s(candidate, profile, cluster, channels) > \
                     top[0][0] * (1 + 1e-9):
                 continue  # slower than the best so far whatever its schedule
             predicted_s = simulate(candidate, profile, cluster, channels=channels, timeline=False).iteration_s
-            seen[key] = predicted_s
+            seen.put(candidate, predicted_s)
         rank_key = (ranking_s(candidate, predicted_s), len(candidate.operations), k)
         if top is None or rank_key < top[0]:
             top = (rank_key, Ranked(predicted_s, name, candidate))
     if top is None:
         raise GradschedError("auto: every strategy was excluded; leave at least one out of --exclude")
     return top[1], count
+
+
+class _Seen:
+    """Predicted iterations of the plans simulated so far, found by equal operations, scheduling,
+    forward overlap and credit window.  Not a dict keyed by the operations: hashing thousands of
+    frozen dataclasses per look-up was a third of ``auto``'s bookkeeping; plans are bucketed by
+    what is cheap to hash and compared (identity first) within a bucket."""
+
+    def __init__(self) -> None:
+        self._by: dict[tuple, list[tuple[tuple, float]]] = {}
+
+    @staticmethod
+    def _key(p: Plan) -> tuple:
+        return len(p.operations), p.scheduling, p.overlap_forward, p.credit_bytes
+
+    def get(self, p: Plan) -> float | None:
+        for ops, predicted_s in self._by.get(self._key(p), ()):
+            if ops is p.operations or ops == p.operations:
+                return predicted_s
+        return None
+
+    def put(self, p: Plan, predicted_s: float) -> float:
+        self._by.setdefault(self._key(p), []).append((p.operations, predicted_s))
+        return predicted_s
 
 
 def _planned(name: str, opts: dict[str, Any], profile: Profile, cluster: Cluster,
@@ -194,14 +219,21 @@ def comm_lower_bound_s(plan_: Plan, profile: Profile, cluster: Cluster, channels
     """Seconds the simulated iteration of a dense plan cannot beat: its all-reduces (or reduce-scatters
     and all-gathers) back to back, spread over ``channels`` (each channel runs its operations one after another, each
     at least its cost; contention only stretches them), 0 for a plan with sparse operations."""
-    if any(op.sparse for op in plan_.operations):
-        return 0.0
-    elem = [t.element_bytes for t in profile.tensors]
+    elem = [t.bytes // t.numel for t in profile.tensors]
+    by_collective: dict[str, list[int]] = {}  # each collective's operations' bytes, in plan order
+    for op in plan_.operations:
+        if op.collective == SPARSE:
+            return 0.0
+        slices = op.slices
+        if len(slices) == 1:
+            (s,) = slices
+            nbytes = (s.end - s.start) * elem[s.tensor]
+        else:
+            nbytes = sum((s.end - s.start) * elem[s.tensor] for s in slices)
+        by_collective.setdefault(op.collective, []).append(nbytes)
     total = 0.0
-    for collective in sorted({op.collective for op in plan_.operations}):  # a fixed order: same sum on every rank
-        nbytes = [sum(s.numel * elem[s.tensor] for s in op.slices) for op in plan_.operations
-                  if op.collective == collective]
-        total += float(cluster.operation_cost(collective).times_s(nbytes).sum())
+    for collective in sorted(by_collective):  # a fixed order: same sum on every rank
+        total += float(cluster.operation_cost(collective).times_s(by_collective[collective]).sum())
     return total / channels
 
 
@@ -314,5 +346,20 @@ OPTIONS = (
 def plan(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int = 1,
          exclude: tuple[str, ...] = (), hierarchical: str = "auto") -> Plan:
     coll.check_mode("auto", hierarchical, cluster)
-    choice, tried = best(profile, cluster, density, channels, exclude, hierarchical)
+    with _no_cycle_collection():
+        choice, tried = best(profile, cluster, density, channels, exclude, hierarchical)
     return as_auto(choice, tried, density)
+
+
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Python's cycle collector off for the search (back on after, if it was on): the candidates' plans
+    are tens of thousands of small objects, freed by reference counting as each loses; the collector's
+    passes over them, triggered by those allocations, were a fifth of ``auto``'s worst case."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
-from gradsched.plan import Operation, Plan, Slice
+from gradsched.plan import Plan, block_operations
 from gradsched.planners import _collective as coll
 from gradsched.planners.options import Option
 from gradsched.planners.registry import register
@@ -34,18 +34,29 @@ def plan(profile: Profile, cluster: Cluster, partition_bytes: int = 4 << 20,
     if blocks > MAX_OPERATIONS:
         raise GradschedError(f"bytescheduler: partition_bytes={partition_bytes} cuts this model into {blocks:,} "
                              f"blocks (at most {MAX_OPERATIONS:,}); {_remedy(profile, partition_bytes)}")
-    blocks_ = []  # (tensor, start, end, bytes)
-    for i in profile.order:
-        t = profile.tensors[i]
-        step = max(1, partition_bytes // t.element_bytes)
-        for start in range(0, t.numel, step):
-            end = min(t.numel, start + step)
-            blocks_.append((i, start, end, (end - start) * t.element_bytes))
+    blocks_ = _blocks(profile, partition_bytes)
     kinds = coll.collectives_for([b[3] for b in blocks_], cluster, hierarchical)
-    ops = tuple(Operation((Slice(i, start, end),), kind, i) for (i, start, end, _), kind in zip(blocks_, kinds))
+    # Operation((Slice(i, start, end),), kind, i) each, made without the dataclasses' __init__ (auto makes three)
+    ops = tuple(block_operations((i, start, end, kind, i) for (i, start, end, _), kind in zip(blocks_, kinds)))
     options = coll.recorded({"partition_bytes": partition_bytes, "credit_bytes": credit}, cluster, hierarchical)
     return Plan("bytescheduler", ops, profile.fingerprint, profile.model, options,
                 scheduling="priority", overlap_forward=True, credit_bytes=credit)
+
+
+def _blocks(profile: Profile, partition_bytes: int) -> list[tuple[int, int, int, int]]:
+    """(tensor, start, end, bytes) of every block, tensors in forward order, each cut front to back."""
+    out: list[tuple[int, int, int, int]] = []
+    tensors = profile.tensors
+    for i in profile.order:
+        t = tensors[i]
+        numel, elem = t.numel, t.bytes // t.numel
+        step = max(1, partition_bytes // elem)
+        whole = numel // step
+        full = step * elem
+        out.extend((i, start, start + step, full) for start in range(0, whole * step, step))
+        if numel > whole * step:
+            out.append((i, whole * step, numel, (numel - whole * step) * elem))
+    return out
 
 
 def count_blocks(profile: Profile, partition_bytes: int) -> int:

@@ -76,7 +76,7 @@ import numpy as np
 
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.errors import GradschedError
-from gradsched.plan import DENSE, HIER, Operation, Plan, Slice, block_operations
+from gradsched.plan import DENSE, HIER, Plan, Slice, block_operations, new_operation, new_slice
 from gradsched.planners import _collective as coll
 from gradsched.planners import _usbyte_jit as _jit
 from gradsched.planners.options import Option
@@ -928,7 +928,7 @@ def _build(model: _Model, found: _Found, options: dict, cluster: Cluster | None,
     if len(table.tensors) == len(table.numel):  # one tensor per unit: a block is one slice of it
         ops = block_operations(zip(table.tensors[unit].tolist(), lo.tolist(), hi.tolist(), kinds, priority))
     else:
-        ops = [Operation(_slices(profile, table, u, a, b), kind, priority=p)
+        ops = [new_operation(_slices(profile, table, u, a, b), kind, p)
                for u, a, b, kind, p in zip(unit.tolist(), lo.tolist(), hi.tolist(), kinds, priority)]
     if cluster is not None:
         options = coll.recorded(options, cluster, hierarchical)
@@ -940,11 +940,14 @@ def _slices(profile: Profile, table: _Units, u: int, lo: int, hi: int) -> tuple[
     """Elements ``[lo, hi)`` of unit ``u`` (its tensors back to back, in forward order) as slices."""
     slices = []
     offset = 0
+    tensors = profile.tensors
     for i in table.tensors[table.ptr[u]:table.ptr[u + 1]].tolist():
-        numel = profile.tensors[i].numel
+        numel = tensors[i].numel
+        if offset >= hi:
+            break  # the unit's tensors are back to back: none further is in [lo, hi)
         a, b = max(lo, offset), min(hi, offset + numel)
         if a < b:
-            slices.append(Slice(i, a - offset, b - offset))
+            slices.append(new_slice(i, a - offset, b - offset))
         offset += numel
     return tuple(slices)
 
