@@ -301,6 +301,38 @@ def _wait_for(predicate, timeout_s: float = 15.0) -> None:
         time.sleep(0.01)
 
 
+def test_teardown_waits_for_an_ip_command_left_running_on_its_namespaces():
+    # An ``up`` killed alone leaves its ``ip netns add`` running, which can make a namespace after ``down``
+    # looked: ``down`` lets such commands finish first (a stand-in named ``ip`` that names a gst namespace).
+    from gradsched.testbed import _stray_ip, _wait_for_stray_ip
+
+    stray = subprocess.Popen(["ip", "-c", "import time; time.sleep(1.5)", "netns", "add", f"{PREFIX}-sw"],
+                             executable=sys.executable)
+    try:
+        _wait_for(lambda: stray.pid in _stray_ip(PREFIX))
+        assert stray.pid not in _stray_ip("gsz")  # another testbed's names: not its business
+        _wait_for_stray_ip(PREFIX)
+        assert stray.poll() is not None
+    finally:
+        stray.kill()
+        stray.wait()
+
+
+@pytest.mark.root
+@root
+def test_a_pending_mark_outlives_a_teardown_before_its_namespace_exists(clean):
+    # the mark is written before ``ip netns add``: a teardown in between keeps it, so the namespace the
+    # command makes afterwards is still the testbed's to remove (it was dropped, and the namespace orphaned)
+    from gradsched.testbed import _mark_path, _read_mark, _write_mark
+
+    _write_mark(f"{PREFIX}-sw", "0123abcd", confirmed=False)
+    try:
+        teardown(PREFIX)
+        assert _read_mark(f"{PREFIX}-sw") == ("0123abcd", False)
+    finally:
+        os.remove(_mark_path(f"{PREFIX}-sw"))
+
+
 @pytest.mark.root
 @root
 def test_down_cleans_up_after_a_killed_up(clean):

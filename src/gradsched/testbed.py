@@ -319,6 +319,28 @@ def foreign_namespaces(prefix: str = DEFAULT_PREFIX) -> list[str]:
     return [n for n in list_namespaces() if names.match(n) and not is_ours(n)]
 
 
+def _stray_ip(prefix: str) -> list[int]:
+    """``ip`` commands still running on the testbed ``prefix``'s namespaces (left by an ``up`` killed alone:
+    its ``ip netns add`` can make a namespace after the ``up`` is gone)."""
+    found = []
+    for pid in (d for d in os.listdir("/proc") if d.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and os.path.basename(argv[0]) == b"ip" and any(a.startswith(f"{prefix}-".encode()) for a in argv):
+            found.append(int(pid))
+    return found
+
+
+def _wait_for_stray_ip(prefix: str, timeout_s: float = 10.0) -> None:
+    """Let stray ``ip`` commands on ``prefix``'s namespaces finish first, so that what they make is removed too."""
+    deadline = time.monotonic() + timeout_s
+    while _stray_ip(prefix) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def teardown(prefix: str = DEFAULT_PREFIX) -> list[str]:
     """Remove every namespace of the testbed named ``prefix`` that the testbed made; idempotent.
 
@@ -329,6 +351,7 @@ def teardown(prefix: str = DEFAULT_PREFIX) -> list[str]:
     """
     check_can_run()
     _check_prefix(prefix)
+    _wait_for_stray_ip(prefix)
     removed = []
     names = re.compile(rf"^{re.escape(prefix)}-(h[0-9]+|sw)$")
     for name in list_namespaces():
@@ -338,7 +361,9 @@ def teardown(prefix: str = DEFAULT_PREFIX) -> list[str]:
     if os.path.isdir(MARKS_DIR):  # marks of namespaces deleted by hand (and perhaps re-made by someone else)
         existing = list_namespaces()
         for name in os.listdir(MARKS_DIR):
-            if names.match(name) and (name not in existing or _replaced(name)):
+            mark = _read_mark(name)
+            pending = mark is not None and not mark[1]  # its ``ip netns add`` may still make it: kept, it is ours
+            if names.match(name) and ((name not in existing and not pending) or _replaced(name)):
                 _remove_hosts_file(name)
                 _unmark(name)
     return removed
