@@ -64,6 +64,23 @@ def test_close_all_stops_threads_and_forgets_groups_and_hooks():
         dist.destroy_process_group()
 
 
+def test_the_default_wrapper_arms_the_exit_collection_before_any_executor_exists(monkeypatch):
+    # run-time auto deferred on PyTorch's DDP builds no executor, whose registration was what armed close_all:
+    # without it the wrapper's cycles (holding its process groups) were collected during finalisation, and a
+    # drop-in script's rank aborted at exit ("terminate called without an active exception", CI)
+    armed = []
+    monkeypatch.setattr(shutdown, "_hooked", False)
+    monkeypatch.setattr(shutdown.atexit, "register", armed.append)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        model = DistributedDataParallel(nn.Sequential(nn.Linear(16, 16), nn.Linear(16, 4)))
+        assert model.autotuner is not None and model._executor is None  # the default: deferred on DDP
+        assert armed == [shutdown.close_all]
+    finally:
+        dist.destroy_process_group()
+
+
 @pytest.mark.slow
 def test_user_script_exits_zero_under_torchrun_on_every_runtime_path_and_ending():
     """The runtime's paths that hold something at exit and both endings (with/without destroy_process_group),

@@ -70,6 +70,14 @@ def close_at_exit(obj: Closable) -> None:
         _hook()
 
 
+def collect_at_exit() -> None:
+    """Run :func:`close_all` at interpreter exit even with nothing registered: its cycle collection frees a
+    wrapper's process groups while the interpreter is whole (run-time ``auto`` deferred on PyTorch's DDP
+    builds no executor, whose registration used to be what armed it)."""
+    with _LOCK:
+        _hook()
+
+
 def release_at_exit(release: Callable[[], None]) -> None:
     """Call ``release()`` at interpreter exit, after the registered objects are closed (once per callable)."""
     with _LOCK:

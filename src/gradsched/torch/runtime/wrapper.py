@@ -40,6 +40,7 @@ from gradsched.torch.runtime.decoupled import DecoupledAllReduce, executable
 from gradsched.torch.runtime.sharded import SHARD_OPTIMIZER, ShardedOptimizer, shard
 from gradsched.torch.runtime.ddp_args import DDPArgs, plan_choice, resolve, split_positional, to_device
 from gradsched.torch.runtime import ddp_errors
+from gradsched.torch.runtime import shutdown
 from gradsched.torch.runtime.executor import PENDING, Executor, private_group
 from gradsched.torch.runtime.gating import ForwardGate
 from gradsched.torch.runtime.groups import is_whole_world, side_group
@@ -262,6 +263,8 @@ class DistributedDataParallel(nn.Module):
                                           self._find_unused_arg, self._broadcast_buffers)
         if tune is None or not tune.deferred:  # deferred: built when profiling starts (PyTorch's DDP until then)
             self._start_executor()
+        else:  # no executor to arm the exit's cycle collection: this wrapper's cycles hold its process groups
+            shutdown.collect_at_exit()
         if tune is not None:
             assert self._tracer is not None
             self.strategy = "auto"
