@@ -54,9 +54,13 @@ def check_backend(backend: str | None) -> None:
                              f"{', '.join(BACKENDS)} (default: nccl with CUDA, else gloo)")
 
 
+DEFAULT_OUTPUT = "cluster.json"
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags shared by ``gradsched netbench`` and ``python -m gradsched.torch.measure.netbench``."""
-    p.add_argument("-o", "--output", default="cluster.json", help="cluster file to write (default cluster.json)")
+    p.add_argument("-o", "--output", default=None,
+                   help="cluster file to write (default cluster.json; with --json and no -o, no file is left)")
     p.add_argument("--min-bytes", type=int, default=MIN_BYTES, help=f"smallest size (default {MIN_BYTES})")
     p.add_argument("--max-bytes", type=int, default=MAX_BYTES, help=f"largest size (default {MAX_BYTES} = 256 MiB)")
     p.add_argument("--reps", type=int, default=5, help="timed repetitions per size; the median is kept (default 5)")

@@ -22,10 +22,17 @@ def test_profile_json_on_stdout_writes_no_file(tmp_path, capsys, monkeypatch):
     assert (tmp_path / "profile.json").exists()  # the old default without --json
 
 
+NETBENCH = ["netbench", "--workers", "2", "--max-bytes", "16384", "--reps", "1", "--warmup", "0",
+            "--collectives", "allreduce"]
+
+
 @pytest.mark.slow
-def test_netbench_json_on_stdout_is_the_cluster_file(tmp_path, capsys):
+def test_netbench_json_on_stdout_is_the_cluster_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main([*NETBENCH, "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["format"] == "gradsched.cluster/1"
+    assert list(tmp_path.iterdir()) == []  # no cluster.json beside the JSON asked for
     out = tmp_path / "c.json"
-    assert main(["netbench", "--workers", "2", "--max-bytes", "16384", "--reps", "1", "--warmup", "0",
-                 "--collectives", "allreduce", "-o", str(out), "--json", "-"]) == 0
+    assert main([*NETBENCH, "-o", str(out), "--json", "-"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed == json.loads(out.read_text()) and printed["format"] == "gradsched.cluster/1"

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 
 from gradsched.cluster import COLLECTIVES
 from gradsched.commands._output import add_json_arg, emit_json, to_stdout
 from gradsched.commands._inputs import check_processes
 from gradsched.errors import GradschedError
 from gradsched.jobs.launch import PREFIXES, Ranks, launch
-from gradsched.netbench_args import MAX_BYTES, MIN_BYTES, add_arguments
+from gradsched.netbench_args import DEFAULT_OUTPUT, MAX_BYTES, MIN_BYTES, add_arguments
 from gradsched.netbench_args import check_backend, check_sizes
 
 __all__ = ["MAX_BYTES", "MIN_BYTES", "TESTBED_PREFIX", "check_arguments", "register", "run"]  # MIN/MAX: public names
@@ -60,6 +61,16 @@ def run(args: argparse.Namespace) -> int:
     check_arguments(args)
     if to_stdout(args):
         args.quiet = True  # stdout holds the JSON alone
+    if args.output is not None or args.json is None:
+        args.output = args.output or DEFAULT_OUTPUT
+        return _measure(args)
+    with tempfile.TemporaryDirectory(prefix="gradsched-netbench-") as scratch:  # --json alone leaves no file
+        args.output = os.path.join(scratch, DEFAULT_OUTPUT)
+        return _measure(args)
+
+
+def _measure(args: argparse.Namespace) -> int:
+    """Run the ranks where the flags say, then hand the cluster file rank 0 wrote to ``--json``."""
     if args.rate is not None:
         code = _launch_testbed(args)
     elif args.nproc is not None:

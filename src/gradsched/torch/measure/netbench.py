@@ -47,6 +47,7 @@ from gradsched.costs import PER_RANK
 from gradsched.torch.runtime.decoupled import reduce_scatter
 from gradsched.costs import NODE_STEPS
 from gradsched.errors import GradschedError
+from gradsched.netbench_args import DEFAULT_OUTPUT
 from gradsched.netbench_args import MAX_BYTES, MIN_BYTES, add_arguments, check_backend, check_sizes, sizes_bytes, top_bytes  # noqa: F401
 _ELEMENT = torch.float32  # 4 bytes per element
 
@@ -297,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gradsched.torch.measure.netbench", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
+    args.output = args.output or DEFAULT_OUTPUT
     try:
         return run_under_launcher(args)
     except GradschedError as exc:
