@@ -6,3 +6,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def world_of_one(tmp_path_factory):
+    """A one-rank gloo process group in this process, for a test module's in-process runtime tests."""
+    import torch.distributed as dist
+
+    store = tmp_path_factory.mktemp("store") / "file"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()

@@ -22,7 +22,7 @@ from gradsched.torch import DistributedDataParallel  # noqa: E402
 from gradsched.torch.runtime.autotune import AutoTuneConfig, not_clearly_slower  # noqa: E402
 from gradsched.torch.runtime.torch_ddp import TORCH_DDP, is_torch_ddp  # noqa: E402
 
-from tests.torch.test_autotune_torch_ddp import _net, _train, delay, world_of_one  # noqa: E402,F401
+from tests.torch.test_autotune_torch_ddp import _net, _train, delay  # noqa: E402
 
 BUDGETED = {"switch_iteration": 3, "trials": 2, "trial_iterations": 2, "trial_rounds": 2, "trial_window_s": 0,
             "min_gain": 0, "max_replans": 0, "runoff_rounds": 0,

@@ -77,14 +77,6 @@ def _state(module: nn.Module) -> list[torch.Tensor]:
 
 
 # --------------------------------------------------------------------------- one rank, in this process
-@pytest.fixture(scope="module")
-def world_of_one(tmp_path_factory):
-    store = tmp_path_factory.mktemp("store") / "file"
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 def _tuned(slow: Callable[[Any], bool]) -> tuple[Any, list[torch.Tensor]]:
     """Auto (PyTorch's DDP at 0.01 MiB, the user's size, and at the advised one) long enough that a check
     would come after the trials; and the same training without any wrapper (one rank: the same numbers)."""

@@ -14,21 +14,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
 
 from gradsched.errors import GradschedError  # noqa: E402
 from gradsched.torch import DistributedDataParallel, DistributedOptimizer  # noqa: E402
 from gradsched.torch.jobs.launch import free_port  # noqa: E402
 from gradsched.torch.jobs.selftest import spawn_local  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def world_of_one(tmp_path_factory):
-    store = tmp_path_factory.mktemp("store") / "file"
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 class WithEmpty(nn.Module):

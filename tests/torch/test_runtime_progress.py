@@ -14,7 +14,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
@@ -176,14 +175,6 @@ def test_a_window_that_holds_the_whole_plan_starts_no_thread(jobs):
 
 
 # --------------------------------------------------------------------------- in process (one rank)
-@pytest.fixture(scope="module")
-def world_of_one(tmp_path_factory):
-    store = tmp_path_factory.mktemp("store") / "file"
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 def _thread_alive(model: DistributedDataParallel) -> bool:
     thread = model._executor._thread
     return thread is not None and thread.is_alive()
