@@ -232,6 +232,13 @@ def run(args: argparse.Namespace) -> int:
     if to_stdout(args):
         emit_json(args, result, indent=None)
         return 0
+    print_report(result)
+    emit_json(args, result, indent=None)
+    return 0
+
+
+def print_report(result: TrainResult) -> None:
+    """The human-readable summary of a finished job (``result``: rank 0's result JSON)."""
     ops = f"{result['operations']} operations" if result["operations"] is not None else "PyTorch DDP"
     print(f"{result['model']} ({result['params']:,} parameters), {result['nproc']} x {result['backend']}, "
           f"strategy {result['strategy']} ({ops})")
@@ -239,6 +246,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"  iteration: median {result['iteration_s_median'] * 1e3:.1f} ms, mean {result['iteration_s_mean'] * 1e3:.1f} ms"
           f" (first {result['warmup_steps']} steps not counted)")
     if result.get("autotune"):
+        _print_deferred(result["autotune"], result["steps"])
         for sw in result["autotune"]["switches"][1:]:  # (deferred profiling's switch has no prediction)
             print(f"  auto: iteration {sw['iteration']}: {sw['strategy']} ({sw['reason']}), predicted "
                   f"{_ms(sw['predicted_iteration_s'])}, measured before {_ms(sw['measured_before_s'])}")
@@ -253,8 +261,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"  parameters of rank 0 saved to {result['saved_params']}")
     if result.get("trace"):
         print(f"  measured trace of all ranks: {result['trace']}")
-    emit_json(args, result, indent=None)
-    return 0
+
+
+def _print_deferred(tuner: dict, steps: int) -> None:
+    """Where run-time auto never profiled: that PyTorch's DDP ran throughout, and why."""
+    if tuner.get("profiled_at") is not None or tuner.get("profiling_from") is None:
+        return
+    print(f"  auto: ran PyTorch's DDP throughout: at this job's speed, profiling would pay for itself from "
+          f"iteration {tuner['profiling_from']:,} (this job: {steps:,} steps; --opt defer=false profiles at once, "
+          f"docs/autotune.md)")
 
 
 def _ms(seconds: float | None) -> str:
