@@ -157,10 +157,11 @@ def test_auto_does_not_plan_sparse_strategies_where_selection_alone_keeps_them_f
 
 @pytest.mark.parametrize("seed", [586572, 619334])
 def test_usbyte_builds_and_simulates_each_distinct_rule_plan_once(seed, monkeypatch):
-    # a merged usbyte candidate simulates its rules' plans to choose one; where rules agree
-    # (compute-bound: 586572) the same plan is neither built nor simulated again, and the
-    # choice is the one of simulating every rule's plan
+    # a merged usbyte candidate simulates (or prices from its blocks: planners/_usbyte_eval.py) its
+    # rules' plans to choose one; where rules agree (compute-bound: 586572) the same plan is neither
+    # priced nor simulated again, and the choice is the one of simulating every rule's plan
     import gradsched.sim
+    from gradsched.planners._usbyte_eval import BlockPricer
     from gradsched.planners.usbyte import RULES
 
     case = random_case(seed, 120)
@@ -173,6 +174,15 @@ def test_usbyte_builds_and_simulates_each_distinct_rule_plan_once(seed, monkeypa
     simulated = []
     simulate_ = gradsched.sim.simulate
     monkeypatch.setattr(gradsched.sim, "simulate", lambda p, *a, **k: simulated.append(p) or simulate_(p, *a, **k))
+    price = BlockPricer.iteration_s
+
+    def priced(self, *blocks):
+        iteration_s = price(self, *blocks)
+        if iteration_s is not None:
+            simulated.append(None)
+        return iteration_s
+
+    monkeypatch.setattr(BlockPricer, "iteration_s", priced)
     got = make_plan("usbyte", profile, cluster, merge_bytes=merge)
     assert got.operations == expected.operations and got.options == expected.options
     assert len(simulated) == len({p.operations for p in fixed})

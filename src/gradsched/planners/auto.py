@@ -31,6 +31,7 @@ from gradsched.errors import GradschedError
 from gradsched.plan import ALL_GATHER, HIER, REDUCE_SCATTER, SPARSE, Plan
 from gradsched.planners.options import STRATEGIES, Option
 from gradsched.planners import _collective as coll
+from gradsched.planners._tables import tensor_table
 from gradsched.planners.registry import get_planner, is_sparse, planner_option_specs, register, strategy_names
 from gradsched.profile import Profile
 from gradsched.sparsity import DENSITY
@@ -219,7 +220,7 @@ def comm_lower_bound_s(plan_: Plan, profile: Profile, cluster: Cluster, channels
     """Seconds the simulated iteration of a dense plan cannot beat: its all-reduces (or reduce-scatters
     and all-gathers) back to back, spread over ``channels`` (each channel runs its operations one after another, each
     at least its cost; contention only stretches them), 0 for a plan with sparse operations."""
-    elem = [t.bytes // t.numel for t in profile.tensors]
+    elem = tensor_table(profile).element_bytes
     by_collective: dict[str, list[int]] = {}  # each collective's operations' bytes, in plan order
     for op in plan_.operations:
         if op.collective == SPARSE:

@@ -32,6 +32,7 @@ from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
 from gradsched.plan import ALL_GATHER, REDUCE_SCATTER, Operation, Plan, Slice, whole_slices
 from gradsched.planners import _collective as coll
+from gradsched.planners._tables import tensor_table
 from gradsched.planners.mgwfbp import merge_groups
 from gradsched.planners.optimal import optimal_groups
 from gradsched.planners.options import Option
@@ -62,8 +63,9 @@ def threshold_groups(profile: Profile, threshold_bytes: float) -> list[list[int]
     within ``threshold_bytes`` (a layer larger than that is a group of its own)."""
     groups: list[list[int]] = []
     size = 0
+    table = tensor_table(profile).nbytes
     for layer in layers_forward(profile):
-        nbytes = sum(profile.tensors[t].bytes for t in layer)
+        nbytes = sum([table[t] for t in layer])
         if groups and size + nbytes <= threshold_bytes:
             groups[-1] += layer
             size += nbytes

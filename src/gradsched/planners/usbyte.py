@@ -79,6 +79,7 @@ from gradsched.errors import GradschedError
 from gradsched.plan import DENSE, HIER, Plan, Slice, block_operations, new_operation, new_slice
 from gradsched.planners import _collective as coll
 from gradsched.planners import _usbyte_jit as _jit
+from gradsched.planners._usbyte_eval import BlockPricer
 from gradsched.planners.options import Option
 from gradsched.planners.registry import check_options, register
 from gradsched.profile import Profile
@@ -217,6 +218,13 @@ class _Model:
                      and (timer.alpha_s, timer.beta_s) == (cost.alpha_s, cost.beta_s_per_byte))
         self._seen: dict[tuple[bool, tuple[int, ...]], Schedule] = {}
         self.arrays: tuple | None = None  # the compiled search's arrays (_compiled_search)
+        self._pricer: BlockPricer | None = None
+
+    def pricer(self, cluster: Cluster, hierarchical: str) -> BlockPricer:
+        """The :class:`~gradsched.planners._usbyte_eval.BlockPricer` of this model's units (made once)."""
+        if self._pricer is None:
+            self._pricer = BlockPricer(self.profile, cluster, self.table.ptr, self.table.tensors, hierarchical)
+        return self._pricer
 
     def _times(self, nbytes: np.ndarray, timers: list[_Timer]) -> np.ndarray:
         """:attr:`time_s` of each of ``nbytes``, bit for bit (a line's ``alpha + beta * bytes``, or
@@ -991,8 +999,8 @@ def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_B
                    "merge_bytes": merge_bytes, "extend": e, "window": w}
         if len(rules) == 1:
             return _build(model, found, options, cluster, hierarchical), found.schedule(), total
-        plan_ = None if exact else _build(model, found, options, cluster, hierarchical)
-        predicted = found.iteration_s if plan_ is None else _simulated_s(plan_, profile, cluster)
+        plan_, predicted = (None, found.iteration_s) if exact else _priced(model, found, options, cluster,
+                                                                             hierarchical)
         key = (predicted, found.count, k)
         if best is None or key < best[0]:
             best = (key, found, options, plan_)
@@ -1001,9 +1009,23 @@ def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_B
     schedule = found.schedule()
     if plan_ is None:
         plan_ = _build(model, found, options, cluster, hierarchical)
-    else:
+    if not exact:
         schedule.simulated_s = predicted  # auto need not simulate it again
     return plan_, schedule, total
+
+
+def _priced(model: _Model, found: _Found, options: dict, cluster: Cluster,
+            hierarchical: str) -> tuple[Plan | None, float]:
+    """The simulated iteration of ``found``'s plan, and the plan where it had to be made to simulate it
+    (else None: priced from its blocks by :class:`~gradsched.planners._usbyte_eval.BlockPricer`, bit for bit
+    the simulator's figure, and made only if it wins)."""
+    pricer = model.pricer(cluster, hierarchical)
+    unit, lo, hi = found.blocks()
+    predicted = pricer.iteration_s(unit, lo, hi, found.rank)
+    if predicted is not None:
+        return None, predicted
+    plan_ = _build(model, found, options, cluster, hierarchical)
+    return plan_, _simulated_s(plan_, model.profile, cluster)
 
 
 def plan_and_simulated(profile: Profile, cluster: Cluster, **options: object) -> tuple[Plan, float | None]:
