@@ -69,3 +69,17 @@ def test_merged_usbyte_chooses_the_plan_of_simulating_every_rule(seed, monkeypat
              for k, p in enumerate(fixed)]
     expected = min(keyed, key=lambda x: x[:3])[3]
     assert got.operations == expected.operations and got.options == expected.options
+
+
+@settings(max_examples=20, deadline=None)
+@given(profiles(max_layers=10, mixed_dtypes=True))
+def test_whole_ops_from_the_profile_table_equal_whole_tensor_ops(profile):
+    # the planners' operations made from the per-profile table (planners/_tables.py), shared slices and
+    # all, equal those made one by one; a profile's table is made once while it is kept
+    from gradsched.plan import whole_tensor_ops
+    from gradsched.planners._tables import tensor_table, whole_ops
+
+    groups = [[t] for t in profile.order] + [list(profile.order)]
+    assert whole_ops(groups, profile) == whole_tensor_ops(groups, profile)
+    assert tensor_table(profile) is tensor_table(profile)
+    assert tensor_table(profile).element_bytes == [t.element_bytes for t in profile.tensors]

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+import numpy as np
+
 from gradsched.plan import DENSE, Operation, Slice, new_operation, whole_slices
 from gradsched.profile import Profile
 
@@ -15,6 +17,8 @@ class TensorTable:
     element_bytes: list[int]  # per tensor
     nbytes: list[int]  # per tensor
     whole: list[Slice]  # per tensor: all its elements (slices are immutable: plans share them)
+    one_size: bool  # every tensor of one element size
+    position: np.ndarray  # int64, per tensor: its place in the ready order (profile.order)
 
 
 _TABLES: list[tuple[Profile, TensorTable]] = []  # the last few profiles, by identity
@@ -26,7 +30,10 @@ def tensor_table(profile: Profile) -> TensorTable:
         if known is profile:
             return table
     tensors = profile.tensors
-    table = TensorTable([t.bytes // t.numel for t in tensors], [t.bytes for t in tensors], whole_slices(profile))
+    elem = [t.bytes // t.numel for t in tensors]
+    position = np.empty(len(tensors), dtype=np.int64)
+    position[np.array(profile.order, dtype=np.int64)] = np.arange(len(tensors), dtype=np.int64)
+    table = TensorTable(elem, [t.bytes for t in tensors], whole_slices(profile), len(set(elem)) <= 1, position)
     _TABLES.insert(0, (profile, table))
     del _TABLES[4:]
     return table

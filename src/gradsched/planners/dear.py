@@ -26,7 +26,10 @@ layer's update runs right before its forward (``overlap_forward``), after its ga
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
+
+import numpy as np
 
 from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
@@ -97,8 +100,15 @@ def ready_parts(groups: list[list[int]], profile: Profile, position: dict[int, i
     """``groups`` split by element size, each sorted, in the order they become ready (``position``: each
     tensor's place in ``profile.order``, made once where many groupings are split)."""
     parts = [sorted(g) for g in split_by_element_size(groups, profile)]
-    place = position if position is not None else {t: k for k, t in enumerate(profile.order)}
-    return sorted(parts, key=lambda g: max(place[t] for t in g))
+    sizes = np.array([len(g) for g in parts], dtype=np.int64)
+    if position is not None or not len(parts) or sizes.min() == 0:
+        place = position if position is not None else {t: k for k, t in enumerate(profile.order)}
+        return sorted(parts, key=lambda g: max(place[t] for t in g))
+    flat = np.fromiter(itertools.chain.from_iterable(parts), dtype=np.int64, count=int(sizes.sum()))
+    starts = np.zeros(len(parts), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    last = np.maximum.reduceat(tensor_table(profile).position[flat], starts)  # each part's last ready tensor
+    return [parts[k] for k in np.argsort(last, kind="stable").tolist()]  # stable: as sorted() orders ties
 
 
 def candidate_groupings(profile: Profile, cluster: Cluster) -> list[tuple[str, list[list[int]]]]:
@@ -135,10 +145,9 @@ def planned(profile: Profile, cluster: Cluster) -> tuple[tuple[Operation, ...], 
     pricer = TwoPhasePricer(profile, cluster)
     best: tuple[tuple[float, int, int, int], list[list[int]], str, str, float] | None = None
     seen: set[tuple[tuple[int, ...], ...]] = set()
-    position = {t: k for k, t in enumerate(profile.order)}
-    whole = whole_slices(profile)
+    whole = tensor_table(profile).whole
     for k, (name, groups) in enumerate(candidate_groupings(profile, cluster)):
-        parts = ready_parts(groups, profile, position)
+        parts = ready_parts(groups, profile)
         key = tuple(tuple(g) for g in parts)  # the same parts make the same plan
         if key in seen:
             continue

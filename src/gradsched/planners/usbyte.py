@@ -966,7 +966,8 @@ RULES = (("block", False), ("block", True), ("layer", False), ("layer", True))  
 def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_BYTES,
             max_evaluations: int | None = DEFAULT_MAX_EVALUATIONS, extend: bool | None = None,
             window: str | None = None, hierarchical: str = "auto",
-            merge_bytes: int = 0, patience: int = DEFAULT_PATIENCE) -> tuple[Plan, Schedule, int]:
+            merge_bytes: int = 0, patience: int = DEFAULT_PATIENCE, *,
+            beat_s: float = math.inf) -> tuple[Plan, Schedule, int]:
     """The US-Byte plan, the schedule its model predicts, and how many schedules it modelled
     (all rules together).  ``extend``/``window`` left as None are chosen: each rule is
     planned and the plan with the shortest simulated iteration kept (ties: fewer
@@ -1006,6 +1007,8 @@ def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_B
             best = (key, found, options, plan_)
     assert best is not None
     (predicted, _, _), found, options, plan_ = best
+    if not exact and predicted > beat_s:
+        raise _Loses(predicted)
     schedule = found.schedule()
     if plan_ is None:
         plan_ = _build(model, found, options, cluster, hierarchical)
@@ -1028,11 +1031,24 @@ def _priced(model: _Model, found: _Found, options: dict, cluster: Cluster,
     return plan_, _simulated_s(plan_, model.profile, cluster)
 
 
-def plan_and_simulated(profile: Profile, cluster: Cluster, **options: object) -> tuple[Plan, float | None]:
+class _Loses(Exception):
+    """:func:`predict`'s chosen plan, simulated, is slower than ``beat_s``: not made."""
+
+    def __init__(self, simulated_s: float) -> None:
+        super().__init__(simulated_s)
+        self.simulated_s = simulated_s
+
+
+def plan_and_simulated(profile: Profile, cluster: Cluster, beat_s: float = math.inf,
+                       **options: object) -> tuple[Plan | None, float | None]:
     """``usbyte``'s plan with ``options`` (checked as :func:`~gradsched.planners.make_plan` checks
     them) and its iteration (one channel, no timeline) where :func:`predict` simulated that very
-    plan to choose its rule, else None: ``auto`` need not simulate it again."""
-    plan_, schedule, _ = predict(profile, cluster, **check_options("usbyte", options))
+    plan to choose its rule, else None: ``auto`` need not simulate it again.  Where that iteration
+    is above ``beat_s`` the plan is not made: (None, the iteration)."""
+    try:
+        plan_, schedule, _ = predict(profile, cluster, **check_options("usbyte", options), beat_s=beat_s)
+    except _Loses as lost:
+        return None, lost.simulated_s
     return plan_, schedule.simulated_s
 
 
