@@ -83,3 +83,18 @@ def test_whole_ops_from_the_profile_table_equal_whole_tensor_ops(profile):
     assert whole_ops(groups, profile) == whole_tensor_ops(groups, profile)
     assert tensor_table(profile) is tensor_table(profile)
     assert tensor_table(profile).element_bytes == [t.element_bytes for t in profile.tensors]
+
+
+def test_a_merged_plan_slower_than_beat_s_is_priced_but_not_made(monkeypatch):
+    # auto passes its best so far: a usbyte candidate that cannot win is not built, its iteration is
+    # still the simulated one; at or above it the plan is made as without beat_s
+    case = random_case(619334, 1000)  # hundreds of blocks: every rule's plan priced
+    profile, cluster = case.profile(), case.cluster()
+    plan_, simulated_s = usbyte.plan_and_simulated(profile, cluster, merge_bytes=MiB)
+    assert plan_ is not None and simulated_s == simulate(plan_, profile, cluster, timeline=False).iteration_s
+    built = []
+    build = usbyte._build
+    monkeypatch.setattr(usbyte, "_build", lambda *a: built.append(1) or build(*a))
+    assert usbyte.plan_and_simulated(profile, cluster, simulated_s * 0.999, merge_bytes=MiB) == (None, simulated_s)
+    assert built == []
+    assert usbyte.plan_and_simulated(profile, cluster, simulated_s, merge_bytes=MiB) == (plan_, simulated_s)
