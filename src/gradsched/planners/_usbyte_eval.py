@@ -62,7 +62,7 @@ class BlockPricer:
         compiled pass does not apply."""
         # long function: the plan's arrays built one after another, each a line or two
         n = len(unit)
-        if self.run is None or n < self.min_ops:
+        if self.run is None or n + self.fixed.layer_time.shape[0] < self.min_ops:  # as simulate chooses
             return None
         a, b = self.base[unit] + lo, self.base[unit] + hi  # each block's elements, as offsets
         first = np.searchsorted(self.end, a, side="right")  # its first slice's place in self.tensors
