@@ -66,9 +66,8 @@ def threshold_groups(profile: Profile, threshold_bytes: float) -> list[list[int]
     within ``threshold_bytes`` (a layer larger than that is a group of its own)."""
     groups: list[list[int]] = []
     size = 0
-    table = tensor_table(profile).nbytes
-    for layer in layers_forward(profile):
-        nbytes = sum([table[t] for t in layer])
+    forward = profile.layer_table.forward
+    for layer, nbytes in zip(forward, _layer_bytes(profile)):
         if groups and size + nbytes <= threshold_bytes:
             groups[-1] += layer
             size += nbytes
@@ -76,6 +75,17 @@ def threshold_groups(profile: Profile, threshold_bytes: float) -> list[list[int]
             groups.append(list(layer))
             size = nbytes
     return groups
+
+
+def _layer_bytes(profile: Profile) -> list[int]:
+    """Each layer's bytes, layers in forward order (whole numbers: the same sums as one by one)."""
+    forward = profile.layer_table.forward
+    ptr = np.zeros(len(forward) + 1, dtype=np.int64)
+    np.cumsum([len(ts) for ts in forward], out=ptr[1:])
+    if not len(forward) or int(ptr[-1]) == 0 or any(len(ts) == 0 for ts in forward):
+        return [sum(tensor_table(profile).nbytes[t] for t in ts) for ts in forward]
+    flat = np.fromiter(itertools.chain.from_iterable(forward), dtype=np.int64, count=int(ptr[-1]))
+    return np.add.reduceat(np.array(tensor_table(profile).nbytes, dtype=np.int64)[flat], ptr[:-1]).tolist()
 
 
 def nearby_groups(profile: Profile, layers: int) -> list[list[int]]:
