@@ -94,10 +94,11 @@ def test_auto_does_not_plan_dear_where_compute_alone_keeps_it_from_winning(monke
     assert planned == [] and got == as_auto(ranked(profile, cluster)[0], len(ranked(profile, cluster)))
 
 
-@pytest.mark.parametrize("seed", [619334, 586572, 586575, 619329])
+@pytest.mark.parametrize("seed", [619334, 586572, 586575, 619329, 886728, 886734])
 def test_auto_chooses_the_plan_of_planning_every_candidate_on_random_cases(seed):
     # issue 40's grid (the benchmark's worst seeds, fewer tensors): the shortcuts (shared
-    # bytescheduler blocks, the planners' own simulations reused, the floors) change no choice
+    # bytescheduler blocks, the planners' own simulations reused or priced from arrays, usbyte
+    # plans that cannot win not made, the floors) change no choice
     case = random_case(seed, 120)
     profile, cluster = case.profile(), case.cluster()
     every = ranked(profile, cluster, 0.01)
@@ -157,10 +158,11 @@ def test_auto_does_not_plan_sparse_strategies_where_selection_alone_keeps_them_f
 
 @pytest.mark.parametrize("seed", [586572, 619334])
 def test_usbyte_builds_and_simulates_each_distinct_rule_plan_once(seed, monkeypatch):
-    # a merged usbyte candidate simulates its rules' plans to choose one; where rules agree
-    # (compute-bound: 586572) the same plan is neither built nor simulated again, and the
-    # choice is the one of simulating every rule's plan
+    # a merged usbyte candidate simulates (or prices from its blocks: planners/_usbyte_eval.py) its
+    # rules' plans to choose one; where rules agree (compute-bound: 586572) the same plan is neither
+    # priced nor simulated again, and the choice is the one of simulating every rule's plan
     import gradsched.sim
+    from gradsched.planners._usbyte_eval import BlockPricer
     from gradsched.planners.usbyte import RULES
 
     case = random_case(seed, 120)
@@ -173,6 +175,15 @@ def test_usbyte_builds_and_simulates_each_distinct_rule_plan_once(seed, monkeypa
     simulated = []
     simulate_ = gradsched.sim.simulate
     monkeypatch.setattr(gradsched.sim, "simulate", lambda p, *a, **k: simulated.append(p) or simulate_(p, *a, **k))
+    price = BlockPricer.iteration_s
+
+    def priced(self, *blocks):
+        iteration_s = price(self, *blocks)
+        if iteration_s is not None:
+            simulated.append(None)
+        return iteration_s
+
+    monkeypatch.setattr(BlockPricer, "iteration_s", priced)
     got = make_plan("usbyte", profile, cluster, merge_bytes=merge)
     assert got.operations == expected.operations and got.options == expected.options
     assert len(simulated) == len({p.operations for p in fixed})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from gradsched.planners._tables import tensor_table
 from gradsched.profile import Profile
 
 
@@ -18,13 +19,15 @@ def buckets_by_size(profile: Profile, caps_bytes: Iterator[float]) -> list[list[
     open_: dict[int, tuple[list[int], int]] = {}
     cap_of: dict[int, float] = {}
     closed: list[list[int]] = []
+    table = tensor_table(profile)
+    elem, nbytes = table.element_bytes, table.nbytes
     for i in profile.order:
-        eb = profile.tensors[i].element_bytes
+        eb = elem[i]
         if eb not in cap_of:
             cap_of[eb] = next(caps_bytes)
         members, size = open_.get(eb, ([], 0))
         members.append(i)
-        size += profile.tensors[i].bytes
+        size += nbytes[i]
         if size >= cap_of[eb]:
             closed.append(members)
             open_.pop(eb, None)

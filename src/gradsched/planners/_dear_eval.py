@@ -15,6 +15,7 @@ tensors), :meth:`TwoPhasePricer.iteration_s` returns None and ``dear`` simulates
 
 from __future__ import annotations
 
+import itertools
 from typing import Callable
 
 import numpy as np
@@ -67,7 +68,7 @@ class TwoPhasePricer:
             return None
         m = len(parts)
         sizes = np.array([len(p) for p in parts], dtype=np.int64)
-        flat = np.fromiter((t for p in parts for t in p), dtype=np.int64, count=int(sizes.sum()))
+        flat = np.fromiter(itertools.chain.from_iterable(parts), dtype=np.int64, count=int(sizes.sum()))
         starts = np.zeros(m, dtype=np.int64)
         np.cumsum(sizes[:-1], out=starts[1:])
         nb = np.add.reduceat(self.nbytes[flat], starts)

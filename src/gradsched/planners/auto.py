@@ -19,6 +19,7 @@ so a near tie goes to the plan that has been measured as predicted."""
 from __future__ import annotations
 
 import gc
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Iterator
@@ -31,6 +32,7 @@ from gradsched.errors import GradschedError
 from gradsched.plan import ALL_GATHER, HIER, REDUCE_SCATTER, SPARSE, Plan
 from gradsched.planners.options import STRATEGIES, Option
 from gradsched.planners import _collective as coll
+from gradsched.planners._tables import tensor_table
 from gradsched.planners.registry import get_planner, is_sparse, planner_option_specs, register, strategy_names
 from gradsched.profile import Profile
 from gradsched.sparsity import DENSITY
@@ -130,7 +132,10 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
         count += 1
         if top is not None and _floor_ranked_s(name, profile, cluster, opts, channels) > top[0][0] * (1 + 1e-9):
             continue  # slower than the best so far whatever its blocks, groups and priorities: not planned
-        candidate, by_planner = _planned(name, opts, profile, cluster, made)
+        beat_s = top[0][0] * (1 + 1e-9) if top is not None and channels == 1 else math.inf
+        candidate, by_planner = _planned(name, opts, profile, cluster, made, beat_s)
+        if candidate is None:
+            continue  # usbyte's chosen plan, priced, is slower than the best so far: not made
         predicted_s = seen.get(candidate)
         if predicted_s is None and channels == 1 and by_planner is not None:
             predicted_s = seen.put(candidate, by_planner)
@@ -172,17 +177,18 @@ class _Seen:
         return predicted_s
 
 
-def _planned(name: str, opts: dict[str, Any], profile: Profile, cluster: Cluster,
-             made: dict[tuple, Plan]) -> tuple[Plan, float | None]:
+def _planned(name: str, opts: dict[str, Any], profile: Profile, cluster: Cluster, made: dict[tuple, Plan],
+             beat_s: float = math.inf) -> tuple[Plan | None, float | None]:
     """Candidate ``name``'s plan with ``opts``, and its iteration on one channel where its planner
     simulated that very plan to choose it (``usbyte``'s rule, ``dear``'s planned grouping: the same
     operations, scheduling and window), else None.  A ``bytescheduler`` plan differing from one in
     ``made`` only in its credit window is that plan with the window changed (its blocks depend on
-    the partition alone: cutting them again is most of its planning)."""
+    the partition alone: cutting them again is most of its planning).  A ``usbyte`` plan whose
+    own simulation (one channel) is above ``beat_s`` is not made: (None, its iteration)."""
     if name == "usbyte":
         from gradsched.planners.usbyte import plan_and_simulated
 
-        return plan_and_simulated(profile, cluster, **opts)
+        return plan_and_simulated(profile, cluster, beat_s, **opts)
     if name != "bytescheduler" or opts.get("credit_bytes") is None:
         plan_ = get_planner(name)(profile, cluster, **opts)
         planned = name == "dear" and plan_.options.get("grouping") == "planned"
@@ -219,7 +225,7 @@ def comm_lower_bound_s(plan_: Plan, profile: Profile, cluster: Cluster, channels
     """Seconds the simulated iteration of a dense plan cannot beat: its all-reduces (or reduce-scatters
     and all-gathers) back to back, spread over ``channels`` (each channel runs its operations one after another, each
     at least its cost; contention only stretches them), 0 for a plan with sparse operations."""
-    elem = [t.bytes // t.numel for t in profile.tensors]
+    elem = tensor_table(profile).element_bytes
     by_collective: dict[str, list[int]] = {}  # each collective's operations' bytes, in plan order
     for op in plan_.operations:
         if op.collective == SPARSE:
@@ -264,6 +270,14 @@ def sparse_floor_s(profile: Profile, cluster: Cluster) -> float:
     return profile.compute_s + sum(cluster.selection_s(t.numel) for t in profile.tensors)
 
 
+def _first_ready_s(profile: Profile) -> float:
+    """When the first gradient is ready, less the simulator's simultaneity (two of ``EPS_S``: an operation
+    may start that much before its layer's end, as the simulator counts times that close as one)."""
+    from gradsched.sim.engine import EPS_S  # the simulator imports planners' types only
+
+    return max(0.0, min(profile.ready_s, default=0.0) - 2 * EPS_S)
+
+
 def _collective_names(cluster: Cluster, mode: str) -> list[str]:
     """The collectives a dense planner's operation may be with ``hierarchical=mode``."""
     if cluster.topology is None or mode == "never":
@@ -291,7 +305,7 @@ def bytescheduler_floor_s(profile: Profile, cluster: Cluster, opts: dict[str, An
     sizes = np.concatenate([step * elem, (numel % step) * elem])  # each tensor's whole blocks, then its rest
     counts = np.concatenate([numel // step, (numel % step > 0).astype(np.int64)])
     times = np.minimum.reduce([c.times_s(sizes) for c in costs])
-    return min(profile.ready_s, default=0.0) + float((times * counts).sum()) / channels
+    return _first_ready_s(profile) + float((times * counts).sum()) / channels
 
 
 def dear_floor_s(profile: Profile, cluster: Cluster, channels: int = 1) -> float:
@@ -310,7 +324,7 @@ def dear_floor_s(profile: Profile, cluster: Cluster, channels: int = 1) -> float
         nbytes[t.element_bytes] = nbytes.get(t.element_bytes, 0) + t.bytes
     sizes = list(nbytes.values())
     total = sum(float(c.times_s(sizes).sum()) for c in costs)
-    return max(profile.compute_s, min(profile.ready_s, default=0.0) + total / channels)
+    return max(profile.compute_s, _first_ready_s(profile) + total / channels)
 
 
 def usbyte_floor_s(profile: Profile, cluster: Cluster, opts: dict[str, Any], channels: int = 1) -> float:
@@ -331,7 +345,7 @@ def usbyte_floor_s(profile: Profile, cluster: Cluster, opts: dict[str, Any], cha
         nbytes[(g, t.element_bytes)] = nbytes.get((g, t.element_bytes), 0) + t.bytes
     sizes = list(nbytes.values())
     total = float(np.minimum.reduce([c.times_s(sizes) for c in costs]).sum())
-    return min(profile.ready_s, default=0.0) + total / channels
+    return _first_ready_s(profile) + total / channels
 
 
 OPTIONS = (

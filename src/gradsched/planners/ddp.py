@@ -9,7 +9,8 @@ from __future__ import annotations
 import itertools
 
 from gradsched.cluster import Cluster
-from gradsched.plan import Plan, whole_tensor_ops
+from gradsched.plan import Plan
+from gradsched.planners._tables import whole_ops
 from gradsched.constants import MiB
 from gradsched.planners._buckets import buckets_by_size
 from gradsched.planners.options import Option
@@ -30,5 +31,5 @@ OPTIONS = (
 def plan(profile: Profile, cluster: Cluster, bucket_cap_mb: float = 25.0, first_bucket_mb: float = 1.0) -> Plan:
     caps = itertools.chain([first_bucket_mb * MiB], itertools.repeat(bucket_cap_mb * MiB))
     groups = buckets_by_size(profile, caps)
-    return Plan("ddp", whole_tensor_ops(groups, profile), profile.fingerprint, profile.model,
+    return Plan("ddp", whole_ops(groups, profile), profile.fingerprint, profile.model,
                 {"bucket_cap_mb": bucket_cap_mb, "first_bucket_mb": first_bucket_mb})

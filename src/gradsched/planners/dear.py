@@ -26,12 +26,16 @@ layer's update runs right before its forward (``overlap_forward``), after its ga
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
+
+import numpy as np
 
 from gradsched.cluster import Cluster
 from gradsched.errors import GradschedError
 from gradsched.plan import ALL_GATHER, REDUCE_SCATTER, Operation, Plan, Slice, whole_slices
 from gradsched.planners import _collective as coll
+from gradsched.planners._tables import tensor_table
 from gradsched.planners.mgwfbp import merge_groups
 from gradsched.planners.optimal import optimal_groups
 from gradsched.planners.options import Option
@@ -62,8 +66,8 @@ def threshold_groups(profile: Profile, threshold_bytes: float) -> list[list[int]
     within ``threshold_bytes`` (a layer larger than that is a group of its own)."""
     groups: list[list[int]] = []
     size = 0
-    for layer in layers_forward(profile):
-        nbytes = sum(profile.tensors[t].bytes for t in layer)
+    forward = profile.layer_table.forward
+    for layer, nbytes in zip(forward, _layer_bytes(profile)):
         if groups and size + nbytes <= threshold_bytes:
             groups[-1] += layer
             size += nbytes
@@ -71,6 +75,17 @@ def threshold_groups(profile: Profile, threshold_bytes: float) -> list[list[int]
             groups.append(list(layer))
             size = nbytes
     return groups
+
+
+def _layer_bytes(profile: Profile) -> list[int]:
+    """Each layer's bytes, layers in forward order (whole numbers: the same sums as one by one)."""
+    forward = profile.layer_table.forward
+    ptr = np.zeros(len(forward) + 1, dtype=np.int64)
+    np.cumsum([len(ts) for ts in forward], out=ptr[1:])
+    if not len(forward) or int(ptr[-1]) == 0 or any(len(ts) == 0 for ts in forward):
+        return [sum(tensor_table(profile).nbytes[t] for t in ts) for ts in forward]
+    flat = np.fromiter(itertools.chain.from_iterable(forward), dtype=np.int64, count=int(ptr[-1]))
+    return np.add.reduceat(np.array(tensor_table(profile).nbytes, dtype=np.int64)[flat], ptr[:-1]).tolist()
 
 
 def nearby_groups(profile: Profile, layers: int) -> list[list[int]]:
@@ -95,8 +110,15 @@ def ready_parts(groups: list[list[int]], profile: Profile, position: dict[int, i
     """``groups`` split by element size, each sorted, in the order they become ready (``position``: each
     tensor's place in ``profile.order``, made once where many groupings are split)."""
     parts = [sorted(g) for g in split_by_element_size(groups, profile)]
-    place = position if position is not None else {t: k for k, t in enumerate(profile.order)}
-    return sorted(parts, key=lambda g: max(place[t] for t in g))
+    sizes = np.array([len(g) for g in parts], dtype=np.int64)
+    if position is not None or not len(parts) or sizes.min() == 0:
+        place = position if position is not None else {t: k for k, t in enumerate(profile.order)}
+        return sorted(parts, key=lambda g: max(place[t] for t in g))
+    flat = np.fromiter(itertools.chain.from_iterable(parts), dtype=np.int64, count=int(sizes.sum()))
+    starts = np.zeros(len(parts), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    last = np.maximum.reduceat(tensor_table(profile).position[flat], starts)  # each part's last ready tensor
+    return [parts[k] for k in np.argsort(last, kind="stable").tolist()]  # stable: as sorted() orders ties
 
 
 def candidate_groupings(profile: Profile, cluster: Cluster) -> list[tuple[str, list[list[int]]]]:
@@ -133,10 +155,9 @@ def planned(profile: Profile, cluster: Cluster) -> tuple[tuple[Operation, ...], 
     pricer = TwoPhasePricer(profile, cluster)
     best: tuple[tuple[float, int, int, int], list[list[int]], str, str, float] | None = None
     seen: set[tuple[tuple[int, ...], ...]] = set()
-    position = {t: k for k, t in enumerate(profile.order)}
-    whole = whole_slices(profile)
+    whole = tensor_table(profile).whole
     for k, (name, groups) in enumerate(candidate_groupings(profile, cluster)):
-        parts = ready_parts(groups, profile, position)
+        parts = ready_parts(groups, profile)
         key = tuple(tuple(g) for g in parts)  # the same parts make the same plan
         if key in seen:
             continue

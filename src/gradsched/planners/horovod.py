@@ -12,7 +12,8 @@ import math
 
 from gradsched.cluster import Cluster
 from gradsched.constants import MiB
-from gradsched.plan import Plan, whole_tensor_ops
+from gradsched.plan import Plan
+from gradsched.planners._tables import tensor_table, whole_ops
 from gradsched.planners.options import Option
 from gradsched.planners.registry import register
 from gradsched.profile import Profile
@@ -32,6 +33,8 @@ def plan(profile: Profile, cluster: Cluster, fusion_mb: float = 128.0, cycle_ms:
     cost = cluster.cost("allreduce")
     ready = profile.ready_s
     order = list(profile.order)
+    table = tensor_table(profile)
+    elem, nbytes = table.element_bytes, table.nbytes
     groups: list[list[int]] = []
     k, t = 0, 0.0
     while k < len(order):
@@ -40,15 +43,15 @@ def plan(profile: Profile, cluster: Cluster, fusion_mb: float = 128.0, cycle_ms:
         by_dtype: dict[int, tuple[list[int], int]] = {}
         while k < len(order) and ready[order[k]] <= t + 1e-12:
             i = order[k]
-            eb = profile.tensors[i].element_bytes
+            eb = elem[i]
             members, size = by_dtype.get(eb, ([], 0))
-            if members and size + profile.tensors[i].bytes > cap:
+            if members and size + nbytes[i] > cap:
                 groups.append(members)
                 members, size = [], 0
-            by_dtype[eb] = (members + [i], size + profile.tensors[i].bytes)
+            by_dtype[eb] = (members + [i], size + nbytes[i])
             k += 1
         for members, size in by_dtype.values():
             groups.append(members)
             t += cost.time_s(size)
-    return Plan("horovod", whole_tensor_ops(groups, profile), profile.fingerprint, profile.model,
+    return Plan("horovod", whole_ops(groups, profile), profile.fingerprint, profile.model,
                 {"fusion_mb": fusion_mb, "cycle_ms": cycle_ms})

@@ -27,7 +27,8 @@ same decisions in O(L).
 from __future__ import annotations
 
 from gradsched.cluster import Cluster, CollectiveCost
-from gradsched.plan import Plan, whole_tensor_ops
+from gradsched.plan import Plan
+from gradsched.planners._tables import whole_ops
 from gradsched.planners import _collective as coll
 from gradsched.planners.registry import register
 from gradsched.profile import Profile
@@ -79,5 +80,5 @@ def merge_groups(profile: Profile, cost: CollectiveCost) -> list[list[int]]:
 def plan(profile: Profile, cluster: Cluster, hierarchical: str = "auto") -> Plan:
     coll.check_mode("mgwfbp", hierarchical, cluster)
     groups = merge_groups(profile, coll.planning_cost(cluster, hierarchical))
-    ops = coll.choose_collective(whole_tensor_ops(groups, profile), profile, cluster, hierarchical)
+    ops = coll.choose_collective(whole_ops(groups, profile), profile, cluster, hierarchical)
     return Plan("mgwfbp", ops, profile.fingerprint, profile.model, coll.recorded({}, cluster, hierarchical))

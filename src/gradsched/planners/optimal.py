@@ -32,7 +32,8 @@ from typing import Callable
 import numpy as np
 
 from gradsched.cluster import Cluster, CollectiveCost
-from gradsched.plan import Plan, whole_tensor_ops
+from gradsched.plan import Plan
+from gradsched.planners._tables import whole_ops
 from gradsched.planners.mgwfbp import ready_envelope_s
 from gradsched.planners import _collective as coll
 from gradsched.planners.registry import register
@@ -108,5 +109,5 @@ def line_dp(ready: np.ndarray, prefix: np.ndarray, elem: np.ndarray, alpha: floa
 def plan(profile: Profile, cluster: Cluster, hierarchical: str = "auto") -> Plan:
     coll.check_mode("optimal", hierarchical, cluster)
     groups, _ = optimal_groups(profile, coll.planning_cost(cluster, hierarchical))
-    ops = coll.choose_collective(whole_tensor_ops(groups, profile), profile, cluster, hierarchical)
+    ops = coll.choose_collective(whole_ops(groups, profile), profile, cluster, hierarchical)
     return Plan("optimal", ops, profile.fingerprint, profile.model, coll.recorded({}, cluster, hierarchical))

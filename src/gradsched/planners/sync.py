@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gradsched.cluster import Cluster
-from gradsched.plan import Plan, whole_tensor_ops
+from gradsched.plan import Plan
+from gradsched.planners._tables import whole_ops
 from gradsched.planners.registry import register
 from gradsched.profile import Profile
 
@@ -13,4 +14,4 @@ def plan(profile: Profile, cluster: Cluster) -> Plan:
     by_dtype: dict[int, list[int]] = {}
     for i in profile.order:
         by_dtype.setdefault(profile.tensors[i].element_bytes, []).append(i)
-    return Plan("sync", whole_tensor_ops(by_dtype.values(), profile), profile.fingerprint, profile.model)
+    return Plan("sync", whole_ops(by_dtype.values(), profile), profile.fingerprint, profile.model)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 
 from gradsched.cluster import Cluster
-from gradsched.plan import Plan, whole_tensor_ops
+from gradsched.plan import Plan
+from gradsched.planners._tables import whole_ops
 from gradsched.constants import MiB
 from gradsched.planners._buckets import buckets_by_size
 from gradsched.planners import _collective as coll
@@ -21,5 +22,5 @@ OPTIONS = (Option("mb", float, 25.0, low=0, low_open=True, high=1e9, doc="bucket
 def plan(profile: Profile, cluster: Cluster, mb: float = 25.0, hierarchical: str = "auto") -> Plan:
     coll.check_mode("threshold", hierarchical, cluster)
     groups = buckets_by_size(profile, itertools.repeat(mb * MiB))
-    ops = coll.choose_collective(whole_tensor_ops(groups, profile), profile, cluster, hierarchical)
+    ops = coll.choose_collective(whole_ops(groups, profile), profile, cluster, hierarchical)
     return Plan("threshold", ops, profile.fingerprint, profile.model, coll.recorded({"mb": mb}, cluster, hierarchical))

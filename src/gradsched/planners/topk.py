@@ -22,6 +22,7 @@ from typing import Callable
 
 from gradsched.cluster import Cluster
 from gradsched.plan import SPARSE, Operation, Plan, Slice, whole_tensor_ops
+from gradsched.planners._tables import tensor_table
 from gradsched.planners.options import Option
 from gradsched.planners.registry import register
 from gradsched.profile import Profile
@@ -70,7 +71,10 @@ def split_by_element_size(groups: list[list[int]], profile: Profile) -> list[lis
     dtype): each part keeps the group's order, and the parts go in the order their last
     tensors become ready, so none waits behind a later one in issue order.  Groups of one
     element size are returned as they are."""
-    size = [t.element_bytes for t in profile.tensors]
+    table = tensor_table(profile)
+    if table.one_size:
+        return list(groups)
+    size = table.element_bytes
     out: list[list[int]] = []
     position: dict[int, int] | None = None
     for group in groups:

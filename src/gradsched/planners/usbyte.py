@@ -79,6 +79,7 @@ from gradsched.errors import GradschedError
 from gradsched.plan import DENSE, HIER, Plan, Slice, block_operations, new_operation, new_slice
 from gradsched.planners import _collective as coll
 from gradsched.planners import _usbyte_jit as _jit
+from gradsched.planners._usbyte_eval import BlockPricer
 from gradsched.planners.options import Option
 from gradsched.planners.registry import check_options, register
 from gradsched.profile import Profile
@@ -217,6 +218,13 @@ class _Model:
                      and (timer.alpha_s, timer.beta_s) == (cost.alpha_s, cost.beta_s_per_byte))
         self._seen: dict[tuple[bool, tuple[int, ...]], Schedule] = {}
         self.arrays: tuple | None = None  # the compiled search's arrays (_compiled_search)
+        self._pricer: BlockPricer | None = None
+
+    def pricer(self, cluster: Cluster, hierarchical: str) -> BlockPricer:
+        """The :class:`~gradsched.planners._usbyte_eval.BlockPricer` of this model's units (made once)."""
+        if self._pricer is None:
+            self._pricer = BlockPricer(self.profile, cluster, self.table.ptr, self.table.tensors, hierarchical)
+        return self._pricer
 
     def _times(self, nbytes: np.ndarray, timers: list[_Timer]) -> np.ndarray:
         """:attr:`time_s` of each of ``nbytes``, bit for bit (a line's ``alpha + beta * bytes``, or
@@ -958,7 +966,8 @@ RULES = (("block", False), ("block", True), ("layer", False), ("layer", True))  
 def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_BYTES,
             max_evaluations: int | None = DEFAULT_MAX_EVALUATIONS, extend: bool | None = None,
             window: str | None = None, hierarchical: str = "auto",
-            merge_bytes: int = 0, patience: int = DEFAULT_PATIENCE) -> tuple[Plan, Schedule, int]:
+            merge_bytes: int = 0, patience: int = DEFAULT_PATIENCE, *,
+            beat_s: float = math.inf) -> tuple[Plan, Schedule, int]:
     """The US-Byte plan, the schedule its model predicts, and how many schedules it modelled
     (all rules together).  ``extend``/``window`` left as None are chosen: each rule is
     planned and the plan with the shortest simulated iteration kept (ties: fewer
@@ -991,26 +1000,55 @@ def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_B
                    "merge_bytes": merge_bytes, "extend": e, "window": w}
         if len(rules) == 1:
             return _build(model, found, options, cluster, hierarchical), found.schedule(), total
-        plan_ = None if exact else _build(model, found, options, cluster, hierarchical)
-        predicted = found.iteration_s if plan_ is None else _simulated_s(plan_, profile, cluster)
+        plan_, predicted = (None, found.iteration_s) if exact else _priced(model, found, options, cluster,
+                                                                             hierarchical)
         key = (predicted, found.count, k)
         if best is None or key < best[0]:
             best = (key, found, options, plan_)
     assert best is not None
     (predicted, _, _), found, options, plan_ = best
+    if not exact and predicted > beat_s:
+        raise _Loses(predicted)
     schedule = found.schedule()
     if plan_ is None:
         plan_ = _build(model, found, options, cluster, hierarchical)
-    else:
+    if not exact:
         schedule.simulated_s = predicted  # auto need not simulate it again
     return plan_, schedule, total
 
 
-def plan_and_simulated(profile: Profile, cluster: Cluster, **options: object) -> tuple[Plan, float | None]:
+def _priced(model: _Model, found: _Found, options: dict, cluster: Cluster,
+            hierarchical: str) -> tuple[Plan | None, float]:
+    """The simulated iteration of ``found``'s plan, and the plan where it had to be made to simulate it
+    (else None: priced from its blocks by :class:`~gradsched.planners._usbyte_eval.BlockPricer`, bit for bit
+    the simulator's figure, and made only if it wins)."""
+    pricer = model.pricer(cluster, hierarchical)
+    unit, lo, hi = found.blocks()
+    predicted = pricer.iteration_s(unit, lo, hi, found.rank)
+    if predicted is not None:
+        return None, predicted
+    plan_ = _build(model, found, options, cluster, hierarchical)
+    return plan_, _simulated_s(plan_, model.profile, cluster)
+
+
+class _Loses(Exception):
+    """:func:`predict`'s chosen plan, simulated, is slower than ``beat_s``: not made."""
+
+    def __init__(self, simulated_s: float) -> None:
+        super().__init__(simulated_s)
+        self.simulated_s = simulated_s
+
+
+def plan_and_simulated(profile: Profile, cluster: Cluster, beat_s: float = math.inf,
+                       **options: object) -> tuple[Plan | None, float | None]:
     """``usbyte``'s plan with ``options`` (checked as :func:`~gradsched.planners.make_plan` checks
     them) and its iteration (one channel, no timeline) where :func:`predict` simulated that very
-    plan to choose its rule, else None: ``auto`` need not simulate it again."""
-    plan_, schedule, _ = predict(profile, cluster, **check_options("usbyte", options))
+    plan to choose its rule, else None: ``auto`` need not simulate it again.  Where that iteration
+    is above ``beat_s`` the plan is not made: (None, the iteration)."""
+    try:
+        plan_, schedule, _ = predict(profile, cluster, **check_options("usbyte", options), beat_s=beat_s)
+    except _Loses as lost:
+        return None, lost.simulated_s
     return plan_, schedule.simulated_s
 
 

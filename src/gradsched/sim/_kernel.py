@@ -26,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 EPS_S = 1e-12  # gradsched.sim.engine.EPS_S (the engine checks that they are equal)
-MIN_OPERATIONS = 64  # fewer operations: the Python pass takes less than converting to arrays
+MIN_OPERATIONS = 64  # fewer operations and layers together: the Python pass takes less than converting to arrays
 
 _failed: list[str] = []
 _compiled: dict[str, Callable[..., Any]] = {}

@@ -122,10 +122,11 @@ def simulate(plan: Plan, profile: Profile, cluster: Cluster, *, channels: int = 
 
 def _run_compiled(plan: Plan, profile: Profile, st: _Static, channels: int, op_latency_s: float) -> _Timing | None:
     """:func:`_run`'s pass by the compiled kernel (:mod:`gradsched.sim._kernel`), without compute spans; None
-    where it does not apply (numba absent or off, few operations, the runtime's retire time charged)."""
+    where it does not apply (numba absent or off, few operations and layers, the runtime's retire time charged:
+    the Python pass walks every layer, so a plan of one operation on a thousand layers runs compiled)."""
     ops = plan.operations
     n = len(ops)
-    if st.retire_s > 0 or n < _kernel.MIN_OPERATIONS or not _kernel.enabled():
+    if st.retire_s > 0 or n + len(st.layer_time) < _kernel.MIN_OPERATIONS or not _kernel.enabled():
         return None
     run_pass = _kernel.kernel()
     if run_pass is None:
