@@ -152,9 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         summary.setdefault(f"{r['model']}/{r['steps']}/{r['variant']}", []).append(r["ratio"])
     medians = {k: statistics.median(v) for k, v in summary.items()}
-    worst = max(medians.values())
-    print(f"worst median ratio {worst:.3f} (target <= {TARGET}): {'met' if worst <= TARGET else 'MISSED'}; "
-          f"load average {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}")
+    # the target is gradsched's: ddp-aa (DDP against itself) is the harness's noise, reported beside it
+    worst = max((m for k, m in medians.items() if not k.endswith("/ddp-aa")), default=float("nan"))
+    noise = [abs(m - 1) for k, m in medians.items() if k.endswith("/ddp-aa")]
+    print(f"worst median ratio {worst:.3f} (target <= {TARGET}): {'met' if worst <= TARGET else 'MISSED'}"
+          + (f"; ddp-aa within {max(noise):.3f} of 1" if noise else "")
+          + f"; load average {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}")
     out = {"what": "whole jobs: gradsched's drop-in default (run-time auto) / PyTorch DDP's default, taking turns",
            "command": "python benchmarks/auto_short_jobs.py " + " ".join(argv if argv is not None else sys.argv[1:]),
            "started": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(t0)), "wall_s": time.time() - t0,

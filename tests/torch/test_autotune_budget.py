@@ -8,6 +8,8 @@ longer on the tracer's clock), so which plan wins, and what the trials cost, is 
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,11 +20,13 @@ from gradsched.errors import GradschedError
 
 torch = pytest.importorskip("torch")
 
+from torch import nn  # noqa: E402
+
 from gradsched.torch import DistributedDataParallel  # noqa: E402
 from gradsched.torch.runtime.autotune import AutoTuneConfig, not_clearly_slower  # noqa: E402
 from gradsched.torch.runtime.torch_ddp import TORCH_DDP, is_torch_ddp  # noqa: E402
 
-from tests.torch.test_autotune_torch_ddp import _net, _train, delay  # noqa: E402
+from tests.torch.test_autotune_torch_ddp import _inputs, _net, _train, delay  # noqa: E402
 
 BUDGETED = {"switch_iteration": 3, "trials": 2, "trial_iterations": 2, "trial_rounds": 2, "trial_window_s": 0,
             "min_gain": 0, "max_replans": 0, "runoff_rounds": 0,
@@ -330,3 +334,74 @@ def test_a_switch_back_to_the_baseline_is_counted_against_the_trials(world_of_on
     elapsed = tuner._tracer.now() - tuner._start_s
     window = (tuner.trial_window + 1) * 1.2 + 2 * 3.0
     assert budget.spent_s(1.0) <= share * elapsed + window
+
+
+def _gradsched_calls(step: Callable[[], None]) -> tuple[set[tuple[str, str]], set[str]]:
+    """(file, function) of every gradsched function ``step`` calls, and the names of the builtins it calls."""
+    import os
+    import sys
+
+    import gradsched
+
+    root = os.path.dirname(gradsched.__file__)
+    calls: set[tuple[str, str]] = set()
+    builtins: set[str] = set()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_filename.startswith(root):
+            calls.add((os.path.basename(frame.f_code.co_filename), frame.f_code.co_name))
+        elif event == "c_call":
+            builtins.add(getattr(arg, "__name__", ""))
+
+    sys.setprofile(profile)
+    try:
+        step()
+    finally:
+        sys.setprofile(None)
+    return calls, builtins
+
+
+def test_a_deferred_step_is_a_thin_pass_through_to_pytorch_ddp(world_of_one):
+    """Deferred on the baseline, a step is PyTorch's DDP behind a counter, the tuner's clock and one re-arm hook:
+    none of the full forward's bookkeeping (its dynamo-guarded halves, a pytree walk of the output), and no
+    end-of-backward callback (a backward is told from the next by autograd's graph-task id)."""
+    model = DistributedDataParallel(_net(), plan_options={**DEFERRED, "trial_share": 1e-9})
+    tuner = model.autotuner
+    _train(model, 0, 1, 8)  # past the iteration at which profiling is scheduled (never, at this share)
+    assert tuner.before_profiling and model._executor is None
+    x = _inputs(8, torch.Generator().manual_seed(0))[0]
+
+    def step() -> None:
+        model(x).square().mean().backward()
+
+    before = tuner.iteration
+    calls, builtins = _gradsched_calls(step)
+    assert tuner.iteration == before + 1  # the iteration boundary is still counted
+    assert {f for file, f in calls if file == "wrapper.py"} == {"forward", "_baseline_forward", "_compiling"}
+    assert {f for file, f in calls if file == "torch_ddp.py"} == {"reduce_every_backward", "before"}
+    assert "queue_callback" not in builtins and "tree_leaves" not in {f for _, f in calls}
+
+
+def test_the_re_arm_hook_counts_backwards_not_outputs(world_of_one, monkeypatch):
+    """A forward with two outputs, three backward() through both: the reducer is re-armed once for each backward
+    after the first (never for the first, which DDP's forward armed, nor once per output)."""
+    import gradsched.torch.runtime.torch_ddp as torch_ddp
+
+    class TwoHeads(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body, self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 1), nn.Linear(8, 1)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            h = self.body(x)
+            return self.a(h), self.b(h)
+
+    armed: list[int] = []
+    real = torch_ddp._rearm
+    monkeypatch.setattr(torch_ddp, "_rearm", lambda *a: (armed.append(1), real(*a))[1])
+    model = DistributedDataParallel(TwoHeads(), plan_options={**DEFERRED, "trial_share": 1e-9})
+    assert model.autotuner.before_profiling
+    a, b = model(torch.randn(4, 8))
+    for k in range(3):
+        (a.sum() + b.sum()).backward(retain_graph=k < 2)
+        assert len(armed) == k

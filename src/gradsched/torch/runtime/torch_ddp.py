@@ -123,36 +123,55 @@ def reduce_every_backward(ddp: nn.Module, out: Any, find_unused: bool) -> None:
     before anything else of that backward) re-arms the reducer at the start of every
     later backward, as DDP's own forward does (its buckets rebuilt in ready order first,
     if due, then ``prepare_for_backward``: the reducer's own methods, torch pinned).  Outputs are held
-    weakly (a strong reference from their own graph would keep it alive)."""
+    weakly (a strong reference from their own graph would keep it alive).
+
+    Cheap, as it runs on every step of a job that starts on PyTorch's DDP (deferred run-time auto): one
+    hook per distinct ``grad_fn`` (one for a tensor output, no pytree walk), and a backward is told from
+    the next by autograd's graph-task id (no end-of-backward callback)."""
     if not (torch.is_grad_enabled() and ddp.require_backward_grad_sync):
         return
-    tensors = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    if isinstance(out, torch.Tensor):
+        tensors = [out] if out.grad_fn is not None else []
+    else:
+        tensors = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    if not tensors:
+        return
     refs = [weakref.ref(t) for t in tensors] if find_unused else []
-    state = {"passes": 0, "active": False}
-
-    def ended() -> None:
-        state["active"] = False
+    first = [-1, 0]  # graph-task id of the backward that ran first through this graph (-1: none yet), passes
 
     def before(_grads: Any) -> None:
-        if state["active"]:  # another output of this backward
+        task = _current_graph_task_id()
+        if first[0] == -1:  # the first backward: DDP's forward armed the reducer for it
+            first[0] = task
             return
-        state["active"] = True
-        state["passes"] += 1
-        torch.autograd.Variable._execution_engine.queue_callback(ended)
-        if state["passes"] > 1 and ddp.require_backward_grad_sync:
-            alive = [t for t in (r() for r in refs) if t is not None]
-            if find_unused and not alive:
-                raise GradschedError("a second backward() through one forward under PyTorch's DDP (run-time auto's "
-                                     "candidate) with find_unused_parameters=True, after the forward's outputs were "
-                                     "freed: keep the output alive until the last backward, or sum the losses and "
-                                     "call backward() once")
-            if ddp.reducer._rebuild_buckets():  # as DDP's forward does first (the first iteration's order is in)
-                ddp._has_rebuilt_buckets = True
-            ddp.reducer.prepare_for_backward(alive)
+        if task == first[0] or task == first[1]:  # another output of a backward already seen
+            return
+        first[1] = task
+        if ddp.require_backward_grad_sync:
+            _rearm(ddp, refs, find_unused)
 
+    if len(tensors) == 1:
+        tensors[0].grad_fn.register_prehook(before)
+        return
     seen: set[int] = set()
     for t in tensors:
         fn = t.grad_fn
         if id(fn) not in seen:
             seen.add(id(fn))
             fn.register_prehook(before)
+
+
+_current_graph_task_id = torch._C._current_graph_task_id  # the running backward's id (torch pinned)
+
+
+def _rearm(ddp: nn.Module, refs: list[weakref.ref[torch.Tensor]], find_unused: bool) -> None:
+    """The reducer armed for a later backward through one forward, as DDP's forward arms it."""
+    alive = [t for t in (r() for r in refs) if t is not None]
+    if find_unused and not alive:
+        raise GradschedError("a second backward() through one forward under PyTorch's DDP (run-time auto's "
+                             "candidate) with find_unused_parameters=True, after the forward's outputs were "
+                             "freed: keep the output alive until the last backward, or sum the losses and "
+                             "call backward() once")
+    if ddp.reducer._rebuild_buckets():  # as DDP's forward does first (the first iteration's order is in)
+        ddp._has_rebuilt_buckets = True
+    ddp.reducer.prepare_for_backward(alive)

@@ -57,6 +57,7 @@ from gradsched.torch.runtime.trace import FORWARD, Tracer, merge_timelines
 
 DEFAULT_TIMEOUT_S = 300.0
 _SPARSE_KEY = "_gradsched_sparse"
+_SWITCHED = object()  # the thin baseline forward's answer where the tuner left the baseline at this iteration
 
 
 class DistributedDataParallel(nn.Module):
@@ -144,6 +145,8 @@ class DistributedDataParallel(nn.Module):
         self._optimizer: UpdateLink | None = None
         self._executor: Executor | None = None
         self._ddp: nn.Module | None = None
+        # deferred run-time auto on its baseline (PyTorch's DDP, untraced): the forward's thin pass-through to it
+        object.__setattr__(self, "_baseline_ddp", None)
         self._ctrl: dist.ProcessGroup | None = None
         self._gate: ForwardGate | None = None  # overlapping plans: updates applied at each parameter's first use
         self._sparse_options = sparse_options
@@ -270,6 +273,8 @@ class DistributedDataParallel(nn.Module):
             self.strategy = "auto"
             self.autotuner = AutoTuner(self._tuned_model(), tune, self._tracer, keep_events=self._user_trace,
                                        offline=given)
+            if self.autotuner.before_profiling and not self._user_trace and self._ddp is not None:
+                object.__setattr__(self, "_baseline_ddp", self._ddp)  # until the next switch (_switch_plan)
 
     def _tuned_model(self) -> TunedModel:
         """What run-time ``auto`` sees of this wrapper (:class:`~gradsched.torch.runtime.autotune.TunedModel`)."""
@@ -303,6 +308,7 @@ class DistributedDataParallel(nn.Module):
         boundary; outstanding communication and updates are finished first, so the
         numbers computed do not change (``gradsched.torch.runtime.autotune`` uses it)."""
         self.synchronize()
+        object.__setattr__(self, "_baseline_ddp", None)  # the thin forward runs the baseline alone
         enabled = self._sync_enabled
         if self._executor is not None:
             self._executor.close()
@@ -387,7 +393,14 @@ class DistributedDataParallel(nn.Module):
         # PyTorch's DDP) and none of this bookkeeping, as PyTorch's DDP keeps its own forward out
         # of dynamo: traced, it guarded on the tracer's iteration counter and recompiled every step
         # until dynamo's limit (docs/integrations.md, "torch.compile").
-        run, args, kwargs, t0 = self._before_forward(args, kwargs, _compiling())
+        compiling = _compiling()
+        if self._baseline_ddp is not None and not compiling:
+            out = self._baseline_forward(self._baseline_ddp, args, kwargs)
+            if out is not _SWITCHED:
+                return out
+            run, args, kwargs, t0 = self._before_run(args, kwargs, compiling)  # profiling starts at this iteration
+        else:
+            run, args, kwargs, t0 = self._before_forward(args, kwargs, compiling)
         if run is self._ddp:
             try:
                 out = run(*args, **kwargs)
@@ -400,6 +413,29 @@ class DistributedDataParallel(nn.Module):
             with self._gate.first_use() if self._gate is not None else contextlib.nullcontext():
                 out = run(*args, **kwargs)  # pending updates applied at each parameter's first read
         self._after_forward(out, t0)
+        return out
+
+    def _baseline_forward(self, ddp: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Deferred run-time auto on its baseline: PyTorch's DDP behind a thin pass-through (a job too short
+        to profile pays for the wrapper no more than a counter, the tuner's clock and one re-arm hook).
+        What :meth:`_before_forward` and :meth:`_after_forward` do there, in plain code: no dynamo guards
+        (the wrapper is not being compiled), no trace span (nothing reads the baseline's).  Returns
+        :data:`_SWITCHED` where the tuner leaves the baseline at this iteration (profiling starts): the
+        iteration boundary is counted, the rest of the forward is the full one."""
+        assert self._tracer is not None and self.autotuner is not None
+        self._tracer.iteration += 1  # Tracer.next_iteration
+        if torch.is_grad_enabled() and ddp.require_backward_grad_sync:  # _sync_enabled: no executor yet
+            self.autotuner.on_iteration_start()  # an iteration boundary: profiling may start here
+            if self._baseline_ddp is not ddp:
+                return _SWITCHED
+        try:
+            out = ddp(*args, **kwargs)
+        except Exception as exc:  # a failure of DDP's forward collectives (buffer broadcast)
+            failure = self._ddp_forward_failure(exc)
+            if failure is exc:
+                raise
+            raise failure from exc
+        reduce_every_backward(ddp, out, self._find_unused_arg)  # every backward averaged, as under the executor
         return out
 
     @torch._disable_dynamo
@@ -415,6 +451,13 @@ class DistributedDataParallel(nn.Module):
             tracer.next_iteration()
         if self.autotuner is not None and torch.is_grad_enabled() and self._sync_enabled:
             self.autotuner.on_iteration_start()  # an iteration boundary: the plan may switch here
+        return self._before_run(args, kwargs, compiling)
+
+    @torch._disable_dynamo
+    def _before_run(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                    compiling: bool) -> tuple[Any, tuple[Any, ...], dict[str, Any], float | None]:
+        """:meth:`_before_forward` after the iteration boundary (the plan this iteration runs is known)."""
+        tracer = self._tracer
         if self._ddp is not None:  # run-time auto runs PyTorch's DDP (a candidate, or what it settled on)
             # deferred, on the baseline: nothing reads its forward's span (profiling starts afresh)
             quiet = tracer is None or (self.autotuner is not None and self.autotuner.before_profiling
