@@ -202,6 +202,25 @@ def test_split_envelope_reads_a_retransmission_as_two_halves():
     assert CollectiveCost.fit(pts).time_s(1048576) == pytest.approx(150.3e-3)  # a given table stays as it is
 
 
+def test_gloos_reduce_scatter_and_all_gather_keep_their_measured_large_sizes():
+    """Per-rank-sized collectives are read through the monotone envelope only: their large sizes are slower per
+    byte on gloo, systematically (the same in training: docs/notes/2026-12-decoupled.md), not by a
+    retransmission.  Measured: 2 testbed hosts at 1 Gbit/s, medians in a stream, bytes a rank
+    (benchmarks/results/bench_replay_resnet50_2h_1gbit_emu.json, measured_points)."""
+    from gradsched.costs import fit_measured
+
+    rs = [(262144, 2.7e-3), (524288, 7.1e-3), (1048576, 16.5e-3), (4194304, 58.1e-3), (8388608, 147.3e-3),
+          (16777216, 295.9e-3)]
+    ag = [(262144, 5.0e-3), (524288, 5.4e-3), (1048576, 12.6e-3), (4194304, 58.4e-3), (8388608, 114.7e-3),
+          (16777216, 245.4e-3)]
+    assert fit_measured("reducescatter", rs).time_s(16777216) == pytest.approx(295.9e-3)  # not 64 x 2.7 ms
+    assert fit_measured("allgather", ag).time_s(8388608) == pytest.approx(114.7e-3)  # not 16 x 5.4 ms
+    assert CollectiveCost.fit(rs, envelope=True).time_s(16777216) == pytest.approx(64 * 2.7e-3)  # the split cap
+    # an all-reduce's table keeps the split envelope (a retransmission read as two halves)
+    pts = [(262144, 21.6e-3), (524288, 31.0e-3), (1048576, 150.3e-3), (2097152, 123.8e-3), (4194304, 246.9e-3)]
+    assert fit_measured("allreduce", pts).time_s(1048576) == pytest.approx(62.0e-3)
+
+
 def test_below_the_table_a_size_never_costs_more_than_the_tables_first():
     """A fitted line can lie above the table's first point (hypothesis found one: 3.9 ms at 1 B
     against 2.7 ms at 1 KiB); below the table the cost is the line, capped there."""

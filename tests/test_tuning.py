@@ -265,3 +265,26 @@ def test_a_candidates_windows_win_or_lose_against_the_baselines_window_before_ea
     rounds = m.rounds_of(["a"])
     rounds["a"].append(0.0)  # a copy: the record is unchanged
     assert m.rounds["a"] == [0.9, 1.1]
+
+
+def test_a_revert_goes_to_the_plan_that_measured_fastest_in_the_trials_not_one_a_slow_window_made_look_faster():
+    """The trials keep ``winner`` (faster than ``other`` taking turns with it); after them only the plan running
+    adds iterations, in whatever phase the machine is in.  One slow window of the winner, then a re-plan's plan
+    that does not beat what the trials measured: the revert goes back to the winner, whose trial windows
+    still say it is faster; ``other``, measured in the trials only, is not favoured by the winner's bad luck
+    (as on the testbed: benchmarks/results/bench_replay_googlenet_k80_2h_dear.json)."""
+    from gradsched.calibration import decide
+    from gradsched.tuning import PlanMeasurements
+
+    m = PlanMeasurements()
+    for winner_s, other_s in [(0.62, 0.64), (0.64, 0.69), (0.65, 0.70)]:  # three rounds of four iterations each
+        m.record("winner", [winner_s] * 4)
+        m.record("other", [other_s] * 4)
+    m.settle()  # the trials are decided
+    m.record("winner", [0.86] * 16)  # slow windows after the trials (a check's, then the re-plan's)
+    m.record("replanned", [0.75] * 10)  # the re-plan's plan, checked in the same slow phase
+    assert m.measured["winner"] > m.measured["other"]  # all the winner ran, slow phase included
+    assert m.compared() == {"winner": 0.64, "other": 0.69, "replanned": 0.75}
+    assert decide("replanned", 0.75, 0.64, m.compared(), 0.15, must_gain=0.03) == ("revert", "winner")
+    # a plan that ran in the trials is judged by them at a check too: one slow window re-plans, it does not revert
+    assert decide("winner", 0.86, 0.64, m.compared(), 0.15) == ("replan", None)

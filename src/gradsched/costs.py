@@ -89,21 +89,37 @@ class CollectiveCost(_Table):
 
     @classmethod
     def fit(cls, points: Iterable[tuple[float, float]], *, keep_table: bool = True,
-            envelope: bool = False) -> "CollectiveCost":
+            envelope: bool = False, split: bool = True) -> "CollectiveCost":
         """Least-squares alpha-beta line through measured points (alpha, beta >= 0).
 
         ``envelope``: read the points through their split and lower monotone envelopes
         first (:func:`split_envelope`, :func:`monotone_envelope`), for stream-timed
-        measurements whose noise only adds time."""
+        measurements whose noise only adds time; ``split=False``: the monotone one only
+        (:func:`fit_measured`)."""
         table = sorted((float(b), float(t)) for b, t in points)
         if envelope:
             sizes = [b for b, _ in table]
-            table = list(zip(sizes, monotone_envelope(split_envelope(sizes, [t for _, t in table])).tolist()))
+            times = [t for _, t in table]
+            table = list(zip(sizes, monotone_envelope(split_envelope(sizes, times) if split else times).tolist()))
         alpha, beta = fit_line(table)
         return cls(alpha, beta, tuple(table) if keep_table else None)
 
     def to_dict(self) -> dict[str, float]:
         return {"alpha_s": self.alpha_s, "beta_s_per_byte": self.beta_s_per_byte}
+
+
+def fit_measured(collective: str, points: Iterable[tuple[float, float]]) -> "CollectiveCost":
+    """A collective's cost from stream-timed measurements (``gradsched netbench``, the bench's network table):
+    through the split and monotone envelopes, but a per-rank-sized collective (:data:`PER_RANK`) through the
+    monotone one only.
+
+    The split envelope caps a size at the time of smaller ones carrying its bytes one after another; gloo's
+    reduce-scatter (an all-to-all and a local sum) and all-gather take systematically longer per byte at
+    large sizes, and the cap priced them at the small sizes' rate: on 2 testbed hosts at 1 Gbit/s,
+    reduce-scatter 16 MiB a rank measured 296 ms, capped at 174 ms (64 times 256 KiB's 2.7 ms), and
+    ResNet-50's ``dear`` plan was predicted 1114 ms; it ran 1666-1814 ms under ``gradsched train`` with the
+    same plan, and 1710 ms is its prediction on the measured tables (docs/notes/2026-12-decoupled.md)."""
+    return CollectiveCost.fit(points, envelope=True, split=collective not in PER_RANK)
 
 
 def monotone_envelope(seconds: Iterable[float]) -> np.ndarray:

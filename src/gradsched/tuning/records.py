@@ -52,6 +52,7 @@ class PlanMeasurements:
     measured: dict[str, float] = field(default_factory=dict)  # ... their median
     rounds: dict[str, list[float]] = field(default_factory=dict)  # each trial window's median, round by round
     paired: dict[str, list[float]] = field(default_factory=dict)  # the baseline's window before each of them
+    settled: dict[str, float] = field(default_factory=dict)  # each plan's measurement when the trials were decided
 
     def record(self, plan_hash: str, durations_s: Iterable[float]) -> None:
         """Add iteration times measured under ``plan_hash``; its measurement becomes the median of the latest."""
@@ -72,6 +73,23 @@ class PlanMeasurements:
         self.samples.pop(plan_hash, None)
         self.measured.pop(plan_hash, None)
         self.rounds.pop(plan_hash, None)
+
+    def settle(self) -> None:
+        """The trials are decided: what each plan measured in them, taking turns, is what it is compared by
+        from now on (:meth:`compared`)."""
+        self.settled = dict(self.measured)
+
+    def compared(self) -> dict[str, float]:
+        """Each plan's measurement as a check compares plans (:func:`gradsched.calibration.decide`): a plan that
+        ran in the trials by what it measured there, one planned since (a re-plan's) by all it measured.
+
+        Only the plan running adds iterations after the trials, each window in whatever phase the machine is
+        in, with no other plan measured beside it; mixed into its median, they made it lose to plans measured
+        in the trials' turns alone.  On 2 testbed hosts at load 15-20 (googlenet-k80, 1 Gbit/s) the trials
+        kept usbyte (647 ms against bytescheduler's 692 ms), one slow check window (856 ms) led to a re-plan
+        whose plan did not beat them, and the revert went to bytescheduler, which then ran 915 ms in the
+        bench's rounds beside usbyte's 729 ms (benchmarks/results/bench_replay_googlenet_k80_2h_dear.json)."""
+        return {h: self.settled.get(h, t) for h, t in self.measured.items()}
 
     def taken(self, candidates: Iterable[str]) -> dict[str, float]:
         """The measurement of each of ``candidates`` measured so far."""

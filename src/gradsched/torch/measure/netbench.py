@@ -13,8 +13,8 @@ together behind a barrier, one untimed operation, then a run of back-to-back ope
 (at least 8 MiB in all, at most 64) ended with the device synchronised: a rep's time is
 the run's mean, what an operation costs in a stream of them (:func:`_time_collective`).  A size's time is
 the median over reps, then the maximum over ranks (a collective is done when its
-slowest rank is).  Rank 0 fits ``CollectiveCost.fit`` to each collective's points read
-through their lower monotone envelope (a size measured slower than a larger one was
+slowest rank is).  Rank 0 fits a line (:func:`~gradsched.costs.fit_measured`) to each collective's points
+read through their lower monotone envelope (a size measured slower than a larger one was
 delayed by scheduling noise: docs/cost-model.md), keeps that table (it wins over the
 line inside its range) and the medians as measured (``measured_points``), and writes
 ``gradsched.cluster/1`` with ``world_size`` and ``backend``.
@@ -42,8 +42,8 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from gradsched.cluster import COLLECTIVES, Cluster, CollectiveCost, Topology
-from gradsched.costs import PER_RANK
+from gradsched.cluster import COLLECTIVES, Cluster, Topology
+from gradsched.costs import PER_RANK, fit_measured
 from gradsched.torch.runtime.decoupled import reduce_scatter
 from gradsched.costs import NODE_STEPS
 from gradsched.errors import GradschedError
@@ -112,7 +112,7 @@ def benchmark(*, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, reps: i
         return None
     # Scheduling noise only adds time: the table is the measurements' lower monotone envelope
     # (docs/cost-model.md); the medians as measured are kept beside it.
-    fitted = {name: CollectiveCost.fit(pts, envelope=True) for name, pts in points.items()}
+    fitted = {name: fit_measured(name, pts) for name, pts in points.items()}
     two_level = None if topology is None else Topology.from_dict(topology, "gradsched netbench", world)
     return Cluster(world, fitted, backend=dist.get_backend(), topology=two_level,
                    extra={"measured_by": "gradsched netbench", "device": _device().type, "reps": reps,
@@ -234,7 +234,7 @@ def measure_topology(nodes: int, ranks_per_node: int, sizes: Sequence[int], *, r
 
 def _level(measured: dict[str, Sequence[tuple[float, float]]]) -> dict[str, Any]:
     """One level's ``collectives`` and ``points``, each fitted as the top-level all-reduce is."""
-    costs = {name: CollectiveCost.fit(points, envelope=True) for name, points in measured.items()}
+    costs = {name: fit_measured(name, points) for name, points in measured.items()}
     return {"collectives": {k: c.to_dict() for k, c in costs.items()},
             "points": {k: [list(p) for p in c.points] for k, c in costs.items()}}
 

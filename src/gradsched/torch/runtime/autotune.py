@@ -338,7 +338,7 @@ class AutoTuner:
             self._record(current, window)
             # a re-plan's plan ran in no trial: it stays only while it beats every plan measured, by min_gain
             untried = self.config.min_gain if self.switches[-1].reason == "replan" else None
-            decision = decide(current, measured, expected, self.measurements.measured, self.config.replan_threshold,
+            decision = decide(current, measured, expected, self.measurements.compared(), self.config.replan_threshold,
                               untried)
             decision = capped(decision, self.replans, self.config.max_replans)
             self.checks.append(Check(step, measured, predicted, decision[0] != "keep", expected))
@@ -364,7 +364,7 @@ class AutoTuner:
         self.rejected.append(self.switches[-1].strategy)
         measured_before = statistics.median(s.duration_s for s in window) if window else None
         # what it measured when it ran is the best prediction there is
-        predicted = self._broadcast(self.measurements.measured.get(target, predicted) if self._is_root else predicted)
+        predicted = self._broadcast(self.measurements.compared().get(target, predicted) if self._is_root else predicted)
         self._switch(step, strategy, plan, order, predicted, measured_before, "revert")
         self._expected_s = predicted
         logger.info("auto: iteration %d: %s measured slower than %s did; back to %s, %s excluded from now on", step,
@@ -413,6 +413,7 @@ class AutoTuner:
         self._model.release_spares()  # the PyTorch DDPs kept for the trials' windows, but the one running
         if self._is_root:  # checks look for drift from what the winner measured, not from the simulator
             self._expected_s = self.measurements.measured[best]
+            self.measurements.settle()  # checks compare plans by what they measured taking turns
         logger.info("auto: iteration %d: of the plans tried, %s measured fastest; it stays", step, strategy)
         self._settled(step, "after trials")
         self._schedule_check(step)
@@ -571,7 +572,8 @@ class AutoTuner:
         payload = None
         if self._is_root:
             measured = statistics.median(s.duration_s for s in window)
-            self._record(self._model.plan().hash, window)  # what the plan being left achieved
+            if reason != "replan":  # a re-plan's window ran with every completion stamped: slower than the plan runs
+                self._record(self._model.plan().hash, window)  # what the plan being left achieved
             payload = self._plan(window, measured, peers, reason)
         self._apply(step, self._broadcast(payload), reason)
         if reason == "profiled":
