@@ -1,0 +1,58 @@
+"""The bench worker's rounds on one rank: they stop by the rule, and a replay's warm-up round skips its compute."""
+
+from __future__ import annotations
+
+import pytest
+import torch.distributed as dist
+
+from gradsched.byte_scaling import scale_profile
+from gradsched.constants import REPLAY_PREFIX
+from gradsched.jobs.config import BenchConfig
+from gradsched.replayable import load_profile
+from gradsched.torch.jobs.bench_worker import _ComputeOnly, _timed_rounds
+from gradsched.torch.jobs.shared_model import SharedModel
+
+
+@pytest.fixture(scope="module")
+def world_of_one(tmp_path_factory):
+    store = tmp_path_factory.mktemp("store") / "file"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _cfg(model: str, rounds: int, tol: float) -> BenchConfig:
+    return BenchConfig(model=model, seed=0, batch_size=2, lr=0.01, entries=[], steps=1, rounds=rounds,
+                       warmup_rounds=1, profile_iterations=1, net_reps=1, probe=False, probe_s=1.0,
+                       resample_share=0.0, contention_history=[], timeout_s=60.0, progress=False, out_dir=".",
+                       backend="gloo", threads=1, round_tol=tol, min_rounds=2)
+
+
+@pytest.fixture(scope="module")
+def replay(tmp_path_factory, world_of_one):
+    """googlenet-k80 at 0.3 of its times (a step about 120 ms: well above the host's own work), 1/16 of its bytes."""
+    path = tmp_path_factory.mktemp("replay") / "replay.profile.json"
+    scale_profile(load_profile("googlenet-k80").with_times(0.3), 16).save(path)
+    model = f"{REPLAY_PREFIX}{path}"
+    shared = SharedModel(model, 0)
+    batches = [shared.spec.make_batch(2, None) for _ in range(4)]
+    cfg = _cfg(model, 5, 0.0)
+    runs = [(r, r) for r in (_ComputeOnly(cfg, shared), _ComputeOnly(cfg, shared))]
+    return model, runs, shared.spec.loss_fn, batches
+
+
+def test_the_rounds_stop_by_the_rule_and_say_so(replay):
+    model, runs, loss_fn, batches = replay
+    times, record = _timed_rounds(_cfg(model, 5, 0.5), runs, loss_fn, batches, None)  # any move within 50%
+    assert [len(t) for t in times] == [3, 3] and record["rounds_run"] == 3 and record["stopped_early"]
+    times, record = _timed_rounds(_cfg(model, 4, 0.0), runs, loss_fn, batches, None)  # tol 0: every round
+    assert [len(t) for t in times] == [4, 4] and not record["stopped_early"] and len(record["moves"]) == 2
+
+
+def test_a_replays_warm_up_round_skips_its_compute(replay):
+    model, runs, loss_fn, batches = replay
+    times, _ = _timed_rounds(_cfg(model, 2, 0.0), runs, loss_fn, batches, None)
+    compute_s = load_profile("googlenet-k80").compute_s * 0.3
+    for row in times:
+        warm, counted = row
+        assert max(warm) < 0.5 * compute_s and min(counted) > 0.8 * compute_s
