@@ -56,3 +56,21 @@ def test_a_replays_warm_up_round_skips_its_compute(replay):
     for row in times:
         warm, counted = row
         assert max(warm) < 0.5 * compute_s and min(counted) > 0.8 * compute_s
+
+
+@pytest.mark.parametrize("cap", [None, 0.75])
+def test_torch_ddp_makes_the_first_bucket_the_bench_predicts(world_of_one, cap):
+    """What ddp_first_bucket_mb assumes of the installed torch: the first bucket after DDP's rebuild."""
+    import torch
+    from torch import nn
+
+    from gradsched.jobs.bench import ddp_first_bucket_mb
+    from gradsched.torch.jobs.bench_worker import _EXPLICIT_CAP_NO_FIRST_BUCKET
+
+    module = nn.Sequential(*[nn.Linear(256, 256, bias=False) for _ in range(16)])  # 256 KiB a layer
+    ddp = nn.parallel.DistributedDataParallel(module, **({} if cap is None else {"bucket_cap_mb": cap}))
+    for _ in range(3):
+        ddp(torch.randn(2, 256)).sum().backward()
+    first = int(str(ddp._get_ddp_logging_data()["rebuilt_bucket_sizes"]).split(",")[0])
+    kwargs = {} if cap is None else {"bucket_cap_mb": cap}
+    assert first == int(ddp_first_bucket_mb(kwargs, _EXPLICIT_CAP_NO_FIRST_BUCKET) * (1 << 20))

@@ -75,6 +75,7 @@ class Contention(TypedDict, total=False):
     allreduce_slowdown: float
     allreduce_bytes: int
     allreduce_model_s: Emulated[float]
+    allreduce_anchor: float  # the factor on the table's bandwidth term that put it through allreduce_alone_s
     reps: int
     small_ops: int
     small_ops_model_s: Emulated[float]

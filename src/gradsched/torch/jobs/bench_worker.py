@@ -63,6 +63,7 @@ import torch.distributed as dist
 
 from gradsched.constants import REPLAY_PREFIX
 from gradsched.calibration import calibrate, lower_bound_s, runtime_name, this_machine, with_runtime_costs
+from gradsched.jobs.bench import anchored_to_probe, ddp_first_bucket_mb
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.results import BenchResult, BenchRow, contention_to_run, pooled_contention
 from gradsched.jobs.rounds import StoppingRule
@@ -421,6 +422,10 @@ class _ComputeOnly:
         pass
 
 
+# torch 2.13's DDP gives a 1 MiB first bucket only where bucket_cap_mb is its default (its _BucketCapacityConfig)
+_EXPLICIT_CAP_NO_FIRST_BUCKET = hasattr(torch.nn.parallel.distributed, "_BucketCapacityConfig")
+
+
 def _predict(entry: BenchEntry, model: Any, profile: Profile, cluster: Cluster,
              planned_with: Profile) -> tuple[Plan, float]:
     """The entry's plan (DDP rows: the ``ddp`` planner as DDP would bucket) and its simulated iteration."""
@@ -429,7 +434,8 @@ def _predict(entry: BenchEntry, model: Any, profile: Profile, cluster: Cluster,
 
     if entry.torch_ddp:
         kw = entry.ddp_kwargs or {}
-        plan = make_plan("ddp", planned_with, cluster, bucket_cap_mb=float(kw.get("bucket_cap_mb", 25.0)))
+        plan = make_plan("ddp", planned_with, cluster, bucket_cap_mb=float(kw.get("bucket_cap_mb", 25.0)),
+                         first_bucket_mb=ddp_first_bucket_mb(kw, _EXPLICIT_CAP_NO_FIRST_BUCKET))
     else:
         plan = model.plan
     return plan, simulate(plan, profile, cluster, timeline=False).iteration_s
@@ -654,8 +660,10 @@ def _pooled(start: _Start, cfg: BenchConfig) -> tuple[ProbeFigures | None, Clust
     if samplers is None or probe is None:
         return probe, start.cluster
     assert start.network is not None and start.contention is not None and start.overheads is not None
-    pooled = start.network.pooled()
-    probe = {**probe, **start.contention.figures(pooled.cost("allreduce")), "startup_fitted": probe["fitted"],
+    pooled, anchor = anchored_to_probe(start.network.pooled(), start.contention.total_bytes,
+                                       statistics.median(start.contention.samples["allreduce_alone_s"]))
+    probe = {**probe, **start.contention.figures(pooled.cost("allreduce")), "allreduce_anchor": anchor,
+             "startup_fitted": probe["fitted"],
              "startup_runtime_overhead_s": probe["runtime_overhead_s"], "startup_op_host": probe["op_host"],
              "op_host": start.overheads.op_host(), "op_host_samples": start.overheads.host,
              "resamples": samplers.count, "resample_s": samplers.spent_s}
