@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch.distributed as dist
 
@@ -74,3 +76,28 @@ def test_torch_ddp_makes_the_first_bucket_the_bench_predicts(world_of_one, cap):
     first = int(str(ddp._get_ddp_logging_data()["rebuilt_bucket_sizes"]).split(",")[0])
     kwargs = {} if cap is None else {"bucket_cap_mb": cap}
     assert first == int(ddp_first_bucket_mb(kwargs, _EXPLICIT_CAP_NO_FIRST_BUCKET) * (1 << 20))
+
+
+def test_a_replay_profiled_after_its_fast_steps_keeps_its_forward_and_backward(tmp_path):
+    """The bench profiles a dilated replay over one iteration right after a fast (compute-free) step: the clocks
+    restart after the fast steps, else the profile lost its forward (VGG-16: 0.5% of it) to the backward."""
+    import torch
+
+    from gradsched.torch.jobs.bench_worker import _fast_steps
+    from gradsched.torch.jobs.models import build_model
+    from gradsched.torch.measure.profiler import profile_module
+
+    vgg16 = Path(__file__).parents[2] / "benchmarks" / "profiles" / "vgg16-b64-10tflops.profile.json"
+    given = scale_profile(load_profile(str(vgg16)).with_times(0.5), 64)  # a step about 0.3 s, 8.6 MB
+    given.save(tmp_path / "p.profile.json")
+    spec = build_model(f"{REPLAY_PREFIX}{tmp_path / 'p.profile.json'}")
+    batch = spec.make_batch(2, torch.Generator().manual_seed(0))
+    opt = torch.optim.SGD(spec.module.parameters(), lr=0.01, momentum=0.9)
+    for _ in _fast_steps(spec.module, 1):
+        opt.zero_grad()
+        spec.loss_fn(spec.module(batch[0]), batch[1]).backward()
+        opt.step()
+    prof = profile_module(spec.module, batch, loss_fn=spec.loss_fn, iterations=1, warmup=0, model_name="p",
+                          optimizer=opt)
+    # lower bounds only: under load the host's work adds time (the rounds' compute-only row sets the scale)
+    assert prof.forward_s > 0.6 * given.forward_s and prof.backward_s > 0.8 * given.backward_s
