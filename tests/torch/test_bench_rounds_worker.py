@@ -32,9 +32,10 @@ def _cfg(model: str, rounds: int, tol: float) -> BenchConfig:
 
 @pytest.fixture(scope="module")
 def replay(tmp_path_factory, world_of_one):
-    """googlenet-k80 at 0.3 of its times (a step about 120 ms: well above the host's own work), 1/16 of its bytes."""
+    """googlenet-k80 at half its times (a step about 200 ms: well above the host's own work under load), 1/16 of
+    its bytes."""
     path = tmp_path_factory.mktemp("replay") / "replay.profile.json"
-    scale_profile(load_profile("googlenet-k80").with_times(0.3), 16).save(path)
+    scale_profile(load_profile("googlenet-k80").with_times(0.5), 16).save(path)
     model = f"{REPLAY_PREFIX}{path}"
     shared = SharedModel(model, 0)
     batches = [shared.spec.make_batch(2, None) for _ in range(4)]
@@ -54,10 +55,8 @@ def test_the_rounds_stop_by_the_rule_and_say_so(replay):
 def test_a_replays_warm_up_round_skips_its_compute(replay):
     model, runs, loss_fn, batches = replay
     times, _ = _timed_rounds(_cfg(model, 2, 0.0), runs, loss_fn, batches, None)
-    compute_s = load_profile("googlenet-k80").compute_s * 0.3
-    for row in times:
-        warm, counted = row
-        assert max(warm) < 0.5 * compute_s and min(counted) > 0.8 * compute_s
+    for warm, counted in times:  # host work alone against the replayed compute (a counted step can hide some)
+        assert max(warm) < 0.4 * min(counted)
 
 
 @pytest.mark.parametrize("cap", [None, 0.75])
