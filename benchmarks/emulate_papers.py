@@ -61,7 +61,10 @@ def _run(model: str, args: argparse.Namespace) -> dict:
             "startup_s": sum(p["s"] for p in phases if p["phase"] not in ("rounds", "auto warm-up")),
             "peak_rss_bytes": rows[0]["peak_rss_bytes"],
             "compute_s": rows[0]["lower_bound"]["compute_s"],
-            "allreduce_all_s": rows[0]["lower_bound"]["allreduce_all_s"]}
+            "allreduce_all_s": rows[0]["lower_bound"]["allreduce_all_s"],
+            "errors": {r["strategy"]: r["prediction_error"] for r in rows},
+            "phases_s": {p["phase"]: p["s"] for p in phases}, "stopping": rows[0].get("stopping"),
+            "allreduce_anchor": (rows[0].get("contention") or {}).get("allreduce_anchor")}
 
 
 def main() -> int:

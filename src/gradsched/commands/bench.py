@@ -40,6 +40,7 @@ from gradsched.jobs.bench import FAITHFUL_AGGREGATE_BPS, replay_model, shaped_ra
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.launch import PREFIXES
 from gradsched.jobs.results import UNITS, BenchJsonRow, BenchResult, BenchRow, Contention
+from gradsched.jobs.rounds import MIN_COUNTED_ROUNDS, ROUND_TOL
 from gradsched.jobs.results import to_emulated as undilate  # the old name
 from gradsched.jobs.startup import AutoWarmup
 from gradsched.testbed import check_ranks_per_host
@@ -92,8 +93,7 @@ def register(subparsers: Any) -> None:
                    help=f"DDP bucket_cap_mb values to sweep, MB or 'all' (one bucket); 'none' to skip "
                    f"(default {DEFAULT_BUCKETS})")
     p.add_argument("--steps", type=int, default=3, help="steps per strategy per round (default 3)")
-    p.add_argument("--rounds", type=int, default=6, help="rounds, the first --warmup-rounds not counted (default 6)")
-    p.add_argument("--warmup-rounds", type=int, default=1, help="rounds left out of the figures (default 1)")
+    _add_round_args(p)
     p.add_argument("--batch-size", type=int, default=16, help="per-worker batch size (default 16)")
     p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
     p.add_argument("--seed", type=int, default=0)
@@ -116,6 +116,20 @@ def register(subparsers: Any) -> None:
     p.add_argument("--plot", default=None, metavar="OUT.png", help="bar chart of the median iteration times")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
+
+
+def _add_round_args(p: argparse.ArgumentParser) -> None:
+    """How many rounds, and when they may stop early (gradsched.jobs.rounds)."""
+    p.add_argument("--rounds", type=int, default=6,
+                   help="rounds at most, the first --warmup-rounds not counted (default 6; fewer where --round-tol "
+                   "stops them)")
+    p.add_argument("--warmup-rounds", type=int, default=1,
+                   help="rounds left out of the figures (default 1; a replay's skip their compute)")
+    p.add_argument("--round-tol", type=float, default=ROUND_TOL, metavar="F",
+                   help=f"stop the rounds once the last counted one moved no row's median by more than this share "
+                   f"of it, after --min-rounds counted rounds (default {ROUND_TOL:g}; 0: every round)")
+    p.add_argument("--min-rounds", type=int, default=MIN_COUNTED_ROUNDS, metavar="N",
+                   help=f"counted rounds before --round-tol may stop them (default {MIN_COUNTED_ROUNDS})")
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -175,6 +189,11 @@ def _check_args(args: argparse.Namespace, history: list[dict[str, float]]) -> No
     check_processes("--hosts x --ranks-per-host", args.hosts * args.ranks_per_host)
     if args.steps < 1 or args.rounds < 1 or args.batch_size < 1:
         raise GradschedError("--steps, --rounds and --batch-size must be at least 1")
+    if not 0 <= args.round_tol < 1:
+        raise GradschedError(f"--round-tol must be at least 0 and below 1, got {args.round_tol}")
+    if args.min_rounds < 2:
+        raise GradschedError(f"--min-rounds must be at least 2 (the rule compares a round with those before), "
+                             f"got {args.min_rounds}")
     if not 0 <= args.warmup_rounds < args.rounds:
         raise GradschedError(f"--warmup-rounds must be between 0 and --rounds - 1 ({args.rounds - 1}), "
                              f"got {args.warmup_rounds}")
@@ -208,7 +227,8 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
                        timeout_s=args.timeout_s,
                        progress=not args.quiet, out_dir=out_dir,
                        backend="gloo", threads=1,  # CPU tensors over gloo; one compute thread per worker
-                       dilate=args.dilate if args.replay is not None else 1.0, scale_bytes=scale)
+                       dilate=args.dilate if args.replay is not None else 1.0, scale_bytes=scale,
+                       round_tol=args.round_tol, min_rounds=args.min_rounds)
 
 
 def _checked_entries(args: argparse.Namespace) -> list[BenchEntry]:
@@ -241,7 +261,8 @@ def rows_for_json(result: BenchResult, meta: dict[str, Any]) -> list[BenchJsonRo
               "machine": result["machine"], "profile": result["profile"], "cluster": result["cluster"],
               "lower_bound": result["lower_bound"], "contention": result["contention"],
               "compute_only": result.get("compute_only"), "best_ddp": result["best_ddp"], "job_s": result["job_s"],
-              "peak_rss_bytes": result.get("peak_rss_bytes"), "phases": result.get("phases")}
+              "peak_rss_bytes": result.get("peak_rss_bytes"), "phases": result.get("phases"),
+              "stopping": result.get("stopping")}
     return [{**row, **shared} for row in result["rows"]]  # type: ignore[typeddict-item]
 
 
@@ -392,7 +413,11 @@ def _meta(args: argparse.Namespace, scale: int, name: str, network: str, rate: s
 def _report(args: argparse.Namespace, result: BenchResult, meta: dict[str, Any], title: str, scale: int) -> None:
     """The table (on stderr with ``--json -``), the JSON and the plot."""
     report = sys.stderr if to_stdout(args) else sys.stdout  # stdout carries the JSON alone with --json -
-    print(f"{title}: {args.rounds - args.warmup_rounds} counted rounds x {args.steps} steps, batch {args.batch_size}",
+    stop = result.get("stopping")
+    run = stop["rounds_run"] if stop else args.rounds
+    early = (f" (of at most {args.rounds - args.warmup_rounds}: the last moved no row's median by more than "
+             f"{stop['tol']:.1%})" if stop and stop["stopped_early"] else "")
+    print(f"{title}: {run - args.warmup_rounds} counted rounds x {args.steps} steps{early}, batch {args.batch_size}",
           file=report)
     print(table(result), file=report)
     if scale > 1:

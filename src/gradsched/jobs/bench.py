@@ -24,6 +24,7 @@ from gradsched.replayable import check_replayable, load_profile
 from gradsched.sparsity import DENSITY
 
 if TYPE_CHECKING:
+    from gradsched.cluster import Cluster
     from gradsched.profile import Profile
 
 # Emulation stays faithful while the links' aggregate shaped rate (rate / dilation x hosts)
@@ -165,6 +166,39 @@ def replay_model(source: str, dilate: float, out_dir: str, scale: int = 1) -> tu
     path = Path(out_dir, "replay.profile.json")
     scale_profile(profile.with_times(dilate), scale).save(path)
     return f"{REPLAY_PREFIX}{path}", profile
+
+
+def anchored_to_probe(cluster: Cluster, nbytes: int, measured_s: float) -> tuple[Cluster, float]:
+    """``cluster`` with its all-reduce table's bandwidth term scaled so that ``nbytes`` take ``measured_s``, and
+    the factor (1: unchanged): the contention probe's all-reduce of every gradient, alone (its median over
+    the start-up and the samples between the rounds, in run seconds), is the size the rows move and is
+    timed more often than the network table's large sizes, which are timed once at start-up (at 8 hosts
+    under load, ResNet-50's table ran 20% above it and above the rounds, which ran as the probe did:
+    docs/bench.md).  The latency term and the table's small sizes keep what the network table measured."""
+    import dataclasses
+
+    from gradsched.costs import with_line
+
+    cost = cluster.cost("allreduce")
+    table_s, beta_s = cost.time_s(nbytes), cost.beta_s_per_byte * nbytes
+    if not (nbytes > 0 and measured_s > 0 and table_s > 0 and beta_s > 0):
+        return cluster, 1.0
+    # with_line scales the table size by size by the ratio of the lines: solve for the new line through measured_s
+    k = (measured_s * (cost.alpha_s + beta_s) / table_s - cost.alpha_s) / beta_s
+    if not (math.isfinite(k) and k > 0):
+        return cluster, 1.0
+    anchored = with_line(cost, cost.alpha_s, cost.beta_s_per_byte * k)
+    return dataclasses.replace(cluster, collectives={**cluster.collectives, "allreduce": anchored}), k
+
+
+def ddp_first_bucket_mb(ddp_kwargs: Mapping[str, Any] | None, explicit_cap_has_no_first_bucket: bool) -> float:
+    """PyTorch DDP's first bucket, in MiB, for a row's ``ddp_kwargs``: 1 MiB where ``bucket_cap_mb`` is its default
+    (not given); where it is given, torch 2.13 makes the first bucket as large as the others
+    (``explicit_cap_has_no_first_bucket``: its ``_BucketCapacityConfig``), older versions 1 MiB."""
+    cap = (ddp_kwargs or {}).get("bucket_cap_mb")
+    if cap is None or not explicit_cap_has_no_first_bucket:
+        return 1.0
+    return float(cap)
 
 
 def with_bound_checks(result: BenchResult) -> BenchResult:

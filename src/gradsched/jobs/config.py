@@ -109,7 +109,7 @@ class BenchConfig:
     lr: float  # SGD learning rate (momentum 0.9) of every entry, the probes and the compute-only step
     entries: list[BenchEntry]  # what to run: gradsched.jobs.bench.entries
     steps: int  # steps per entry per round
-    rounds: int  # rounds in all, warmup_rounds of them not counted
+    rounds: int  # rounds at most, warmup_rounds of them not counted (fewer where round_tol stops them)
     warmup_rounds: int  # rounds left out of the figures
     profile_iterations: int  # profiler iterations at start-up
     net_reps: int  # timed repetitions per size in the network benchmark
@@ -124,6 +124,8 @@ class BenchConfig:
     threads: int  # compute threads per rank
     dilate: float = 1.0  # --dilate K: the workers' seconds are K emulated ones (gradsched.jobs.results)
     scale_bytes: int = 1  # --scale-bytes S: the replayed tensors are 1/S of the emulated ones
+    round_tol: float = 0.0  # --round-tol: the rounds stop once one moves no row's median more (gradsched.jobs.rounds)
+    min_rounds: int = 2  # --min-rounds: counted rounds before they may stop early
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON the workers read."""

@@ -75,6 +75,7 @@ class Contention(TypedDict, total=False):
     allreduce_slowdown: float
     allreduce_bytes: int
     allreduce_model_s: Emulated[float]
+    allreduce_anchor: float  # the factor on the table's bandwidth term that put it through allreduce_alone_s
     reps: int
     small_ops: int
     small_ops_model_s: Emulated[float]
@@ -225,6 +226,18 @@ class Phase(TypedDict, total=False):
     peak_rss_bytes: int
 
 
+class Stopping(TypedDict, total=False):
+    """How the rounds ended (:meth:`gradsched.jobs.rounds.StoppingRule.record`): ratios and counts only."""
+
+    rule: str
+    tol: float
+    min_counted: int
+    max_rounds: int
+    rounds_run: int
+    moves: list[float]  # after each counted round from the second: the largest relative move of a row's median
+    stopped_early: bool
+
+
 class BenchResult(TypedDict, total=False):
     """What rank 0 writes (``bench.json``) and the command reports, one row per entry."""
 
@@ -240,6 +253,7 @@ class BenchResult(TypedDict, total=False):
     machine: str
     peak_rss_bytes: int | None
     phases: list[Phase]
+    stopping: Stopping  # when the rounds stopped, and by which rule
     job_s: float  # the job's own duration
     dilate: float  # present when the times were converted (dilation other than 1)
 
@@ -263,6 +277,7 @@ class BenchJsonRow(BenchRow, total=False):
     job_s: float
     peak_rss_bytes: int | None
     phases: list[Phase] | None
+    stopping: Stopping | None  # absent in files from before the stopping rule
     units: str  # UNITS: the file's durations are as declared here; absent in files before it (read_bench_row)
     scale_bytes: int
     model: str

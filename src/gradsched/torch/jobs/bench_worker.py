@@ -55,14 +55,18 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
+from gradsched.constants import REPLAY_PREFIX
 from gradsched.calibration import calibrate, lower_bound_s, runtime_name, this_machine, with_runtime_costs
+from gradsched.jobs.bench import anchored_to_probe, ddp_first_bucket_mb
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.results import BenchResult, BenchRow, contention_to_run, pooled_contention
+from gradsched.jobs.rounds import StoppingRule
 from gradsched.jobs.startup import AUTO_WARMUP_PHASE, AutoWarmup, auto_options, auto_warmup, probe_floor
 from gradsched.jobs.results import Contention as ProbeFigures  # the probe's figures (the cluster's Contention below)
 from gradsched.cluster import Cluster, Contention
@@ -373,9 +377,13 @@ def _build_entry(entry: BenchEntry, cfg: BenchConfig, profile: Profile, cluster:
 
 
 def _fast_steps(module: Any, steps: int) -> Any:
-    """``range(steps)``, iterated with ``module``'s replayed compute taking no time (:func:`fast_forward`)."""
+    """``range(steps)``, iterated with ``module``'s replayed compute taking no time (:func:`fast_forward`); its
+    clocks restart after them (:func:`restart_clocks`): else the next timed piece hides the host's work since
+    the last fast one (a dilated replay profiled right after its fast step measured VGG-16's forward at 0.5% of
+    its time and put its convolutions' backward on the first layer's: predictions 27% high)."""
     with fast_forward(module):
         yield from range(steps)
+    restart_clocks(module)
 
 
 class _ComputeOnly:
@@ -418,6 +426,10 @@ class _ComputeOnly:
         pass
 
 
+# torch 2.13's DDP gives a 1 MiB first bucket only where bucket_cap_mb is its default (its _BucketCapacityConfig)
+_EXPLICIT_CAP_NO_FIRST_BUCKET = hasattr(torch.nn.parallel.distributed, "_BucketCapacityConfig")
+
+
 def _predict(entry: BenchEntry, model: Any, profile: Profile, cluster: Cluster,
              planned_with: Profile) -> tuple[Plan, float]:
     """The entry's plan (DDP rows: the ``ddp`` planner as DDP would bucket) and its simulated iteration."""
@@ -426,7 +438,8 @@ def _predict(entry: BenchEntry, model: Any, profile: Profile, cluster: Cluster,
 
     if entry.torch_ddp:
         kw = entry.ddp_kwargs or {}
-        plan = make_plan("ddp", planned_with, cluster, bucket_cap_mb=float(kw.get("bucket_cap_mb", 25.0)))
+        plan = make_plan("ddp", planned_with, cluster, bucket_cap_mb=float(kw.get("bucket_cap_mb", 25.0)),
+                         first_bucket_mb=ddp_first_bucket_mb(kw, _EXPLICIT_CAP_NO_FIRST_BUCKET))
     else:
         plan = model.plan
     return plan, simulate(plan, profile, cluster, timeline=False).iteration_s
@@ -590,8 +603,10 @@ def _build_rows(cfg: BenchConfig, start: _Start, shared: SharedModel, loss_fn: A
 
 
 def _timed_rounds(cfg: BenchConfig, runs: list[tuple[Any, Any]], loss_fn: Any, batches: list[Any],
-                  samplers: _Resampling | None) -> list[list[float]]:
-    """Step 5: every run's step times over all rounds (rank 0 shows a progress bar)."""
+                  samplers: _Resampling | None) -> tuple[list[list[list[float]]], dict[str, Any]]:
+    """Step 5: every run's step times, per round, until ``--rounds`` or the stopping rule
+    (:class:`gradsched.jobs.rounds.StoppingRule`, the same decision on every rank); and the rule's record.
+    A replay's warm-up rounds skip their compute (:func:`_warm_up_round`).  Rank 0 shows a progress bar."""
     labels = [e.label for e in cfg.entries] + [_ComputeOnly.label]
     bar = None
     if dist.get_rank() == 0 and cfg.progress:
@@ -605,13 +620,41 @@ def _timed_rounds(cfg: BenchConfig, runs: list[tuple[Any, Any]], loss_fn: Any, b
             bar.set_postfix_str(f"round {r + 1}/{cfg.rounds} {labels[i]}", refresh=False)
             bar.update(cfg.steps)
 
+    rule = StoppingRule(cfg.round_tol, cfg.min_rounds, cfg.warmup_rounds)
+    times: list[list[list[float]]] = [[] for _ in runs]
     if samplers is not None:
         samplers.start()
-    step_s = _rotated_rounds(runs, loss_fn, batches, cfg.steps, cfg.rounds, on_burst,
-                             samplers.after_round if samplers is not None else None)
+    for r in range(cfg.rounds):
+        with _warm_up_round(runs, r < cfg.warmup_rounds and cfg.model.startswith(REPLAY_PREFIX)):
+            step_s = _rotated_rounds(runs, loss_fn, batches, cfg.steps, 1, on_burst,
+                                     samplers.after_round if samplers is not None else None, first=r)
+        for run_times, new in zip(times, step_s.tolist()):
+            run_times.append(new)
+        settled = torch.tensor([1 if rule.settled(times) else 0])
+        dist.broadcast(settled, 0)  # rank 0's decision: every rank stops at the same round
+        if settled.item():
+            break
     if bar is not None:
         bar.close()
-    return step_s.tolist()
+    return times, rule.record(times, cfg.rounds)
+
+
+@contextlib.contextmanager
+def _warm_up_round(runs: list[tuple[Any, Any]], skip_compute: bool) -> Iterator[None]:
+    """A replay's warm-up round (``skip_compute``): its rows' replayed compute takes no time
+    (:func:`fast_forward`: nothing reads those steps' times, DDP's buckets and the caches warm up all the
+    same), but a row that tunes itself at run time (in-situ ``auto``, whose tuner reads them); every clock
+    restarts after it.  Else as it is."""
+    if not skip_compute:
+        yield
+        return
+    modules = [getattr(model, "module", model) for model, _ in runs if getattr(model, "autotuner", None) is None]
+    with contextlib.ExitStack() as stack:
+        for module in modules:
+            stack.enter_context(fast_forward(module))
+        yield
+    for module in modules:
+        restart_clocks(module)
 
 
 def _pooled(start: _Start, cfg: BenchConfig) -> tuple[ProbeFigures | None, Cluster]:
@@ -621,8 +664,10 @@ def _pooled(start: _Start, cfg: BenchConfig) -> tuple[ProbeFigures | None, Clust
     if samplers is None or probe is None:
         return probe, start.cluster
     assert start.network is not None and start.contention is not None and start.overheads is not None
-    pooled = start.network.pooled()
-    probe = {**probe, **start.contention.figures(pooled.cost("allreduce")), "startup_fitted": probe["fitted"],
+    pooled, anchor = anchored_to_probe(start.network.pooled(), start.contention.total_bytes,
+                                       statistics.median(start.contention.samples["allreduce_alone_s"]))
+    probe = {**probe, **start.contention.figures(pooled.cost("allreduce")), "allreduce_anchor": anchor,
+             "startup_fitted": probe["fitted"],
              "startup_runtime_overhead_s": probe["runtime_overhead_s"], "startup_op_host": probe["op_host"],
              "op_host": start.overheads.op_host(), "op_host_samples": start.overheads.host,
              "resamples": samplers.count, "resample_s": samplers.spent_s}
@@ -634,12 +679,17 @@ def _pooled(start: _Start, cfg: BenchConfig) -> tuple[ProbeFigures | None, Clust
     return probe, cluster
 
 
-def _row(entry: BenchEntry, run: tuple[Any, Any], all_steps: list[float], cfg: BenchConfig,
+def _counted(rounds: list[list[float]], warm: int) -> list[float]:
+    """Every counted step's seconds (all of them where no round is counted)."""
+    return [s for steps in (rounds[warm:] or rounds) for s in steps]
+
+
+def _row(entry: BenchEntry, run: tuple[Any, Any], rounds: list[list[float]], cfg: BenchConfig,
          predicted: tuple[Plan, float], bound: dict[str, float], warmup: AutoWarmup | None = None) -> BenchRow:
-    """One entry's figures (the speed-ups are added once every row is known)."""
+    """One entry's figures (the speed-ups are added once every row is known); ``rounds``: per round, per step."""
     plan, predicted_s = predicted
-    steps, warm = cfg.steps, cfg.warmup_rounds
-    counted = all_steps[warm * steps:] or all_steps
+    warm = cfg.warmup_rounds
+    counted = _counted(rounds, warm)
     median = statistics.median(counted)
     row: BenchRow = {
         "strategy": entry.label,
@@ -650,8 +700,7 @@ def _row(entry: BenchEntry, run: tuple[Any, Any], all_steps: list[float], cfg: B
         "contention_bound_s": bound["contention_bound_s"],
         "vs_contention_bound": median / bound["contention_bound_s"],
         "operations": len(plan.operations), "plan_hash": plan.hash,
-        "step_s": [all_steps[k * steps:(k + 1) * steps] for k in range(cfg.rounds)],
-        "warmup_rounds": warm}
+        "step_s": rounds, "warmup_rounds": warm}
     if entry.torch_ddp:
         row["bucket_cap_mb"] = (entry.ddp_kwargs or {}).get("bucket_cap_mb", 25.0)
     else:
@@ -675,13 +724,12 @@ def _with_speedups(rows: list[BenchRow]) -> str | None:
     return best["strategy"] if best else None
 
 
-def _result(cfg: BenchConfig, start: _Start, runs: list[tuple[Any, Any]], times: list[list[float]],
+def _result(cfg: BenchConfig, start: _Start, runs: list[tuple[Any, Any]], times: list[list[list[float]]],
             phases: Phases) -> BenchResult:
     """Step 6, rank 0: predictions, the bound and every row, in run seconds (the command converts)."""
     probe, cluster = _pooled(start, cfg)
-    steps = cfg.steps
     ref_steps = times[-1]
-    compute_only_s = statistics.median(ref_steps[cfg.warmup_rounds * steps:] or ref_steps)
+    compute_only_s = statistics.median(_counted(ref_steps, cfg.warmup_rounds))
     planned_with = start.profile
     profile = calibrate(planned_with, compute_only_s)  # predictions and the bound: the compute of the rounds
     bound = lower_bound_s(profile, cluster)
@@ -696,7 +744,7 @@ def _result(cfg: BenchConfig, start: _Start, runs: list[tuple[Any, Any]], times:
                                       "hooked_compute_s": start.hooked.compute_s,
                                       "planned_compute_s": planned_with.compute_s, "measured": profile.to_dict()},
             "compute_only": {"iteration_s_median": compute_only_s,
-                             "step_s": [ref_steps[k * steps:(k + 1) * steps] for k in range(cfg.rounds)]},
+                             "step_s": ref_steps},
             "cluster": cluster.to_dict(), "lower_bound": bound, "contention": probe,  # type: ignore[typeddict-item]
             "best_ddp": best_ddp, "world_size": dist.get_world_size(),
             "backend": dist.get_backend(), "machine": f"{this_machine()}, torch {torch.__version__}",
@@ -720,11 +768,12 @@ def run_bench(cfg: BenchConfig) -> BenchResult | None:
         phases.end_apart("rows (built, primed)", AUTO_WARMUP_PHASE, warmup_s)
     else:
         phases.end("rows (built, primed)")
-    times = _timed_rounds(cfg, runs, shared.spec.loss_fn, batches, start.samplers)
+    times, stopping = _timed_rounds(cfg, runs, shared.spec.loss_fn, batches, start.samplers)
     phases.end("rounds")  # its peak RSS is the largest rank's over the whole job: what check_memory allows for
     if dist.get_rank() != 0:
         return None
     result = _result(cfg, start, runs, times, phases)
+    result["stopping"] = stopping  # type: ignore[typeddict-item]
     result["job_s"] = time.time() - t_start
     return result
 

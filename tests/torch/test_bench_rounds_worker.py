@@ -1,0 +1,102 @@
+"""The bench worker's rounds on one rank: they stop by the rule, and a replay's warm-up round skips its compute."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+
+from gradsched.byte_scaling import scale_profile
+from gradsched.constants import REPLAY_PREFIX
+from gradsched.jobs.config import BenchConfig
+from gradsched.replayable import load_profile
+from gradsched.torch.jobs.bench_worker import _ComputeOnly, _timed_rounds
+from gradsched.torch.jobs.shared_model import SharedModel
+
+
+@pytest.fixture(scope="module")
+def world_of_one(tmp_path_factory):
+    store = tmp_path_factory.mktemp("store") / "file"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _cfg(model: str, rounds: int, tol: float) -> BenchConfig:
+    return BenchConfig(model=model, seed=0, batch_size=2, lr=0.01, entries=[], steps=1, rounds=rounds,
+                       warmup_rounds=1, profile_iterations=1, net_reps=1, probe=False, probe_s=1.0,
+                       resample_share=0.0, contention_history=[], timeout_s=60.0, progress=False, out_dir=".",
+                       backend="gloo", threads=1, round_tol=tol, min_rounds=2)
+
+
+@pytest.fixture(scope="module")
+def replay(tmp_path_factory, world_of_one):
+    """googlenet-k80 at half its times (a step about 200 ms: well above the host's own work under load), 1/16 of
+    its bytes."""
+    path = tmp_path_factory.mktemp("replay") / "replay.profile.json"
+    scale_profile(load_profile("googlenet-k80").with_times(0.5), 16).save(path)
+    model = f"{REPLAY_PREFIX}{path}"
+    shared = SharedModel(model, 0)
+    batches = [shared.spec.make_batch(2, None) for _ in range(4)]
+    cfg = _cfg(model, 5, 0.0)
+    runs = [(r, r) for r in (_ComputeOnly(cfg, shared), _ComputeOnly(cfg, shared))]
+    return model, runs, shared.spec.loss_fn, batches
+
+
+def test_the_rounds_stop_by_the_rule_and_say_so(replay):
+    model, runs, loss_fn, batches = replay
+    times, record = _timed_rounds(_cfg(model, 5, 0.5), runs, loss_fn, batches, None)  # any move within 50%
+    assert [len(t) for t in times] == [3, 3] and record["rounds_run"] == 3 and record["stopped_early"]
+    times, record = _timed_rounds(_cfg(model, 4, 0.0), runs, loss_fn, batches, None)  # tol 0: every round
+    assert [len(t) for t in times] == [4, 4] and not record["stopped_early"] and len(record["moves"]) == 2
+
+
+def test_a_replays_warm_up_round_skips_its_compute(replay):
+    model, runs, loss_fn, batches = replay
+    times, _ = _timed_rounds(_cfg(model, 2, 0.0), runs, loss_fn, batches, None)
+    for warm, counted in times:  # host work alone against the replayed compute (a counted step can hide some)
+        assert max(warm) < 0.4 * min(counted)
+
+
+@pytest.mark.parametrize("cap", [None, 0.75])
+def test_torch_ddp_makes_the_first_bucket_the_bench_predicts(world_of_one, cap):
+    """What ddp_first_bucket_mb assumes of the installed torch: the first bucket after DDP's rebuild."""
+    import torch
+    from torch import nn
+
+    from gradsched.jobs.bench import ddp_first_bucket_mb
+    from gradsched.torch.jobs.bench_worker import _EXPLICIT_CAP_NO_FIRST_BUCKET
+
+    module = nn.Sequential(*[nn.Linear(256, 256, bias=False) for _ in range(16)])  # 256 KiB a layer
+    ddp = nn.parallel.DistributedDataParallel(module, **({} if cap is None else {"bucket_cap_mb": cap}))
+    for _ in range(3):
+        ddp(torch.randn(2, 256)).sum().backward()
+    first = int(str(ddp._get_ddp_logging_data()["rebuilt_bucket_sizes"]).split(",")[0])
+    kwargs = {} if cap is None else {"bucket_cap_mb": cap}
+    assert first == int(ddp_first_bucket_mb(kwargs, _EXPLICIT_CAP_NO_FIRST_BUCKET) * (1 << 20))
+
+
+def test_a_replay_profiled_after_its_fast_steps_keeps_its_forward_and_backward(tmp_path):
+    """The bench profiles a dilated replay over one iteration right after a fast (compute-free) step: the clocks
+    restart after the fast steps, else the profile lost its forward (VGG-16: 0.5% of it) to the backward."""
+    import torch
+
+    from gradsched.torch.jobs.bench_worker import _fast_steps
+    from gradsched.torch.jobs.models import build_model
+    from gradsched.torch.measure.profiler import profile_module
+
+    vgg16 = Path(__file__).parents[2] / "benchmarks" / "profiles" / "vgg16-b64-10tflops.profile.json"
+    given = scale_profile(load_profile(str(vgg16)).with_times(0.5), 64)  # a step about 0.3 s, 8.6 MB
+    given.save(tmp_path / "p.profile.json")
+    spec = build_model(f"{REPLAY_PREFIX}{tmp_path / 'p.profile.json'}")
+    batch = spec.make_batch(2, torch.Generator().manual_seed(0))
+    opt = torch.optim.SGD(spec.module.parameters(), lr=0.01, momentum=0.9)
+    for _ in _fast_steps(spec.module, 1):
+        opt.zero_grad()
+        spec.loss_fn(spec.module(batch[0]), batch[1]).backward()
+        opt.step()
+    prof = profile_module(spec.module, batch, loss_fn=spec.loss_fn, iterations=1, warmup=0, model_name="p",
+                          optimizer=opt)
+    # lower bounds only: under load the host's work adds time (the rounds' compute-only row sets the scale)
+    assert prof.forward_s > 0.6 * given.forward_s and prof.backward_s > 0.8 * given.backward_s
