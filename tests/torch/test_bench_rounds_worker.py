@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch.distributed as dist
 
 from gradsched.byte_scaling import scale_profile
 from gradsched.constants import REPLAY_PREFIX
@@ -13,14 +12,6 @@ from gradsched.jobs.config import BenchConfig
 from gradsched.replayable import load_profile
 from gradsched.torch.jobs.bench_worker import _ComputeOnly, _timed_rounds
 from gradsched.torch.jobs.shared_model import SharedModel
-
-
-@pytest.fixture(scope="module")
-def world_of_one(tmp_path_factory):
-    store = tmp_path_factory.mktemp("store") / "file"
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def _cfg(model: str, rounds: int, tol: float) -> BenchConfig:
