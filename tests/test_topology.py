@@ -19,7 +19,7 @@ from gradsched.costs import cheaper, combine
 from gradsched.errors import FormatError, GradschedError
 from gradsched.plan import DENSE, HIER, Plan, whole_tensor_ops
 from gradsched.planners import make_plan
-from gradsched.planners._collective import choose_collective, planning_cost
+from gradsched.planners._collective import choose_collective, collectives_for, dense_collectives, planning_cost
 from gradsched.sim import simulate
 from gradsched.synthetic import synthetic_profile
 from strategies import profiles, two_level_clusters
@@ -260,6 +260,16 @@ def test_choose_collective_marks_only_where_cheaper():
         kinds.add(op.collective)
     assert kinds == {DENSE, HIER}  # this cluster and profile have both regimes
     assert make_plan("wfbp", profile, cluster).operations == ops  # wfbp picks as it builds: the same choice
+
+
+@pytest.mark.parametrize("mode", ["auto", "never", "always"])
+def test_dense_collectives_are_those_an_operation_may_run_as(mode):
+    """What auto's floors and usbyte's block pricer cost: every collective collectives_for gives, and no other."""
+    sizes = [2.0 ** k for k in range(40)]  # 1 B to 512 GiB: both regimes of two_level_cluster()
+    for cluster in (Cluster.alpha_beta(1e-4, 1e-9, 1024), two_level_cluster()):
+        if mode == "always" and cluster.topology is None:
+            continue  # an error (check_mode)
+        assert set(collectives_for(sizes, cluster, mode)) == set(dense_collectives(cluster, mode))
 
 
 @pytest.mark.parametrize("strategy", ["wfbp", "threshold", "mgwfbp", "optimal", "bytescheduler", "usbyte", "auto"])

@@ -71,6 +71,14 @@ def choose_collective(ops: Sequence[Operation], profile: Profile, cluster: Clust
                  else op for op, kind in zip(ops, kinds))
 
 
+def dense_collectives(cluster: Cluster, mode: str = "auto") -> list[str]:
+    """The collectives a dense operation may run as with ``hierarchical=mode``: those
+    :func:`collectives_for` (and :func:`choose_collective`) may give on ``cluster``."""
+    if cluster.topology is None or mode == "never":
+        return [DENSE]
+    return [HIER] if mode == "always" else [DENSE, HIER]
+
+
 def collectives_for(nbytes: Sequence[float], cluster: Cluster, mode: str = "auto") -> list[str]:
     """The dense collective for an operation of each size in ``nbytes`` (for a planner that
     builds its operations knowing their sizes: :func:`choose_collective` without rebuilding)."""

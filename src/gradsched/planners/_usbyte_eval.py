@@ -22,7 +22,6 @@ from typing import Callable
 import numpy as np
 
 from gradsched.cluster import Cluster, CollectiveCost
-from gradsched.plan import DENSE, HIER
 from gradsched.planners import _collective as coll
 from gradsched.profile import Profile
 
@@ -43,7 +42,7 @@ class BlockPricer:
         if kc > 0 or kn > 0 or lat > 0 or retire_s > 0 or not _kernel.enabled() or not len(numel) or \
                 numel.min() <= 0:
             return
-        self.costs = {name: cluster.operation_cost(name) for name in _names(cluster, hierarchical)}
+        self.costs = {name: cluster.operation_cost(name) for name in coll.dense_collectives(cluster, hierarchical)}
         if any(not isinstance(c, CollectiveCost) for c in self.costs.values()):
             return
         self.run, self.min_ops, self.issue_s = _kernel.kernel(), _kernel.MIN_OPERATIONS, issue_s
@@ -96,13 +95,6 @@ class BlockPricer:
             fixed.f_ptr, fixed.f_tensors, np.zeros(forward + 1, dtype=np.int64), np.zeros(0, dtype=np.int64),
             o_ptr, o_tensors, profile.num_tensors, ready, start, end, np.zeros(layers))
         return float(iteration)
-
-
-def _names(cluster: Cluster, mode: str) -> list[str]:
-    """The collectives :func:`~gradsched.planners._collective.collectives_for` may give with ``mode``."""
-    if cluster.topology is None or mode == "never":
-        return [DENSE]
-    return [HIER] if mode == "always" else [DENSE, HIER]
 
 
 def _times(cost: CollectiveCost, nbytes: np.ndarray) -> np.ndarray:

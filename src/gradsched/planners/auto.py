@@ -29,7 +29,7 @@ import numpy as np
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.constants import MiB
 from gradsched.errors import GradschedError
-from gradsched.plan import ALL_GATHER, HIER, REDUCE_SCATTER, SPARSE, Plan
+from gradsched.plan import ALL_GATHER, REDUCE_SCATTER, SPARSE, Plan
 from gradsched.planners.options import STRATEGIES, Option
 from gradsched.planners import _collective as coll
 from gradsched.planners._tables import tensor_table
@@ -278,13 +278,6 @@ def _first_ready_s(profile: Profile) -> float:
     return max(0.0, min(profile.ready_s, default=0.0) - 2 * EPS_S)
 
 
-def _collective_names(cluster: Cluster, mode: str) -> list[str]:
-    """The collectives a dense planner's operation may be with ``hierarchical=mode``."""
-    if cluster.topology is None or mode == "never":
-        return ["allreduce"]
-    return [HIER] if mode == "always" else ["allreduce", HIER]
-
-
 def _lines(costs: list) -> bool:
     """Whether every cost is a plain line with a start-up and a slope of 0 or more (no table)."""
     return all(type(c) is CollectiveCost and c.points is None and c.alpha_s >= 0 and c.beta_s_per_byte >= 0
@@ -296,7 +289,7 @@ def bytescheduler_floor_s(profile: Profile, cluster: Cluster, opts: dict[str, An
     tensor cut into ``partition_bytes``), each the cheaper collective it may be, back to back
     from the first ready gradient over ``channels`` (:func:`comm_lower_bound_s` of the plan, and
     no block starts before a gradient is ready); 0 where a cost is a measured table."""
-    costs = [cluster.cost(c) for c in _collective_names(cluster, opts.get("hierarchical", "auto"))]
+    costs = [cluster.cost(c) for c in coll.dense_collectives(cluster, opts.get("hierarchical", "auto"))]
     if not _lines(costs):
         return 0.0
     numel = np.array([t.numel for t in profile.tensors], dtype=np.int64)
@@ -336,7 +329,7 @@ def usbyte_floor_s(profile: Profile, cluster: Cluster, opts: dict[str, Any], cha
     0 where a cost is a measured table (not known to be subadditive)."""
     from gradsched.planners.usbyte import merged_layers  # only here: auto imports every planner lazily
 
-    costs = [cluster.cost(c) for c in _collective_names(cluster, opts.get("hierarchical", "auto"))]
+    costs = [cluster.cost(c) for c in coll.dense_collectives(cluster, opts.get("hierarchical", "auto"))]
     if any(c.points is not None or c.alpha_s < 0 or c.beta_s_per_byte < 0 for c in costs):
         return 0.0
     group = merged_layers(profile, opts.get("merge_bytes", 0))
