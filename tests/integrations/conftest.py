@@ -12,3 +12,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "torch"))
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
+
+from helpers import preload_dynamo  # noqa: E402
+
+preload_dynamo()  # spawned ranks start with torch._dynamo imported (tests/torch/helpers.py)

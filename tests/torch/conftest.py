@@ -7,6 +7,10 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
+from helpers import preload_dynamo  # noqa: E402
+
+preload_dynamo()  # spawned ranks start with torch._dynamo imported (tests/torch/helpers.py)
+
 
 @pytest.fixture(scope="module")
 def world_of_one(tmp_path_factory):

@@ -47,6 +47,20 @@ def train(model: Callable[[torch.Tensor], Any], opt: Any, make_batch: Batch, los
     return losses
 
 
+def preload_dynamo() -> None:
+    """Let the fork server of ``spawn_local``/``start_ranks`` import ``torch._dynamo`` once, for every rank.
+
+    PyTorch's ``DistributedDataParallel.__init__`` imports ``torch._dynamo`` on first use: 2.5 s of CPU
+    per rank on this project's machines, paid by every spawned rank that builds a DDP (the reference
+    runs, plan ``ddp``, run-time auto's DDP candidate), about a third of a typical spawn test.  The
+    import starts no thread, so the fork server stays safe to fork.  Called by the conftests, before any
+    test starts the server (its preload list is read when it starts)."""
+    from gradsched.torch.jobs import selftest
+
+    if "torch._dynamo" not in selftest.PRELOAD:
+        selftest.PRELOAD.append("torch._dynamo")
+
+
 def params_of(module: torch.nn.Module) -> list[torch.Tensor]:
     """A copy of ``module``'s parameters (to compare runs after training)."""
     return [p.detach().clone() for p in module.parameters()]
