@@ -3,7 +3,6 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -40,53 +39,18 @@ SERIAL_FILES = {
 }
 
 
-SERIAL_UNIT = "serial files"
-
-
-def _slow_marks(path: Path) -> int:
-    """How many ``pytest.mark.slow`` a test file has (its multi-process tests: a unit's cost, roughly)."""
-    try:
-        return path.read_text(encoding="utf-8").count("mark.slow")
-    except OSError:
-        return 0
-
-
-def heaviest_first(units: dict[str, dict[str, bool]], root: Path) -> dict[str, dict[str, bool]]:
-    """The work units in the order a worker should take them: the serial files, then the files with
-    multi-process (``slow``) tests, most marks first, then the rest, as xdist had them (most tests first).
-    xdist orders by test count alone, so the few-test multi-process files (tens of seconds each) came
-    last and one worker ran the final one while the other had nothing left; with the short files last,
-    the workers end within a few seconds of each other."""
-    def weight(scope: str) -> int:
-        return 1 << 30 if scope == SERIAL_UNIT else _slow_marks(root / scope)
-
-    return dict(sorted(units.items(), key=lambda unit: -weight(unit[0])))  # stable: ties keep xdist's order
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """``--dist loadfile``, with every file of :data:`SERIAL_FILES` in one work unit: one worker runs them
-    one after another while the other runs the rest (instead of a worker waiting on the lock below);
-    the units are handed out heaviest first (:func:`heaviest_first`)."""
+    one after another while the other runs the rest (instead of a worker waiting on the lock below)."""
     if config.getoption("dist") != "loadfile":
         return None  # another --dist: xdist's own scheduler
-    from collections import OrderedDict
-
     from xdist.scheduler import LoadFileScheduling
 
     class SerialFilesTogether(LoadFileScheduling):
-        ordered = False
-
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return SERIAL_UNIT if Path(path).name in SERIAL_FILES else path
-
-        def _assign_work_unit(self, node: Any) -> None:
-            if not self.ordered:  # the first assignment: xdist has just filled its queue
-                queue: dict[str, dict[str, bool]] = self.workqueue
-                self.workqueue = OrderedDict(heaviest_first(queue, config.rootpath))
-                self.ordered = True
-            super()._assign_work_unit(node)
+            return "serial files" if Path(path).name in SERIAL_FILES else path
 
     return SerialFilesTogether(config, log)  # type: ignore[arg-type]
 
