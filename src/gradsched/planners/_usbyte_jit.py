@@ -551,7 +551,7 @@ def search(order, cap, IA, FA, P, Q, cheap_tail):
         if at < 0:
             continue
         m = bZ[0]
-        if patience and since >= patience and m - at > cheap_tail * m:
+        if patience and since >= patience and m - at > cheap_tail * m and (m - at) * since > patience * m:
             continue
         _promote(order, rank, u, target, t_order, t_rank)
         thr = bS[0] * (1 - 1e-12)  # a try is kept below this

@@ -21,9 +21,9 @@ and its gain is often one start-up, at any point of the walk: a fixed cap on the
 (24 until issue 40) cost up to 0.73% of the iteration against the full search on
 random profiles (``benchmarks/usbyte_search.py``).  So there is no cap by default
 (``max_evaluations`` sets one); once ``patience`` tries in a row have not gained, only
-the cheap tries go on, those that replay at most an eighth of phase 1 (near its end,
-where late gains were found), and a kept one starts the count again: within 0.00015%
-of the full search on the 80 random cases measured (docs/strategies.md).  With numba
+the tries cheap for that dry spell go on, those that replay at most an eighth of phase 1
+(near its end, where late gains were found) or at most ``patience / dry spell`` of it
+(:func:`_skipped`), and a kept one starts the count again (docs/strategies.md).  With numba
 installed (``gradsched[fast]``) the search runs compiled, with the same plans
 (:mod:`gradsched.planners._usbyte_jit`; this module's model is its reference and fallback).
 
@@ -759,8 +759,8 @@ def _python_search(model: _Model, max_evaluations: int | None, extend: bool, win
         at = _first_change(model, best, rank, u, target, rank_np)
         if at is None:
             continue  # the promotion changes no choice: the same schedule, not shorter
-        if patience and since >= patience and len(best.blocks) - at > CHEAP_TAIL * len(best.blocks):
-            continue  # the search has stopped paying: only the tries near the end of phase 1 go on
+        if _skipped(since, patience, len(best.blocks) - at, len(best.blocks)):
+            continue  # the search has stopped paying: only the tries cheap enough for the dry spell go on
         trial_order, trial_rank, trial_key = _promoted(order, rank, key, u, target)
         trial = model.evaluate(trial_rank, extend, best, at, trial_key)
         since += 1
@@ -770,6 +770,18 @@ def _python_search(model: _Model, max_evaluations: int | None, extend: bool, win
             first = _first_blocks(best)
             since = 0
     return rank, model.complete(best), evaluations
+
+
+def _skipped(since: int, patience: int, replays: int, blocks: int) -> bool:
+    """Whether a try that replays ``replays`` of phase 1's ``blocks`` blocks is skipped after ``since``
+    tries in a row without a gain: once ``since`` reaches ``patience``, a try goes on only where it
+    replays at most :data:`CHEAP_TAIL` of phase 1, or at most ``patience / since`` of it (a dry spell
+    twice as long allows tries half as dear: the longer the dry spell, the cheaper a try must be, so
+    its cost stays bounded, yet a cluster of gains behind a dry spell of 30-50 tries is still reached,
+    as on merged layers where the walk is short).  The compiled search decides the same, the
+    ``patience / since`` test in integers in both (:func:`gradsched.planners._usbyte_jit.search`)."""
+    return (patience > 0 and since >= patience and replays > CHEAP_TAIL * blocks
+            and replays * since > patience * blocks)
 
 
 def _front_first(model: _Model) -> np.ndarray:
@@ -1108,7 +1120,8 @@ OPTIONS = (
            doc="promotions the priority search considers per rule (1: front-first, no search); "
                "left out: every layer"),
     Option("patience", int, DEFAULT_PATIENCE, low=0, high=1_000_000,
-           doc="tries in a row without a gain before the search keeps only the cheap ones (0: the full search)"),
+           doc="tries in a row without a gain before the search keeps only the cheap ones, cheaper the longer "
+               "the dry spell (0: the full search)"),
     Option("extend", bool, None, optional=True,
            doc="send a layer's back-to-back blocks as one message (the paper's block extension); "
                "left out: chosen by simulation"),
