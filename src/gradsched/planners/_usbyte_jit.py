@@ -209,9 +209,7 @@ def _extend(I, F, m, u, start, next_ready, rest, unit, eb, alpha, beta, a1, b1, 
 #     the largest end + after from the block on
 #   N int64 (4, n): (unused), each unit's elements left and sent, phase 2's sorted keys
 #   S float64 (4,): the iteration, phase 2's start and clock, phase 2's largest end + after
-#   Z int64 (6,): blocks, phase 2's keys, (during a try) the best's blocks passed, the bytes and
-#     the units with data left at phase 2's start, and (a try's arrays) how many leading blocks
-#     are the best's (a try writes from its first changed block ``at`` on, and may extend ``at - 1``)
+#   Z int64 (3,): blocks, phase 2's keys, (during a try) the best's blocks passed
 # The model: FA float64 (5, n): ready times sorted, each + EPS_S, each unit's whole time, the
 # work after its earliest layer, its ready time; IA int64 (4, n): units by ready time, elements,
 # element bytes, unit elements; P: alpha, beta (the line blocks are sized by), the exact
@@ -220,43 +218,29 @@ def _extend(I, F, m, u, start, next_ready, rest, unit, eb, alpha, beta, a1, b1, 
 
 
 @_jit
-def _start(I, F, N, Z, bI, bF, bN, bS, bZ, at, IA, FA, rank, bits, summ):
+def _start(I, F, N, bI, bF, bS, bZ, at, IA, FA, rank, bits, summ):
     """usbyte._Model._start: ``I, F, N`` set to the state of ``bI..bZ`` just before its block
     ``at`` (0: the start), the units ready with data left in ``bits``.  Returns (blocks, clock,
-    channel free, next ready, units in ``bits``, bytes left, units with data left).  The blocks
-    before ``at`` are copied only from where ``I, F`` last left the best's (``Z[5]``), and each
-    unit's progress is the best's at phase 2's start with its blocks from ``at`` on taken back."""
-    numel, by_ready, ready, elem = IA[1], IA[0], FA[0], IA[2]
+    channel free, next ready, units in ``bits``)."""
+    numel, by_ready, ready = IA[1], IA[0], FA[0]
     n = numel.shape[0]
     left, sent = N[1], N[2]
+    for u in range(n):
+        left[u], sent[u] = numel[u], 0
     bits[:] = 0
     summ[:] = 0
-    rem, count = 0, 0
     if at == 0:
         m, t, free = 0, 0.0, 0.0
-        for u in range(n):
-            left[u], sent[u] = numel[u], 0
-            rem += numel[u] * elem[u]
-            count += numel[u] > 0
     else:
         m = at
-        valid = Z[5]
-        if valid < at:
-            I[:, valid:at] = bI[:, valid:at]
-            F[:3, valid:at] = bF[:3, valid:at]
+        I[:, :at] = bI[:, :at]
+        F[:3, :at] = bF[:3, :at]
         t = bF[2, at] if at < bZ[0] else bS[2]  # block at's decision time, or phase 2's clock
         free = F[1, at - 1]
-        left[:] = bN[1]
-        sent[:] = bN[2]
-        rem, count = bZ[3], bZ[4]
-        for k in range(bZ[0] - 1, at - 1, -1):  # a unit's blocks go in order: take them back, last first
-            u, lo = bI[0, k], bI[1, k]
-            back = bI[2, k] - lo
-            count += left[u] == 0
-            left[u] += back
-            sent[u] = lo
-            rem += back * elem[u]
-    Z[5] = at - 1 if at > 0 else 0  # the try writes from block at on, and may extend block at - 1
+        for k in range(at):  # a unit's blocks go in order: its last one says how far it got
+            u = I[0, k]
+            sent[u] = I[2, k]
+            left[u] = numel[u] - I[2, k]
     nxt = 0
     if m > 0:
         nxt = np.searchsorted(ready, t + EPS_S, side="right")
@@ -266,7 +250,7 @@ def _start(I, F, N, Z, bI, bF, bN, bS, bZ, at, IA, FA, rank, bits, summ):
         if left[u] > 0:
             _add(bits, summ, rank[u])
             size += 1
-    return m, t, free, nxt, size, rem, count
+    return m, t, free, nxt, size
 
 
 @_jit
@@ -347,7 +331,7 @@ def _synced(F, I, S, bF, bS, m, at, jb, after, floor):
 
 
 @_jit
-def _run(I, F, N, S, Z, bI, bF, bN, bS, bZ, at, order, rank, IA, FA, P, Q, bits, summ, thr, diff, promoted, target,
+def _run(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, summ, thr, diff, promoted, target,
          top_rank):
     """usbyte._Model.run (dry) into ``I..Z``, resumed from ``bI..bZ`` at block ``at``: phase 1
     played block by block, phase 2 priced.  Returns 0, or 1 where every unit is sent before
@@ -361,8 +345,13 @@ def _run(I, F, N, S, Z, bI, bF, bN, bS, bZ, at, order, rank, IA, FA, P, Q, bits,
     promoted one done, or the ones it passed), the rest is the best's: ``S[0]`` priced by
     :func:`_synced` (the try's blocks are then not whole: the search plays a kept one again,
     with ``promoted`` -1)."""
-    left = N[1]
-    m, t, free, nxt, size, rem, count = _start(I, F, N, Z, bI, bF, bN, bS, bZ, at, IA, FA, rank, bits, summ)
+    elem, left = IA[2], N[1]
+    m, t, free, nxt, size = _start(I, F, N, bI, bF, bS, bZ, at, IA, FA, rank, bits, summ)
+    rem, count = 0, 0  # the bytes left, and the units with data left
+    for u in range(elem.shape[0]):
+        if left[u] > 0:
+            rem += left[u] * elem[u]
+            count += 1
     Z[0], Z[2] = m, at
     if P[6] >= thr or (at > 1 and bF[3, at - 2] >= thr):  # the floor, or a block before the first that may
         return 2  # change, already too late
@@ -404,7 +393,7 @@ def _loop(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, su
             start = t if t > free else free
             if nxt == n:  # phase 2 from here
                 _dry_iteration(I, F, N, S, Z, bF, order, start, t, m, at, IA, FA, P, Q)
-                Z[2], Z[3], Z[4] = jb, rem, count
+                Z[2] = jb
                 return 0
             if promoted >= 0:
                 while jb < mb and bF[0, jb] < start:  # the best's blocks up to now
@@ -523,7 +512,7 @@ def search(order, cap, IA, FA, P, Q, cheap_tail):
     numel, by_ready, ready, full = IA[1], IA[0], FA[0], FA[2]
     window_layer, max_eval, patience = Q[3] != 0, Q[4], Q[5]
     state = [(np.zeros((3, cap), np.int64), np.zeros((5, cap)), np.zeros((4, n), np.int64), np.zeros(4),
-              np.zeros(6, np.int64)) for _ in range(2)]
+              np.zeros(3, np.int64)) for _ in range(2)]
     diff = np.zeros(n, np.int64)
     bI, bF, bN, bS, bZ = state[0]
     tI, tF, tN, tS, tZ = state[1]
@@ -535,7 +524,7 @@ def search(order, cap, IA, FA, P, Q, cheap_tail):
     walk = order.copy()  # the layers in their first ranks, output first
     words = (n + 63) >> 6
     bits, summ = np.zeros(words, np.uint64), np.zeros((words + 63) >> 6, np.uint64)
-    if _run(bI, bF, bN, bS, bZ, bI, bF, bN, bS, bZ, 0, order, rank, IA, FA, P, Q, bits, summ, np.inf, diff, -1, 0, 0):
+    if _run(bI, bF, bN, bS, bZ, bI, bF, bS, bZ, 0, order, rank, IA, FA, P, Q, bits, summ, np.inf, diff, -1, 0, 0):
         return 1, 0, rank, bI, bF, bN, bS, bZ
     first_lo, first_hi = np.empty(n, np.int64), np.empty(n, np.int64)
     first_s, first_e = np.empty(n), np.empty(n)
@@ -566,10 +555,10 @@ def search(order, cap, IA, FA, P, Q, cheap_tail):
             continue
         _promote(order, rank, u, target, t_order, t_rank)
         thr = bS[0] * (1 - 1e-12)  # a try is kept below this
-        status = _run(tI, tF, tN, tS, tZ, bI, bF, bN, bS, bZ, at, t_order, t_rank, IA, FA, P, Q, bits, summ, thr, diff,
+        status = _run(tI, tF, tN, tS, tZ, bI, bF, bS, bZ, at, t_order, t_rank, IA, FA, P, Q, bits, summ, thr, diff,
                       u, target, rank[u])
         if status == 3 and tS[0] < thr:  # kept (rare: not met in 300 random cases): played whole, for its blocks
-            status = _run(tI, tF, tN, tS, tZ, bI, bF, bN, bS, bZ, at, t_order, t_rank, IA, FA, P, Q, bits, summ, np.inf,
+            status = _run(tI, tF, tN, tS, tZ, bI, bF, bS, bZ, at, t_order, t_rank, IA, FA, P, Q, bits, summ, np.inf,
                           diff, -1, target, rank[u])
         if status == 1:
             return 1, evaluations, rank, bI, bF, bN, bS, bZ
@@ -578,7 +567,6 @@ def search(order, cap, IA, FA, P, Q, cheap_tail):
             bI, tI, bF, tF, bN, tN, bS, tS, bZ, tZ = tI, bI, tF, bF, tN, bN, tS, bS, tZ, bZ
             order, t_order, rank, t_rank = t_order, order, t_rank, rank
             _kept(bI, bF, bZ, FA, first_lo, first_hi, first_s, first_e)
-            tZ[5] = at - 1 if at > 0 else 0  # the old best's blocks before at - 1 are the new one's
             since = 0
     return 0, evaluations, rank, bI, bF, bN, bS, bZ
 
