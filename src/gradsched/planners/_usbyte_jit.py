@@ -214,7 +214,7 @@ def _extend(I, F, m, u, start, next_ready, rest, unit, eb, alpha, beta, a1, b1, 
 # work after its earliest layer, its ready time; IA int64 (4, n): units by ready time, elements,
 # element bytes, unit elements; P: alpha, beta (the line blocks are sized by), the exact
 # cost's line(s) a1, b1, a2, b2, the iteration's floor; Q: two lines, ready times spread,
-# extend, window "layer", max evaluations, patience.
+# extend, window "layer", max evaluations, patience, the dry spell's blocks (usbyte._skipped).
 
 
 @_jit
@@ -551,7 +551,7 @@ def search(order, cap, IA, FA, P, Q, cheap_tail):
         if at < 0:
             continue
         m = bZ[0]
-        if patience and since >= patience and m - at > cheap_tail * m:
+        if patience and since >= patience and m - at > cheap_tail * m and (m - at) * since > patience * Q[6]:
             continue
         _promote(order, rank, u, target, t_order, t_rank)
         thr = bS[0] * (1 - 1e-12)  # a try is kept below this

@@ -21,9 +21,9 @@ and its gain is often one start-up, at any point of the walk: a fixed cap on the
 (24 until issue 40) cost up to 0.73% of the iteration against the full search on
 random profiles (``benchmarks/usbyte_search.py``).  So there is no cap by default
 (``max_evaluations`` sets one); once ``patience`` tries in a row have not gained, only
-the cheap tries go on, those that replay at most an eighth of phase 1 (near its end,
-where late gains were found), and a kept one starts the count again: within 0.00015%
-of the full search on the 80 random cases measured (docs/strategies.md).  With numba
+the tries cheap for that dry spell go on, those that replay at most an eighth of phase 1
+(near its end, where late gains were found) or at most ``patience * 256 / dry spell``
+blocks (:func:`_skipped`), and a kept one starts the count again (docs/strategies.md).  With numba
 installed (``gradsched[fast]``) the search runs compiled, with the same plans
 (:mod:`gradsched.planners._usbyte_jit`; this module's model is its reference and fallback).
 
@@ -91,6 +91,7 @@ DEFAULT_UNIT_BYTES = 4 << 20
 DEFAULT_MAX_EVALUATIONS = None  # no fixed cap (issue 40: a cap of 24 cost up to 0.73% against the full search)
 DEFAULT_PATIENCE = 24  # tries in a row without a gain before only the cheap ones go on (search_priorities)
 CHEAP_TAIL = 1 / 8  # a try that replays at most this share of phase 1's blocks is cheap
+DRY_SPELL_BLOCKS = 256  # after s tries without a gain, a try may also replay patience * this / s blocks
 
 
 def merged_layers(profile: Profile, merge_bytes: int) -> tuple[int, ...]:
@@ -759,8 +760,8 @@ def _python_search(model: _Model, max_evaluations: int | None, extend: bool, win
         at = _first_change(model, best, rank, u, target, rank_np)
         if at is None:
             continue  # the promotion changes no choice: the same schedule, not shorter
-        if patience and since >= patience and len(best.blocks) - at > CHEAP_TAIL * len(best.blocks):
-            continue  # the search has stopped paying: only the tries near the end of phase 1 go on
+        if _skipped(since, patience, len(best.blocks) - at, len(best.blocks)):
+            continue  # the search has stopped paying: only the tries cheap enough for the dry spell go on
         trial_order, trial_rank, trial_key = _promoted(order, rank, key, u, target)
         trial = model.evaluate(trial_rank, extend, best, at, trial_key)
         since += 1
@@ -770,6 +771,19 @@ def _python_search(model: _Model, max_evaluations: int | None, extend: bool, win
             first = _first_blocks(best)
             since = 0
     return rank, model.complete(best), evaluations
+
+
+def _skipped(since: int, patience: int, replays: int, blocks: int) -> bool:
+    """Whether a try that replays ``replays`` of phase 1's ``blocks`` blocks is skipped after ``since``
+    tries in a row without a gain.  Once ``since`` reaches ``patience``, a try goes on only where it
+    replays at most :data:`CHEAP_TAIL` of phase 1, or at most ``patience * DRY_SPELL_BLOCKS / since``
+    blocks: what a dry spell may spend is bounded in blocks replayed (the CPU time), not in tries, so
+    where phase 1 is short (merged layers: 250-350 blocks at 1,000 tensors) a cluster of gains behind
+    a dry spell of 30-50 tries is still reached, and where it is long (1,000 blocks and more) the
+    search is as before.  The compiled search decides the same, in integers
+    (:func:`gradsched.planners._usbyte_jit.search`, ``Q[6]``)."""
+    return (patience > 0 and since >= patience and replays > CHEAP_TAIL * blocks
+            and replays * since > patience * DRY_SPELL_BLOCKS)
 
 
 def _front_first(model: _Model) -> np.ndarray:
@@ -847,7 +861,8 @@ def _compiled_search(model: _Model, max_evaluations: int | None, extend: bool, w
         forward = (model.table.ptr, model.layer_idx_np, work, base)  # each unit's layers: duplicates are harmless
         model.arrays = (_front_first(model).astype(np.int64), cap, ia, fa, p, forward)
     limit = _jit.NO_LIMIT if max_evaluations is None else max_evaluations
-    q = np.array([len(model.lines) == 2, model.spread, extend, window == "layer", limit, patience], dtype=np.int64)
+    q = np.array([len(model.lines) == 2, model.spread, extend, window == "layer", limit, patience,
+                  DRY_SPELL_BLOCKS], dtype=np.int64)
     order, cap, ia, fa, p, forward = model.arrays
     search = _jit.kernel()
     if search is None:
@@ -1108,7 +1123,8 @@ OPTIONS = (
            doc="promotions the priority search considers per rule (1: front-first, no search); "
                "left out: every layer"),
     Option("patience", int, DEFAULT_PATIENCE, low=0, high=1_000_000,
-           doc="tries in a row without a gain before the search keeps only the cheap ones (0: the full search)"),
+           doc="tries in a row without a gain before the search keeps only the cheap ones, cheaper the longer "
+               "the dry spell (0: the full search)"),
     Option("extend", bool, None, optional=True,
            doc="send a layer's back-to-back blocks as one message (the paper's block extension); "
                "left out: chosen by simulation"),
