@@ -45,6 +45,8 @@ from typing import Any
 
 from gradsched.calibration import calibrate, contention_from_probe, median_se, with_runtime_costs
 from gradsched.cluster import Cluster, CollectiveCost, Contention
+from gradsched.costs import PER_RANK
+from gradsched.net_extend import extended_costs
 from gradsched.jobs.results import read_bench_row
 from gradsched.planners import make_plan
 from gradsched.profile import Profile
@@ -57,12 +59,18 @@ DEFAULT_RUNS = [RESULTS / f"bench_replay_{name}.json" for name in
 
 
 def reread_cluster(job: Cluster) -> Cluster:
-    """The job's cluster with its all-reduce table fitted again from the medians as measured."""
-    measured = (job.extra or {}).get("measured_points", {}).get("allreduce")
+    """The job's cluster with its all-reduce table fitted again from the medians as measured, and its
+    reduce-scatter and all-gather tables extended again beyond them by the current rule (``extended_costs``)."""
+    points = (job.extra or {}).get("measured_points", {})
+    measured = points.get("allreduce")
     if not measured:
         return job
     cost = CollectiveCost.fit([(float(b), float(t)) for b, t in measured], envelope=True)
-    return dataclasses.replace(job, collectives={**job.collectives, "allreduce": cost})
+    two_phase = {}
+    if (job.extra or {}).get("extended_beyond_bytes"):  # the job extended them to its all-reduce table's top
+        top = int(job.collectives["allreduce"].points[-1][0])
+        two_phase = extended_costs(points, [n for n in PER_RANK if n in job.collectives], top)
+    return dataclasses.replace(job, collectives={**job.collectives, **two_phase, "allreduce": cost})
 
 
 def refit_contention(cluster: Cluster, probe: dict[str, Any], pooled: bool) -> Cluster:
@@ -82,8 +90,9 @@ def refit_contention(cluster: Cluster, probe: dict[str, Any], pooled: bool) -> C
 
 def plan_as_run(row: dict[str, Any], profile: Profile, probe: dict[str, Any], job: Cluster):
     """The plan the row ran, made as the job made it: DDP rows as DDP buckets, the rest from the job's table."""
-    if row["runs"] == "torch DDP":
-        return make_plan("ddp", profile, job, bucket_cap_mb=float(row.get("bucket_cap_mb", 25.0)))
+    if row["runs"] == "torch DDP" or "bucket_cap_mb" in (row.get("plan_options") or {}):  # auto keeping DDP too
+        cap = row.get("bucket_cap_mb", (row.get("plan_options") or {}).get("bucket_cap_mb", 25.0))
+        return make_plan("ddp", profile, job, bucket_cap_mb=float(cap))
     planned = with_runtime_costs(profile, probe, False)
     name, opts = ((row["plan_options"]["chose"], row["plan_options"]["chosen_options"]) if row["strategy"] == "auto"
                   else (row["strategy"], row.get("options") or {}))

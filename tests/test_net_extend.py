@@ -3,7 +3,7 @@
 import pytest
 
 from gradsched.costs import CollectiveCost
-from gradsched.net_extend import MEASURED_MAX_BYTES, extend_points
+from gradsched.net_extend import MEASURED_MAX_BYTES, extend_points, extended_costs
 
 
 def test_larger_sizes_lie_on_the_line_through_the_largest_measured_ones():
@@ -24,3 +24,17 @@ def test_nothing_added_within_the_measured_sizes_and_never_a_falling_line():
     grown = extend_points(measured, 16e6)
     assert [t for _, t in grown[3:]] == [0.020 + (0.020 - 0.010) / 3e6 * 4e6, 0.020 + (0.020 - 0.010) / 3e6 * 12e6]
     assert MEASURED_MAX_BYTES >= 4 << 20  # beyond the latency-bound sizes the bench samples again
+
+
+def test_reduce_scatter_and_all_gather_go_on_at_their_largest_sizes_rate_the_all_reduce_on_its_line():
+    # per-byte time rising over the measured sizes (gloo's all-to-all at 1 Gbit/s: 17.6 ns/B at 4 MiB a
+    # rank, 21.7 at 16 MiB); measured further it stays near the largest size's rate, not the rise's slope
+    mib = float(1 << 20)
+    rising = [(4 * mib, 0.0738), (8 * mib, 0.1581), (16 * mib, 0.3646)]
+    line = [(b, 1e-3 + 8e-9 * b) for b in (4 * mib, 8 * mib, 16 * mib)]
+    costs = extended_costs({"reducescatter": rising, "allgather": rising, "allreduce": line},
+                           ["allreduce", "reducescatter", "allgather"], int(128 * mib))
+    for name in ("reducescatter", "allgather"):
+        assert costs[name].time_s(128 * mib) == pytest.approx(0.3646 * 8, rel=1e-9)  # 2.92 s, not 3.08 s
+        assert costs[name].time_s(16 * mib) == pytest.approx(0.3646)  # the measured sizes as measured
+    assert costs["allreduce"].time_s(128 * mib) == pytest.approx(1e-3 + 8e-9 * 128 * mib)  # its line, as before

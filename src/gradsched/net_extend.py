@@ -13,27 +13,47 @@ timed where the table would exceed :data:`TABLE_BUDGET_S`, at :data:`TABLE_FLOOR
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
+
+from gradsched.costs import PER_RANK, CollectiveCost, fit_measured
 
 MEASURED_MAX_BYTES = 32 << 20  # the largest all-reduce the bench times; larger ones are on the line
 TABLE_BUDGET_S = 20.0  # on slow (dilated) links, the sizes timed stop where the table would take longer ...
 TABLE_FLOOR_BYTES = 2 << 20  # ... but never below this size (bandwidth-bound on every link the bench shapes)
 
 
-def extend_points(points: list[tuple[float, float]], top_bytes: int) -> list[tuple[float, float]]:
+def extend_points(points: list[tuple[float, float]], top_bytes: int, *,
+                  at_largest_rate: bool = False) -> list[tuple[float, float]]:
     """``points`` (``(bytes, seconds)``, at least two) with each power of two above the largest up to
     ``top_bytes`` added on the line through the largest point and the third largest (the second where
-    there are two: a wider base than neighbours, less moved by one's noise; never a slope below 0)."""
+    there are two: a wider base than neighbours, less moved by one's noise; never a slope below 0).
+
+    ``at_largest_rate``: at the largest point's own seconds per byte instead (the line through it and
+    the origin), for gloo's reduce-scatter and all-gather (:data:`gradsched.costs.PER_RANK`), whose time
+    per byte grows over the measured sizes and then stays: on 2 testbed hosts at 1 Gbit/s a
+    reduce-scatter took 18.6, 18.1, 17.7 and 18.2 ns per rank byte at 16, 32, 64 and 128 MiB a rank
+    (all-gather 16.2, 16.1, 17.5, 14.6), while the line through 4 and 16 MiB of the bench's own table
+    rose at 23.1 ns/B and priced 128 MiB at 3.08 s against 2.44 measured
+    (docs/notes/2026-12-decoupled.md, "Round 4")."""
     table = sorted(points)
     if len(table) < 2:
         return table
     (b0, t0), (b1, t1) = table[-min(3, len(table))], table[-1]
-    slope = max(0.0, (t1 - t0) / (b1 - b0))
+    slope = max(0.0, t1 / b1 if at_largest_rate else (t1 - t0) / (b1 - b0))
     size = b1 * 2
     while size <= top_bytes:
         table.append((size, t1 + slope * (size - b1)))
         size *= 2
     return table
+
+
+def extended_costs(points: dict[str, Any], names: list[str], top_bytes: int) -> dict[str, CollectiveCost]:
+    """Each of ``names`` that ``points`` (``measured_points``: ``[bytes, seconds]`` medians per collective) holds,
+    its table extended to ``top_bytes`` (:func:`extend_points`; a per-rank-sized collective at its largest size's
+    rate) and read as measured (:func:`gradsched.costs.fit_measured`): the bench's table beyond what it timed."""
+    return {name: fit_measured(name, extend_points([(float(b), float(t)) for b, t in points[name]], top_bytes,
+                                                   at_largest_rate=name in PER_RANK))
+            for name in names if name in points}
 
 
 def measured_top(sizes: list[int], seconds_of: Callable[[int], float], budget_s: float = TABLE_BUDGET_S,

@@ -70,8 +70,7 @@ from gradsched.jobs.rounds import StoppingRule
 from gradsched.jobs.startup import AUTO_WARMUP_PHASE, AutoWarmup, auto_options, auto_warmup, probe_floor
 from gradsched.jobs.results import Contention as ProbeFigures  # the probe's figures (the cluster's Contention below)
 from gradsched.cluster import Cluster, Contention
-from gradsched.costs import fit_measured
-from gradsched.net_extend import MEASURED_MAX_BYTES, extend_points, measured_top
+from gradsched.net_extend import MEASURED_MAX_BYTES, extended_costs, measured_top
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.torch.jobs.fsdp2_row import Fsdp2Row
@@ -153,8 +152,7 @@ def _measure_cluster(total_bytes: int, cfg: BenchConfig) -> Cluster:
                         collectives=network_collectives(cfg))
     if cluster is not None and top > measured_max:  # every timed collective, on its own line
         points = cluster.extra["measured_points"]
-        extended = {name: fit_measured(name, extend_points([tuple(p) for p in points[name]], top))
-                    for name in network_collectives(cfg) if name in points}
+        extended = extended_costs(points, network_collectives(cfg), top)
         cluster = dataclasses.replace(cluster, collectives={**cluster.collectives, **extended},
                                       extra={**cluster.extra, "extended_beyond_bytes": measured_max})
     return _broadcast(cluster)
