@@ -23,7 +23,15 @@ def test_step_estimate_follows_dilation_and_rate() -> None:
 def test_a_bench_that_fits_is_not_cut() -> None:
     out = _trim(0.6)
     assert [e.label for e in out.entries] == [e.label for e in entries("ddp,auto", DEFAULT_BUCKETS)]
-    assert (out.steps, out.warmup_steps, out.dropped, out.lines(DEFAULT_BUCKETS, 3)) == (3, 0, [], [])
+    assert (out.steps, out.warmup_steps, out.rounds, out.dropped, out.lines(DEFAULT_BUCKETS, 3)) == (3, 0, 6, [], [])
+
+
+def test_only_the_rounds_are_cut_where_only_the_most_rounds_would_not_fit() -> None:
+    out = _trim(4.0)  # the least rounds fit, all six do not
+    assert budget.estimate_s(6, 3, 3, 1, 5, 4.0) > budget.BENCH_TARGET_S >= out.after_s
+    assert (len(out.entries), out.steps, out.dropped, out.rounds_cut) == (6, 3, [], True)
+    assert 3 <= out.rounds < 6 and budget.estimate_s(6, 3, 3, 1, out.rounds - 1, 4.0) <= budget.BENCH_TARGET_S
+    assert "(--rounds 6)" in "\n".join(out.lines(DEFAULT_BUCKETS, 3))
 
 
 def test_dilated_default_is_cut_to_the_target_duplicates_and_largest_first() -> None:
@@ -43,6 +51,7 @@ def test_dilated_default_is_cut_to_the_target_duplicates_and_largest_first() -> 
 def test_what_the_user_gave_is_kept() -> None:
     out = _trim(20.0, steps=3, buckets_given=True)
     assert (len(out.entries), out.steps, out.warmup_steps, out.dropped) == (6, 3, 0, [])
+    assert _trim(20.0, rounds=6).rounds == 6
     assert out.after_s > budget.BENCH_TARGET_S
 
 

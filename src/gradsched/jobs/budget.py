@@ -13,7 +13,7 @@ set, until the estimate fits:
    median), and the warm-up round's steps per row -> 1 (its steps are not counted; a replay's skip compute).
 3. DDP bucket rows, the largest cap first (``--ddp-buckets`` runs them again).
 4. The most rounds (``--rounds``, default 6): as many counted ones as fit after the cuts, ``--min-rounds`` at
-   least (the stopping rule may end them sooner).
+   least (the stopping rule may end them sooner).  This one also where only the most rounds would not fit.
 
 The estimate (:func:`estimate_s`) is the start-up target, plus the warm-up rounds and ``--min-rounds``
 counted rounds of every row and the compute-only one, each burst ``steps + 2`` steps (one uncounted on each
@@ -65,10 +65,11 @@ class Trim:
     dropped: list[str] = field(default_factory=list)  # row labels
     duplicates: list[str] = field(default_factory=list)  # of those, the ones the same as ddp-all
     steps_cut: bool = False
+    rounds_cut: bool = False
 
     @property
     def cut(self) -> bool:
-        return bool(self.dropped or self.steps_cut)
+        return bool(self.dropped or self.steps_cut or self.rounds_cut)
 
     def lines(self, buckets: str, steps: int, rounds: int = 6) -> list[str]:
         """What the output says, with how to get the cut back (``buckets``, ``steps``, ``rounds``: the defaults)."""
@@ -79,7 +80,9 @@ class Trim:
                f"{BENCH_TARGET_S / 60:.0f} min):"]
         if self.steps_cut:
             out.append(f"  {self.steps} counted steps per row per round (--steps {steps} for the default), "
-                       f"{self.warmup_steps} in the warm-up round; at most {self.rounds} rounds (--rounds {rounds})")
+                       f"{self.warmup_steps} in the warm-up round")
+        if self.rounds_cut:
+            out.append(f"  at most {self.rounds} rounds, the stopping rule's least included (--rounds {rounds})")
         if self.duplicates:
             out.append(f"  dropped {', '.join(self.duplicates)}: one bucket of all gradients, the same as ddp-all")
         rest = [d for d in self.dropped if d not in self.duplicates]
@@ -111,7 +114,7 @@ def trim(entries: list[BenchEntry], total_bytes: int, step_s: float, *, steps: i
 
     out = Trim(rows, n, 0, step_s, est(), est(), rounds or default_rounds)
     if out.before_s <= BENCH_TARGET_S:
-        return out
+        return _fit_rounds(out, rounds, warmup_rounds, min_rounds, default_rounds)
     if not buckets_given:
         whole = [e for e in rows if (_cap(e) or 0) * 2**20 >= total_bytes]
         keep = next((e for e in whole if e.label == "ddp-all"), whole[-1] if whole else None)
@@ -128,8 +131,16 @@ def trim(entries: list[BenchEntry], total_bytes: int, step_s: float, *, steps: i
         rows.remove(largest)
         out.dropped.append(largest.label)
     out.entries, out.steps, out.warmup_steps, out.after_s = rows, n, warm, est()
-    if rounds is None and out.cut:
-        counted_s = step_s * (len(rows) + 1) * (n + 2)
-        fit = warmup_rounds + int((BENCH_TARGET_S - out.after_s) // counted_s) + min_rounds
-        out.rounds = max(warmup_rounds + min_rounds, min(default_rounds, fit))
+    return _fit_rounds(out, rounds, warmup_rounds, min_rounds, default_rounds)
+
+
+def _fit_rounds(out: Trim, rounds: int | None, warmup_rounds: int, min_rounds: int, default_rounds: int) -> Trim:
+    """``out`` with its most rounds lowered to as many as fit :data:`BENCH_TARGET_S` (``--min-rounds`` counted at
+    least), unless the user gave ``rounds``."""
+    if rounds is not None:
+        return out
+    counted_s = out.step_s * (len(out.entries) + 1) * (out.steps + 2)
+    fit = warmup_rounds + min_rounds + int(max(0.0, BENCH_TARGET_S - out.after_s) // counted_s)
+    out.rounds = max(warmup_rounds + min_rounds, min(default_rounds, fit))
+    out.rounds_cut = out.rounds < default_rounds
     return out
