@@ -70,7 +70,7 @@ class AutoWarmup:
         if not math.isfinite(self.budget_s):
             return "auto planned at start-up from the bench's profile and cluster (adaptive=false, as asked)"
         return (f"auto planned at start-up from the bench's profile and cluster: its run-time warm-up "
-                f"({self.iterations} iterations, at least {self.estimated_s:.0f} s of wall time) would not fit its "
+                f"({self.iterations} iterations, about {self.estimated_s:.0f} s of wall time) would not fit its "
                 f"{max(0.0, self.budget_s):.0f} s budget; --opt auto.adaptive=true tunes it at run time")
 
 
