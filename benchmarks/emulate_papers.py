@@ -42,7 +42,8 @@ def _run(model: str, args: argparse.Namespace) -> dict:
     out = RESULTS / f"emulate_papers_{model.replace('-', '_')}_{args.hosts}h.json"
     cmd = ["gradsched", "bench", "--replay", str(HERE / "profiles" / f"{profile}.profile.json"), "--hosts",
            str(args.hosts), "--rate", args.rate, "--dilate", str(dilate), "--scale-bytes", str(scale), "--prefix",
-           args.prefix, "--strategies", "ddp,auto", "--rounds", str(args.rounds), "-q", "--json", str(out)]
+           args.prefix, "--strategies", "ddp,auto", *(["--rounds", str(args.rounds)] if args.rounds else []), "-q",
+           "--json", str(out)]
     t0, load = time.time(), os.getloadavg()[0]
     done = subprocess.run([sys.executable, "-m", "gradsched.cli", *cmd[1:]], capture_output=True, text=True)
     wall = time.time() - t0
@@ -72,7 +73,8 @@ def main() -> int:
     p.add_argument("--models", default=",".join(SETTINGS))
     p.add_argument("--hosts", type=int, default=8)
     p.add_argument("--rate", default="10gbit")
-    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--rounds", type=int, default=None, help="the bench's most rounds (default: the bench's, as many "
+                   "of its 6 as fit its 15-minute target: gradsched.jobs.budget)")
     p.add_argument("--prefix", default="gse")
     args = p.parse_args()
     RESULTS.mkdir(exist_ok=True)

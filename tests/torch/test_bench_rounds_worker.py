@@ -10,7 +10,7 @@ from gradsched.byte_scaling import scale_profile
 from gradsched.constants import REPLAY_PREFIX
 from gradsched.jobs.config import BenchConfig
 from gradsched.replayable import load_profile
-from gradsched.torch.jobs.bench_worker import _ComputeOnly, _timed_rounds
+from gradsched.torch.jobs.bench_worker import _ComputeOnly, _startup_probe, _timed_rounds
 from gradsched.torch.jobs.shared_model import SharedModel
 
 
@@ -48,6 +48,38 @@ def test_a_replays_warm_up_round_skips_its_compute(replay):
     times, _ = _timed_rounds(_cfg(model, 2, 0.0), runs, loss_fn, batches, None)
     for warm, counted in times:  # host work alone against the replayed compute (a counted step can hide some)
         assert max(warm) < 0.4 * min(counted)
+
+
+def test_a_trimmed_warm_up_round_runs_its_own_steps(replay):
+    """gradsched.jobs.budget: a dilated replay's warm-up round runs fewer steps than the counted ones."""
+    import dataclasses
+
+    model, runs, loss_fn, batches = replay
+    cfg = dataclasses.replace(_cfg(model, 3, 0.0), steps=2, warmup_steps=1)
+    times, _ = _timed_rounds(cfg, runs, loss_fn, batches, None)
+    assert [[len(r) for r in t] for t in times] == [[1, 2, 2]] * 2
+
+
+def test_plans_are_made_from_the_table_anchored_to_the_probe():
+    """The start-up probe's all-reduce of every gradient sets the table's bandwidth term before the rows are
+    planned, and the contention figures are taken against that table (as after the rounds)."""
+    import json
+    from types import SimpleNamespace
+
+    from gradsched.cluster import Cluster
+
+    root = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    cluster = Cluster.from_dict(json.loads((root / "emulate_papers_densenet201_8h.json").read_text())[0]["cluster"])
+    nbytes = 10 << 20
+    measured_s = 1.3 * cluster.cost("allreduce").time_s(nbytes)
+    probe = SimpleNamespace(start_reps=1, total_bytes=nbytes, samples={"allreduce_alone_s": [measured_s]},
+                            measure=lambda reps: 0.0, bucket_pass_s=lambda reps: (0.0, 0.0),
+                            buffer_sync_s=lambda reps, timeout_s: 0.0,
+                            figures=lambda cost: {"allreduce_model_s": cost.time_s(nbytes)})
+    figures, anchored = _startup_probe(probe, cluster, _cfg("mlp", 2, 0.0))  # type: ignore[arg-type]
+    assert anchored.cost("allreduce").time_s(nbytes) == pytest.approx(measured_s, rel=1e-6)
+    assert figures["allreduce_model_s"] == pytest.approx(measured_s, rel=1e-6) and figures["startup_anchor"] > 1.2
+    assert anchored.cost("allreduce").time_s(4096) == pytest.approx(cluster.cost("allreduce").time_s(4096), rel=0.05)
 
 
 @pytest.mark.parametrize("cap", [None, 0.75])

@@ -37,6 +37,7 @@ from gradsched.commands._output import add_json_arg, emit_json, to_stdout
 from gradsched.errors import GradschedError
 from gradsched.jobs import bench as bench_rules
 from gradsched.jobs.bench import FAITHFUL_AGGREGATE_BPS, replay_model, shaped_rate, with_bound_checks
+from gradsched.jobs.budget import BENCH_TARGET_S, TRIMMED_STEPS, Trim
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.launch import PREFIXES
 from gradsched.jobs.results import UNITS, BenchJsonRow, BenchResult, BenchRow, Contention
@@ -49,6 +50,8 @@ DEFAULT_MODEL = "vgg"
 DEFAULT_STRATEGIES = "ddp,auto"
 DEFAULT_BUCKETS = "1,5,25,100,all"  # DDP's bucket_cap_mb sweep; 25 is DDP's default (the "ddp" row)
 DEFAULT_RATE = "1gbit"
+DEFAULT_STEPS = 3
+DEFAULT_ROUNDS = 6
 TESTBED_PREFIX = PREFIXES["bench"]  # its own prefix: never touches a `gs` testbed the user has up
 MODELS = BUILT_IN
 WORKER = "gradsched.torch.jobs.bench_worker"  # what each rank runs: python -m WORKER config.json
@@ -89,10 +92,10 @@ def register(subparsers: Any) -> None:
                    help="planner option of a gradsched row, e.g. wfbp.layerwise=true (repeatable; PyTorch DDP's "
                    "rows take --ddp-buckets); auto.adaptive=true: run-time auto's warm-up on a replay whatever "
                    "it costs (else planned at start-up where it would not fit its own 5-minute budget)")
-    p.add_argument("--ddp-buckets", default=DEFAULT_BUCKETS,
+    p.add_argument("--ddp-buckets", default=None,
                    help=f"DDP bucket_cap_mb values to sweep, MB or 'all' (one bucket); 'none' to skip "
-                   f"(default {DEFAULT_BUCKETS})")
-    p.add_argument("--steps", type=int, default=3, help="steps per strategy per round (default 3)")
+                   f"(default {DEFAULT_BUCKETS}; on a replay whose default rounds would not fit "
+                   f"{BENCH_TARGET_S / 60:.0f} minutes, the largest are left out and the output says which)")
     _add_round_args(p)
     p.add_argument("--batch-size", type=int, default=16, help="per-worker batch size (default 16)")
     p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
@@ -119,10 +122,13 @@ def register(subparsers: Any) -> None:
 
 
 def _add_round_args(p: argparse.ArgumentParser) -> None:
-    """How many rounds, and when they may stop early (gradsched.jobs.rounds)."""
-    p.add_argument("--rounds", type=int, default=6,
-                   help="rounds at most, the first --warmup-rounds not counted (default 6; fewer where --round-tol "
-                   "stops them)")
+    """How many rounds of how many steps, and when they may stop early (gradsched.jobs.rounds)."""
+    p.add_argument("--steps", type=int, default=None,
+                   help=f"steps per strategy per round (default {DEFAULT_STEPS}; {TRIMMED_STEPS} on a replay whose "
+                   f"default rounds would not fit {BENCH_TARGET_S / 60:.0f} minutes)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help=f"rounds at most, the first --warmup-rounds not counted (default {DEFAULT_ROUNDS}; fewer where "
+                   f"--round-tol stops them, or where a replay's would not fit {BENCH_TARGET_S / 60:.0f} minutes)")
     p.add_argument("--warmup-rounds", type=int, default=1,
                    help="rounds left out of the figures (default 1; a replay's skip their compute)")
     p.add_argument("--round-tol", type=float, default=ROUND_TOL, metavar="F",
@@ -183,11 +189,13 @@ def _network(args: argparse.Namespace) -> str | None:
 
 def _check_args(args: argparse.Namespace, history: list[dict[str, float]]) -> None:
     """The flags' values, each a one-line error before any worker starts."""
+    if args.rounds is None:  # the default, which a replay that would not fit its wall-time target may lower
+        args.rounds, args.rounds_default = DEFAULT_ROUNDS, True
     if args.hosts < 2:
         raise GradschedError(f"--hosts must be at least 2 (data parallelism needs two workers), got {args.hosts}")
     check_ranks_per_host(args.ranks_per_host)
     check_processes("--hosts x --ranks-per-host", args.hosts * args.ranks_per_host)
-    if args.steps < 1 or args.rounds < 1 or args.batch_size < 1:
+    if (args.steps is not None and args.steps < 1) or args.rounds < 1 or args.batch_size < 1:
         raise GradschedError("--steps, --rounds and --batch-size must be at least 1")
     if not 0 <= args.round_tol < 1:
         raise GradschedError(f"--round-tol must be at least 0 and below 1, got {args.round_tol}")
@@ -211,16 +219,18 @@ def _check_args(args: argparse.Namespace, history: list[dict[str, float]]) -> No
 
 
 def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, float]], model: str,
-            scale: int = 1) -> BenchConfig:
-    """The workers' configuration from the flags (``history``: --contention-from's figures, emulated seconds)."""
+            scale: int = 1, trimmed: Trim | None = None) -> BenchConfig:
+    """The workers' configuration from the flags (``history``: --contention-from's figures, emulated seconds;
+    ``trimmed``: the rows and steps cut to fit the wall-time target, :func:`_trim`)."""
     _check_args(args, history)
-    rows = _checked_entries(args)
+    rows = trimmed.entries if trimmed is not None else _checked_entries(args)
+    steps = trimmed.steps if trimmed is not None else (args.steps or DEFAULT_STEPS)
     if scale > 1:
         from gradsched.byte_scaling import scale_ddp_entries
 
         rows = [BenchEntry.from_dict(e) for e in scale_ddp_entries(rows, scale)]  # type: ignore[arg-type]
     return BenchConfig(model=model, seed=args.seed, batch_size=args.batch_size, lr=args.lr,
-                       entries=rows, steps=args.steps,
+                       entries=rows, steps=steps, warmup_steps=trimmed.warmup_steps if trimmed else 0,
                        rounds=args.rounds, warmup_rounds=args.warmup_rounds,
                        profile_iterations=args.profile_iterations, net_reps=args.net_reps, probe=not args.no_probe,
                        probe_s=args.probe_s, resample_share=args.resample_share, contention_history=history,
@@ -235,7 +245,8 @@ def _checked_entries(args: argparse.Namespace) -> list[BenchEntry]:
     """``entries`` from the command line; an ``--opt`` no row takes is an error, not ignored."""
     from gradsched.commands._inputs import check_opt_keys
 
-    out = entries(args.strategies, args.ddp_buckets, args.density, args.opt)
+    buckets = DEFAULT_BUCKETS if args.ddp_buckets is None else args.ddp_buckets
+    out = entries(args.strategies, buckets, args.density, args.opt)
     check_opt_keys([e.strategy for e in out if not e.torch_ddp],
                    argparse.Namespace(density=None, opt=split_auto_runtime(args.opt)[1]))
     return out
@@ -387,8 +398,11 @@ def run(args: argparse.Namespace) -> int:
     history = contention_history(args.contention_from, bench_rules.history_job(
         name, args.hosts, args.ranks_per_host, network, rate, args.batch_size, args.dilate if replay else None))
     with sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="gradsched-bench-") as tmp:  # SIGTERM: removed too
-        model = replay_model(args.replay, args.dilate, tmp, scale)[0] if replay else args.model
-        cfg = _config(args, tmp, history, model, scale)
+        model, trimmed = args.model, None
+        if replay:
+            model, given = replay_model(args.replay, args.dilate, tmp, scale)
+            trimmed = _trim(args, history, given, rate)
+        cfg = _config(args, tmp, history, model, scale, trimmed)
         cfg_path = Path(tmp, "config.json")
         cfg_path.write_text(json.dumps(cfg.to_dict()))
         _launch(cfg_path, args.hosts, shaped, args.timeout_s, args.prefix, args.ranks_per_host)
@@ -396,8 +410,34 @@ def run(args: argparse.Namespace) -> int:
         if not out.exists():
             raise GradschedError("the benchmark's workers exited without writing results; see their output above")
         result = bench_rules.finish(json.loads(out.read_text()), cfg.dilate)
-    _report(args, result, _meta(args, scale, name, network, rate), _title(args, network), scale)
+    meta = _meta(args, scale, name, network, rate)
+    if trimmed is not None and trimmed.cut:
+        meta["trimmed"] = trimmed.to_dict()
+    meta["steps_per_round"] = cfg.steps
+    _report(args, result, meta, _title(args, network), scale, cfg.steps, trimmed)
     return 0
+
+
+def _trim(args: argparse.Namespace, history: list[dict[str, float]], profile: Any, rate: str | None) -> Trim | None:
+    """A replay's rows and steps cut to fit :data:`BENCH_TARGET_S` (:func:`gradsched.jobs.budget.trim`), on the
+    testbed only (on loopback the links' time is not known); printed before the workers start."""
+    from gradsched.jobs import budget
+    from gradsched.testbed import parse_rate_bps
+
+    if rate is None:
+        return None
+    _check_args(args, history)
+    step_s = budget.step_estimate_s(profile.compute_s, profile.total_bytes, args.hosts * args.ranks_per_host,
+                                    parse_rate_bps(rate), args.dilate)
+    out = budget.trim(_checked_entries(args), profile.total_bytes, step_s, steps=args.steps,
+                      buckets_given=args.ddp_buckets is not None, warmup_rounds=args.warmup_rounds,
+                      min_rounds=args.min_rounds, default_steps=DEFAULT_STEPS, default_rounds=DEFAULT_ROUNDS,
+                      rounds=None if getattr(args, "rounds_default", False) else args.rounds)
+    if out.cut:
+        args.rounds = out.rounds
+    for line in out.lines(DEFAULT_BUCKETS, DEFAULT_STEPS, DEFAULT_ROUNDS):
+        print(line, file=sys.stderr)
+    return out
 
 
 def _meta(args: argparse.Namespace, scale: int, name: str, network: str, rate: str | None) -> dict[str, Any]:
@@ -410,16 +450,19 @@ def _meta(args: argparse.Namespace, scale: int, name: str, network: str, rate: s
             "command": " ".join(["gradsched bench", *sys.argv[2:]]) if sys.argv[1:2] == ["bench"] else "gradsched bench"}
 
 
-def _report(args: argparse.Namespace, result: BenchResult, meta: dict[str, Any], title: str, scale: int) -> None:
+def _report(args: argparse.Namespace, result: BenchResult, meta: dict[str, Any], title: str, scale: int,
+            steps: int, trimmed: Trim | None = None) -> None:
     """The table (on stderr with ``--json -``), the JSON and the plot."""
     report = sys.stderr if to_stdout(args) else sys.stdout  # stdout carries the JSON alone with --json -
     stop = result.get("stopping")
     run = stop["rounds_run"] if stop else args.rounds
     early = (f" (of at most {args.rounds - args.warmup_rounds}: the last moved no row's median by more than "
              f"{stop['tol']:.1%})" if stop and stop["stopped_early"] else "")
-    print(f"{title}: {run - args.warmup_rounds} counted rounds x {args.steps} steps{early}, batch {args.batch_size}",
+    print(f"{title}: {run - args.warmup_rounds} counted rounds x {steps} steps{early}, batch {args.batch_size}",
           file=report)
     print(table(result), file=report)
+    for line in trimmed.lines(DEFAULT_BUCKETS, DEFAULT_STEPS, DEFAULT_ROUNDS) if trimmed is not None else []:
+        print(line, file=report)
     if scale > 1:
         print(_scale_line(scale), file=report)
     emit_json(args, rows_for_json(result, meta))

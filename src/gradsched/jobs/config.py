@@ -126,6 +126,7 @@ class BenchConfig:
     scale_bytes: int = 1  # --scale-bytes S: the replayed tensors are 1/S of the emulated ones
     round_tol: float = 0.0  # --round-tol: the rounds stop once one moves no row's median more (gradsched.jobs.rounds)
     min_rounds: int = 2  # --min-rounds: counted rounds before they may stop early
+    warmup_steps: int = 0  # steps per entry in the warm-up rounds (0: steps; gradsched.jobs.budget)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON the workers read."""

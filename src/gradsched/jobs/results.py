@@ -85,6 +85,7 @@ class Contention(TypedDict, total=False):
     startup_fitted: Fitted
     history: list[Fitted]  # the earlier jobs' (--contention-from)
     startup_reps: int
+    startup_anchor: float  # the all-reduce table's bandwidth term x this before planning (anchored_to_probe)
     bucket_copy_s: Emulated[float]
     bucket_scale_s: Emulated[float]
     buffer_sync_s: Emulated[float]

@@ -49,7 +49,7 @@ class AutoWarmup:
     """Whether run-time ``auto`` warms up in situ (off the clock) or is planned at start-up, and why."""
 
     in_situ: bool
-    estimated_s: float  # its warm-up's iterations times an iteration's least time
+    estimated_s: float  # its warm-up's wall time: warmup_estimate_s
     budget_s: float  # its own budget, AUTO_WARMUP_S (inf: the user set adaptive)
     iterations: int
 
@@ -70,14 +70,35 @@ class AutoWarmup:
         if not math.isfinite(self.budget_s):
             return "auto planned at start-up from the bench's profile and cluster (adaptive=false, as asked)"
         return (f"auto planned at start-up from the bench's profile and cluster: its run-time warm-up "
-                f"({self.iterations} iterations, at least {self.estimated_s:.0f} s of wall time) would not fit its "
+                f"({self.iterations} iterations, about {self.estimated_s:.0f} s of wall time) would not fit its "
                 f"{max(0.0, self.budget_s):.0f} s budget; --opt auto.adaptive=true tunes it at run time")
+
+
+def warmup_estimate_s(iterations: int, initial_iterations: int, initial_s: float, typical_s: float,
+                      bound_s: float) -> float:
+    """Wall seconds of run-time ``auto``'s warm-up of ``iterations``: ``initial_iterations`` of them (profiling
+    under its initial plan, ``wfbp``, and that plan's trial windows) at ``initial_s`` each, the others at
+    ``typical_s`` (PyTorch DDP's default buckets: the trials' baseline, which most candidates run near), none
+    below ``bound_s`` (the lower bound, what the estimate was before).  The bound alone left out that the
+    trials run at a plan's speed, not the bound's, and that ``wfbp`` pays a per-message latency per tensor:
+    DenseNet-201 on 8 hosts (about 600 tensors) ran ``wfbp`` at 11x the bound, and its warm-up took 588 s
+    against 162 s estimated (docs/notes/2026-12-bench-runs.md)."""
+    first = min(initial_iterations, iterations)
+    return first * max(initial_s, bound_s) + (iterations - first) * max(typical_s, bound_s)
+
+
+def initial_iterations(switch_iteration: int, trial_rounds: int, window: int, trials: bool) -> int:
+    """Iterations run-time ``auto`` runs its initial plan in its warm-up: the profiling ones (to the switch, and
+    the warm-up step before) and, where it tries plans, one window per trial round (each window with its first
+    iteration, uncounted: ``tuning_iterations_for``)."""
+    return switch_iteration + 1 + (trial_rounds * (window + 1) if trials else 0)
 
 
 def auto_warmup(iterations: int, iteration_s: float, options: dict[str, Any] | None, replay: bool,
                 budget_s: float = AUTO_WARMUP_S) -> AutoWarmup:
     """What run-time ``auto`` does in a bench: warm up in situ unless the model is replayed, its ``iterations``
-    of at least ``iteration_s`` each exceed ``budget_s`` (its own, whatever the start-up took), and the user
+    of about ``iteration_s`` each on average (:func:`warmup_estimate_s` / ``iterations``) exceed ``budget_s``
+    (its own, whatever the start-up took), and the user
     did not set ``adaptive`` (given: as given)."""
     estimated = iterations * max(iteration_s, 0.0)
     if options and "adaptive" in options:

@@ -67,7 +67,8 @@ from gradsched.jobs.bench import anchored_to_probe, ddp_first_bucket_mb
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.results import BenchResult, BenchRow, contention_to_run, pooled_contention
 from gradsched.jobs.rounds import StoppingRule
-from gradsched.jobs.startup import AUTO_WARMUP_PHASE, AutoWarmup, auto_options, auto_warmup, probe_floor
+from gradsched.jobs.startup import (AUTO_WARMUP_PHASE, AutoWarmup, auto_options, auto_warmup, initial_iterations,
+                                   probe_floor, warmup_estimate_s)
 from gradsched.jobs.results import Contention as ProbeFigures  # the probe's figures (the cluster's Contention below)
 from gradsched.cluster import Cluster, Contention
 from gradsched.net_extend import MEASURED_MAX_BYTES, extended_costs, measured_top
@@ -167,15 +168,20 @@ def network_collectives(cfg: BenchConfig) -> list[str]:
     return ["allreduce", "reducescatter", "allgather"] if two_phase else ["allreduce"]
 
 
-def _startup_probe(contention: ContentionProbe, cluster: Cluster, cfg: BenchConfig) -> ProbeFigures:
-    """The contention probe's start-up figures with ``cluster``'s all-reduce times, and the
-    runtimes' bucket passes and buffer broadcast (measured once: they are plain copies)."""
+def _startup_probe(contention: ContentionProbe, cluster: Cluster, cfg: BenchConfig) -> tuple[ProbeFigures, Cluster]:
+    """The contention probe's start-up figures, the runtimes' bucket passes and buffer broadcast (measured
+    once: they are plain copies), and ``cluster`` with its all-reduce table anchored to the probe's all-reduce
+    of every gradient (:func:`anchored_to_probe`): the plans, ``auto``'s included, are made from the table the
+    predictions use (before, the anchor came after the rounds, so plans and predictions saw different tables);
+    the figures are taken against the anchored table's times, as after the rounds."""
     reps = contention.start_reps
     contention.measure(reps)
+    cluster, anchor = anchored_to_probe(cluster, contention.total_bytes,
+                                        statistics.median(contention.samples["allreduce_alone_s"]))
     copy_s, scale_s = contention.bucket_pass_s(reps)
-    return {**contention.figures(cluster.cost("allreduce")), "startup_reps": reps,
+    return {**contention.figures(cluster.cost("allreduce")), "startup_reps": reps, "startup_anchor": anchor,
             "bucket_copy_s": copy_s, "bucket_scale_s": scale_s,
-            "buffer_sync_s": contention.buffer_sync_s(reps, cfg.timeout_s)}
+            "buffer_sync_s": contention.buffer_sync_s(reps, cfg.timeout_s)}, cluster
 
 
 def _with_contention(cluster: Cluster, fitted: dict[str, float]) -> Cluster:
@@ -245,21 +251,32 @@ class _RuntimeOverheads:
         gen = torch.Generator().manual_seed(cfg.seed * 1000 + 997 + dist.get_rank())
         self._batches = [spec.make_batch(cfg.batch_size, gen) for _ in range(4)]
         self._loss_fn = spec.loss_fn
-        reference = _ComputeOnly(cfg, shared)
-        self.runs = [(reference, reference)] + [
-            _build_entry(e, cfg, with_runtime_costs(profile, probe, e.torch_ddp), cluster, shared,
-                         (self._loss_fn, self._batches[0]))
-            for e in (*self.ENTRIES, self.MANY_OPS)]
-        self.bursts: list[list[float]] = [[] for _ in self.runs]  # per run, each rotation's median step
-        one_op, many_ops = self.runs[1][0], self.runs[-1][0]
-        self._timers = (one_op.host_timer(), many_ops.host_timer())
-        self.extra_ops = len(many_ops.plan.operations) - len(one_op.plan.operations)
+        self._build = (cfg, profile, cluster, probe, shared)
+        self.runs: list[tuple[Any, Any]] = []  # built with the first rotation where none runs at start-up
+        self.bursts: list[list[float]] = [[] for _ in range(len(self.ENTRIES) + 2)]  # per run, each rotation's median
         self.host: list[tuple[float, float]] = []  # per rotation: (issue_s, retire_s) per operation
         self._warm = False
         self.rotation_s = self._cost(probe)
         lo, hi = OVERHEAD_REPS
         lo = probe_floor(lo, self.rotation_s, least=0)
         self.start_reps = max(lo, min(hi, int(_share(cfg, OVERHEAD_BUDGET_S) / max(self.rotation_s, 1e-6))))
+        if self.start_reps:  # else built by the first rotation, between the rounds
+            self._built()
+
+    def _built(self) -> None:
+        """The runs: the compute-only step and each runtime's row, built and primed (on a slow dilated link, two
+        primed steps of three rows take about a minute: a start-up with no rotation leaves them to the first)."""
+        if self.runs:
+            return
+        cfg, profile, cluster, probe, shared = self._build
+        reference = _ComputeOnly(cfg, shared)
+        self.runs = [(reference, reference)] + [
+            _build_entry(e, cfg, with_runtime_costs(profile, probe, e.torch_ddp), cluster, shared,
+                         (self._loss_fn, self._batches[0]))
+            for e in (*self.ENTRIES, self.MANY_OPS)]
+        one_op, many_ops = self.runs[1][0], self.runs[-1][0]
+        self._timers = (one_op.host_timer(), many_ops.host_timer())
+        self.extra_ops = len(many_ops.plan.operations) - len(one_op.plan.operations)
         for t in self._timers:
             t.reset()  # the warm-up is not counted
 
@@ -268,13 +285,14 @@ class _RuntimeOverheads:
         alone (its warm-up waits for the first rotation: none may run at start-up); otherwise that of the
         warm-up rotation, run now."""
         if probe.get("host_work_hidden"):
-            return slowest_median([len(self.runs) * (self.STEPS + 2) * float(probe["compute_alone_s"])])
+            return slowest_median([len(self.bursts) * (self.STEPS + 2) * float(probe["compute_alone_s"])])
         return slowest_median([self._warm_up()])
 
     def _warm_up(self) -> float:
         """One rotation off the clock (DDP builds its buckets), a replay's without its compute (:func:`fast_forward`:
         nothing reads its time); returns what it took on this rank."""
         self._warm = True
+        self._built()
         with contextlib.ExitStack() as stack:
             for model, _ in self.runs:
                 inner: Any = getattr(model, "module", model)  # a wrapper's module, or _ComputeOnly's
@@ -531,7 +549,7 @@ def _start(cfg: BenchConfig, shared: SharedModel, phases: Phases) -> _Start:
                                        else None, restart=lambda: restart_clocks(spec.module))
     start.network = NetworkResampler(cluster)
     t0 = time.perf_counter()
-    probe = _startup_probe(start.contention, cluster, cfg)
+    probe, cluster = _startup_probe(start.contention, cluster, cfg)
     probe["host_work_hidden"] = bool(getattr(spec.module, "hides_host_work", False))  # a replayed model's clock
     probe_rep_s = (time.perf_counter() - t0) / probe["startup_reps"]
     pooled = pooled_contention(probe["fitted"], cfg.contention_history, cfg.dilate)
@@ -563,10 +581,32 @@ def _auto_warmup(entry: BenchEntry, cfg: BenchConfig, start: _Start) -> AutoWarm
         config = AutoTuneConfig.from_options(options)
     except Exception:  # noqa: BLE001 - the wrapper reports a bad option itself, as before
         return None
-    iteration_s = lower_bound_s(start.profile, start.cluster)["lower_bound_s"]
-    iterations = config.tuning_iterations_for(config.window_for(iteration_s)) if config.adaptive else 0
+    bound_s = lower_bound_s(start.profile, start.cluster)["lower_bound_s"]
+    window = config.window_for(bound_s)
+    iterations = config.tuning_iterations_for(window) if config.adaptive else 0
     replay = bool(start.probe.get("host_work_hidden")) if start.probe else cfg.model.startswith("replay:")
-    return auto_warmup(iterations, iteration_s, entry.options, replay)
+    if not iterations:
+        return auto_warmup(0, bound_s, entry.options, replay)
+    initial_s, ddp_s = (_simulated_s(strategy, start, config.initial_options if strategy == config.initial else {})
+                        for strategy in (config.initial, "ddp"))
+    first = initial_iterations(config.switch_iteration, config.trial_rounds, window, config.trials > 1)
+    seconds = warmup_estimate_s(iterations, first, initial_s, ddp_s, bound_s)
+    return auto_warmup(iterations, seconds / iterations, entry.options, replay)
+
+
+def _simulated_s(strategy: str, start: _Start, options: dict[str, Any]) -> float:
+    """``strategy``'s simulated iteration on the bench's profile (with its runtime's costs) and cluster; ``ddp``:
+    PyTorch DDP's default buckets.  0 where it cannot be planned (the estimate then uses the bound)."""
+    from gradsched.planners import make_plan
+    from gradsched.sim import simulate
+
+    torch_ddp = strategy == "ddp"
+    profile = with_runtime_costs(start.profile, start.probe, torch_ddp)
+    try:
+        plan = make_plan(strategy, profile, start.cluster, **options)
+        return simulate(plan, profile, start.cluster, timeline=False).iteration_s
+    except Exception:  # noqa: BLE001 - an estimate only; the bound stands in
+        return 0.0
 
 
 def _build_rows(cfg: BenchConfig, start: _Start, shared: SharedModel, loss_fn: Any,
@@ -623,8 +663,9 @@ def _timed_rounds(cfg: BenchConfig, runs: list[tuple[Any, Any]], loss_fn: Any, b
     if samplers is not None:
         samplers.start()
     for r in range(cfg.rounds):
+        steps = cfg.warmup_steps or cfg.steps if r < cfg.warmup_rounds else cfg.steps  # fewer: gradsched.jobs.budget
         with _warm_up_round(runs, r < cfg.warmup_rounds and cfg.model.startswith(REPLAY_PREFIX)):
-            step_s = _rotated_rounds(runs, loss_fn, batches, cfg.steps, 1, on_burst,
+            step_s = _rotated_rounds(runs, loss_fn, batches, steps, 1, on_burst,
                                      samplers.after_round if samplers is not None else None, first=r)
         for run_times, new in zip(times, step_s.tolist()):
             run_times.append(new)

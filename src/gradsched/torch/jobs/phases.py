@@ -6,6 +6,7 @@ rounds, and the phase that sets a rank's peak memory is known."""
 
 from __future__ import annotations
 
+import sys
 import time
 
 import torch.distributed as dist
@@ -36,7 +37,16 @@ class Phases:
         figures = torch.tensor([now - self._t0, float(vm_hwm_bytes())], dtype=torch.float64)
         dist.all_reduce(figures, op=dist.ReduceOp.MAX)
         self.records.append({"phase": name, "s": float(figures[0]), "peak_rss_bytes": int(figures[1])})
+        self._show(-1)
         self._t0 = time.perf_counter()
+
+    def _show(self, first: int) -> None:
+        """Rank 0 prints the records from ``first`` on as they end (a dilated start-up takes minutes)."""
+        if dist.get_rank() != 0:
+            return
+        for rec in self.records[first:]:
+            print(f"[bench] {rec['phase']}: {rec['s']:.1f} s, peak RSS {rec['peak_rss_bytes'] / 1e9:.2f} GB a rank",
+                  file=sys.stderr, flush=True)
 
     def end_apart(self, name: str, apart: str, apart_s: float) -> None:
         """The phase ``name`` ends now, less ``apart_s`` of it (this rank's), recorded as the phase ``apart``
@@ -49,4 +59,5 @@ class Phases:
         dist.all_reduce(figures, op=dist.ReduceOp.MAX)
         self.records.append({"phase": name, "s": float(figures[0]), "peak_rss_bytes": int(figures[2])})
         self.records.append({"phase": apart, "s": float(figures[1]), "peak_rss_bytes": int(figures[2])})
+        self._show(-2)
         self._t0 = time.perf_counter()

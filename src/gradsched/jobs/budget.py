@@ -1,0 +1,146 @@
+"""A default replay's rounds cut to fit :data:`BENCH_TARGET_S` of wall time, and what was cut.
+
+Torch-free; read by ``gradsched bench`` before it launches the workers.  A dilated replay's step takes
+seconds of wall time (googlenet-k80 at dilation 20 and 1 Gbit/s: about 10 s, bound by its dilated
+communication, which skipping compute does not shorten), so the default rows (``ddp``, ``auto``, four more
+DDP bucket sizes and the compute-only row) x 5 steps x (a warm-up round and at least two counted ones) take
+25 minutes.  Where the defaults would not fit, :func:`trim` cuts, in this order, only what the user did not
+set, until the estimate fits:
+
+1. DDP bucket rows that are the same job: every cap at least the gradients' bytes is one bucket, which is
+   ``ddp-all`` (PyTorch 2.13 gives an explicit cap no 1 MiB first bucket); the others are dropped.
+2. Counted steps per round 3 -> 2 (``--steps``; two counted rounds still give every row 4 steps for its
+   median), and the warm-up round's steps per row -> 1 (its steps are not counted; a replay's skip compute).
+3. DDP bucket rows, the largest cap first (``--ddp-buckets`` runs them again).
+4. The most rounds (``--rounds``, default 6): as many counted ones as fit after the cuts, ``--min-rounds`` at
+   least (the stopping rule may end them sooner).  This one also where only the most rounds would not fit.
+
+The estimate (:func:`estimate_s`) is the start-up target, plus the warm-up rounds and ``--min-rounds``
+counted rounds of every row and the compute-only one, each burst ``steps + 2`` steps (one uncounted on each
+side) of :func:`step_estimate_s`: the mean of the compute and all-gradients all-reduce overlapped and back to
+back (measured 8-12 s a step where this gives 12.5 s: googlenet-k80, 2 hosts, 1 Gbit/s, dilation 20).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gradsched.jobs.config import BenchEntry
+from gradsched.jobs.startup import STARTUP_TARGET_S
+
+BENCH_TARGET_S = 900.0  # a default bench on 2-8 hosts: at most about this long in wall seconds
+TRIMMED_STEPS = 2  # counted steps per row per round where the default 3 would not fit
+TRIMMED_WARMUP_STEPS = 1  # the warm-up round's steps per row where the defaults would not fit
+
+
+def step_estimate_s(compute_s: float, total_bytes: int, ranks: int, rate_bps: float, dilate: float) -> float:
+    """About one step's wall time on a replay: ``compute_s`` (the profile's, emulated) and a ring all-reduce of
+    ``total_bytes`` over ``ranks`` at the emulated ``rate_bps``, both x ``dilate``; the mean of their max
+    (overlapped) and their sum (back to back).  Byte scaling divides bytes and rate alike: it cancels."""
+    comm_s = 2 * (ranks - 1) / ranks * total_bytes * 8 / rate_bps
+    return dilate * (max(compute_s, comm_s) + (compute_s + comm_s)) / 2
+
+
+def estimate_s(rows: int, steps: int, warmup_steps: int, warmup_rounds: int, min_rounds: int, step_s: float,
+               startup_s: float = STARTUP_TARGET_S) -> float:
+    """Wall seconds of a bench whose rounds stop at the earliest: ``rows`` (and the compute-only one) in
+    ``warmup_rounds`` of ``warmup_steps`` and ``min_rounds`` of ``steps``, each burst with 2 more steps."""
+    runs = rows + 1
+    return startup_s + step_s * runs * (warmup_rounds * (warmup_steps + 2) + min_rounds * (steps + 2))
+
+
+@dataclass
+class Trim:
+    """What :func:`trim` kept and cut: the rows, the steps per round and the warm-up round's steps (0: as
+    ``steps``), the rows dropped and why, the estimate before and after."""
+
+    entries: list[BenchEntry]
+    steps: int
+    warmup_steps: int
+    step_s: float
+    before_s: float
+    after_s: float
+    rounds: int = 0  # the most rounds, warm-up ones included
+    dropped: list[str] = field(default_factory=list)  # row labels
+    duplicates: list[str] = field(default_factory=list)  # of those, the ones the same as ddp-all
+    steps_cut: bool = False
+    rounds_cut: bool = False
+
+    @property
+    def cut(self) -> bool:
+        return bool(self.dropped or self.steps_cut or self.rounds_cut)
+
+    def lines(self, buckets: str, steps: int, rounds: int = 6) -> list[str]:
+        """What the output says, with how to get the cut back (``buckets``, ``steps``, ``rounds``: the defaults)."""
+        if not self.cut:
+            return []
+        out = [f"a step here takes about {self.step_s:.1f} s of wall time: the default rounds would take about "
+               f"{self.before_s / 60:.0f} min, cut to about {self.after_s / 60:.0f} min (target "
+               f"{BENCH_TARGET_S / 60:.0f} min):"]
+        if self.steps_cut:
+            out.append(f"  {self.steps} counted steps per row per round (--steps {steps} for the default), "
+                       f"{self.warmup_steps} in the warm-up round")
+        if self.rounds_cut:
+            out.append(f"  at most {self.rounds} rounds, the stopping rule's least included (--rounds {rounds})")
+        if self.duplicates:
+            out.append(f"  dropped {', '.join(self.duplicates)}: one bucket of all gradients, the same as ddp-all")
+        rest = [d for d in self.dropped if d not in self.duplicates]
+        if rest:
+            out.append(f"  dropped {', '.join(rest)} (--ddp-buckets {buckets} runs them)")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step_estimate_s": self.step_s, "estimate_before_s": self.before_s, "estimate_s": self.after_s,
+                "target_s": BENCH_TARGET_S, "dropped": self.dropped, "steps": self.steps,
+                "warmup_steps": self.warmup_steps, "rounds": self.rounds}
+
+
+def _cap(entry: BenchEntry) -> float | None:
+    kw = entry.ddp_kwargs or {}
+    return float(kw["bucket_cap_mb"]) if entry.torch_ddp and "bucket_cap_mb" in kw else None
+
+
+def trim(entries: list[BenchEntry], total_bytes: int, step_s: float, *, steps: int | None, buckets_given: bool,
+         warmup_rounds: int, min_rounds: int, default_steps: int = 3, rounds: int | None = None,
+         default_rounds: int = 6) -> Trim:
+    """The rows, steps and rounds of a replay fitted to :data:`BENCH_TARGET_S` (module docstring): ``steps`` and
+    ``rounds`` None and not ``buckets_given`` where the user left them at their defaults (only those are cut)."""
+    rows, n = list(entries), steps or default_steps
+    warm = 0
+
+    def est() -> float:
+        return estimate_s(len(rows), n, warm or n, warmup_rounds, min_rounds, step_s)
+
+    out = Trim(rows, n, 0, step_s, est(), est(), rounds or default_rounds)
+    if out.before_s <= BENCH_TARGET_S:
+        return _fit_rounds(out, rounds, warmup_rounds, min_rounds, default_rounds)
+    if not buckets_given:
+        whole = [e for e in rows if (_cap(e) or 0) * 2**20 >= total_bytes]
+        keep = next((e for e in whole if e.label == "ddp-all"), whole[-1] if whole else None)
+        out.duplicates = [e.label for e in whole if e is not keep]
+        rows = [e for e in rows if e.label not in out.duplicates]
+        out.dropped += out.duplicates
+    if steps is None and est() > BENCH_TARGET_S:
+        n, warm, out.steps_cut = min(n, TRIMMED_STEPS), TRIMMED_WARMUP_STEPS, True
+    while not buckets_given and est() > BENCH_TARGET_S:
+        sweep = [e for e in rows if _cap(e) is not None]
+        if not sweep:
+            break
+        largest = max(sweep, key=lambda e: _cap(e) or 0.0)
+        rows.remove(largest)
+        out.dropped.append(largest.label)
+    out.entries, out.steps, out.warmup_steps, out.after_s = rows, n, warm, est()
+    return _fit_rounds(out, rounds, warmup_rounds, min_rounds, default_rounds)
+
+
+def _fit_rounds(out: Trim, rounds: int | None, warmup_rounds: int, min_rounds: int, default_rounds: int) -> Trim:
+    """``out`` with its most rounds lowered to as many as fit :data:`BENCH_TARGET_S` (``--min-rounds`` counted at
+    least), unless the user gave ``rounds``."""
+    if rounds is not None:
+        return out
+    counted_s = out.step_s * (len(out.entries) + 1) * (out.steps + 2)
+    fit = warmup_rounds + min_rounds + int(max(0.0, BENCH_TARGET_S - out.after_s) // counted_s)
+    out.rounds = max(warmup_rounds + min_rounds, min(default_rounds, fit))
+    out.rounds_cut = out.rounds < default_rounds
+    return out
