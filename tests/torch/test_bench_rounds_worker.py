@@ -43,11 +43,23 @@ def test_the_rounds_stop_by_the_rule_and_say_so(replay):
     assert [len(t) for t in times] == [4, 4] and not record["stopped_early"] and len(record["moves"]) == 2
 
 
-def test_a_replays_warm_up_round_skips_its_compute(replay):
+def test_a_replays_warm_up_round_skips_its_compute(replay, monkeypatch):
+    """Every replayed wait of the warm-up round takes none of its time, every one of the counted round all of
+    it (the clock's scale at each wait: an event, not a wall-clock comparison that load could upset)."""
+    from gradsched.torch.jobs import replay as replay_mod
+
+    scales: list[float] = []
+    wait_until = replay_mod._Clock.wait_until
+
+    def recorded(clock: replay_mod._Clock, start: float, seconds: float) -> None:
+        scales.append(clock.scale)
+        wait_until(clock, start, seconds)
+
+    monkeypatch.setattr(replay_mod._Clock, "wait_until", recorded)
     model, runs, loss_fn, batches = replay
-    times, _ = _timed_rounds(_cfg(model, 2, 0.0), runs, loss_fn, batches, None)
-    for warm, counted in times:  # host work alone against the replayed compute (a counted step can hide some)
-        assert max(warm) < 0.4 * min(counted)
+    _timed_rounds(_cfg(model, 2, 0.0), runs, loss_fn, batches, None)
+    first = scales.index(1.0)
+    assert first > 0 and set(scales[:first]) == {0.0} and set(scales[first:]) == {1.0}
 
 
 def test_a_trimmed_warm_up_round_runs_its_own_steps(replay):
