@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gradsched.commands.bench import DEFAULT_BUCKETS, entries
 from gradsched.jobs import budget
+from gradsched.jobs.results import BenchJsonRow, undeclared
 
 MB = 1 << 20
 GRADIENTS = 53 * MB  # googlenet-k80's 53.5 MB: ddp-100mb is one bucket, as ddp-all
@@ -46,6 +47,7 @@ def test_dilated_default_is_cut_to_the_target_duplicates_and_largest_first() -> 
     assert out.after_s == budget.estimate_s(len(labels), 2, 1, 1, 2, step_s)
     text = "\n".join(out.lines(DEFAULT_BUCKETS, 3))
     assert "ddp-all (--ddp-buckets 1,5,25,100,all runs them)" in text and "--steps 3" in text
+    assert undeclared({"trimmed": out.to_dict()}, BenchJsonRow) == []  # the JSON's record has declared units
 
 
 def test_what_the_user_gave_is_kept() -> None:

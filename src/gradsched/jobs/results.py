@@ -239,6 +239,20 @@ class Stopping(TypedDict, total=False):
     stopped_early: bool
 
 
+class Trimmed(TypedDict, total=False):
+    """A replay's default rounds cut to fit its wall-time target (:meth:`gradsched.jobs.budget.Trim.to_dict`):
+    wall seconds (the job's own time, not emulated) and counts."""
+
+    step_estimate_s: float
+    estimate_before_s: float
+    estimate_s: float
+    target_s: float
+    dropped: list[str]  # row labels
+    steps: int
+    warmup_steps: int
+    rounds: int
+
+
 class BenchResult(TypedDict, total=False):
     """What rank 0 writes (``bench.json``) and the command reports, one row per entry."""
 
@@ -291,6 +305,7 @@ class BenchJsonRow(BenchRow, total=False):
     date: str
     steps_per_round: int
     rounds: int
+    trimmed: Trimmed  # absent where nothing was cut
     batch_size: int
     command: str
 
