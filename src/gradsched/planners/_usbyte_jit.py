@@ -129,78 +129,22 @@ def _ctz(x):
 
 # The ready units with data left, by rank: a two-level bitset (``bits``: one bit per rank;
 # ``summ``: one bit per nonzero word of ``bits``), where the heap of the Python model pops
-# the lowest rank: the same unit, in a few word operations instead of a sift.
-@_inline
-def _add(bits, summ, r):
-    w = r >> 6
-    bits[w] |= _ONE << np.uint64(r & 63)
-    summ[w >> 6] |= _ONE << np.uint64(w & 63)
+# the lowest rank: the same unit, in a few word operations instead of a sift.  Its operations
+# are written out where they are used: an inlined helper given arrays counts their references
+# (two calls into numba's runtime) on every call.
 
 
 @_inline
-def _remove(bits, summ, r):
-    w = r >> 6
-    bits[w] &= ~(_ONE << np.uint64(r & 63))
-    if bits[w] == 0:
-        summ[w >> 6] &= ~(_ONE << np.uint64(w & 63))
-
-
-@_inline
-def _lowest(bits, summ):
-    """The lowest rank in the (nonempty) bitset."""
-    for s in range(summ.shape[0]):
-        if summ[s] != 0:
-            w = s * 64 + _ctz(summ[s])
-            return w * 64 + _ctz(bits[w])
-    return -1
-
-
-@_inline
-def _busy_until(ready, ready_eps, spread, nxt, t, free):
-    """usbyte._busy_until_spread / _busy_until: the clock while the channel is busy."""
-    n = ready.shape[0]
-    if spread:  # bisect_left(ready_eps, free, nxt), galloping from nxt: the next block usually ends soon
-        k, hi, step = nxt, nxt, 1
-        while hi < n and ready_eps[hi] < free:
-            k = hi + 1
-            hi = k + step
-            step *= 2
-        hi = min(hi, n)
-        while k < hi:
-            mid = (k + hi) >> 1
-            if ready_eps[mid] < free:
-                k = mid + 1
-            else:
-                hi = mid
-        if k == n:
-            return ready[n - 1]
-        r = ready[k]
-        return free if free < r else r
-    k = nxt
-    while True:
-        r = ready[k]
-        t = free if free > t and free < r else r
-        lim = t + EPS_S
-        while k < n and ready[k] <= lim:
-            k += 1
-        if free <= lim or k == n:
-            return t
-
-
-@_inline
-def _extend(I, F, m, u, start, next_ready, rest, unit, eb, alpha, beta, a1, b1, a2, b2, two):
-    """usbyte._Model._extend on the block arrays: the elements added to the last block, or -1."""
-    if m == 0 or I[0, m - 1] != u or F[1, m - 1] != start:
-        return -1
-    lo, hi, s0 = I[1, m - 1], I[2, m - 1], F[0, m - 1]
+def _extend(lo, hi, s0, start, next_ready, rest, unit, eb, alpha, beta, a1, b1, a2, b2, two):
+    """usbyte._Model._extend on the last block (its first and end element, its start; the caller
+    checks that it is the unit's and ends at ``start``): the elements added to it and its new end,
+    or -1.  Scalars only: an inlined helper given arrays counts their references on every call."""
     total = _fill(next_ready - s0, rest + hi - lo, unit, eb, alpha, beta, a1, b1, a2, b2, two)
     elems = max(total - (hi - lo), min(unit, rest))
     end = s0 + _time((hi - lo + elems) * eb, a1, b1, a2, b2, two)
     if end < start:
-        return -1
-    I[2, m - 1] = hi + elems
-    F[1, m - 1] = end
-    return elems
+        return -1, end
+    return elems, end
 
 
 # A schedule's state, in arrays (``cap`` phase-1 blocks at most, ``n`` units):
@@ -247,8 +191,11 @@ def _start(I, F, N, bI, bF, bS, bZ, at, IA, FA, rank, bits, summ):
     size = 0
     for j in range(nxt):
         u = by_ready[j]
-        if left[u] > 0:
-            _add(bits, summ, rank[u])
+        if left[u] > 0:  # joins the bitset
+            r = rank[u]
+            w = r >> 6
+            bits[w] |= _ONE << np.uint64(r & 63)
+            summ[w >> 6] |= _ONE << np.uint64(w & 63)
             size += 1
     return m, t, free, nxt, size
 
@@ -286,22 +233,18 @@ def _dry_iteration(I, F, N, S, Z, bF, order, start, t, m, at, IA, FA, P, Q):
 
 
 @_inline
-def _bound(free, rem, count, extend, I, m, left, a_lo, b_lo, after_lo):
+def _bound(free, rem, count, a_lo, b_lo, after_lo):
     """A lower bound of the iteration once the channel is free at ``free``: every byte left
     (``rem``) sent at the cheaper line's bytes rate, a start-up for each of the ``count``
     units with data left (each goes in at least one more message: the cost is subadditive;
-    but for the last block's unit where blocks extend), then the least work after a block."""
-    if extend and m > 0 and left[I[0, m - 1]] > 0:
-        count -= 1
+    the caller leaves out the last block's unit where blocks extend), then the least work after a block."""
     return free + b_lo * rem + a_lo * count + after_lo
 
 
 @_inline
-def _bump(diff, u, elems, nz):
-    """``diff[u] += elems``; returns the count of nonzero entries, ``nz`` before."""
-    was = diff[u] != 0
-    diff[u] += elems
-    return nz + (diff[u] != 0) - was
+def _nonzeros(before, after, nz):
+    """The count of nonzero entries once one entry went from ``before`` to ``after`` (``nz`` before)."""
+    return nz + (after != 0) - (before != 0)
 
 
 @_inline
@@ -383,10 +326,14 @@ def _loop(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, su
     n = by_ready.shape[0]
     left, sent = N[1], N[2]
     Z[0], Z[2] = m, jb
+    words = summ.shape[0]
     while True:
         lim = t + EPS_S
         while nxt < n and ready[nxt] <= lim:  # the units ready by now join the bitset
-            _add(bits, summ, rank[by_ready[nxt]])
+            r = rank[by_ready[nxt]]
+            w = r >> 6
+            bits[w] |= _ONE << np.uint64(r & 63)
+            summ[w >> 6] |= _ONE << np.uint64(w & 63)
             size += 1
             nxt += 1
         if size > 0 and free <= lim:
@@ -397,48 +344,89 @@ def _loop(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, su
                 return 0
             if promoted >= 0:
                 while jb < mb and bF[0, jb] < start:  # the best's blocks up to now
-                    nz = _bump(diff, bI[0, jb], bI[1, jb] - bI[2, jb], nz)
+                    v = bI[0, jb]
+                    d = diff[v]
+                    diff[v] = d + bI[1, jb] - bI[2, jb]
+                    nz = _nonzeros(d, diff[v], nz)
                     jb += 1
                 if nz == 0 and (left[promoted] == 0 or passed == 0) and \
                         _same_state(I, F, m, t, start, bI, bF, jb, mb, extend):
                     _synced(F, I, S, bF, bS, m, at, jb, after, P[6])
                     Z[0], Z[1], Z[2] = m, jb, jb
                     return 3
-            top = _lowest(bits, summ)
+            top = -1  # the lowest rank in the bitset
+            for k in range(words):
+                if summ[k] != 0:
+                    w = k * 64 + _ctz(summ[k])
+                    top = w * 64 + _ctz(bits[w])
+                    break
             u = order[top]
             rest = left[u]
+            eb, ue = elem[u], unit_elems[u]
             elems = -1
-            if extend:
-                elems = _extend(I, F, m, u, start, ready[nxt], rest, unit_elems[u], elem[u], alpha, beta, a1, b1,
-                                a2, b2, two)
+            if extend and m > 0 and I[0, m - 1] == u and F[1, m - 1] == start:
+                elems, end = _extend(I[1, m - 1], I[2, m - 1], F[0, m - 1], start, ready[nxt], rest, ue, eb, alpha,
+                                     beta, a1, b1, a2, b2, two)
+                if elems >= 0:
+                    I[2, m - 1] += elems
+                    F[1, m - 1] = free = end
             if elems < 0:
-                elems = _fill(ready[nxt] - start, rest, unit_elems[u], elem[u], alpha, beta, a1, b1, a2, b2, two)
-                free = start + _time(elems * elem[u], a1, b1, a2, b2, two)
-                I[0, m], I[1, m], I[2, m] = u, sent[u], sent[u] + elems
+                elems = _fill(ready[nxt] - start, rest, ue, eb, alpha, beta, a1, b1, a2, b2, two)
+                free = start + _time(elems * eb, a1, b1, a2, b2, two)
+                s0 = sent[u]
+                I[0, m], I[1, m], I[2, m] = u, s0, s0 + elems
                 F[0, m], F[1, m], F[2, m] = start, free, t
                 m += 1
-            else:
-                free = F[1, m - 1]
             sent[u] += elems
             left[u] = rest - elems
-            rem -= elems * elem[u]
-            Z[0], Z[2] = m, jb
+            rem -= elems * eb
             if promoted >= 0:
-                nz = _bump(diff, u, elems, nz)
-            if rest == elems:
-                _remove(bits, summ, top)
+                d = diff[u]
+                diff[u] = d + elems
+                nz = _nonzeros(d, d + elems, nz)
+            if rest == elems:  # leaves the bitset
+                w = top >> 6
+                bits[w] &= ~(_ONE << np.uint64(top & 63))
+                if bits[w] == 0:
+                    summ[w >> 6] &= ~(_ONE << np.uint64(w & 63))
                 size -= 1
                 count -= 1
                 if promoted >= 0 and target < top <= top_rank:
                     passed -= 1
-            if free + after[u] >= thr or _bound(free, rem, count, extend, I, m, left, a_lo, b_lo, after_lo) * \
-                    (1 - 1e-9) >= thr:
+            if free + after[u] >= thr or _bound(free, rem, count - 1 if extend and left[u] > 0 else count, a_lo, b_lo,
+                                                after_lo) * (1 - 1e-9) >= thr:
+                Z[0], Z[2] = m, jb
                 return 2
             continue
         if size == 0 and nxt == n:
+            Z[0], Z[2] = m, jb
             return 1
-        if nxt < n and free > lim:  # channel busy: to when it may be free
-            t = _busy_until(ready, ready_eps, spread, nxt, t, free)
+        if nxt < n and free > lim:  # channel busy: to when it may be free (usbyte._busy_until_spread / _busy_until)
+            k = nxt
+            if spread:  # bisect_left(ready_eps, free, nxt), galloping from nxt: the next block usually ends soon
+                hi, step = nxt, 1
+                while hi < n and ready_eps[hi] < free:
+                    k = hi + 1
+                    hi = k + step
+                    step *= 2
+                hi = min(hi, n)
+                while k < hi:
+                    mid = (k + hi) >> 1
+                    if ready_eps[mid] < free:
+                        k = mid + 1
+                    else:
+                        hi = mid
+                r = ready[n - 1] if k == n else ready[k]
+                t = r if k == n or free >= r else free
+                continue
+            while True:
+                r = ready[k]
+                t = free if free > t and free < r else r
+                lim = t + EPS_S
+                while k < n and ready[k] <= lim:
+                    k += 1
+                if free <= lim or k == n:
+                    break
             continue
         t_next = ready[nxt] if nxt < n else free
         if free > t and free < t_next:
