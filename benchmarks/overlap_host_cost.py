@@ -11,6 +11,8 @@ per-layer optimizer steps of ``DistributedOptimizer`` in the next forward, the f
 ``-old`` rows run the per-layer step as it was before 2026-12-07 (a pass over every parameter per
 layer).  Prints the median step (slowest rank) and the CPU per rank (all threads) per phase;
 docs/notes/2026-12-bench-runs.md ("Why auto's plans run slow on 8 emulated hosts") has the figures.
+Each step starts with a barrier: operations an overlapping plan leaves in flight run on during it, off
+the clock, which flatters the overlap rows when communication dominates.
 """
 
 from __future__ import annotations
