@@ -66,3 +66,37 @@ def test_layer_by_layer_updates_equal_one_step_with_the_hyperparameters_of_step(
         assert torch.equal(a, b)
     assert [g["lr"] for g in inner.param_groups] == [g["lr"] for g in ref_opt.param_groups]
     assert copy.deepcopy(inner.state_dict())["state"].keys() == ref_opt.state_dict()["state"].keys()
+
+
+class _CountingList(list):
+    """A parameter list that counts how often it is walked whole."""
+
+    walks = 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        _CountingList.walks += 1
+        return super().__iter__()
+
+
+def test_each_layers_update_costs_its_own_parameters_not_every_parameter():
+    model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(40)])
+    model(torch.randn(1, 2)).sum().backward()
+    ref = copy.deepcopy(model)
+    for a, b in zip(ref.parameters(), model.parameters()):
+        a.grad = b.grad.clone()
+    inner = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    inner.param_groups[0]["params"] = _CountingList(inner.param_groups[0]["params"])
+    opt = DistributedOptimizer(inner, _Overlapping(model))
+    opt.step()
+    _CountingList.walks = 0
+    for layer in model:  # the next forward's per-layer updates
+        opt._step_subset(list(layer.parameters()))
+    assert _CountingList.walks <= 1  # once to index the group, not once per layer (40 before)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    ref_opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(ref.parameters(), model.parameters()))
+    inner.param_groups[0]["params"][0] = nn.Parameter(torch.zeros(2, 2))  # edited in place: found again
+    fresh = inner.param_groups[0]["params"][0]
+    fresh.grad = torch.ones(2, 2)
+    opt._step_subset([fresh])
+    assert torch.equal(fresh, torch.full((2, 2), -0.1))
