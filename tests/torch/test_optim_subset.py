@@ -100,3 +100,16 @@ def test_each_layers_update_costs_its_own_parameters_not_every_parameter():
     fresh.grad = torch.ones(2, 2)
     opt._step_subset([fresh])
     assert torch.equal(fresh, torch.full((2, 2), -0.1))
+
+
+def test_a_tensor_listed_twice_in_a_layers_update_steps_once():
+    """A tied weight reached from two places of one layer's list is updated once, as by the full step."""
+    model = nn.Linear(2, 2)
+    model(torch.randn(1, 2)).sum().backward()
+    ref = copy.deepcopy(model)
+    ref.weight.grad, ref.bias.grad = model.weight.grad.clone(), model.bias.grad.clone()
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), _Overlapping(model))
+    opt.step()
+    opt._step_subset([model.weight, model.bias, model.weight])
+    torch.optim.SGD(ref.parameters(), lr=0.1).step()
+    assert torch.equal(model.weight, ref.weight) and torch.equal(model.bias, ref.bias)

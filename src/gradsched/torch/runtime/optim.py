@@ -263,7 +263,7 @@ class DistributedOptimizer:
             self._where_key = None  # stale, or a parameter the optimizer does not hold (as before: skipped)
             where = self._positions(own)
             found = [where.get(id(p)) for p in params]
-        return sorted(f for f in found if f is not None)
+        return sorted({f for f in found if f is not None})  # a tensor listed twice (tied weights) steps once
 
     def _step_subset(self, params: list[torch.nn.Parameter]) -> None:
         """One ``step()`` of the wrapped optimizer over ``params`` alone, with the hyper-parameters
