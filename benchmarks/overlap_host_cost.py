@@ -8,8 +8,7 @@ round), ranks on loopback, no shaping.  ``dear`` is planned once (for an 8-rank 
 dilation 2.5) and run as planned, and its reduce-scatter groups run as plain all-reduces with and
 without ``overlap_forward``: the same operations, so the difference is the overlap's host work (the
 per-layer optimizer steps of ``DistributedOptimizer`` in the next forward, the first-use gate).
-``-old`` rows run the per-layer step as it was before 2026-12-07 (a pass over every parameter per
-layer).  Prints the median step (slowest rank) and the CPU per rank (all threads) per phase;
+Prints the median step (slowest rank) and the CPU per rank (all threads) per phase;
 docs/notes/2026-12-bench-runs.md ("Why auto's plans run slow on 8 emulated hosts") has the figures.
 Each step starts with a barrier: operations an overlapping plan leaves in flight run on during it, off
 the clock, which flatters the overlap rows when communication dominates.
@@ -21,7 +20,6 @@ import argparse
 import os
 import statistics
 import time
-import types
 from dataclasses import replace
 from typing import Any
 
@@ -29,23 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-ROWS = ["torch-ddp", "groups", "groups-overlap-old", "groups-overlap", "dear-old", "dear"]
-
-
-def _old_step_subset(self: Any, params: list[torch.nn.Parameter]) -> None:
-    """DistributedOptimizer._step_subset before 2026-12-07: every group's parameters walked per call."""
-    keep = {id(p) for p in params}
-    own = self.optimizer.param_groups
-    snaps = self._hparams or [{}] * len(own)
-    groups = [{**g, **snap, "params": [p for p in g["params"] if id(p) in keep]} for g, snap in zip(own, snaps)]
-    groups = [g for g in groups if g["params"]]
-    if not groups:
-        return
-    self.optimizer.param_groups = groups
-    try:
-        self.optimizer.step()
-    finally:
-        self.optimizer.param_groups = own
+ROWS = ["torch-ddp", "groups", "groups-overlap", "dear"]
 
 
 def build(name: str, prof: Any, cluster: Any, plan: Any, scale: int) -> tuple[Any, Any]:
@@ -63,8 +45,6 @@ def build(name: str, prof: Any, cluster: Any, plan: Any, scale: int) -> tuple[An
         plan = Plan("custom", ops, plan.profile_fingerprint, plan.model, overlap_forward="-overlap" in name)
     w = gt.DistributedDataParallel(m, plan, profile=prof, cluster=cluster, init_sync=False)
     opt = DistributedOptimizer(torch.optim.SGD(w.parameters(), lr=1e-3, momentum=0.9), w)
-    if name.endswith("-old"):
-        opt._step_subset = types.MethodType(_old_step_subset, opt)  # type: ignore[method-assign]
     return w, opt
 
 
