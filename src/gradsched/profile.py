@@ -43,21 +43,28 @@ class OpHost:
 
     issue_s: float = 0.0  # to issue an operation, right after the layer that completes it
     retire_s: float = 0.0  # to retire it once it is done
+    # one deferred update of an overlapping plan in the next forward (one torch.optim step() over the
+    # parameters whose operations completed), beyond the parameters' own update_s
+    update_call_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in OP_HOST_FIELDS:
+        for name in (*OP_HOST_FIELDS, "update_call_s"):
             x = getattr(self, name)
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
                 raise GradschedError(f"host time per operation {name} must be a finite non-negative number of "
                                      f"seconds, got {x!r}; fix the profile's op_host")
 
     def to_dict(self) -> dict[str, float]:
-        return {name: getattr(self, name) for name in OP_HOST_FIELDS}
+        """``update_call_s`` only where set (files written before it had the field read the same)."""
+        out = {name: getattr(self, name) for name in OP_HOST_FIELDS}
+        if self.update_call_s:
+            out["update_call_s"] = self.update_call_s
+        return out
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<dict>", where: str = "op_host") -> "OpHost":
-        """From the JSON object (both fields optional), checked field by field."""
-        return cls(**v.numbers(data, source, where, OP_HOST_FIELDS))
+        """From the JSON object (every field optional), checked field by field."""
+        return cls(**v.numbers(data, source, where, (*OP_HOST_FIELDS, "update_call_s")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,9 +301,14 @@ class Profile:
         host = self.op_host or OpHost()
         return host.issue_s, host.retire_s
 
-    def with_op_host(self, issue_s: float, retire_s: float) -> "Profile":
-        """A copy whose runtime spends ``issue_s`` and ``retire_s`` of host time per operation."""
-        return replace(self, op_host=OpHost(issue_s, retire_s))
+    def op_update_call_s(self) -> float:
+        """Host time of one deferred update of an overlapping plan (``op_host.update_call_s``; 0 without)."""
+        return self.op_host.update_call_s if self.op_host is not None else 0.0
+
+    def with_op_host(self, issue_s: float, retire_s: float, update_call_s: float = 0.0) -> "Profile":
+        """A copy whose runtime spends ``issue_s`` and ``retire_s`` of host time per operation, and
+        ``update_call_s`` per deferred update of an overlapping plan."""
+        return replace(self, op_host=OpHost(issue_s, retire_s, update_call_s))
 
     def with_bucket_costs(self, backward_s_per_byte: float = 0.0, update_s_per_byte: float = 0.0) -> "Profile":
         """A copy where each tensor's backward and update take longer by its bytes times a rate.

@@ -101,6 +101,6 @@ class TwoPhasePricer:
         _, _, iteration = self.run(
             fixed.layer_time, comp_ptr, comp_ops, np.zeros(n), self.issue_s, cost, nbytes, priority, after,
             not prioritized, -1, 1, self.op_latency_s, self.profile.other_s, True, self.profile.update_s,
-            fixed.forward_s, fixed.update_s, fixed.f_ptr, fixed.f_tensors, g_ptr, g_ops, o_ptr, o_tensors,
-            self.profile.num_tensors, ready, start, end, np.zeros(layers))
+            self.profile.op_update_call_s(), fixed.forward_s, fixed.update_s, fixed.f_ptr, fixed.f_tensors, g_ptr,
+            g_ops, o_ptr, o_tensors, self.profile.num_tensors, ready, start, end, np.zeros(layers))
         return float(iteration)

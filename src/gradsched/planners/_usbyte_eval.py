@@ -91,7 +91,8 @@ class BlockPricer:
         _, _, iteration = self.run(
             fixed.layer_time, comp_ptr, comp_ops, np.zeros(n), self.issue_s, cost, nbytes,
             np.ascontiguousarray(rank[unit], dtype=np.int64), np.full(n, -1, dtype=np.int64), False, -1, 1,
-            self.op_latency_s, profile.other_s, True, profile.update_s, fixed.forward_s, fixed.update_s,
+            self.op_latency_s, profile.other_s, True, profile.update_s, profile.op_update_call_s(), fixed.forward_s,
+            fixed.update_s,
             fixed.f_ptr, fixed.f_tensors, np.zeros(forward + 1, dtype=np.int64), np.zeros(0, dtype=np.int64),
             o_ptr, o_tensors, profile.num_tensors, ready, start, end, np.zeros(layers))
         return float(iteration)

@@ -234,10 +234,11 @@ def _settle(t, upto, settled, by_issue, end):
     return t, max(settled, upto + 1)
 
 
-def _forward(t, end, start, overlap, other_s, update_total, fwd_s, upd_s, f_ptr, f_tensors, g_ptr, g_ops,
+def _forward(t, end, start, overlap, other_s, update_total, call_s, fwd_s, upd_s, f_ptr, f_tensors, g_ptr, g_ops,
              o_ptr, o_tensors, num_tensors):
     """Other work, updates and the next forward (engine._run's last part): when the iteration ends."""
     n = end.shape[0]
+    applied = 0  # overlapping plans: operations (a prefix of the issue order) whose updates are applied
     if overlap and other_s > 0:
         t = t + other_s
     by_issue = np.argsort(start, kind="mergesort")
@@ -267,6 +268,11 @@ def _forward(t, end, start, overlap, other_s, update_total, fwd_s, upd_s, f_ptr,
             for q in range(f_ptr[f], f_ptr[f + 1]):
                 upto = max(upto, last_holding[f_tensors[q]])
             t, settled = _settle(t, upto, settled, by_issue, end)
+            if call_s > 0 and upto >= applied:  # one deferred update: this layer's and every complete one
+                applied = upto + 1
+                while applied < n and end[by_issue[applied]] <= t + EPS_S:
+                    applied += 1
+                t = t + call_s
             if upd_s[f] > 0:
                 t = t + upd_s[f]
         if fwd_s[f] > 0:
@@ -275,7 +281,7 @@ def _forward(t, end, start, overlap, other_s, update_total, fwd_s, upd_s, f_ptr,
 
 
 def run_pass(layer_time, comp_ptr, comp_ops, select, issue_s, cost, nbytes, priority, after, fifo, credit,
-             channels, op_lat, other_s, overlap, update_total, fwd_s, upd_s, f_ptr, f_tensors, g_ptr, g_ops,
+             channels, op_lat, other_s, overlap, update_total, call_s, fwd_s, upd_s, f_ptr, f_tensors, g_ptr, g_ops,
              o_ptr, o_tensors, num_tensors, ready, start, end, layer_end):
     """One pass (no dilation, no retire time): fills ``ready``, ``start``, ``end`` and ``layer_end``;
     returns ``(backward_end, comm_end, iteration)``.  ``credit`` < 0: no window."""
@@ -293,6 +299,6 @@ def run_pass(layer_time, comp_ptr, comp_ops, select, issue_s, cost, nbytes, prio
     comm_end = 0.0
     for j in range(n):
         comm_end = max(comm_end, end[j]) if j > 0 else end[j]
-    iteration = _forward(backward_end, end, start, overlap, other_s, update_total, fwd_s, upd_s, f_ptr, f_tensors,
+    iteration = _forward(backward_end, end, start, overlap, other_s, update_total, call_s, fwd_s, upd_s, f_ptr, f_tensors,
                          g_ptr, g_ops, o_ptr, o_tensors, num_tensors)
     return backward_end, comm_end, iteration

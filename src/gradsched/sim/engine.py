@@ -18,7 +18,9 @@ The model (docs/simulator.md has the figures):
    The runtime's own host time per operation (the profile's optional ``op_host``)
    runs on the compute stream: issuing it right after the layer that completes it,
    retiring it (waiting done, results written back) once it is done and the stream
-   reaches it, in issue order.
+   reaches it, in issue order; an overlapping plan's deferred updates cost
+   ``op_host.update_call_s`` each in the next forward, one per layer whose operations
+   were not complete at an earlier one (the runtime updates every complete one at once).
    A ``reduce-scatter`` / ``all-gather`` of ``n`` bytes costs the cluster's
    ``reducescatter`` / ``allgather`` of ``n / p`` bytes per rank; an all-gather is
    ready when its reduce-scatter ends and the runtime has reached its first wait after
@@ -149,7 +151,8 @@ def _run_compiled(plan: Plan, profile: Profile, st: _Static, channels: int, op_l
     backward_end, comm_end, iteration = run_pass(
         fixed.layer_time, comp_ptr, comp_ops, select, st.issue_s, cost, nbytes, priority, after,
         plan.scheduling == "fifo", credit, channels, op_latency_s, profile.other_s, plan.overlap_forward,
-        st.update_total, fixed.forward_s, fixed.update_s, fixed.f_ptr, fixed.f_tensors, g_ptr, g_ops, o_ptr,
+        st.update_total, st.update_call_s, fixed.forward_s, fixed.update_s, fixed.f_ptr, fixed.f_tensors, g_ptr,
+        g_ops, o_ptr,
         o_tensors, profile.num_tensors, ready, start, end, layer_end)
     return _Timing([], ready.tolist(), start.tolist(), end.tolist(), layer_end.tolist(), float(backward_end),
                    float(comm_end), float(iteration))
@@ -348,6 +351,7 @@ class _Static:
         self.forward = fixed.forward  # forward layers in forward order: (name, forward_s, update_s, tensors)
         self.update_total = profile.update_s
         self.issue_s, self.retire_s = profile.op_host_s()
+        self.update_call_s = profile.op_update_call_s()  # charged to overlapping plans only
         self._two_phase(plan, profile, fixed.forward_layer, REDUCE_SCATTER in by_collective)
         self.arrays: tuple[np.ndarray, ...] | None = None  # the compiled pass's, made on its first use
 
@@ -506,11 +510,22 @@ def _run(plan: Plan, profile: Profile, st: _Static, channels: int, on_compute: D
             for s in plan.operations[j].slices:
                 last_holding[s.tensor] = k  # by_issue is in issue order: the last one seen is the latest
     issue_pos = {j: k for k, j in enumerate(by_issue)}
+    applied = 0  # overlapping plans: the operations (a prefix of by_issue) whose updates are applied
     for (name, fwd, upd, tensors), gated in zip(st.forward, st.gated):
         if gated:  # all-gathers gate this layer's forward in any plan
             t = settle(t, max(issue_pos[j] for j in gated), f"wait {name}")
         if plan.overlap_forward:
-            t = settle(t, max(last_holding[i] for i in tensors), f"wait {name}")
+            need = max(last_holding[i] for i in tensors)
+            t = settle(t, need, f"wait {name}")
+            if need >= applied and st.update_call_s > 0:
+                # one deferred update (DistributedOptimizer.apply): this layer's operations and every one
+                # complete by now, so a layer whose updates went with an earlier one costs no call
+                applied = need + 1
+                while applied < n_ops and finish[by_issue[applied]] <= t + EPS_S:
+                    applied += 1
+                end = on_compute(t, st.update_call_s)
+                spans.append((f"update call {name}", HOST, t, end, {}))
+                t = end
             if upd > 0:
                 end = on_compute(t, upd)
                 spans.append((f"update {name}", UPDATE, t, end, {}))
@@ -526,7 +541,9 @@ def _result(plan: Plan, profile: Profile, cluster: Cluster, st: _Static, timing:
             timeline: bool) -> SimResult:
     ops = plan.operations
     n_ops = len(ops)
-    compute = profile.compute_s + sum(st.select) + n_ops * (st.issue_s + st.retire_s)
+    # free communication: an overlapping plan's updates are one deferred call at the first layer
+    compute = profile.compute_s + sum(st.select) + n_ops * (st.issue_s + st.retire_s) + \
+        (st.update_call_s if plan.overlap_forward else 0.0)
     # ---- memory over time
     if timeline:
         deltas: list[tuple[float, int]] = []

@@ -54,7 +54,7 @@ from torch import nn
 
 from gradsched.errors import GradschedError, InternalError
 from gradsched.plan import REDUCE_SCATTER, Plan
-from gradsched.torch.runtime.decoupled import retire_alone
+from gradsched.torch.runtime.decoupled import DecoupledAllReduce, retire_alone
 from gradsched.torch.runtime.groups import side_group, uses_nccl
 from gradsched.torch.runtime.hier import Sequencer
 from gradsched.torch.runtime.hosttime import HostTimer
@@ -376,6 +376,8 @@ class Executor:
         self.op_state = [PENDING] * n_ops
         self.tensor_ops_left = [len(ops) for ops in self.layout.tensor_ops]
         self.written = [False] * len(self.params)
+        self.fresh: list[int] = []  # tensors written since the last settle_done() (or this backward's start)
+        self.retired: list[int] = []  # operations retired since the last settle_done(), results maybe unwritten
         self.next_pos = 0
         self.inflight: deque[int] = deque()
         self.inflight_bytes = 0
@@ -555,6 +557,7 @@ class Executor:
             self.tracer.op_completed(j, self.runners[j].nbytes)
         self.op_state[j] = DONE
         self.inflight_bytes -= self.runners[j].nbytes
+        self.retired.append(j)
 
     def _on_complete(self, j: int) -> None:
         """Runs on the backend's thread when operation ``j`` completes: record it, wake the progress thread.
@@ -664,6 +667,38 @@ class Executor:
                 self._complete(j)
             self.settled = True
 
+    def settle_done(self) -> list[int]:
+        """Without waiting: retire the operations already complete, write their results into ``.grad``, and
+        return every tensor whose result was written since the last call (by this, :meth:`settle` or
+        :meth:`settle_all`) or since this backward began.
+
+        An overlapping plan's optimizer updates these together with the tensors a layer's gate waited for
+        (:meth:`DistributedOptimizer.apply <gradsched.torch.runtime.optim.DistributedOptimizer.apply>`): one
+        ``step()`` per completed operation at most, not one per layer."""
+        out: list[int] = []
+        self._host("retire", self._settle_done, out)
+        return out
+
+    def _settle_done(self, out: list[int]) -> None:
+        with self._lock:
+            self._check_thread()
+            self._progress_locked(False)  # retires the completed prefix of the issue order, issues what it frees
+            if self.decoupled:  # gathered in forward order: retired alone once their gather is done
+                for j in [k for k in self.inflight if isinstance(self.runners[k], DecoupledAllReduce)
+                          and self.runners[k].is_done()]:
+                    self.inflight.remove(j)
+                    self._retire(j)
+            sparse = self.delivery is not None
+            for j in self.retired:
+                if sparse and self.plan.operations[j].sparse:
+                    continue  # delivered by _complete, as it waits
+                for t in self.layout.op_tensors[j]:
+                    if not self.written[t] and all(self.op_state[k] == DONE for k in self.layout.tensor_ops[t]):
+                        self._write_back(t)
+            self.retired.clear()
+            out.extend(self.fresh)
+            self.fresh.clear()
+
     def _complete(self, j: int) -> None:
         if self.op_state[j] == DONE and all(self.written[t] for t in self.layout.op_tensors[j]):
             return
@@ -682,6 +717,7 @@ class Executor:
 
     def _write_back(self, i: int) -> None:
         self.written[i] = True
+        self.fresh.append(i)
         if i in self.globally_unused:
             return  # no rank computed it: leave .grad as it was (None stays None), like DDP
         p = self.params[i]

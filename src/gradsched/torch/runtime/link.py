@@ -97,6 +97,10 @@ class ModelLink(Protocol):
     def settle_all(self) -> None:
         """Wait for every operation and write every result into ``.grad``."""
 
+    def settle_done(self) -> list[int]:
+        """Without waiting: write the results of the operations already complete into ``.grad``; return the
+        plan tensors whose results were written since the last call (or since the backward began)."""
+
     def finish_unstepped(self) -> None:
         """Finish a backward that no ``step()`` followed (before gradients are zeroed or accumulated)."""
 

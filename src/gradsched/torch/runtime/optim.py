@@ -8,7 +8,10 @@ returns while operations are still in flight; :meth:`step` then only records tha
 an update is due, and the update of each parameter is applied just before the next
 forward first reads it, wherever it is read (:mod:`gradsched.torch.runtime.gating`):
 the gate waits for the operations holding the parameters of the module that owns
-it, then steps the optimizer over those parameters alone.  Whatever the forward did not touch is updated when the wrapped
+it, then steps the optimizer over those parameters and every other parameter whose
+operations have completed by then, in one call (one ``step()`` per completed
+operation at most, not one per layer: a pass over a few hundred layers cost a
+``torch.optim`` call each).  Whatever the forward did not touch is updated when the wrapped
 forward returns.  ``zero_grad()`` after ``step()`` is deferred the same way.
 
 Stepping a subset: ``torch.optim`` optimizers keep per-parameter state and step
@@ -189,7 +192,9 @@ class DistributedOptimizer:
         return self.optimizer.state_dict()
 
     def apply(self, tensors: list[int]) -> None:
-        """Wait for ``tensors``' gradients, then update them (plan indices)."""
+        """Wait for ``tensors``' gradients, then update them (plan indices), and in the same ``step()`` every
+        other deferred update whose gradients are already complete (:meth:`Executor.settle_done
+        <gradsched.torch.runtime.executor.Executor.settle_done>`)."""
         if self._sharded and not self._pending:  # the gate before a layer: its parameters' all-gathers
             self.optimizer.wait_params(tensors)
             return
@@ -205,6 +210,11 @@ class DistributedOptimizer:
             self._clip()
         else:
             link.settle(todo)
+        # with them, every other pending tensor whose operations are complete by now (updating before the first
+        # read is always safe): one step() per completed operation at most, not one per layer
+        done = [i for i in link.settle_done() if i in self._pending]
+        if done:
+            todo = sorted(set(todo).union(done))
         if tracer is not None:
             t1 = tracer.now()
             if t1 - t0 > 1e-6:

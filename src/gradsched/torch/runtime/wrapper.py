@@ -737,6 +737,9 @@ class _Link:
     def settle_all(self) -> None:
         self._executor().settle_all()
 
+    def settle_done(self) -> list[int]:
+        return self._executor().settle_done()
+
     def finish_unstepped(self) -> None:
         self._model._finish_unstepped()
 
