@@ -98,3 +98,17 @@ def test_auto_leaves_an_overlapping_plan_whose_update_calls_cost_more_than_its_o
     costly = make_plan("auto", dear, cluster)
     assert not costly.overlap_forward
     assert simulate(costly, dear, cluster).iteration_s <= simulate(cheap, dear, cluster).iteration_s
+
+
+def test_the_bench_charges_the_measured_update_call_to_gradscheds_runtime_even_where_host_work_is_hidden():
+    from gradsched.calibration import with_runtime_costs
+
+    p = Profile("toy", (TensorProfile("w", 10, 40, 0.001, 0.002),))
+    probe = {"allreduce_bytes": 40, "bucket_copy_s": 0.0, "bucket_scale_s": 0.0, "update_call_s": 4e-4,
+             "op_host": {"issue_s": 1e-4, "retire_s": 2e-5}}
+    assert with_runtime_costs(p, probe, torch_ddp=False).op_host == OpHost(1e-4, 2e-5, 4e-4)
+    assert with_runtime_costs(p, {**probe, "host_work_hidden": True}, torch_ddp=False).op_host == \
+        OpHost(update_call_s=4e-4)  # a replay: issue and retire hidden by its clock, the updates not
+    assert with_runtime_costs(p, probe, torch_ddp=True).op_update_call_s() == 0.0
+    old = {k: v for k, v in probe.items() if k != "update_call_s"}  # a probe from before the field
+    assert with_runtime_costs(p, {**old, "host_work_hidden": True}, torch_ddp=False).op_host is None

@@ -37,7 +37,10 @@ def with_runtime_costs(profile: Profile, probe: dict[str, Any] | None, torch_ddp
       next forward.
     - gradsched's host time per operation (the bench worker's ``_RuntimeOverheads.op_host``), into the
       profile's ``op_host``: PyTorch DDP issues its few buckets from C++, and whatever
-      that costs is in its overhead below.
+      that costs is in its overhead below.  With it the wall time of one deferred update of an
+      overlapping plan with every rank at it (``probe["update_call_s"]``), charged even where
+      the host's work is hidden: on 8 emulated hosts sharing 2 cores, those updates doubled a
+      rank's host time and about doubled the step (docs/notes/2026-12-bench-runs.md).
     - The rest of the runtime's own cost per step, measured on its simplest plan
       (the bench worker's ``_RuntimeOverheads``): into ``other_s`` too.
 
@@ -54,7 +57,10 @@ def with_runtime_costs(profile: Profile, probe: dict[str, Any] | None, torch_ddp
         out = out.with_bucket_costs((probe["bucket_copy_s"] + probe["bucket_scale_s"]) * per_byte,
                                     probe["bucket_copy_s"] * per_byte if torch_ddp else 0.0)
         if not torch_ddp and probe.get("op_host"):
-            out = out.with_op_host(probe["op_host"]["issue_s"], probe["op_host"]["retire_s"])
+            out = out.with_op_host(probe["op_host"]["issue_s"], probe["op_host"]["retire_s"],
+                                   probe.get("update_call_s", 0.0))
+    elif not torch_ddp and probe.get("update_call_s"):  # host work hidden, but not an overlapping plan's updates
+        out = out.with_op_host(0.0, 0.0, probe["update_call_s"])
     overhead = (probe.get("runtime_overhead_s") or {}).get(runtime_name(torch_ddp), 0.0)
     return dataclasses.replace(out, other_s=out.other_s + probe.get("buffer_sync_s", 0.0) + overhead)
 

@@ -93,6 +93,7 @@ class Contention(TypedDict, total=False):
     op_host: OpHost
     startup_op_host: OpHost
     op_host_samples: Emulated[list[list[float]]]  # per rotation: (issue_s, retire_s)
+    update_call_s: Emulated[float]  # one deferred update of an overlapping plan, every rank at it (op_host.update_call_s)
     runtime_overhead_s: Emulated[dict[str, float]]  # per runtime ("gradsched", "torch DDP")
     startup_runtime_overhead_s: Emulated[dict[str, float]]
     resamples: int

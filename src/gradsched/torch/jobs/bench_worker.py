@@ -560,6 +560,7 @@ def _start(cfg: BenchConfig, shared: SharedModel, phases: Phases) -> _Start:
     rotation_s = overheads.measure(overheads.start_reps) / overheads.start_reps if overheads.start_reps \
         else overheads.rotation_s
     probe["op_host"] = overheads.op_host()
+    probe["update_call_s"] = update_call_s(spec.module, cfg.lr)
     probe["runtime_overhead_s"] = overheads.figures(start.profile, start.cluster, probe)
     contention, network = start.contention, start.network
     start.samplers = _Resampling([network.measure, lambda: contention.measure(1), lambda: overheads.measure(1)],
@@ -567,6 +568,26 @@ def _start(cfg: BenchConfig, shared: SharedModel, phases: Phases) -> _Start:
     start.probe, start.overheads = probe, overheads
     phases.end("probe")
     return start
+
+
+def update_call_s(module: torch.nn.Module, lr: float, reps: int = 20) -> float:
+    """Seconds of one deferred update of an overlapping plan (``op_host.update_call_s``): the bench's optimizer
+    (SGD, momentum 0.9) stepping copies of one layer's parameters, timed with every rank at it at once (so that
+    ranks sharing cores count what they cost each other), the slowest rank's mean over ``reps`` calls.  A
+    collective call."""
+    owner = next((m for m in module.modules() if any(True for _ in m.parameters(recurse=False))), None)
+    if owner is None:
+        return 0.0
+    params = [torch.nn.Parameter(p.detach().clone()) for p in owner.parameters(recurse=False)]
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt = torch.optim.SGD(params, lr=lr, momentum=0.9)
+    opt.step()  # its momentum buffers made off the clock
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        opt.step()
+    return slowest([(time.perf_counter() - t0) / reps])[0]
 
 
 def _auto_warmup(entry: BenchEntry, cfg: BenchConfig, start: _Start) -> AutoWarmup | None:
