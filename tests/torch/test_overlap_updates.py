@@ -159,8 +159,9 @@ class _Counting(FirstUse):
 class _Ops:
     """An optimizer whose update runs ``n`` torch operations per call (as torch.optim's step does)."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, all_at_once: bool = False) -> None:
         self.n = n
+        self.all_at_once = all_at_once  # the first call applies every update
         self.pending = True
         self.subclass_calls = 0
 
@@ -172,6 +173,7 @@ class _Ops:
         for _ in range(self.n):
             x = x + 1
         self.subclass_calls += bool(self.n)
+        self.pending = not self.all_at_once
 
     def flush(self) -> None:
         self.pending = False
@@ -188,16 +190,17 @@ class _Tracked(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 
 
-def _forward_calls(n: int, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
+def _forward_calls(n: int, monkeypatch: pytest.MonkeyPatch, all_at_once: bool = False) -> tuple[int, int]:
     import gradsched.torch.runtime.gating as gating
 
     monkeypatch.setattr(gating, "FirstUse", _Counting)
     model = nn.Sequential(nn.Linear(2, 2), nn.Tanh(), nn.Linear(2, 2))
-    opt = _Ops(n)
+    opt = _Ops(n, all_at_once)
     gate = ForwardGate(model, list(model.parameters()), lambda: opt)  # type: ignore[arg-type,return-value]
+    x = torch.ones(1, 2)
     _Counting.calls = _Tracked.seen = 0
     with gate.first_use():
-        model(torch.ones(1, 2))
+        model(x)
     gate.remove()
     return _Counting.calls, _Tracked.seen
 
@@ -209,3 +212,10 @@ def test_the_gates_own_update_runs_outside_the_first_use_mode(monkeypatch):
     busy, seen = _forward_calls(50, monkeypatch)
     assert bare > 0 and busy == bare
     assert seen >= 2 * 50
+
+
+def test_the_mode_is_left_for_the_rest_of_the_forward_once_no_update_is_pending(monkeypatch):
+    """The first layer's update applied every one: the forward's own operations no longer go through it."""
+    bare, _ = _forward_calls(0, monkeypatch)
+    done, _ = _forward_calls(50, monkeypatch, all_at_once=True)
+    assert bare > 0 and done == 0
