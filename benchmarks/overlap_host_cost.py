@@ -9,7 +9,8 @@ dilation 2.5) and run as planned, and its reduce-scatter groups run as plain all
 without ``overlap_forward``: the same operations, so the difference is the overlap's host work (the
 per-layer optimizer steps of ``DistributedOptimizer`` in the next forward, the first-use gate).
 Prints the median step (slowest rank) and the CPU per rank (all threads) per phase;
-docs/notes/2026-12-bench-runs.md ("Why auto's plans run slow on 8 emulated hosts") has the figures.
+docs/notes/2026-12-bench-runs.md ("Why auto's plans run slow on 8 emulated hosts", and "Grouped updates")
+has the figures; ``benchmarks/results/overlap_host_cost.log`` the runs before and after the grouping.
 Each step starts with a barrier: operations an overlapping plan leaves in flight run on during it, off
 the clock, which flatters the overlap rows when communication dominates.
 """
