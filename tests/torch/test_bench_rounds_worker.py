@@ -175,3 +175,17 @@ def test_a_row_is_primed_with_one_step_where_the_warm_up_round_follows(replay, m
                                        cluster, shared, (loss_fn, batches[0]))
     assert steps == [primed]
     assert all(p.grad is None for p in row.module.parameters())  # its buckets released after the priming
+
+
+def test_the_progress_bar_names_the_model_as_the_user_gave_it(replay, capsys):
+    """A replay's workers build ``replay:/tmp/gradsched-bench-.../replay.profile.json``; the bar says the name given."""
+    import dataclasses
+
+    from gradsched.jobs.config import BenchEntry
+
+    model, runs, loss_fn, batches = replay
+    cfg = dataclasses.replace(_cfg(model, 2, 0.0), progress=True, label="googlenet-k80",
+                              entries=[BenchEntry(label="a", strategy="sync", torch_ddp=False)])  # and compute only
+    _timed_rounds(cfg, runs, loss_fn, batches, None)
+    err = capsys.readouterr().err
+    assert "bench googlenet-k80 x1" in err and "replay.profile.json" not in err

@@ -67,8 +67,8 @@ from gradsched.jobs.bench import anchored_to_probe, ddp_first_bucket_mb
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.results import BenchResult, BenchRow, contention_to_run, pooled_contention
 from gradsched.jobs.rounds import StoppingRule
-from gradsched.jobs.startup import (AUTO_WARMUP_PHASE, AutoWarmup, auto_options, auto_warmup, initial_iterations,
-                                   probe_floor, warmup_estimate_s)
+from gradsched.jobs.startup import (AUTO_WARMUP_PHASE, SHORT_WARMUP, AutoWarmup, auto_options, auto_warmup,
+                                   initial_iterations, may_shorten, probe_floor, shorter, warmup_estimate_s)
 from gradsched.jobs.results import Contention as ProbeFigures  # the probe's figures (the cluster's Contention below)
 from gradsched.cluster import Cluster, Contention
 from gradsched.net_extend import MEASURED_MAX_BYTES, extended_costs, measured_top, table_floor
@@ -597,16 +597,26 @@ def _auto_warmup(entry: BenchEntry, cfg: BenchConfig, start: _Start) -> AutoWarm
     except Exception:  # noqa: BLE001 - the wrapper reports a bad option itself, as before
         return None
     bound_s = lower_bound_s(start.profile, start.cluster)["lower_bound_s"]
-    window = config.window_for(bound_s)
-    iterations = config.tuning_iterations_for(window) if config.adaptive else 0
     replay = bool(start.probe.get("host_work_hidden")) if start.probe else cfg.model.startswith("replay:")
-    if not iterations:
+    if not config.adaptive:
         return auto_warmup(0, bound_s, entry.options, replay)
-    initial_s, ddp_s = (_simulated_s(strategy, start, config.initial_options if strategy == config.initial else {})
-                        for strategy in (config.initial, "ddp"))
+    speeds = tuple(_simulated_s(strategy, start, config.initial_options if strategy == config.initial else {})
+                   for strategy in (config.initial, "ddp"))
+    iterations, seconds = _warmup_s(config, speeds, bound_s)
+    full = auto_warmup(iterations, seconds / iterations, entry.options, replay)
+    if full.in_situ or not replay or not may_shorten(entry.options):
+        return full
+    iterations, seconds = _warmup_s(AutoTuneConfig.from_options({**options, **SHORT_WARMUP}), speeds, bound_s)
+    return shorter(full, auto_warmup(iterations, seconds / iterations, entry.options, replay))
+
+
+def _warmup_s(config: Any, speeds: tuple[float, float], bound_s: float) -> tuple[int, float]:
+    """Run-time ``auto``'s warm-up under ``config`` (an ``AutoTuneConfig``): its iterations and their wall seconds
+    (:func:`warmup_estimate_s`), its initial plan and PyTorch DDP's default buckets at ``speeds``."""
+    window = config.window_for(bound_s)
+    iterations = config.tuning_iterations_for(window)
     first = initial_iterations(config.switch_iteration, config.trial_rounds, window, config.trials > 1)
-    seconds = warmup_estimate_s(iterations, first, initial_s, ddp_s, bound_s)
-    return auto_warmup(iterations, seconds / iterations, entry.options, replay)
+    return iterations, warmup_estimate_s(iterations, first, speeds[0], speeds[1], bound_s)
 
 
 def _simulated_s(strategy: str, start: _Start, options: dict[str, Any]) -> float:
@@ -665,7 +675,7 @@ def _timed_rounds(cfg: BenchConfig, runs: list[tuple[Any, Any]], loss_fn: Any, b
     if dist.get_rank() == 0 and cfg.progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=cfg.rounds * len(runs) * cfg.steps, desc=f"bench {cfg.model} x{dist.get_world_size()}",
+        bar = tqdm(total=cfg.rounds * len(runs) * cfg.steps, desc=f"bench {cfg.label or cfg.model} x{dist.get_world_size()}",
                    unit="step", file=sys.stderr, dynamic_ncols=True)
 
     def on_burst(r: int, i: int) -> None:
