@@ -335,9 +335,9 @@ def _auto_lines(rows: list[BenchRow]) -> list[str]:
     if tune and tune.get("predicted_iteration_s"):
         lines.append(f"  (planned at run time from its own in-training measurements, which predicted "
                      f"{tune['predicted_iteration_s'] * 1e3:.1f} ms; {tune['replans']} re-plan(s))")
-    warmup = auto.get("auto_warmup")
-    if warmup and not AutoWarmup.from_dict(dict(warmup)).in_situ:
-        lines.append(f"  ({AutoWarmup.from_dict(dict(warmup)).describe()})")
+    warmup = AutoWarmup.from_dict(dict(auto["auto_warmup"])) if auto.get("auto_warmup") else None
+    if warmup is not None and (not warmup.in_situ or warmup.shortened):  # planned at start-up, or a short warm-up
+        lines.append(f"  ({warmup.describe()})")
     return lines
 
 
