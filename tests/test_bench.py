@@ -427,6 +427,12 @@ def test_table_says_when_auto_was_planned_at_start_up():
     assert "auto planned at start-up" in text and "303 iterations" in text and "auto.adaptive=true" in text
     rows[1]["auto_warmup"] = auto_warmup(303, 0.4, options=None, replay=True).to_dict()  # dilation 1: in situ
     assert "planned at start-up" not in table({"rows": rows, "lower_bound": bound, "best_ddp": "ddp"})
+    from gradsched.jobs.startup import shorter
+
+    short = shorter(auto_warmup(281, 1.7, options=None, replay=True), auto_warmup(144, 1.7, options=None, replay=True))
+    rows[1]["auto_warmup"] = short.to_dict()  # 8 emulated hosts: the short warm-up, said
+    text = table({"rows": rows, "lower_bound": bound, "best_ddp": "ddp"})
+    assert "a short warm-up (144 iterations" in text and "planned at start-up" not in text
 
 
 def test_table_reports_the_runtime_costs_the_probe_measured():

@@ -91,3 +91,52 @@ def test_auto_warmup_estimate_counts_its_initial_plan_and_the_trials_speed() -> 
     estimate = warmup_estimate_s(iterations, first_n, initial_s, ddp_s, bound_s)
     assert iterations * bound_s < 0.4 * took_s  # the old estimate
     assert 0.7 * took_s < estimate < 1.3 * took_s
+
+
+def _warmups(name: str, profile_file: str):
+    """The full and the short warm-up's estimate for one of the papers' models on 8 emulated hosts, as the bench's
+    workers make it (its JSON's cluster and compute-only step, run seconds)."""
+    import json
+    from pathlib import Path
+
+    from gradsched.byte_scaling import scale_profile
+    from gradsched.calibration import calibrate, lower_bound_s
+    from gradsched.cluster import Cluster
+    from gradsched.jobs.startup import SHORT_WARMUP, auto_warmup, initial_iterations, warmup_estimate_s
+    from gradsched.planners import make_plan
+    from gradsched.profile import Profile
+    from gradsched.sim import simulate
+    from gradsched.tuning.config import AutoTuneConfig
+
+    root = Path(__file__).resolve().parents[1] / "benchmarks"
+    first = json.loads((root / "results" / f"emulate_papers_{name}_8h.json").read_text())[0]
+    cluster = Cluster.from_dict(first["cluster"])
+    profile = scale_profile(calibrate(Profile.load(root / "profiles" / profile_file),
+                                      first["compute_only"]["iteration_s_median"] * first["dilate"]),
+                            first["scale_bytes"])
+    bound_s = lower_bound_s(profile, cluster)["lower_bound_s"]
+    initial_s, ddp_s = (simulate(make_plan(s, profile, cluster), profile, cluster, timeline=False).iteration_s
+                        for s in ("wfbp", "ddp"))
+    out = []
+    for extra in ({}, SHORT_WARMUP):
+        config = AutoTuneConfig.from_options({"trial_share": 0, "max_replans": 2, **extra})
+        window = config.window_for(bound_s)
+        n = config.tuning_iterations_for(window)
+        first_n = initial_iterations(config.switch_iteration, config.trial_rounds, window, True)
+        out.append(auto_warmup(n, warmup_estimate_s(n, first_n, initial_s, ddp_s, bound_s) / n, None, replay=True))
+    return out
+
+
+def test_a_short_warm_up_fits_where_the_full_one_does_not() -> None:
+    """ResNet-50 on 8 emulated hosts: run-time auto's warm-up (281 iterations, about 480 s) did not fit its 300 s,
+    so auto was planned at start-up and ran 0.93x DDP, where in situ it had run 1.16x; the short one (windows of
+    2 iterations, 2 run-off rounds, checks over 5) fits, estimated the same way."""
+    from gradsched.jobs.startup import AUTO_WARMUP_S, SHORT_WARMUP, auto_options, shorter
+
+    full, short = _warmups("resnet50", "resnet50-b64-10tflops.profile.json")
+    assert full.iterations == 281 and not full.in_situ and full.estimated_s > 1.3 * AUTO_WARMUP_S
+    assert short.iterations == 144 and short.estimated_s <= AUTO_WARMUP_S
+    chosen = shorter(full, short)
+    assert chosen.in_situ and chosen.shortened == SHORT_WARMUP and chosen.estimated_s == short.estimated_s
+    assert auto_options({"max_replans": 2}, chosen) == {"trial_share": 0, **SHORT_WARMUP, "max_replans": 2}
+    assert "short warm-up" in chosen.describe() and "144 iterations" in chosen.describe()

@@ -41,9 +41,10 @@ def _workers_of(folder_parent) -> list[str]:
 @pytest.mark.parametrize("when", ["before the workers start", "while the workers run"])
 def test_sigterm_leaves_no_temporary_folder(tmp_path, when):
     env = dict(os.environ, TMPDIR=str(tmp_path))
+    err = open(tmp_path / "stderr", "w+")  # noqa: SIM115 - read after the process ends
     proc = subprocess.Popen([sys.executable, "-m", "gradsched.cli", "bench", "--loopback", "--model", "mlp",
                              "--strategies", "ddp", "--ddp-buckets", "none", "--no-probe", "--rounds", "200",
-                             "--steps", "5", "-q"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--steps", "5", "-q"], env=env, stdout=subprocess.DEVNULL, stderr=err)
     try:
         _wait_for(lambda: _bench_folders(tmp_path) != [] or proc.poll() is not None)
         if when == "while the workers run":
@@ -57,6 +58,11 @@ def test_sigterm_leaves_no_temporary_folder(tmp_path, when):
             proc.wait()
     assert _bench_folders(tmp_path) == []
     _wait_for(lambda: _workers_of(tmp_path) == [], timeout_s=10)  # and its workers were stopped
+    err.seek(0)
+    said = err.read()
+    # one line: no launcher's SignalException traceback (torch's elastic agent printed one per host)
+    assert "Traceback" not in said and "SignalException" not in said and "death signal" not in said, said
+    assert said.strip().splitlines()[-1] == "gradsched bench: terminated (SIGTERM); its workers were stopped"
 
 
 def _train_folders(tmp) -> list[str]:

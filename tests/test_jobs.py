@@ -104,11 +104,14 @@ def test_contention_from_a_dilated_job_pools_in_the_workers_seconds(tmp_path):
 
 def test_the_bench_config_carries_the_dilation_and_the_history_as_read(tmp_path):
     from gradsched.commands.bench import _config
+    from gradsched.jobs.config import BenchConfig
 
     args = build_parser().parse_args(["bench", "--replay", "googlenet-k80", "--dilate", "2", "--loopback",
                                       "--strategies", "wfbp", "--ddp-buckets", "none"])
     cfg = _config(args, str(tmp_path), [dict(FITTED)], "replay", 4)
     assert cfg.dilate == 2.0 and cfg.scale_bytes == 4 and cfg.contention_history == [FITTED]
+    assert cfg.label == "googlenet-k80"  # the progress bar's name, not the workers' temporary copy's path
+    assert BenchConfig.from_dict(cfg.to_dict()).label == cfg.label  # as the workers read it
 
 
 # ----------------------------------------------------------------------------- one launcher

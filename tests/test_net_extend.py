@@ -38,3 +38,33 @@ def test_reduce_scatter_and_all_gather_go_on_at_their_largest_sizes_rate_the_all
         assert costs[name].time_s(128 * mib) == pytest.approx(0.3646 * 8, rel=1e-9)  # 2.92 s, not 3.08 s
         assert costs[name].time_s(16 * mib) == pytest.approx(0.3646)  # the measured sizes as measured
     assert costs["allreduce"].time_s(128 * mib) == pytest.approx(1e-3 + 8e-9 * 128 * mib)  # its line, as before
+
+
+def _table_s(sizes: list[int], op_s, reps: int = 3) -> float:
+    """What timing ``sizes`` costs as the bench's table times them: a warm-up and ``reps`` repetitions, each a
+    lead and a run of at least 8 MiB in all, at most 64 operations (gradsched.torch.measure.netbench)."""
+    return sum((reps + 1) * (1 + max(1, min(64, -(-(8 << 20) // b)))) * op_s(b) for b in sizes)
+
+
+def test_the_table_on_a_slow_link_stops_at_its_first_bandwidth_bound_size_within_its_budget():
+    from gradsched.net_extend import TABLE_BUDGET_S, TABLE_FLOOR_BYTES, measured_top, table_floor
+
+    # googlenet-k80 at 1 Gbit/s and --dilate 20 (links at 50 Mbit/s, 2 hosts): 4 KiB in 1.64 ms, 1 MiB in 176 ms
+    sizes = [4096 << k for k in range(14)]
+    alpha, beta = 1.0e-3, 1.67e-7
+
+    def op_s(b: int) -> float:
+        return alpha + beta * b
+
+    floor = table_floor(op_s(4096), op_s(1 << 20))
+    assert floor == 128 << 10  # latency 1 ms against 23 ms: bandwidth-bound; 64 KiB is not (1 ms of 12)
+    top = measured_top(sizes, lambda b: _table_s([b], op_s), floor_bytes=floor)
+    assert floor <= top < TABLE_FLOOR_BYTES
+    assert _table_s([b for b in sizes if b <= top], op_s) <= TABLE_BUDGET_S  # the old 2 MiB floor: 34 s
+    assert _table_s([b for b in sizes if b <= TABLE_FLOOR_BYTES], op_s) > 1.5 * TABLE_BUDGET_S
+    # the line through the largest sizes timed prices all of googlenet's gradients as the link does
+    table = extend_points([(float(b), op_s(b)) for b in sizes if b <= top], 64 << 20)
+    assert CollectiveCost.fit(table, envelope=True).time_s(53_516_544) == pytest.approx(op_s(53_516_544), rel=1e-3)
+    # a fast link (1 Gbit/s, 0.2 ms latency): the floor stays at most 2 MiB, and its budget never binds there
+    assert table_floor(2e-4 + 8.6e-9 * 4096, 2e-4 + 8.6e-9 * (1 << 20)) <= TABLE_FLOOR_BYTES
+    assert table_floor(1e-3, 1e-3) == TABLE_FLOOR_BYTES  # no slope measured: the fixed floor

@@ -75,3 +75,18 @@ def test_the_network_table_stops_where_it_would_exceed_its_budget():
     assert TABLE_FLOOR_BYTES <= slow < sizes[-1]
     assert sum(4 * max(1e-3, b * 8 / 50e6) for b in sizes if b <= slow) <= TABLE_BUDGET_S or slow == TABLE_FLOOR_BYTES
     assert measured_top(sizes, lambda b: 100.0) == TABLE_FLOOR_BYTES  # never below the floor
+
+
+def test_the_short_warm_up_is_kept_in_the_json_and_never_overrides_the_user():
+    from gradsched.jobs.startup import SHORT_WARMUP, may_shorten, shorter
+
+    full = auto_warmup(281, 1.7, options=None, replay=True)  # 478 s: over its budget
+    short = auto_warmup(144, 1.7, options=None, replay=True)  # 245 s
+    chosen = shorter(full, short)
+    assert chosen.in_situ and AutoWarmup.from_dict(chosen.to_dict()) == chosen
+    assert chosen.to_dict()["shortened"] == SHORT_WARMUP and "shortened" not in full.to_dict()
+    assert shorter(full, auto_warmup(144, 2.5, options=None, replay=True)) == full  # 360 s: planned at start-up
+    fits = auto_warmup(281, 1.0, options=None, replay=True)
+    assert shorter(fits, short) == fits  # the full one where it fits
+    assert may_shorten(None) and may_shorten({"max_replans": 2})
+    assert not may_shorten({"adaptive": True}) and not may_shorten({"patience": 10})

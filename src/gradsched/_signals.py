@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -25,8 +26,9 @@ def _raise(signum: int, frame: Any) -> None:
 
 
 @contextmanager
-def sigterm_unwinds() -> Iterator[None]:
-    """Within the block SIGTERM raises :class:`Terminated`; after unwinding, it is re-delivered."""
+def sigterm_unwinds(what: str = "gradsched") -> Iterator[None]:
+    """Within the block SIGTERM raises :class:`Terminated`; after unwinding, ``what`` (the command) says so in
+    one line and the signal is re-delivered."""
     if threading.current_thread() is not threading.main_thread():
         yield  # handlers can only be set from the main thread
         return
@@ -34,6 +36,7 @@ def sigterm_unwinds() -> Iterator[None]:
     try:
         yield
     except Terminated:
+        print(f"{what}: terminated (SIGTERM); its workers were stopped", file=sys.stderr, flush=True)
         signal.signal(signal.SIGTERM, previous)
         os.kill(os.getpid(), signal.SIGTERM)  # under the previous handler: by default, the process ends here
         raise

@@ -8,18 +8,22 @@ bench measures up to :data:`MEASURED_MAX_BYTES` and adds each larger power of tw
 the line through the two largest measured sizes (:func:`extend_points`); the table is
 then read as a measured one (docs/bench.md, "Start-up").  On links shaped slow (a high
 ``--dilate``) even 32 MiB takes seconds a repetition: :func:`measured_top` stops the sizes
-timed where the table would exceed :data:`TABLE_BUDGET_S`, at :data:`TABLE_FLOOR_BYTES` at least.
+timed where the table would exceed :data:`TABLE_BUDGET_S`, at the first bandwidth-bound size at least
+(:func:`table_floor`: 128 KiB on a link shaped at 50 Mbit/s), never above :data:`TABLE_FLOOR_BYTES`.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from gradsched.costs import PER_RANK, CollectiveCost, fit_measured
 
 MEASURED_MAX_BYTES = 32 << 20  # the largest all-reduce the bench times; larger ones are on the line
 TABLE_BUDGET_S = 20.0  # on slow (dilated) links, the sizes timed stop where the table would take longer ...
-TABLE_FLOOR_BYTES = 2 << 20  # ... but never below this size (bandwidth-bound on every link the bench shapes)
+TABLE_FLOOR_BYTES = 2 << 20  # ... but never below the first bandwidth-bound size, nor this one (bandwidth-bound
+# on every link the bench shapes)
+LATENCY_SHARE = 1 / 16  # a size is bandwidth-bound where an operation's latency is at most this share of its time
 
 
 def extend_points(points: list[tuple[float, float]], top_bytes: int, *,
@@ -67,3 +71,20 @@ def measured_top(sizes: list[int], seconds_of: Callable[[int], float], budget_s:
             break
         top = size
     return top
+
+
+def table_floor(small_s: float, mib_s: float, floor_bytes: int = TABLE_FLOOR_BYTES) -> int:
+    """The size the table times whatever its budget: the least power of two at which an all-reduce is
+    bandwidth-bound (its latency at most :data:`LATENCY_SHARE` of its time), from one of 4 KiB (``small_s``)
+    and one of 1 MiB (``mib_s``); at most ``floor_bytes``.  Beyond it the line through the largest measured
+    sizes holds (:func:`extend_points`).  The fixed 2 MiB floor it replaces cost a link shaped at 50 Mbit/s
+    (1 Gbit/s at ``--dilate 20``) 30 s of table against a 20 s budget, where every size is
+    bandwidth-bound from 128 KiB on: there the line through 128 and 512 KiB of googlenet-k80's table put 2 MiB
+    within 0.6% of its measured time
+    (docs/notes/2026-12-bench-runs.md, "Start-up, measured")."""
+    per_byte_s = (mib_s - small_s) / ((1 << 20) - 4096)
+    if not (math.isfinite(per_byte_s) and per_byte_s > 0):
+        return floor_bytes
+    latency_s = max(0.0, small_s - 4096 * per_byte_s)
+    least = latency_s * (1 / LATENCY_SHARE - 1) / per_byte_s  # latency <= LATENCY_SHARE of latency + bytes x rate
+    return min(floor_bytes, 1 << max(12, math.ceil(math.log2(max(least, 1.0)))))

@@ -54,6 +54,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
+from gradsched.constants import AGENT_MODULE
 from gradsched.errors import GradschedError, WorkersFailed
 
 DEFAULT_PREFIX = "gs"
@@ -712,7 +713,7 @@ class Testbed:
         """
         self._check_index(index)
         check_ranks_per_host(ranks_per_host)
-        return [sys.executable, "-m", "torch.distributed.run",
+        return [sys.executable, "-m", AGENT_MODULE,  # torch.distributed.run, quiet on a signal
                 "--nnodes", str(self.hosts), "--node-rank", str(index),
                 "--nproc-per-node", str(ranks_per_host), "--master-addr", self.addresses[0],
                 "--master-port", str(master_port), *script_argv]

@@ -112,9 +112,12 @@ def test_torch_ddp_makes_the_first_bucket_the_bench_predicts(world_of_one, cap):
     assert first == int(ddp_first_bucket_mb(kwargs, _EXPLICIT_CAP_NO_FIRST_BUCKET) * (1 << 20))
 
 
-def test_a_replay_profiled_after_its_fast_steps_keeps_its_forward_and_backward(tmp_path):
+@pytest.mark.parametrize("plain, forwards", [(True, 2), (False, 1)])
+def test_a_replay_profiled_after_its_fast_steps_keeps_its_forward_and_backward(tmp_path, plain, forwards):
     """The bench profiles a dilated replay over one iteration right after a fast (compute-free) step: the clocks
-    restart after the fast steps, else the profile lost its forward (VGG-16: 0.5% of it) to the backward."""
+    restart after the fast steps, else the profile lost its forward (VGG-16: 0.5% of it) to the backward.  And
+    with no unhooked reference iteration (``plain_reference=False``, a dilated replay: each costs a step of
+    start-up), the hooked one is the whole iteration's measure."""
     import torch
 
     from gradsched.torch.jobs.bench_worker import _fast_steps
@@ -131,7 +134,58 @@ def test_a_replay_profiled_after_its_fast_steps_keeps_its_forward_and_backward(t
         opt.zero_grad()
         spec.loss_fn(spec.module(batch[0]), batch[1]).backward()
         opt.step()
+    calls: list[int] = []
+    spec.module.register_forward_hook(lambda *_: calls.append(1))
     prof = profile_module(spec.module, batch, loss_fn=spec.loss_fn, iterations=1, warmup=0, model_name="p",
-                          optimizer=opt)
+                          optimizer=opt, plain_reference=plain)
+    assert len(calls) == forwards
     # lower bounds only: under load the host's work adds time (the rounds' compute-only row sets the scale)
     assert prof.forward_s > 0.6 * given.forward_s and prof.backward_s > 0.8 * given.backward_s
+    assert prof.extra["iteration_s"] > 0.8 * given.compute_s and prof.compute_s > 0.8 * given.compute_s
+
+
+@pytest.mark.parametrize("warmup_rounds, primed", [(1, 1), (0, 2)])
+def test_a_row_is_primed_with_one_step_where_the_warm_up_round_follows(replay, monkeypatch, warmup_rounds, primed):
+    """Priming makes ``.grad`` the row's buckets, to release them; PyTorch DDP rebuilds its buckets in its second
+    step, which the warm-up round's first (uncounted) step runs where there is one.  A dilated replay's priming
+    step is an all-reduce of every gradient on a slow link (9 s for googlenet-k80 at 50 Mbit/s)."""
+    import dataclasses
+
+    from gradsched.cluster import Cluster, CollectiveCost
+    from gradsched.jobs.config import BenchEntry
+    from gradsched.torch.jobs import bench_worker
+    from gradsched.torch.jobs import replay as replay_mod
+    from gradsched.torch.measure.profiler import profile_module
+
+    model, _, loss_fn, batches = replay
+    steps: list[int] = []
+    fast = bench_worker._fast_steps
+
+    def counted(module, n):
+        steps.append(n)
+        return fast(module, n)
+
+    monkeypatch.setattr(bench_worker, "_fast_steps", counted)
+    shared = SharedModel(model, 0)
+    with replay_mod.fast_forward(shared.spec.module):  # its parameters' names and sizes: times do not matter
+        profile = profile_module(shared.spec.module, batches[0], loss_fn=loss_fn, iterations=1, warmup=0)
+    cluster = Cluster(1, {"allreduce": CollectiveCost(1e-4, 1e-9)}, backend="gloo")
+    cfg = dataclasses.replace(_cfg(model, 3, 0.0), warmup_rounds=warmup_rounds)
+    row, _ = bench_worker._build_entry(BenchEntry(label="ddp", strategy="ddp", torch_ddp=True), cfg, profile,
+                                       cluster, shared, (loss_fn, batches[0]))
+    assert steps == [primed]
+    assert all(p.grad is None for p in row.module.parameters())  # its buckets released after the priming
+
+
+def test_the_progress_bar_names_the_model_as_the_user_gave_it(replay, capsys):
+    """A replay's workers build ``replay:/tmp/gradsched-bench-.../replay.profile.json``; the bar says the name given."""
+    import dataclasses
+
+    from gradsched.jobs.config import BenchEntry
+
+    model, runs, loss_fn, batches = replay
+    cfg = dataclasses.replace(_cfg(model, 2, 0.0), progress=True, label="googlenet-k80",
+                              entries=[BenchEntry(label="a", strategy="sync", torch_ddp=False)])  # and compute only
+    _timed_rounds(cfg, runs, loss_fn, batches, None)
+    err = capsys.readouterr().err
+    assert "bench googlenet-k80 x1" in err and "replay.profile.json" not in err

@@ -127,3 +127,84 @@ def test_the_network_table_times_the_two_phases_where_a_row_runs_them(strategies
     cfg = SimpleNamespace(entries=entries(strategies, "none"))
     expected = ["allreduce", "reducescatter", "allgather"] if two_phase else ["allreduce"]
     assert bench_worker.network_collectives(cfg) == expected  # type: ignore[arg-type]
+
+
+class _SlowLink:
+    """torch.distributed as the probe sees it, one rank, with every all-reduce of ``numel`` elements taking
+    ``seconds`` on a link that runs one at a time (asynchronous ones complete on a timer); counted."""
+
+    def __init__(self, numel: int, seconds: float) -> None:
+        import threading
+
+        import torch.distributed as dist
+
+        self._dist, self._threading, self.numel, self.seconds = dist, threading, numel, seconds
+        self.big, self._busy_until = 0, 0.0
+
+    def __getattr__(self, name: str):
+        return getattr(self._dist, name)
+
+    def all_reduce(self, t, *args, async_op: bool = False, **kwargs):
+        import time
+
+        import torch
+
+        if t.numel() != self.numel:
+            return self._dist.all_reduce(t, *args, async_op=async_op, **kwargs)
+        self.big += 1
+        start = max(time.perf_counter(), self._busy_until)
+        self._busy_until = start + self.seconds
+        fut: torch.futures.Future = torch.futures.Future()
+        timer = self._threading.Timer(self._busy_until - time.perf_counter(), lambda: fut.set_result(None))
+        timer.start()
+        if not async_op:
+            fut.wait()
+            return None
+        return type("Work", (), {"get_future": lambda _self: fut, "wait": lambda _self: fut.wait()})()
+
+
+def test_a_replays_probe_times_each_all_reduce_of_every_gradient_once(monkeypatch, tmp_path):
+    """A replay at a high dilation: an all-reduce of every gradient outlasts a step (googlenet-k80 at 50 Mbit/s:
+    9 s against 8).  The probe takes it from the table, and times the step behind it and it behind steps in one
+    window: 2 of them a repetition (alone, overlapped), where it timed 5 (one to size the queue, alone, a queue
+    of two behind the step, one behind steps), and 3 steps (alone, two behind it), where it ran 4 (and one
+    more where the small all-reduces, instant here, do not complete before the busy loop starts one)."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from gradsched.torch.measure import probe as probe_module
+
+    step_s, allreduce_s, numel = 0.06, 0.09, 1 << 12
+
+    class Sleepy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(numel))
+            self.steps = 0
+
+        def forward(self, x):
+            self.steps += 1
+            time.sleep(step_s)
+            return (self.w * x).sum()
+
+    spec = type("Spec", (), {"module": Sleepy(), "make_batch": staticmethod(lambda n, g: (torch.ones(numel), None)),
+                             "loss_fn": staticmethod(lambda out, _y: out)})()
+    link = _SlowLink(numel, allreduce_s)
+    monkeypatch.setattr(probe_module, "dist", link)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        probe = ContentionProbe(spec, numel * 4, lr=0.1, seed=0, batch_size=1, step_s=step_s,
+                                allreduce_s=allreduce_s)
+        assert link.big == 0 and probe.one_window  # nothing timed to size the probe
+        spec.module.steps = 0
+        probe.measure(1)
+    finally:
+        dist.destroy_process_group()
+    assert link.big == 2 and spec.module.steps in (3, 4)
+    s = probe.samples
+    assert s["allreduce_overlapped_s"][0] == pytest.approx(allreduce_s, rel=0.5)
+    assert s["compute_overlapped_s"][0] == pytest.approx(step_s, rel=0.5)
+    assert s["compute_overlapped_s"][0] < s["allreduce_overlapped_s"][0]  # the step behind it ended first
+    assert all(len(v) == 1 for v in s.values())

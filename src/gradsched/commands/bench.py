@@ -238,7 +238,8 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
                        progress=not args.quiet, out_dir=out_dir,
                        backend="gloo", threads=1,  # CPU tensors over gloo; one compute thread per worker
                        dilate=args.dilate if args.replay is not None else 1.0, scale_bytes=scale,
-                       round_tol=args.round_tol, min_rounds=args.min_rounds)
+                       round_tol=args.round_tol, min_rounds=args.min_rounds,
+                       label=args.replay if args.replay is not None else args.model)
 
 
 def _checked_entries(args: argparse.Namespace) -> list[BenchEntry]:
@@ -334,9 +335,9 @@ def _auto_lines(rows: list[BenchRow]) -> list[str]:
     if tune and tune.get("predicted_iteration_s"):
         lines.append(f"  (planned at run time from its own in-training measurements, which predicted "
                      f"{tune['predicted_iteration_s'] * 1e3:.1f} ms; {tune['replans']} re-plan(s))")
-    warmup = auto.get("auto_warmup")
-    if warmup and not AutoWarmup.from_dict(dict(warmup)).in_situ:
-        lines.append(f"  ({AutoWarmup.from_dict(dict(warmup)).describe()})")
+    warmup = AutoWarmup.from_dict(dict(auto["auto_warmup"])) if auto.get("auto_warmup") else None
+    if warmup is not None and (not warmup.in_situ or warmup.shortened):  # planned at start-up, or a short warm-up
+        lines.append(f"  ({warmup.describe()})")
     return lines
 
 
@@ -397,7 +398,8 @@ def run(args: argparse.Namespace) -> int:
     name = f"replay:{args.replay}" if replay else args.model
     history = contention_history(args.contention_from, bench_rules.history_job(
         name, args.hosts, args.ranks_per_host, network, rate, args.batch_size, args.dilate if replay else None))
-    with sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="gradsched-bench-") as tmp:  # SIGTERM: removed too
+    # SIGTERM: the folder removed too, the workers stopped, one line said
+    with sigterm_unwinds("gradsched bench"), tempfile.TemporaryDirectory(prefix="gradsched-bench-") as tmp:
         model, trimmed = args.model, None
         if replay:
             model, given = replay_model(args.replay, args.dilate, tmp, scale)

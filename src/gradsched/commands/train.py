@@ -216,7 +216,7 @@ def launch_testbed(cfg: TrainConfig, nproc: int, rate: str, ranks_per_host: int 
 
 def run(args: argparse.Namespace) -> int:
     # SIGTERM unwinds: the workers are stopped and the folder removed (it leaked gradsched-train-* before)
-    with sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="gradsched-train-") as tmp:
+    with sigterm_unwinds("gradsched train"), tempfile.TemporaryDirectory(prefix="gradsched-train-") as tmp:
         cfg = _config(args, tmp)
         if args.ranks_per_host != 1 and not args.rate:
             raise GradschedError("--ranks-per-host places ranks on testbed hosts: give --rate (as root)")

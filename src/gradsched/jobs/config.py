@@ -127,6 +127,7 @@ class BenchConfig:
     round_tol: float = 0.0  # --round-tol: the rounds stop once one moves no row's median more (gradsched.jobs.rounds)
     min_rounds: int = 2  # --min-rounds: counted rounds before they may stop early
     warmup_steps: int = 0  # steps per entry in the warm-up rounds (0: steps; gradsched.jobs.budget)
+    label: str = ""  # what the progress bar calls the model (a replay: --replay as given, not its temporary copy)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON the workers read."""

@@ -18,7 +18,8 @@ call :func:`launch`; it owns what they used to write three times:
 - **output**: inherited, or read line by line (``on_line``) with the last lines kept for a
   failure report (:mod:`gradsched.commands._workers`).
 
-Torch-free: it starts ``python -m torch.distributed.run`` processes, it imports no torch.
+Torch-free: it starts ``python -m torch.distributed.run`` processes (through :data:`AGENT_MODULE`, which
+stops quietly on a signal: :mod:`gradsched.torch.jobs.agent`), it imports no torch.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from gradsched.constants import AGENT_MODULE
 from gradsched.errors import WorkersFailed
 
 if TYPE_CHECKING:
@@ -55,7 +57,7 @@ def free_port() -> int:
 
 def loopback_command(module: str, nproc: int, cfg_path: Path | str) -> list[str]:
     """``python -m torch.distributed.run`` starting ``nproc`` ranks of ``python -m module cfg_path`` here."""
-    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
+    return [sys.executable, "-m", AGENT_MODULE, f"--nproc-per-node={nproc}", "--nnodes=1",
             "--master-addr=127.0.0.1", f"--master-port={free_port()}", "-m", module, str(cfg_path)]
 
 
@@ -68,7 +70,7 @@ def loopback_node_commands(module: str, nodes: int, nproc_per_node: int, cfg_pat
 
 def _node_commands(script_argv: Sequence[str], nodes: int, per_node: int) -> list[list[str]]:
     port = free_port()
-    return [[sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={per_node}", f"--nnodes={nodes}",
+    return [[sys.executable, "-m", AGENT_MODULE, f"--nproc-per-node={per_node}", f"--nnodes={nodes}",
              f"--node-rank={i}", "--master-addr=127.0.0.1", f"--master-port={port}", *script_argv]
             for i in range(nodes)]
 
@@ -121,7 +123,7 @@ def environment(ranks: Ranks) -> dict[str, str]:
 def loopback_argvs(ranks: Ranks) -> list[list[str]]:
     """The launchers :func:`launch` starts for ``ranks`` on loopback: one, or one per node of several ranks."""
     if ranks.ranks_per_host == 1:
-        return [[sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={ranks.hosts}", "--nnodes=1",
+        return [[sys.executable, "-m", AGENT_MODULE, f"--nproc-per-node={ranks.hosts}", "--nnodes=1",
                  "--master-addr=127.0.0.1", f"--master-port={free_port()}", *ranks.script_argv]]
     return _node_commands(ranks.script_argv, ranks.hosts, ranks.ranks_per_host)
 

@@ -167,6 +167,7 @@ class AutoWarmupRecord(TypedDict, total=False):
     estimated_s: float
     budget_s: float | None  # None: the user set adaptive
     iterations: int
+    shortened: dict[str, Any]  # the short warm-up's settings (gradsched.jobs.startup.SHORT_WARMUP), where it ran
 
 
 class BenchRow(TypedDict, total=False):

@@ -27,13 +27,17 @@ counted in steps grows with K; these rules count it in wall seconds instead:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 STARTUP_TARGET_S = 120.0  # a replay's start-up: at most about this long in wall seconds, at any dilation
 AUTO_WARMUP_S = 300.0  # run-time auto's warm-up on a replay: in situ where it fits this many wall seconds
 AUTO_WARMUP_PHASE = "auto warm-up"  # its phase in the bench's JSON (seconds 0 where auto was planned at start-up)
 FULL_FLOOR_S = 30.0  # a start-up probe keeps its floor of repetitions only where they take at most this long
+# run-time auto's short warm-up, where its full one would not fit AUTO_WARMUP_S (a replay whose steps take seconds):
+# trial windows of 2 measured iterations (3 rounds: a median of 6 per candidate; a replay's compute is waited out,
+# its steps vary little), 2 run-off rounds, checks over 5 iterations; 144 iterations where the full one runs 281
+SHORT_WARMUP: dict[str, Any] = {"trial_iterations": 6, "runoff_rounds": 2, "patience": 5}
 
 
 def probe_floor(floor: int, per_rep_s: float, least: int, within_s: float = FULL_FLOOR_S) -> int:
@@ -52,19 +56,26 @@ class AutoWarmup:
     estimated_s: float  # its warm-up's wall time: warmup_estimate_s
     budget_s: float  # its own budget, AUTO_WARMUP_S (inf: the user set adaptive)
     iterations: int
+    shortened: dict[str, Any] = field(default_factory=dict)  # SHORT_WARMUP where the short warm-up runs
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": "run-time (warm-up off the clock)" if self.in_situ else "planned at start-up",
                 "estimated_s": self.estimated_s, "iterations": self.iterations,
-                "budget_s": self.budget_s if math.isfinite(self.budget_s) else None}  # None: adaptive given
+                "budget_s": self.budget_s if math.isfinite(self.budget_s) else None,  # None: adaptive given
+                **({"shortened": self.shortened} if self.shortened else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "AutoWarmup":
         return cls(d.get("mode") != "planned at start-up", float(d.get("estimated_s", 0.0)),
-                   math.inf if d.get("budget_s") is None else float(d["budget_s"]), int(d.get("iterations", 0)))
+                   math.inf if d.get("budget_s") is None else float(d["budget_s"]), int(d.get("iterations", 0)),
+                   dict(d.get("shortened") or {}))
 
     def describe(self) -> str:
         """One line for the bench's output (wall seconds)."""
+        if self.in_situ and self.shortened:
+            return (f"auto tuned at run time, a short warm-up ({self.iterations} iterations, about "
+                    f"{self.estimated_s:.0f} s: {', '.join(f'{k}={v}' for k, v in self.shortened.items())}) off "
+                    f"the clock; its full one would not fit its {self.budget_s:.0f} s budget")
         if self.in_situ:
             return f"auto tuned at run time, its warm-up ({self.iterations} iterations) off the clock"
         if not math.isfinite(self.budget_s):
@@ -107,10 +118,25 @@ def auto_warmup(iterations: int, iteration_s: float, options: dict[str, Any] | N
     return AutoWarmup(not replay or estimated <= budget_s, estimated, budget_s, iterations)
 
 
+def may_shorten(options: dict[str, Any] | None) -> bool:
+    """Whether run-time ``auto``'s warm-up may be shortened (:data:`SHORT_WARMUP`) where its full one would not
+    fit: unless the user set ``adaptive`` or any of the settings it changes."""
+    return not set(options or {}) & {"adaptive", *SHORT_WARMUP}
+
+
+def shorter(full: AutoWarmup, short: AutoWarmup) -> AutoWarmup:
+    """The warm-up a replay's ``auto`` runs: its ``full`` one where it runs in situ; else the ``short`` one where
+    that fits (recorded with :data:`SHORT_WARMUP`); else ``full`` (planned at start-up)."""
+    if full.in_situ or not short.in_situ:
+        return full
+    return AutoWarmup(True, short.estimated_s, short.budget_s, short.iterations, dict(SHORT_WARMUP))
+
+
 def auto_options(options: dict[str, Any] | None, warmup: AutoWarmup) -> dict[str, Any]:
     """``auto``'s plan options in the bench: its trials back to back (``trial_share=0``: the rounds time the
-    plan it settles on) and, where it is planned at start-up, ``adaptive=false``."""
-    out = {"trial_share": 0, **(options or {})}
+    plan it settles on), the short warm-up's settings where it runs that, and, where it is planned at start-up,
+    ``adaptive=false``."""
+    out = {"trial_share": 0, **warmup.shortened, **(options or {})}
     if not warmup.in_situ:
         out.setdefault("adaptive", False)
     return out

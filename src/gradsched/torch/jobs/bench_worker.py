@@ -67,11 +67,11 @@ from gradsched.jobs.bench import anchored_to_probe, ddp_first_bucket_mb
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.results import BenchResult, BenchRow, contention_to_run, pooled_contention
 from gradsched.jobs.rounds import StoppingRule
-from gradsched.jobs.startup import (AUTO_WARMUP_PHASE, AutoWarmup, auto_options, auto_warmup, initial_iterations,
-                                   probe_floor, warmup_estimate_s)
+from gradsched.jobs.startup import (AUTO_WARMUP_PHASE, SHORT_WARMUP, AutoWarmup, auto_options, auto_warmup,
+                                   initial_iterations, may_shorten, probe_floor, shorter, warmup_estimate_s)
 from gradsched.jobs.results import Contention as ProbeFigures  # the probe's figures (the cluster's Contention below)
 from gradsched.cluster import Cluster, Contention
-from gradsched.net_extend import MEASURED_MAX_BYTES, extended_costs, measured_top
+from gradsched.net_extend import MEASURED_MAX_BYTES, extended_costs, measured_top, table_floor
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.torch.jobs.fsdp2_row import Fsdp2Row
@@ -112,8 +112,9 @@ def _measure_profile(cfg: BenchConfig, shared: SharedModel) -> Profile:
     opt = shared.sgd(spec.module, cfg.lr)  # the rounds' optimizer
     # a replayed model waits out its profile's times: two iterations tell its layers apart (the rounds' compute-only
     # row sets the scale later), one where dilated (its waits are K times longer against the same noise); each
-    # further one costs two dilated steps at start-up (the profiler follows each with one unhooked); the warm-up
-    # runs without the replayed compute (fast_forward: nothing reads its time)
+    # further one costs a dilated step at start-up (the profiler's unhooked reference, another, is left out where
+    # dilated: a replay's clock does not count the hooks); the warm-up runs without the replayed compute
+    # (fast_forward: nothing reads its time)
     replay = bool(getattr(spec.module, "hides_host_work", False))
     iterations, warmup = cfg.profile_iterations, 1
     if replay:
@@ -123,19 +124,21 @@ def _measure_profile(cfg: BenchConfig, shared: SharedModel) -> Profile:
             spec.loss_fn(spec.module(batch[0]), batch[1]).backward()
             opt.step()
     prof = profile_module(spec.module, batch, loss_fn=spec.loss_fn, iterations=iterations, warmup=warmup,
-                          model_name=cfg.model, optimizer=opt)
+                          model_name=cfg.model, optimizer=opt, plain_reference=not (replay and cfg.dilate > 1))
     RowBuffers(spec.module).release()  # its gradients
     dist.barrier()
     return _broadcast(prof)
 
 
 def _measured_top(sizes: list[int], reps: int) -> int:
-    """The largest size the table times (:func:`measured_top`), from one all-reduce of 4 KiB and one of 1 MiB
-    (the slowest rank's, so that every rank times the same sizes)."""
+    """The largest size the table times (:func:`measured_top`, at least the first bandwidth-bound one:
+    :func:`table_floor`), from one all-reduce of 4 KiB and one of 1 MiB (the slowest rank's, so that every rank
+    times the same sizes)."""
     from gradsched.torch.measure.netbench import measure_points, operations_for
 
     small_s, mib_s = slowest([t for _, t in measure_points("allreduce", [4096, 1 << 20], reps=1, warmup=0)])
-    return measured_top(sizes, lambda b: operations_for(b, reps + 1) * max(small_s, mib_s * b / (1 << 20)))
+    return measured_top(sizes, lambda b: operations_for(b, reps + 1) * max(small_s, mib_s * b / (1 << 20)),
+                        floor_bytes=table_floor(small_s, mib_s))
 
 
 def _measure_cluster(total_bytes: int, cfg: BenchConfig) -> Cluster:
@@ -264,15 +267,16 @@ class _RuntimeOverheads:
             self._built()
 
     def _built(self) -> None:
-        """The runs: the compute-only step and each runtime's row, built and primed (on a slow dilated link, two
-        primed steps of three rows take about a minute: a start-up with no rotation leaves them to the first)."""
+        """The runs: the compute-only step and each runtime's row, built and primed with one step (the warm-up
+        rotation follows; on a slow dilated link those of three rows take half a minute: a start-up with no
+        rotation leaves them to the first)."""
         if self.runs:
             return
         cfg, profile, cluster, probe, shared = self._build
         reference = _ComputeOnly(cfg, shared)
         self.runs = [(reference, reference)] + [
             _build_entry(e, cfg, with_runtime_costs(profile, probe, e.torch_ddp), cluster, shared,
-                         (self._loss_fn, self._batches[0]))
+                         (self._loss_fn, self._batches[0]), primed=1)  # the warm-up rotation follows
             for e in (*self.ENTRIES, self.MANY_OPS)]
         one_op, many_ops = self.runs[1][0], self.runs[-1][0]
         self._timers = (one_op.host_timer(), many_ops.host_timer())
@@ -346,26 +350,34 @@ class _RuntimeOverheads:
         return out
 
 
+def prime_steps(cfg: BenchConfig) -> int:
+    """Steps a row is primed with when built: one where a warm-up round follows (its first burst runs PyTorch
+    DDP's second step, where DDP rebuilds its buckets, off the count), else two.  On a dilated replay each is an
+    all-reduce of every gradient on a slow link: googlenet-k80 at 50 Mbit/s, 9 s a step, 72 s for four rows."""
+    return 1 if cfg.warmup_rounds > 0 else 2
+
+
 def _build_entry(entry: BenchEntry, cfg: BenchConfig, profile: Profile, cluster: Cluster,
                  shared: SharedModel, prime: tuple[Any, Any] | None = None,
-                 warmup: AutoWarmup | None = None) -> tuple[Any, Any]:
+                 warmup: AutoWarmup | None = None, primed: int | None = None) -> tuple[Any, Any]:
     """One row: a copy of the rank's model (shared parameters and momentum, :mod:`.shared_model`), wrapped.
 
     Every row makes ``.grad`` a view of its buckets (PyTorch DDP's ``gradient_as_bucket_view``;
     gradsched's runtime does so wherever its plan allows), so that the buckets are all a row
     holds between its bursts, and released there; and none copies rank 0's parameters at
     start-up (``init_sync=False``: every rank built them from the same seed).  ``prime``, a loss
-    function and a batch: two steps, off the clock, so that ``.grad`` shows the buckets the
-    runtime allocated at construction, released before the next row is built (run-time
+    function and a batch: ``primed`` steps (:func:`prime_steps` where None), off the clock, so that ``.grad``
+    shows the buckets the runtime allocated at construction, released before the next row is built (run-time
     ``auto`` is not primed: its warm-up bursts count its iterations from the first).  A replay
     is primed without its compute (:func:`fast_forward`): nothing reads those steps' times.
     ``warmup``: run-time ``auto``'s, in situ or planned at start-up (:func:`auto_options`)."""
     module = shared.copy()
+    primed = prime_steps(cfg) if primed is None else primed
     if entry.fsdp2:  # PyTorch's fully_shard per block: its own shards, no buckets of ours to release
         row = Fsdp2Row(module, profile, cfg.lr)
         if prime is not None:  # its lazy initialisation and first gathers off the clock, as the others' priming
             loss_fn, (x, y) = prime
-            for _ in _fast_steps(module, 2):
+            for _ in _fast_steps(module, primed):
                 row.zero_grad()
                 loss_fn(row(x), y).backward()
                 row.step()
@@ -383,7 +395,7 @@ def _build_entry(entry: BenchEntry, cfg: BenchConfig, profile: Profile, cluster:
     track(model, module, opt)
     if prime is not None and getattr(model, "autotuner", None) is None:
         loss_fn, (x, y) = prime
-        for _ in _fast_steps(module, 2):  # PyTorch DDP rebuilds its buckets in its second step: before they are released
+        for _ in _fast_steps(module, primed):  # DDP rebuilds its buckets in its second step (else the warm-up round)
             opt.zero_grad()
             loss_fn(model(x), y).backward()
             opt.step()
@@ -542,15 +554,18 @@ def _start(cfg: BenchConfig, shared: SharedModel, phases: Phases) -> _Start:
     if not cfg.probe:
         return start
     spec = shared.copy_spec()
+    # a replay's step is its profile's, its all-reduce of every gradient the table's (its line): not timed again
+    replay = bool(getattr(spec.module, "hides_host_work", False))
     start.contention = ContentionProbe(spec, profile.total_bytes, lr=cfg.lr, seed=cfg.seed, batch_size=cfg.batch_size,
                                        budget_s=_share(cfg, PROBE_BUDGET_S), optimizer=shared.sgd(spec.module, cfg.lr),
                                        off_clock=lambda: fast_forward(spec.module),
-                                       step_s=profile.compute_s if getattr(spec.module, "hides_host_work", False)
+                                       step_s=profile.compute_s if replay else None,
+                                       allreduce_s=cluster.cost("allreduce").time_s(profile.total_bytes) if replay
                                        else None, restart=lambda: restart_clocks(spec.module))
     start.network = NetworkResampler(cluster)
     t0 = time.perf_counter()
     probe, cluster = _startup_probe(start.contention, cluster, cfg)
-    probe["host_work_hidden"] = bool(getattr(spec.module, "hides_host_work", False))  # a replayed model's clock
+    probe["host_work_hidden"] = replay  # a replayed model's clock
     probe_rep_s = (time.perf_counter() - t0) / probe["startup_reps"]
     pooled = pooled_contention(probe["fitted"], cfg.contention_history, cfg.dilate)
     start.cluster = _with_contention(cluster, pooled)
@@ -603,16 +618,26 @@ def _auto_warmup(entry: BenchEntry, cfg: BenchConfig, start: _Start) -> AutoWarm
     except Exception:  # noqa: BLE001 - the wrapper reports a bad option itself, as before
         return None
     bound_s = lower_bound_s(start.profile, start.cluster)["lower_bound_s"]
-    window = config.window_for(bound_s)
-    iterations = config.tuning_iterations_for(window) if config.adaptive else 0
     replay = bool(start.probe.get("host_work_hidden")) if start.probe else cfg.model.startswith("replay:")
-    if not iterations:
+    if not config.adaptive:
         return auto_warmup(0, bound_s, entry.options, replay)
-    initial_s, ddp_s = (_simulated_s(strategy, start, config.initial_options if strategy == config.initial else {})
-                        for strategy in (config.initial, "ddp"))
+    speeds = tuple(_simulated_s(strategy, start, config.initial_options if strategy == config.initial else {})
+                   for strategy in (config.initial, "ddp"))
+    iterations, seconds = _warmup_s(config, speeds, bound_s)
+    full = auto_warmup(iterations, seconds / iterations, entry.options, replay)
+    if full.in_situ or not replay or not may_shorten(entry.options):
+        return full
+    iterations, seconds = _warmup_s(AutoTuneConfig.from_options({**options, **SHORT_WARMUP}), speeds, bound_s)
+    return shorter(full, auto_warmup(iterations, seconds / iterations, entry.options, replay))
+
+
+def _warmup_s(config: Any, speeds: tuple[float, float], bound_s: float) -> tuple[int, float]:
+    """Run-time ``auto``'s warm-up under ``config`` (an ``AutoTuneConfig``): its iterations and their wall seconds
+    (:func:`warmup_estimate_s`), its initial plan and PyTorch DDP's default buckets at ``speeds``."""
+    window = config.window_for(bound_s)
+    iterations = config.tuning_iterations_for(window)
     first = initial_iterations(config.switch_iteration, config.trial_rounds, window, config.trials > 1)
-    seconds = warmup_estimate_s(iterations, first, initial_s, ddp_s, bound_s)
-    return auto_warmup(iterations, seconds / iterations, entry.options, replay)
+    return iterations, warmup_estimate_s(iterations, first, speeds[0], speeds[1], bound_s)
 
 
 def _simulated_s(strategy: str, start: _Start, options: dict[str, Any]) -> float:
@@ -671,7 +696,7 @@ def _timed_rounds(cfg: BenchConfig, runs: list[tuple[Any, Any]], loss_fn: Any, b
     if dist.get_rank() == 0 and cfg.progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=cfg.rounds * len(runs) * cfg.steps, desc=f"bench {cfg.model} x{dist.get_world_size()}",
+        bar = tqdm(total=cfg.rounds * len(runs) * cfg.steps, desc=f"bench {cfg.label or cfg.model} x{dist.get_world_size()}",
                    unit="step", file=sys.stderr, dynamic_ncols=True)
 
     def on_burst(r: int, i: int) -> None:

@@ -57,6 +57,8 @@ PROBE_BUDGET_S = 10.0  # the start-up contention probe takes about this long ...
 PROBE_REPS = (3, 30)  # ... with at least and at most this many repetitions (3: a replay at dilation 20 steps in
 # seconds, 5 repetitions took minutes of start-up; its figures are sampled again between the rounds and pooled)
 COPY_CHUNK_NUMEL = 1 << 24  # the bucket pass copies all gradients from a source of this many floats (64 MiB), chunk by chunk
+ONE_WINDOW_MARGIN = 1.1  # an all-reduce of every gradient this much longer than a step: both overlapped times in
+# one window (ContentionProbe._window), the step behind it checked to have ended first
 RESAMPLE_MAX_BYTES = 4 << 20  # the network sizes sampled again: the latency-bound ones, whose times drift most
 
 
@@ -106,7 +108,8 @@ class ContentionProbe:
     def __init__(self, spec: "TrainableModel", total_bytes: int, *, lr: float, seed: int, batch_size: int,
                  budget_s: float = PROBE_BUDGET_S, optimizer: torch.optim.Optimizer | None = None,
                  off_clock: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
-                 step_s: float | None = None, restart: Callable[[], None] = lambda: None) -> None:
+                 step_s: float | None = None, restart: Callable[[], None] = lambda: None,
+                 allreduce_s: float | None = None) -> None:
         self.module, self._loss_fn = spec.module, spec.loss_fn
         self._restart = restart  # called before each measurement: a replay's clock forgets what ran meanwhile
         self._opt = optimizer if optimizer is not None else torch.optim.SGD(self.module.parameters(), lr=lr,
@@ -122,10 +125,13 @@ class ContentionProbe:
         self._comm_while(self._smalls, False)
         if step_s is None:  # else known (a replay waits out its profile's step: bench_worker), not timed again
             step_s = slowest_median([self._timed(self._compute)])
-        allreduce_s = slowest_median([self._timed(lambda: self._comm_while([self._big], False))])
+        if allreduce_s is None:  # else known (a replay's, from the network table: bench_worker), not timed again
+            allreduce_s = slowest_median([self._timed(lambda: self._comm_while([self._big], False))])
         self.start_reps = probe_reps(step_s, allreduce_s, budget_s)
         # a queue longer than a step, so that compute is slowed all along
         self._queue = [self._big] * (math.ceil(step_s / max(allreduce_s, 1e-9)) + 1)
+        # one all-reduce longer than a step: the step behind it and it behind steps, in one window (_window)
+        self.one_window = allreduce_s >= ONE_WINDOW_MARGIN * step_s
         self._release()
 
     def _release(self) -> None:
@@ -174,6 +180,30 @@ class ContentionProbe:
             w.wait()
         return seconds
 
+    def _window(self, per_rep: dict[str, list[float]]) -> list[tuple[str, Callable[[], float]]]:
+        """Both overlapped times from one window (:attr:`one_window`): an all-reduce of every gradient with
+        training steps back to back until it completes, as :meth:`_comm_while` times it, and the first of those
+        steps, behind communication all along where the all-reduce outlasted it on every rank (as behind
+        :meth:`_step_behind_queue`'s queue).  Apart, a dilated replay's probe waited out the queue after its step,
+        then ran the all-reduce behind two more steps: googlenet-k80 at 50 Mbit/s, 34 s against 16 s.  Where a
+        step outlasted it, the step behind the queue is timed as before; returns what is left to time."""
+        stamp: list[float] = []
+        dist.barrier()
+        t0 = time.perf_counter()
+        work = dist.all_reduce(self._big, async_op=True)
+        work.get_future().add_done_callback(lambda _f: stamp.append(time.perf_counter()))
+        t1 = time.perf_counter()
+        self._compute()
+        step_s, overran = time.perf_counter() - t1, bool(stamp)
+        while not stamp:
+            self._compute()
+        work.wait()
+        per_rep["allreduce_overlapped_s"].append(stamp[0] - t0)
+        if slowest([1.0 if overran else 0.0])[0]:  # the same decision on every rank
+            return [("compute_overlapped_s", self._step_behind_queue)]
+        per_rep["compute_overlapped_s"].append(step_s)
+        return []
+
     def measure(self, reps: int) -> float:
         """``reps`` more repetitions of every measurement; returns the seconds they took (slowest rank)."""
         t0 = time.perf_counter()
@@ -184,9 +214,11 @@ class ContentionProbe:
             per_rep["compute_alone_s"].append(self._timed(self._compute))
             per_rep["allreduce_alone_s"].append(self._timed(lambda: self._comm_while([self._big], False)))
             # these time themselves: the queue's wait, and the compute after the last completion, are off the clock
-            for key, f in (("compute_overlapped_s", self._step_behind_queue),
-                           ("allreduce_overlapped_s", lambda: self._comm_while([self._big], True)),
-                           ("small_ops_alone_s", lambda: self._comm_while(self._smalls, False)),
+            overlapped = [("compute_overlapped_s", self._step_behind_queue),
+                          ("allreduce_overlapped_s", lambda: self._comm_while([self._big], True))]
+            if self.one_window:
+                overlapped = self._window(per_rep)
+            for key, f in (*overlapped, ("small_ops_alone_s", lambda: self._comm_while(self._smalls, False)),
                            ("small_ops_busy_s", lambda: self._comm_while(self._smalls, True))):
                 dist.barrier()
                 per_rep[key].append(f())

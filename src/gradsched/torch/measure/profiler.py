@@ -92,7 +92,7 @@ def profile_module(module: nn.Module, batch: Batch | Callable[[], Batch], *,
                    loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
                    iterations: int = 10, warmup: int = 2, device: str | torch.device | None = None,
                    device_tflops: float | None = None, optimizer: torch.optim.Optimizer | None = None,
-                   model_name: str | None = None, progress: bool = False) -> Profile:
+                   model_name: str | None = None, progress: bool = False, plain_reference: bool = True) -> Profile:
     """Profile one model's training iteration and return its :class:`Profile`.
 
     ``batch`` is an example batch or a callable returning one per iteration: with a
@@ -106,7 +106,9 @@ def profile_module(module: nn.Module, batch: Batch | Callable[[], Batch], *,
     are FLOPs counted by PyTorch divided by ``device_tflops`` (required), one
     iteration suffices and ``other_s`` is 0.  ``optimizer``: stepped once per
     iteration so its cost lands in ``other_s`` (default: SGD with learning rate 0,
-    which costs a real update but leaves the weights unchanged)."""
+    which costs a real update but leaves the weights unchanged).  ``plain_reference=False``: the hooked
+    iterations are their own whole-iteration reference, none runs without hooks (a replayed model, whose clock
+    does not count the hooks' host work: ``gradsched bench`` on a dilated replay, where each costs a step)."""
     # long function: a third of it is the docstring of a public entry point; the rest is one timed loop
     if iterations < 1:
         raise GradschedError(f"iterations must be at least 1, got {iterations}")
@@ -144,7 +146,7 @@ def profile_module(module: nn.Module, batch: Batch | Callable[[], Batch], *,
     runs: list[_Iteration] = []
     # Each timed hooked iteration is followed by one without stamps (nor, on CUDA, their
     # synchronisation): the whole-iteration reference, taken under the same conditions.
-    n_plain = 0 if meta else iterations
+    n_plain = 0 if meta or not plain_reference else iterations
     bar = _progress_bar(warmup + iterations + n_plain, model_name or type(module).__name__, progress)
     try:
         with clock_cm, _Hooks(hooked, params, clock) as hooks:
@@ -164,7 +166,8 @@ def profile_module(module: nn.Module, batch: Batch | Callable[[], Batch], *,
         bar.close()
 
     layout = _layout(module, [n for n, _ in named], hooked, params, runs[0])
-    return _build_profile(layout, runs, unhooked, model_name or type(module).__name__,
+    reference = unhooked if plain_reference or meta else runs
+    return _build_profile(layout, runs, reference, model_name or type(module).__name__,
                           extra={"device": str(dev), "iterations": iterations, "warmup": warmup,
                                  "method": "flops" if meta else "hooks",
                                  **({"device_tflops": device_tflops} if meta else {})})
