@@ -2,6 +2,12 @@
 
     python benchmarks/resimulate.py [RUN.json ...] [--json benchmarks/results/resimulate.json]
     python benchmarks/resimulate.py --rev cc5d228   # the default runs as committed at a revision
+    python benchmarks/resimulate.py RUN.json --queued benchmarks/results/netbench_queued_2h_1gbit.json
+
+``--queued FILE``: reduce-scatters and all-gathers queued together priced by FILE's rule (a cluster
+file's ``queued`` field, or a bench JSON's cluster's; docs/cost-model.md, "Queued streams"); a run
+measured with its own rule keeps it without the flag.  ``dear`` rows are simulated on the plan they
+ran: the candidate grouping and scheduling with the row's plan hash (:func:`dear_as_run`).
 
 Default runs: the emulated regime's (``benchmarks/results/bench_replay_*_{2,4,8}h.json``,
 made by ``benchmarks/bench_replay.py``).  For each ``gradsched bench --json`` file, the
@@ -129,6 +135,14 @@ def dear_as_run(row: dict[str, Any], planned: Profile, job: Cluster) -> Plan | N
     return fallback
 
 
+def read_queued(path: Path) -> dict[str, Any] | None:
+    """The ``queued`` rules of a cluster file, or of a ``gradsched bench --json`` file's cluster (its first row's)."""
+    data = json.loads(path.read_text())
+    if isinstance(data, list):
+        data = data[0]["cluster"] if data else {}
+    return data.get("queued")
+
+
 def with_queued(cluster: Cluster, rules: dict[str, Any] | None) -> Cluster:
     """``cluster`` with the queued-stream rules (a cluster file's ``queued`` field) added, where given (the simulator
     uses those of reduce-scatter and all-gather: docs/cost-model.md, "Queued streams")."""
@@ -173,11 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("runs", nargs="*", type=Path, default=DEFAULT_RUNS)
     ap.add_argument("--rev", default=None, help="read the runs as committed at this git revision")
     ap.add_argument("--json", type=Path, default=None, help="write the rows and medians here")
-    ap.add_argument("--queued", type=Path, default=None, metavar="CLUSTER.json",
-                    help="price queued reduce-scatters and all-gathers by this cluster file's queued rule "
+    ap.add_argument("--queued", type=Path, default=None, metavar="FILE.json",
+                    help="price queued reduce-scatters and all-gathers by this cluster file's (or bench JSON's) "
+                         "queued rule "
                          "(gradsched netbench --queue-depths; docs/cost-model.md, \"Queued streams\")")
     args = ap.parse_args(argv)
-    queued = json.loads(args.queued.read_text()).get("queued") if args.queued else None
+    queued = read_queued(args.queued) if args.queued else None
     rows = [r for path in args.runs for r in resimulate(path, args.rev, queued)]
     print(f"{'run':32s} {'strategy':12s} {'ops':>4s} {'measured':>9s} {'then':>9s} {'now':>9s} {'err then':>9s} "
           f"{'err now':>8s}")

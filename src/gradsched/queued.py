@@ -1,10 +1,11 @@
 """Queued streams: what a process group's asynchronous collectives cost when several are in flight.
 
 gloo runs a process group's asynchronous collectives on its worker threads, at most ``slots``
-at once (two by default), and one reduce-scatter (an all-to-all) or all-gather alone leaves a
-shaped link partly idle: measured on 2 testbed hosts at 1 Gbit/s, two of them in flight move
-1.3x (reduce-scatter) and 1.8-1.9x (all-gather) the bytes a second of one alone
-(docs/cost-model.md, "Queued streams").  ``gradsched netbench --queue-depths 2,4`` times each
+at once (``ProcessGroupGloo``'s ``threads``: two per device by default), and one reduce-scatter
+(an all-to-all) or all-gather alone leaves a shaped link partly idle: measured on 2 testbed hosts
+at 1 Gbit/s, a queue of four moved 1.65x (reduce-scatter) and 1.40x (all-gather) the bytes a
+second of the same operations one at a time, all-reduces no more (docs/cost-model.md, "Queued
+streams").  ``gradsched netbench --queue-depths 2,4`` times each
 collective in queues of k operations issued together beside one alone (``queued_points``) and
 fits the rule here (``queued``): with ``n <= slots`` operations in flight they move, together,
 :meth:`QueuedRule.rate` ``(n)`` times the bytes a second of one alone, shared equally; further
