@@ -61,6 +61,7 @@ def test_queued_phases_share_the_link_two_at_a_time(case):
     ag1_end = ag0_end + 0.65 - (ag0_end - rs1_end)
     assert r.op_start_s == pytest.approx([0.3, 0.6, rs0_end, rs1_end])
     assert r.op_end_s == pytest.approx([rs1_end, rs0_end, ag0_end, ag1_end])
+    assert r.comm_s == pytest.approx(ag1_end - 0.3)  # busy from the first start to the last end, counted once
     assert r.iteration_s == pytest.approx(ag1_end + 0.2)  # t0 ran after AG(t0); t1, t2 wait for AG(t2,t1)
     before = simulate(two_phase(profile), profile, cluster)  # one at a time, as without the rule
     assert before.op_end_s == pytest.approx([0.95, 1.2, 1.45, 2.1])

@@ -582,6 +582,8 @@ def _result(plan: Plan, profile: Profile, cluster: Cluster, st: _Static, timing:
                    priority=ops[j].priority)
         tl.memory = samples
     comm_busy = sum(b - a for a, b in zip(timing.start, timing.end))
+    if st.rules is not None:  # operations in flight together: the time any was (docs/cost-model.md, "Queued streams")
+        comm_busy = sum(b - a for a, b in _merge(list(zip(timing.start, timing.end))))
     return SimResult(plan.strategy, timing.iteration, compute, max(0.0, timing.iteration - compute), comm_busy, peak,
                      n_ops, timing.backward_end, timing.comm_end, timing.start, timing.end, tl)
 
