@@ -2,6 +2,12 @@
 
     python benchmarks/resimulate.py [RUN.json ...] [--json benchmarks/results/resimulate.json]
     python benchmarks/resimulate.py --rev cc5d228   # the default runs as committed at a revision
+    python benchmarks/resimulate.py RUN.json --queued benchmarks/results/netbench_queued_2h_1gbit.json
+
+``--queued FILE``: reduce-scatters and all-gathers queued together priced by FILE's rule (a cluster
+file's ``queued`` field, or a bench JSON's cluster's; docs/cost-model.md, "Queued streams"); a run
+measured with its own rule keeps it without the flag.  ``dear`` rows are simulated on the plan they
+ran: the candidate grouping and scheduling with the row's plan hash (:func:`dear_as_run`).
 
 Default runs: the emulated regime's (``benchmarks/results/bench_replay_*_{2,4,8}h.json``,
 made by ``benchmarks/bench_replay.py``).  For each ``gradsched bench --json`` file, the
@@ -48,6 +54,7 @@ from gradsched.cluster import Cluster, CollectiveCost, Contention
 from gradsched.costs import PER_RANK
 from gradsched.net_extend import extended_costs
 from gradsched.jobs.results import read_bench_row
+from gradsched.plan import Plan
 from gradsched.planners import make_plan
 from gradsched.profile import Profile
 from gradsched.sim import simulate
@@ -98,7 +105,50 @@ def plan_as_run(row: dict[str, Any], profile: Profile, probe: dict[str, Any], jo
                   else (row["strategy"], row.get("options") or {}))
     if name == "usbyte":
         opts = {"merge_bytes": 0, **opts}  # runs from before the option: the paper's layers
+    if name == "dear" and opts.get("grouping", "planned") == "planned":
+        ran = dear_as_run(row, planned, job)
+        if ran is not None:
+            return ran
     return make_plan(name, planned, job, **opts)
+
+
+def dear_as_run(row: dict[str, Any], planned: Profile, job: Cluster) -> Plan | None:
+    """The ``dear`` plan the row ran: the candidate grouping and scheduling whose plan has the row's hash, else the
+    grouping it names in fifo order; None where it names none.  Planned again, ``dear`` would choose by today's
+    simulator, which can pick another grouping than the run's (GoogLeNet: 26 operations instead of 10)."""
+    from gradsched.planners._tables import tensor_table
+    from gradsched.planners.dear import candidate_groupings, prioritized, two_phase_ops
+
+    options = row.get("plan_options") or {}
+    named = options.get("planned_grouping", (options.get("chosen_options") or {}).get("planned_grouping"))
+    fallback = None
+    for name, groups in candidate_groupings(planned, job):
+        ops = two_phase_ops(groups, planned, tensor_table(planned).whole)
+        for scheduling in ("fifo", "priority"):
+            plan = Plan("dear", prioritized(ops) if scheduling == "priority" else ops, planned.fingerprint,
+                        planned.model, {"grouping": "planned", "planned_grouping": name}, scheduling=scheduling,
+                        overlap_forward=True)
+            if plan.hash == row.get("plan_hash"):
+                return plan
+            if name == named and fallback is None:
+                fallback = plan
+    return fallback
+
+
+def read_queued(path: Path) -> dict[str, Any] | None:
+    """The ``queued`` rules of a cluster file, or of a ``gradsched bench --json`` file's cluster (its first row's)."""
+    data = json.loads(path.read_text())
+    if isinstance(data, list):
+        data = data[0]["cluster"] if data else {}
+    return data.get("queued")
+
+
+def with_queued(cluster: Cluster, rules: dict[str, Any] | None) -> Cluster:
+    """``cluster`` with the queued-stream rules (a cluster file's ``queued`` field) added, where given (the simulator
+    uses those of reduce-scatter and all-gather: docs/cost-model.md, "Queued streams")."""
+    if not rules:
+        return cluster
+    return dataclasses.replace(cluster, extra={**cluster.extra, "queued": rules})
 
 
 def read_run(path: Path, rev: str | None) -> list[dict[str, Any]]:
@@ -110,14 +160,14 @@ def read_run(path: Path, rev: str | None) -> list[dict[str, Any]]:
                                      text=True).stdout)
 
 
-def resimulate(path: Path, rev: str | None = None) -> list[dict[str, Any]]:
+def resimulate(path: Path, rev: str | None = None, queued: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """One row per strategy of one bench JSON: measured, predicted then, predicted now (emulated seconds)."""
     rows = read_run(path, rev)
     first, dilate = read_bench_row(rows[0])  # in the run's seconds, as its profile and cluster
     profile = Profile.from_dict(first["profile"]["measured"])
     probe = first["contention"]
     job = Cluster.from_dict(first["cluster"])
-    now = refit_contention(reread_cluster(job), probe, bool((probe or {}).get("history")))
+    now = with_queued(refit_contention(reread_cluster(job), probe, bool((probe or {}).get("history"))), queued)
     compute_s = first["compute_only"]["iteration_s_median"]
     out = []
     for row in rows:
@@ -137,8 +187,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("runs", nargs="*", type=Path, default=DEFAULT_RUNS)
     ap.add_argument("--rev", default=None, help="read the runs as committed at this git revision")
     ap.add_argument("--json", type=Path, default=None, help="write the rows and medians here")
+    ap.add_argument("--queued", type=Path, default=None, metavar="FILE.json",
+                    help="price queued reduce-scatters and all-gathers by this cluster file's (or bench JSON's) "
+                         "queued rule "
+                         "(gradsched netbench --queue-depths; docs/cost-model.md, \"Queued streams\")")
     args = ap.parse_args(argv)
-    rows = [r for path in args.runs for r in resimulate(path, args.rev)]
+    queued = read_queued(args.queued) if args.queued else None
+    rows = [r for path in args.runs for r in resimulate(path, args.rev, queued)]
     print(f"{'run':32s} {'strategy':12s} {'ops':>4s} {'measured':>9s} {'then':>9s} {'now':>9s} {'err then':>9s} "
           f"{'err now':>8s}")
     for r in rows:
@@ -154,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         runs = [str(p.resolve().relative_to(ROOT)) for p in args.runs]
         args.json.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "runs": runs, "rev": args.rev,
+                                         "queued": queued,
                                          "median_abs_error_then": then, "median_abs_error_now": now,
                                          "max_abs_error_now": worst, "rows": rows}, indent=1))
     return 0

@@ -116,3 +116,19 @@ def test_a_row_is_read_back_in_run_seconds_whichever_rule_wrote_it():
 def _write(path: Path, rows: list[dict]) -> Path:
     path.write_text(json.dumps(rows))
     return path
+
+
+def test_a_dear_row_is_predicted_on_the_plan_it_ran_and_a_queued_rule_speeds_it():
+    run = ROOT / "benchmarks" / "results" / "bench_replay_googlenet_k80_2h_1gbit_emu.json"
+    row = next(r for r in json.loads(run.read_text()) if r["strategy"] == "dear")
+    first, _ = read_bench_row(json.loads(run.read_text())[0])
+    from gradsched.profile import Profile
+    from gradsched.calibration import with_runtime_costs
+
+    planned = with_runtime_costs(Profile.from_dict(first["profile"]["measured"]), first["contention"], False)
+    plan = resimulate.dear_as_run(row, planned, Cluster.from_dict(first["cluster"]))
+    assert plan is not None and plan.hash == row["plan_hash"] and len(plan.operations) == row["operations"]
+    rules = {"reducescatter": {"slots": 2, "speedup": 1.6}, "allgather": {"slots": 2, "speedup": 1.4}}
+    before = next(r for r in resimulate.resimulate(run) if r["strategy"] == "dear")
+    after = next(r for r in resimulate.resimulate(run, queued=rules) if r["strategy"] == "dear")
+    assert before["operations"] == row["operations"] and after["predicted_now_s"] < before["predicted_now_s"]

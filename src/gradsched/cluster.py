@@ -40,6 +40,7 @@ from gradsched.costs import (COLLECTIVES, PER_RANK, CollectiveCost, collectives_
                              extrapolate, fit_line, monotone_envelope, per_total, split_envelope, with_line)
 from gradsched.errors import FormatError, GradschedError
 from gradsched.plan import ALL_GATHER, HIER, REDUCE_SCATTER
+from gradsched.queued import QueuedRule
 from gradsched.topology import Topology
 
 __all__ = ["COLLECTIVES", "CONTENTION_FIELDS", "Cluster", "CollectiveCost", "Contention", "Topology", "fit_line",
@@ -132,6 +133,14 @@ class Cluster:
         if collective == ALL_GATHER:
             return per_total(self.cost("allgather"), self.world_size)
         return self.cost(collective)
+
+    def queued_rule(self, collective: str) -> QueuedRule | None:
+        """How several ``collective`` operations (a plan's name, ``reduce-scatter``, or the cluster's,
+        ``reducescatter``) in flight at once share the link (:mod:`gradsched.queued`), from the file's optional
+        ``queued`` field (``gradsched netbench --queue-depths``); None where it has none."""
+        name = {REDUCE_SCATTER: "reducescatter", ALL_GATHER: "allgather"}.get(collective, collective)
+        raw = (self.extra.get("queued") or {}).get(name)
+        return None if raw is None else QueuedRule.from_dict(raw, "cluster", f"queued.{name}")
 
     def _base(self, collective: str) -> CollectiveCost:
         if collective in self.collectives:

@@ -47,6 +47,17 @@ def check_sizes(min_bytes: int, max_bytes: int, world: int, collectives: Sequenc
                                  f"one size, and fitting its cost needs two: give --max-bytes {need} or more")
 
 
+def parse_depths(text: str) -> tuple[int, ...]:
+    """``--queue-depths``: comma-separated queue depths of 2 or more (empty: none)."""
+    try:
+        depths = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise GradschedError(f"--queue-depths {text!r}: give comma-separated integers, e.g. 2,4") from None
+    if any(k < 2 or k > 64 for k in depths):
+        raise GradschedError(f"--queue-depths {text!r}: each depth must be between 2 and 64")
+    return depths
+
+
 def check_backend(backend: str | None) -> None:
     """A process-group backend torch.distributed has, named before any rank starts."""
     if backend is not None and backend not in BACKENDS:
@@ -73,4 +84,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "with several nodes of several ranks the all-reduce is also timed "
                         "inside each node and across nodes and the cluster's topology written")
     p.add_argument("--backend", default=None, help="process-group backend (default: nccl with CUDA, else gloo)")
+    p.add_argument("--queue-depths", default="", metavar="K,...",
+                   help="also time each collective in queues of K asynchronous operations issued together (e.g. "
+                        "2,4), beside one alone, from 1 MiB a rank up: the cluster's queued rule "
+                        "(docs/cost-model.md, \"Queued streams\"; default: none)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")

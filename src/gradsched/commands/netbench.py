@@ -12,7 +12,7 @@ from gradsched.commands._inputs import check_processes
 from gradsched.errors import GradschedError
 from gradsched.jobs.launch import PREFIXES, Ranks, launch
 from gradsched.netbench_args import DEFAULT_OUTPUT, MAX_BYTES, MIN_BYTES, add_arguments
-from gradsched.netbench_args import check_backend, check_sizes
+from gradsched.netbench_args import check_backend, check_sizes, parse_depths
 
 __all__ = ["MAX_BYTES", "MIN_BYTES", "TESTBED_PREFIX", "check_arguments", "register", "run"]  # MIN/MAX: public names
 TESTBED_PREFIX = PREFIXES["netbench"]  # its own prefix: never touches a testbed the user has up
@@ -50,6 +50,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     if not names or any(c not in COLLECTIVES for c in names):
         raise GradschedError(f"--collectives {args.collectives!r}: name some of {', '.join(COLLECTIVES)}")
     check_backend(args.backend)
+    parse_depths(args.queue_depths)
     if args.nproc is not None:
         check_processes("--workers", args.nproc)
     world = args.nproc or (args.hosts * (args.ranks_per_node or 1) if args.rate else None)
@@ -114,6 +115,8 @@ def _rank_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--backend", args.backend]
     if args.quiet:
         argv.append("--quiet")
+    if args.queue_depths:
+        argv += ["--queue-depths", args.queue_depths]
     return argv
 
 

@@ -9,7 +9,8 @@ profile.  The arrays are exactly the ones ``simulate`` builds from the plan
 the same bytes, costs, ready layers, gates and priorities), so the iteration is the one
 ``simulate`` predicts for that plan, bit for bit (tests/test_dear_eval.py).  Where the
 compiled pass does not apply (numba absent or off, contention that dilates, the runtime's
-retire time, a cost that is not a plain line or table, fewer than :data:`MIN_TENSORS`
+retire time, a cluster with a queued rule (the simulator's queued-stream pass),
+a cost that is not a plain line or table, fewer than :data:`MIN_TENSORS`
 tensors), :meth:`TwoPhasePricer.iteration_s` returns None and ``dear`` simulates the plan.
 """
 
@@ -39,7 +40,8 @@ class TwoPhasePricer:
         kc, kn, lat, self.op_latency_s = engine.contention(cluster)
         issue_s, retire_s = profile.op_host_s()
         costs = (cluster.operation_cost(REDUCE_SCATTER), cluster.operation_cost(ALL_GATHER))
-        if kc > 0 or kn > 0 or lat > 0 or retire_s > 0 or profile.num_tensors < MIN_TENSORS or \
+        queued = any(r is not None and r.speedup > 1 for r in map(cluster.queued_rule, (REDUCE_SCATTER, ALL_GATHER)))
+        if queued or kc > 0 or kn > 0 or lat > 0 or retire_s > 0 or profile.num_tensors < MIN_TENSORS or \
                 not _kernel.enabled() or any(not isinstance(c, CollectiveCost) for c in costs):
             return
         self.run = _kernel.kernel()

@@ -60,6 +60,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from gradsched.cluster import Cluster
+from gradsched.queued import QueuedRule
+from gradsched.sim._queued import schedule_queued
 from gradsched.costs import CollectiveCost
 from gradsched.errors import GradschedError
 from gradsched.plan import ALL_GATHER, DENSE, HIER, REDUCE_SCATTER, SPARSE, Operation, Plan, gate_tensor
@@ -130,6 +132,8 @@ def _run_compiled(plan: Plan, profile: Profile, st: _Static, channels: int, op_l
     n = len(ops)
     if st.retire_s > 0 or n + len(st.layer_time) < _kernel.MIN_OPERATIONS or not _kernel.enabled():
         return None
+    if st.rules is not None and channels == 1 and plan.credit_bytes is None:
+        return None  # queued streams: the Python pass (sim/_queued.py)
     run_pass = _kernel.kernel()
     if run_pass is None:
         return None
@@ -353,6 +357,7 @@ class _Static:
         self.issue_s, self.retire_s = profile.op_host_s()
         self.update_call_s = profile.op_update_call_s()  # charged to overlapping plans only
         self._two_phase(plan, profile, fixed.forward_layer, REDUCE_SCATTER in by_collective)
+        self.rules = queued_rules(ops, cluster)
         self.arrays: tuple[np.ndarray, ...] | None = None  # the compiled pass's, made on its first use
 
     def _sparse(self, ops: tuple[Operation, ...], sparse: list[int], cluster: Cluster, elem: list[int],
@@ -393,6 +398,21 @@ class _Static:
         for j, op in enumerate(plan.operations):
             if op.collective == ALL_GATHER:
                 self.gated[forward_layer[gate_tensor(op)]].append(j)
+
+
+def queued_rules(ops: Sequence[Operation], cluster: Cluster) -> list[QueuedRule] | None:
+    """Each operation's queued rule (:mod:`gradsched.queued`), where every operation of the plan is a reduce-scatter
+    or an all-gather, the cluster has a rule for each collective it uses, and one of them gains; else None (the
+    one-channel pass: all-reduces were measured gaining nothing in a queue, docs/cost-model.md)."""
+    if not ops:
+        return None
+    names = {op.collective for op in ops}
+    if not names <= {REDUCE_SCATTER, ALL_GATHER}:
+        return None
+    rules = {name: cluster.queued_rule(name) for name in names}
+    if any(r is None for r in rules.values()) or all(r.speedup <= 1.0 for r in rules.values() if r is not None):
+        return None
+    return [rules[op.collective] for op in ops]  # type: ignore[misc]
 
 
 def _times_s(cost: CollectiveCost, nbytes: list[int]) -> list[float]:
@@ -470,7 +490,11 @@ def _run(plan: Plan, profile: Profile, st: _Static, channels: int, on_compute: D
     finish = [0.0] * n_ops
     # the runtime issues all-gathers at its first wait after backward (decoupled.retire_alone): the first
     # forward layer's gate (overlapping plans) or the end of backward, never before
-    _schedule(plan, ready, st.cost, st.op_bytes, channels, start, finish, on_comm, st.after, gather_from_s=t)
+    if st.rules is not None and channels == 1 and plan.credit_bytes is None:  # several in flight, the rate shared
+        schedule_queued(plan.scheduling == "fifo", [op.priority for op in plan.operations], ready, st.cost,
+                        st.rules, start, finish, on_comm, st.after, gather_from_s=t)
+    else:
+        _schedule(plan, ready, st.cost, st.op_bytes, channels, start, finish, on_comm, st.after, gather_from_s=t)
     comm_end = max(finish, default=0.0)
 
     # ---- updates and the next forward
@@ -575,6 +599,8 @@ def _result(plan: Plan, profile: Profile, cluster: Cluster, st: _Static, timing:
                    priority=ops[j].priority)
         tl.memory = samples
     comm_busy = sum(b - a for a, b in zip(timing.start, timing.end))
+    if st.rules is not None:  # operations in flight together: the time any was (docs/cost-model.md, "Queued streams")
+        comm_busy = sum(b - a for a, b in _merge(list(zip(timing.start, timing.end))))
     return SimResult(plan.strategy, timing.iteration, compute, max(0.0, timing.iteration - compute), comm_busy, peak,
                      n_ops, timing.backward_end, timing.comm_end, timing.start, timing.end, tl)
 

@@ -159,7 +159,30 @@ def _measure_cluster(total_bytes: int, cfg: BenchConfig) -> Cluster:
         extended = extended_costs(points, network_collectives(cfg), top)
         cluster = dataclasses.replace(cluster, collectives={**cluster.collectives, **extended},
                                       extra={**cluster.extra, "extended_beyond_bytes": measured_max})
+    queued = _measure_queued(measured_max, cfg)
+    if cluster is not None and queued:
+        cluster = dataclasses.replace(cluster, extra={**cluster.extra, **queued})
     return _broadcast(cluster)
+
+
+QUEUE_SIZES = (4 << 20, 16 << 20)  # a rank's part: where dear's groups lie (4 MiB to 200 MB a rank measured)
+QUEUE_DEPTH = 4
+
+
+def _measure_queued(measured_max: int, cfg: BenchConfig) -> dict[str, Any]:
+    """Where the table times reduce-scatters and all-gathers: each also in a queue of :data:`QUEUE_DEPTH` issued
+    together beside one at a time (:func:`~gradsched.torch.measure.netbench.measure_queued`), at
+    :data:`QUEUE_SIZES` within the table's range; the cluster's ``queued_points`` and fitted ``queued`` rule, which
+    the simulator prices queued two-phase operations by (docs/cost-model.md, "Queued streams").  Every rank calls it."""
+    from gradsched.queued import fit_queued
+    from gradsched.torch.measure.netbench import measure_queued
+
+    names = [n for n in network_collectives(cfg) if n != "allreduce"]
+    top = max(4096, measured_max // dist.get_world_size())
+    sizes = [b for b in QUEUE_SIZES if b <= top] or [top]
+    points = {n: measure_queued(n, sizes, (QUEUE_DEPTH,), reps=cfg.net_reps, warmup=1) for n in names}
+    rules = {n: r.to_dict() for n, q in points.items() if (r := fit_queued(q)) is not None}
+    return {"queued_points": points, "queued": rules} if points else {}
 
 
 def network_collectives(cfg: BenchConfig) -> list[str]:

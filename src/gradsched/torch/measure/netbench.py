@@ -44,11 +44,13 @@ import torch.distributed as dist
 
 from gradsched.cluster import COLLECTIVES, Cluster, Topology
 from gradsched.costs import PER_RANK, fit_measured
+from gradsched.queued import fit_queued
 from gradsched.torch.runtime.decoupled import reduce_scatter
 from gradsched.costs import NODE_STEPS
 from gradsched.errors import GradschedError
 from gradsched.netbench_args import DEFAULT_OUTPUT
 from gradsched.netbench_args import MAX_BYTES, MIN_BYTES, add_arguments, check_backend, check_sizes, sizes_bytes, top_bytes  # noqa: F401
+from gradsched.netbench_args import parse_depths
 _ELEMENT = torch.float32  # 4 bytes per element
 
 
@@ -81,12 +83,15 @@ def operations_for(nbytes: int, reps: int) -> int:
 
 def benchmark(*, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, reps: int = 5, warmup: int = 2,
               collectives: Sequence[str] = COLLECTIVES, ranks_per_node: int | None = None,
-              report: Callable[[str], None] | None = None) -> Cluster | None:
+              report: Callable[[str], None] | None = None, queue_depths: Sequence[int] = ()) -> Cluster | None:
     """Measure ``collectives`` on the default process group; rank 0 returns the fitted Cluster.
 
     With several nodes of several ranks (``ranks_per_node``, else ``LOCAL_WORLD_SIZE``:
     :func:`node_layout`), the all-reduce is also measured inside each node and across
     nodes, and the cluster's ``topology`` field written (:func:`measure_topology`).
+    ``queue_depths`` (e.g. ``(2, 4)``): each collective is also timed in queues of that many asynchronous
+    operations from 1 MiB a rank up (:func:`measure_queued`), kept as ``queued_points`` with the rule fitted
+    to them (``queued``: :func:`gradsched.queued.fit_queued`).
     Every rank must call this with the same arguments (it issues collectives)."""
     if not dist.is_initialized():
         raise GradschedError("no process group: call torch.distributed.init_process_group first (or use main())")
@@ -103,6 +108,11 @@ def benchmark(*, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, reps: i
     for name in collectives:
         top = top_bytes(name, min_bytes, max_bytes, world)
         points[name] = measure_points(name, sizes_bytes(min_bytes, top), reps=reps, warmup=warmup, report=report)
+    queued = {}
+    for name in collectives if queue_depths else ():
+        top = top_bytes(name, min_bytes, max_bytes, world)
+        sizes = [b for b in sizes_bytes(min_bytes, top) if b >= QUEUE_MIN_BYTES] or [top]
+        queued[name] = measure_queued(name, sizes, queue_depths, reps=reps, warmup=warmup, report=report)
     nodes, per_node = node_layout(world, ranks_per_node)
     topology = None
     if nodes > 1 and per_node > 1:
@@ -114,10 +124,13 @@ def benchmark(*, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, reps: i
     # (docs/cost-model.md); the medians as measured are kept beside it.
     fitted = {name: fit_measured(name, pts) for name, pts in points.items()}
     two_level = None if topology is None else Topology.from_dict(topology, "gradsched netbench", world)
-    return Cluster(world, fitted, backend=dist.get_backend(), topology=two_level,
-                   extra={"measured_by": "gradsched netbench", "device": _device().type, "reps": reps,
-                          "host": socket.gethostname(), "measured_points": {k: [list(p) for p in v]
-                                                                            for k, v in points.items()}})
+    extra: dict[str, Any] = {"measured_by": "gradsched netbench", "device": _device().type, "reps": reps,
+                             "host": socket.gethostname(),
+                             "measured_points": {k: [list(p) for p in v] for k, v in points.items()}}
+    if queued:
+        extra["queued_points"] = queued
+        extra["queued"] = {k: rule.to_dict() for k, q in queued.items() if (rule := fit_queued(q)) is not None}
+    return Cluster(world, fitted, backend=dist.get_backend(), topology=two_level, extra=extra)
 
 
 def measure_points(name: str, sizes: Sequence[int], *, reps: int, warmup: int,
@@ -179,6 +192,77 @@ def _time_collective(name: str, nbytes: int, world: int, device: torch.device, r
     slowest = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
     return float(slowest.item())
+
+
+QUEUE_MIN_BYTES = 1 << 20  # queued streams are timed from this size a rank up (below it, latency rules)
+
+
+def measure_queued(name: str, sizes: Sequence[int], depths: Sequence[int], *, reps: int, warmup: int,
+                   report: Callable[[str], None] | None = None) -> dict[str, list[list[float]]]:
+    """Seconds per operation of ``name`` at each size: ``"1"``, :data:`max(depths)` operations one at a time
+    (each waited for before the next is issued), and for each ``k`` of ``depths``, ``k`` operations issued
+    together (asynchronously, back to back) then all waited for: ``{"1": [[bytes, s], ...], "2": ...}``, the
+    slowest rank's median over ``reps``, on every rank.  Each repetition times all of them one after another
+    behind barriers, so a change of load or of the link's state shifts them alike.
+
+    A training step issues its collectives queued so (the runtime's hooks, ``async_op=True``); gloo runs a
+    process group's queued operations on its worker threads, several at once, and one all-to-all or
+    all-gather alone can leave a shaped link partly idle, so a queue of them can move more bytes a second
+    than one at a time (docs/cost-model.md, "Queued streams")."""
+    device, world = _device(), dist.get_world_size()
+    ks = sorted({k for k in depths if k > 1})
+    rows: dict[str, list[list[float]]] = {str(k): [] for k in [1, *ks]}
+    for nbytes in sizes:
+        issue = _queue(name, nbytes, max(ks), world, device)
+        for _ in range(warmup):
+            issue(max(ks), False)
+        times: dict[int, list[float]] = {k: [] for k in [1, *ks]}
+        for _ in range(reps):
+            for k in [1, *ks]:
+                dist.barrier()
+                t0 = time.perf_counter()
+                issue(max(ks) if k == 1 else k, k > 1)
+                times[k].append((time.perf_counter() - t0) / (max(ks) if k == 1 else k))
+        slowest = torch.tensor([statistics.median(times[k]) for k in [1, *ks]], dtype=torch.float64, device=device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        for k, seconds in zip([1, *ks], slowest.tolist()):
+            rows[str(k)].append([float(nbytes), seconds])
+            if report is not None and dist.get_rank() == 0:
+                how = "one at a time" if k == 1 else f"{k} queued"
+                report(f"{name:9s} {nbytes:>11,d} B  {seconds * 1e6:12.1f} us per operation, {how}")
+    return rows
+
+
+def _queue(name: str, nbytes: int, most: int, world: int, device: torch.device) -> Callable[[int, bool], None]:
+    """``issue(k, together)``: ``k`` operations of ``name`` on ``nbytes`` (a rank's part for a per-rank
+    collective), each on its own buffers as a plan's groups are; issued all before any is waited for
+    (``together``) or each waited for before the next; done when the device is."""
+    numel = max(1, nbytes // 4)
+    bufs = [torch.zeros(numel, dtype=_ELEMENT, device=device) for _ in range(most)]
+    full = name in PER_RANK
+    outs = [torch.empty(numel * world, dtype=_ELEMENT, device=device) for _ in range(most)] if full else []
+    fulls = [torch.zeros(numel * world, dtype=_ELEMENT, device=device) for _ in range(most)] \
+        if name == "reducescatter" else []
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+    def one(i: int) -> dist.Work:
+        if name == "allreduce":
+            return dist.all_reduce(bufs[i], async_op=True)
+        if name == "reducescatter":  # the all-to-all of the runtime's gloo path (its local sum is compute)
+            return dist.all_to_all_single(outs[i], fulls[i], async_op=True)
+        return gather(outs[i], bufs[i], async_op=True)
+
+    def issue(k: int, together: bool) -> None:
+        works = []
+        for i in range(k):
+            works.append(one(i))
+            if not together:
+                works.pop().wait()
+        for w in works:
+            w.wait()
+        _sync(device)
+
+    return issue
 
 
 def node_layout(world: int, ranks_per_node: int | None = None) -> tuple[int, int]:
@@ -283,7 +367,8 @@ def run_under_launcher(args: argparse.Namespace) -> int:
         report = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
         cluster = benchmark(min_bytes=args.min_bytes, max_bytes=args.max_bytes, reps=args.reps, warmup=args.warmup,
                             collectives=[c.strip() for c in args.collectives.split(",") if c.strip()],
-                            ranks_per_node=args.ranks_per_node, report=report)
+                            ranks_per_node=args.ranks_per_node, report=report,
+                            queue_depths=parse_depths(args.queue_depths))
         if cluster is not None:
             cluster.save(args.output)
             if not args.quiet:
