@@ -3,6 +3,7 @@ search's plans; without numba, or with ``GRADSCHED_JIT=0``, the Python search ru
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -124,3 +125,20 @@ def test_python_search_where_numba_fails_to_load(monkeypatch, caplog):
     assert _usbyte_jit._failed and not _usbyte_jit.enabled()
     assert "numba could not be imported" in caplog.text
     assert make_plan("usbyte", profile, cluster) == python
+
+
+@needs_numba
+def test_meet_test_compares_every_units_elements():
+    # the compiled search tests whether a try met the best schedule by a hash of the per-unit difference
+    # in elements sent, then unit by unit (_diff_zero): a hash that collides must not pass, and the
+    # scratch array is left as zeros
+    diff_zero = _usbyte_jit.kernel("_diff_zero")
+    best = np.array([[0, 1, 2, 1], [0, 0, 0, 5], [10, 5, 7, 9]], dtype=np.int64)  # unit, first, end element
+    diff = np.zeros(3, dtype=np.int64)
+    # resumed at block 1: the same elements per unit as the best's blocks 1..3 (another order, block 0 kept)
+    same = np.array([[0, 2, 1], [0, 0, 0], [10, 7, 9]], dtype=np.int64)
+    assert diff_zero(same, best, 3, 1, 4, diff) and not diff.any()
+    # block 0 extended by 2 elements of unit 0 and unit 1 one element short: the same hash (weights unit + 1)
+    collide = np.array([[0, 2, 1], [0, 0, 0], [12, 7, 8]], dtype=np.int64)
+    assert 2 * 1 - 1 * 2 == 0 and not diff_zero(collide, best, 3, 1, 4, diff) and not diff.any()
+    assert not diff_zero(same, best, 3, 1, 3, diff) and not diff.any()  # the best's block 3 not yet passed

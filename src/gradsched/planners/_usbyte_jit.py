@@ -37,6 +37,7 @@ import numpy as np
 
 EPS_S = 1e-12  # gradsched.sim.engine.EPS_S (usbyte checks that they are equal)
 NO_LIMIT = 1 << 62  # max_evaluations left out
+MEET_EVERY = 8  # decisions between two tests of whether a try met the best schedule (_loop)
 MIN_UNITS = 64  # fewer layers: the Python search takes milliseconds, less than loading the kernel
 
 _COMPILED: list[str] = []  # the kernel's functions, compiled on first use (numba is imported only then)
@@ -241,10 +242,25 @@ def _bound(free, rem, count, a_lo, b_lo, after_lo):
     return free + b_lo * rem + a_lo * count + after_lo
 
 
-@_inline
-def _nonzeros(before, after, nz):
-    """The count of nonzero entries once one entry went from ``before`` to ``after`` (``nz`` before)."""
-    return nz + (after != 0) - (before != 0)
+@_jit
+def _diff_zero(I, bI, m, at, jb, diff):
+    """Whether the try (blocks ``at..m-1`` of ``I``, and what it added to its block ``at - 1``) has sent
+    each unit as many elements as the best's blocks ``at..jb-1`` (``diff``: zeros on entry and exit).
+    Called only where the try's hash of the difference is 0 (:func:`_loop`), so rarely."""
+    if at > 0:
+        diff[I[0, at - 1]] += I[2, at - 1] - bI[2, at - 1]
+    for k in range(at, m):
+        diff[I[0, k]] += I[2, k] - I[1, k]
+    for k in range(at, jb):
+        diff[bI[0, k]] -= bI[2, k] - bI[1, k]
+    same = True
+    for k in range(at - 1 if at > 0 else 0, m):
+        same = same and diff[I[0, k]] == 0
+        diff[I[0, k]] = 0
+    for k in range(at, jb):
+        same = same and diff[bI[0, k]] == 0
+        diff[bI[0, k]] = 0
+    return same
 
 
 @_inline
@@ -283,7 +299,7 @@ def _run(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, sum
     :func:`_bound`, reaches it: the search's try is then not kept, whatever the rest is), or 3
     where the try meets the best schedule (``promoted`` >= 0: the unit the try moved from rank
     ``top_rank`` to ``target``): at a decision where every unit has sent what it had when the
-    best made its block ``jb`` (``diff``: the difference per unit, zeros on entry and exit), at
+    best made its block ``jb`` (checked by :func:`_diff_zero` where a hash of the difference is 0), at
     the same clock, start and last block, and the units with data left keep their order (the
     promoted one done, or the ones it passed), the rest is the best's: ``S[0]`` priced by
     :func:`_synced` (the try's blocks are then not whole: the search plays a kept one again,
@@ -298,24 +314,25 @@ def _run(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, sum
     Z[0], Z[2] = m, at
     if P[6] >= thr or (at > 1 and bF[3, at - 2] >= thr):  # the floor, or a block before the first that may
         return 2  # change, already too late
-    jb, mb, nz, passed = at, bZ[0], 0, 0  # the best's next block, its blocks, diff's nonzeros, passed units left
+    jb, mb, passed = at, bZ[0], 0  # the best's next block, its blocks, passed units left
     if promoted >= 0:
         for r in range(target + 1, top_rank + 1):
             passed += left[order[r]] > 0
-    status = _loop(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, summ, thr, diff, promoted,
-                   target, top_rank, m, t, free, nxt, size, rem, count, jb, mb, nz, passed)
-    for k in range(at - 1 if at > 0 else 0, Z[0]):  # diff back to zeros
-        diff[I[0, k]] = 0
-    for k in range(at, min(Z[2], mb)):
-        diff[bI[0, k]] = 0
-    return status
+    return _loop(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, summ, thr, diff, promoted,
+                 target, top_rank, m, t, free, nxt, size, rem, count, jb, mb, passed)
 
 
 @_jit
 def _loop(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, summ, thr, diff, promoted, target,
-          top_rank, m, t, free, nxt, size, rem, count, jb, mb, nz, passed):
+          top_rank, m, t, free, nxt, size, rem, count, jb, mb, passed):
     """:func:`_run`'s loop (from its state after :func:`_start`); leaves the try's blocks in ``Z[0]``
-    and the best's blocks it passed in ``Z[2]``."""
+    and the best's blocks it passed in ``Z[2]``.  Meeting the best is tested lazily: ``h``, the sum over
+    units of (the elements the try sent it) - (those the best's blocks passed sent it), times the unit's
+    number + 1, is 0 wherever every unit's difference is; only then (and at the same clock and start) does
+    :func:`_diff_zero` compare unit by unit (no per-unit count kept on every block).  A try that met the
+    best makes the best's decisions from there on (the same state, and the same order of the units left),
+    so the test runs at the first decision and then every :data:`MEET_EVERY`: a met try is found a few
+    blocks later, and the blocks between cost no bookkeeping."""
     # long function: the model's phase-1 loop, one block per pass, as usbyte._Model._run_line
     by_ready, elem, unit_elems, after = IA[0], IA[2], IA[3], FA[3]
     ready, ready_eps = FA[0], FA[1]
@@ -327,6 +344,7 @@ def _loop(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, su
     left, sent = N[1], N[2]
     Z[0], Z[2] = m, jb
     words = summ.shape[0]
+    h, wait = 0, 1
     while True:
         lim = t + EPS_S
         while nxt < n and ready[nxt] <= lim:  # the units ready by now join the bitset
@@ -342,15 +360,14 @@ def _loop(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, su
                 _dry_iteration(I, F, N, S, Z, bF, order, start, t, m, at, IA, FA, P, Q)
                 Z[2] = jb
                 return 0
-            if promoted >= 0:
+            wait -= 1
+            if promoted >= 0 and wait == 0:  # a try that met the best stays met: tested every MEET_EVERY decisions
+                wait = MEET_EVERY
                 while jb < mb and bF[0, jb] < start:  # the best's blocks up to now
-                    v = bI[0, jb]
-                    d = diff[v]
-                    diff[v] = d + bI[1, jb] - bI[2, jb]
-                    nz = _nonzeros(d, diff[v], nz)
+                    h -= (bI[2, jb] - bI[1, jb]) * (bI[0, jb] + 1)
                     jb += 1
-                if nz == 0 and (left[promoted] == 0 or passed == 0) and \
-                        _same_state(I, F, m, t, start, bI, bF, jb, mb, extend):
+                if h == 0 and (left[promoted] == 0 or passed == 0) and \
+                        _same_state(I, F, m, t, start, bI, bF, jb, mb, extend) and _diff_zero(I, bI, m, at, jb, diff):
                     _synced(F, I, S, bF, bS, m, at, jb, after, P[6])
                     Z[0], Z[1], Z[2] = m, jb, jb
                     return 3
@@ -381,9 +398,7 @@ def _loop(I, F, N, S, Z, bI, bF, bS, bZ, at, order, rank, IA, FA, P, Q, bits, su
             left[u] = rest - elems
             rem -= elems * eb
             if promoted >= 0:
-                d = diff[u]
-                diff[u] = d + elems
-                nz = _nonzeros(d, d + elems, nz)
+                h += elems * (u + 1)
             if rest == elems:  # leaves the bitset
                 w = top >> 6
                 bits[w] &= ~(_ONE << np.uint64(top & 63))
