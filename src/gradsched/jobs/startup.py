@@ -15,7 +15,7 @@ counted in steps grows with K; these rules count it in wall seconds instead:
   are host time, which weighs K times less against its dilated steps.
 - **Run-time auto's warm-up** (:func:`auto_warmup`): ``auto`` tunes itself in situ
   (profiling, switch, trials, re-plan checks: ``tuning_iterations``, docs/autotune.md),
-  several hundred iterations.  On a replay, it does so off the clock only where those
+  several hundred iterations; on a replay it profiles under DDP's buckets (:func:`replay_start`).  On a replay, it does so off the clock only where those
   iterations' estimated wall time fits :data:`AUTO_WARMUP_S` (whatever the start-up took:
   googlenet-k80 at dilation 1, about 2 minutes, runs in situ; at dilation 20, some 40 minutes,
   does not); otherwise ``auto`` is planned
@@ -92,7 +92,8 @@ class AutoWarmup:
 def warmup_estimate_s(iterations: int, initial_iterations: int, initial_s: float, typical_s: float,
                       bound_s: float) -> float:
     """Wall seconds of run-time ``auto``'s warm-up of ``iterations``: ``initial_iterations`` of them (profiling
-    under its initial plan, ``wfbp``, and that plan's trial windows) at ``initial_s`` each, the others at
+    under its initial plan, ``wfbp`` or on a replay DDP's buckets (:func:`replay_start`), and that plan's trial
+    windows) at ``initial_s`` each, the others at
     ``typical_s`` (PyTorch DDP's default buckets: the trials' baseline, which most candidates run near), none
     below ``bound_s`` (the lower bound, what the estimate was before).  The bound alone left out that the
     trials run at a plan's speed, not the bound's, and that ``wfbp`` pays a per-message latency per tensor:
