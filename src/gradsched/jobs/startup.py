@@ -15,7 +15,8 @@ counted in steps grows with K; these rules count it in wall seconds instead:
   are host time, which weighs K times less against its dilated steps.
 - **Run-time auto's warm-up** (:func:`auto_warmup`): ``auto`` tunes itself in situ
   (profiling, switch, trials, re-plan checks: ``tuning_iterations``, docs/autotune.md),
-  several hundred iterations; on a replay it profiles under DDP's buckets (:func:`replay_start`).  On a replay, it does so off the clock only where those
+  several hundred iterations; on a replay it profiles under DDP's buckets (:func:`replay_start`).
+  On a replay, it does so off the clock only where those
   iterations' estimated wall time fits :data:`AUTO_WARMUP_S` (whatever the start-up took:
   googlenet-k80 at dilation 1, about 2 minutes, runs in situ; at dilation 20, some 40 minutes,
   does not); otherwise ``auto`` is planned
