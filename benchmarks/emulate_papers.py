@@ -39,7 +39,7 @@ SETTINGS = {
 
 def _run(model: str, args: argparse.Namespace) -> dict:
     profile, dilate, scale = SETTINGS[model]
-    out = RESULTS / f"emulate_papers_{model.replace('-', '_')}_{args.hosts}h.json"
+    out = RESULTS / f"emulate_papers_{model.replace('-', '_')}_{args.hosts}h{_tag(args)}.json"
     cmd = ["gradsched", "bench", "--replay", str(HERE / "profiles" / f"{profile}.profile.json"), "--hosts",
            str(args.hosts), "--rate", args.rate, "--dilate", str(dilate), "--scale-bytes", str(scale), "--prefix",
            args.prefix, "--strategies", "ddp,auto", *(["--rounds", str(args.rounds)] if args.rounds else []), "-q",
@@ -68,6 +68,11 @@ def _run(model: str, args: argparse.Namespace) -> dict:
             "allreduce_anchor": (rows[0].get("contention") or {}).get("allreduce_anchor")}
 
 
+def _tag(args: argparse.Namespace) -> str:
+    """``_TAG`` where --tag names the runs (JSONs beside the stored ones, not over them), else nothing."""
+    return f"_{args.tag}" if args.tag else ""
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=",".join(SETTINGS))
@@ -76,9 +81,11 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=None, help="the bench's most rounds (default: the bench's, as many "
                    "of its 6 as fit its 15-minute target: gradsched.jobs.budget)")
     p.add_argument("--prefix", default="gse")
+    p.add_argument("--tag", default="", help="write emulate_papers_MODEL_8h_TAG.json and emulate_papers_TAG.json "
+                   "(a new run beside the stored ones)")
     args = p.parse_args()
     RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / "emulate_papers.json"
+    path = RESULTS / f"emulate_papers{_tag(args)}.json"
     runs = json.loads(path.read_text())["runs"] if path.exists() else {}
     for model in args.models.split(","):
         runs[model] = _run(model, args)

@@ -288,3 +288,14 @@ def test_a_revert_goes_to_the_plan_that_measured_fastest_in_the_trials_not_one_a
     assert decide("replanned", 0.75, 0.64, m.compared(), 0.15, must_gain=0.03) == ("revert", "winner")
     # a plan that ran in the trials is judged by them at a check too: one slow window re-plans, it does not revert
     assert decide("winner", 0.86, 0.64, m.compared(), 0.15) == ("replan", None)
+
+
+def test_capped_candidates_shorten_the_schedule_and_one_is_refused():
+    """``candidates``: the trials' windows are scheduled for at most that many plans (a replay's short warm-up)."""
+    full = AutoTuneConfig.from_options({"trial_share": 0})
+    capped = AutoTuneConfig.from_options({"trial_share": 0, "candidates": 5})
+    per_window = full.trial_rounds * (full.trial_window + 1)
+    assert full.tuning_iterations - capped.tuning_iterations == 4 * per_window  # 9 candidates scheduled, then 5
+    assert AutoTuneConfig.from_options({"candidates": 20}).tuning_iterations == AutoTuneConfig().tuning_iterations
+    with pytest.raises(GradschedError, match="candidates must be 0"):
+        AutoTuneConfig.from_options({"candidates": 1})

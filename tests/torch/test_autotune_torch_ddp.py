@@ -146,6 +146,32 @@ def test_the_users_unset_bucket_size_runs_as_pytorchs_default_and_a_given_one_ca
     assert len(candidate_plan(profile, cluster, 25.0).operations) == 1  # given: the first bucket holds 25 MiB too
 
 
+def test_capped_trials_keep_the_plan_chosen_the_baseline_and_the_fastest_predicted(world_of_one):
+    """A replay's short warm-up (``candidates``, gradsched.jobs.startup.SHORT_WARMUP) started on DDP's buckets at
+    the user's size (``initial="ddp"``, gradsched.jobs.startup.replay_start): profiling runs them on the executor
+    (every gradient's ready time stamped), then only ``candidates`` plans take turns: the plan chosen, PyTorch's
+    DDP at the user's size and the others predicted fastest; the numbers stay those of plain training."""
+    module = _net()
+    cap = {"bucket_cap_mb": 0.01, "first_bucket_mb": 0.01}
+    opts = {**OPTIONS, "max_replans": 0, "candidates": 3, "initial": "ddp", "initial_options": cap}
+    model = DistributedDataParallel(module, "auto", plan_options=opts, bucket_cap_mb=0.01)
+    tuner = model.autotuner
+    assert tuner.switches[0].strategy == "ddp" and not is_torch_ddp(model.plan) and model._executor is not None
+    slow_down(model, lambda plan: not is_torch_ddp(plan))
+    _train(model, 0, 1, tuner.config.tuning_iterations)
+    plain = _net()
+    _train(plain, 0, 1, tuner.config.tuning_iterations)
+    assert rel_diff(_state(module), _state(plain)) <= TOLERANCE
+    assert tuner.profile is not None and tuner.profile.extra["method"] == "in-situ"  # profiled under DDP's buckets
+    turn, _ = _turns(tuner)
+    baseline = candidate_plan(tuner.profile, tuner.cluster, 0.01).hash
+    assert len(turn) == 3 and turn[0] == next(s for s in tuner.switches if s.reason == "profiled").plan_hash
+    assert baseline in turn and tuner.trials_done and is_torch_ddp(model.plan)
+    left_out = [h for h in tuner._tried if h not in turn and tuner._tried[h][3] is not None]
+    third = next(h for h in turn if h not in (turn[0], baseline))
+    assert left_out and all(tuner._tried[third][3] <= tuner._tried[h][3] for h in left_out)
+
+
 def test_short_iterations_get_longer_trial_windows_on_rank_0s_word(world_of_one):
     """trial_window_s: the first plan sets the windows' length from the iteration time it measured."""
     module = _net()

@@ -189,3 +189,33 @@ def test_the_progress_bar_names_the_model_as_the_user_gave_it(replay, capsys):
     _timed_rounds(cfg, runs, loss_fn, batches, None)
     err = capsys.readouterr().err
     assert "bench googlenet-k80 x1" in err and "replay.profile.json" not in err
+
+
+def test_a_scaled_replays_auto_profiles_under_and_measures_against_the_ddp_rows_buckets(replay):
+    """Run-time auto on a byte-scaled replay (gradsched.jobs.startup.replay_start): its profiling runs DDP's buckets at
+    the ``ddp`` row's size (25/S MB) on the executor, not ``wfbp``, and its PyTorch-DDP baseline is that DDP."""
+    import dataclasses
+
+    from gradsched.cluster import Cluster, CollectiveCost
+    from gradsched.jobs.config import BenchEntry
+    from gradsched.jobs.startup import AutoWarmup, replay_start
+    from gradsched.torch.jobs import bench_worker
+    from gradsched.torch.jobs import replay as replay_mod
+    from gradsched.torch.measure.profiler import profile_module
+
+    model, _, loss_fn, batches = replay
+    ddp = BenchEntry(label="ddp", strategy="ddp", torch_ddp=True, ddp_kwargs={"bucket_cap_mb": 25.0 / 16})
+    auto = BenchEntry(label="auto", strategy="auto", torch_ddp=False, options={"max_replans": 2})
+    cfg = dataclasses.replace(_cfg(model, 3, 0.0), entries=[ddp, auto])
+    assert bench_worker._ddp_cap_mb(cfg) == 25.0 / 16
+    assert bench_worker._ddp_cap_mb(dataclasses.replace(cfg, entries=[auto])) is None  # DDP's default
+    shared = SharedModel(model, 0)
+    with replay_mod.fast_forward(shared.spec.module):
+        profile = profile_module(shared.spec.module, batches[0], loss_fn=loss_fn, iterations=1, warmup=0)
+    cluster = Cluster(1, {"allreduce": CollectiveCost(1e-4, 1e-9)}, backend="gloo")
+    warmup = AutoWarmup(True, 100.0, 300.0, 108, start=replay_start(auto.options, 25.0 / 16))
+    row, _ = bench_worker._build_entry(auto, cfg, profile, cluster, shared, None, warmup)
+    tuner = row.autotuner
+    assert tuner.switches[0].strategy == "ddp" and row.plan.strategy == "ddp"
+    assert row.plan.options["bucket_cap_mb"] == 25.0 / 16 == row.plan.options["first_bucket_mb"]
+    assert row._ddp_cap_mb == 25.0 / 16 and row._ddp_cap_given

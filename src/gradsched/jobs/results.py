@@ -168,6 +168,7 @@ class AutoWarmupRecord(TypedDict, total=False):
     budget_s: float | None  # None: the user set adaptive
     iterations: int
     shortened: dict[str, Any]  # the short warm-up's settings (gradsched.jobs.startup.SHORT_WARMUP), where it ran
+    start: dict[str, Any]  # the plan its profiling ran (gradsched.jobs.startup.replay_start: a replay's)
 
 
 class BenchRow(TypedDict, total=False):

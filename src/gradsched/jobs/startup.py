@@ -15,7 +15,8 @@ counted in steps grows with K; these rules count it in wall seconds instead:
   are host time, which weighs K times less against its dilated steps.
 - **Run-time auto's warm-up** (:func:`auto_warmup`): ``auto`` tunes itself in situ
   (profiling, switch, trials, re-plan checks: ``tuning_iterations``, docs/autotune.md),
-  several hundred iterations.  On a replay, it does so off the clock only where those
+  several hundred iterations; on a replay it profiles under DDP's buckets (:func:`replay_start`).
+  On a replay, it does so off the clock only where those
   iterations' estimated wall time fits :data:`AUTO_WARMUP_S` (whatever the start-up took:
   googlenet-k80 at dilation 1, about 2 minutes, runs in situ; at dilation 20, some 40 minutes,
   does not); otherwise ``auto`` is planned
@@ -36,8 +37,10 @@ AUTO_WARMUP_PHASE = "auto warm-up"  # its phase in the bench's JSON (seconds 0 w
 FULL_FLOOR_S = 30.0  # a start-up probe keeps its floor of repetitions only where they take at most this long
 # run-time auto's short warm-up, where its full one would not fit AUTO_WARMUP_S (a replay whose steps take seconds):
 # trial windows of 2 measured iterations (3 rounds: a median of 6 per candidate; a replay's compute is waited out,
-# its steps vary little), 2 run-off rounds, checks over 5 iterations; 144 iterations where the full one runs 281
-SHORT_WARMUP: dict[str, Any] = {"trial_iterations": 6, "runoff_rounds": 2, "patience": 5}
+# its steps vary little), 2 run-off rounds, checks over 5 iterations, and 5 candidates (the plan chosen, PyTorch
+# DDP at the bench's bucket size, the 3 others predicted fastest) where up to 9 take turns: 108 iterations where
+# the full one runs 281
+SHORT_WARMUP: dict[str, Any] = {"trial_iterations": 6, "runoff_rounds": 2, "patience": 5, "candidates": 5}
 
 
 def probe_floor(floor: int, per_rep_s: float, least: int, within_s: float = FULL_FLOOR_S) -> int:
@@ -57,18 +60,20 @@ class AutoWarmup:
     budget_s: float  # its own budget, AUTO_WARMUP_S (inf: the user set adaptive)
     iterations: int
     shortened: dict[str, Any] = field(default_factory=dict)  # SHORT_WARMUP where the short warm-up runs
+    start: dict[str, Any] = field(default_factory=dict)  # replay_start: the plan its profiling runs, where set
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": "run-time (warm-up off the clock)" if self.in_situ else "planned at start-up",
                 "estimated_s": self.estimated_s, "iterations": self.iterations,
                 "budget_s": self.budget_s if math.isfinite(self.budget_s) else None,  # None: adaptive given
-                **({"shortened": self.shortened} if self.shortened else {})}
+                **({"shortened": self.shortened} if self.shortened else {}),
+                **({"start": self.start} if self.start else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "AutoWarmup":
         return cls(d.get("mode") != "planned at start-up", float(d.get("estimated_s", 0.0)),
                    math.inf if d.get("budget_s") is None else float(d["budget_s"]), int(d.get("iterations", 0)),
-                   dict(d.get("shortened") or {}))
+                   dict(d.get("shortened") or {}), dict(d.get("start") or {}))
 
     def describe(self) -> str:
         """One line for the bench's output (wall seconds)."""
@@ -88,7 +93,8 @@ class AutoWarmup:
 def warmup_estimate_s(iterations: int, initial_iterations: int, initial_s: float, typical_s: float,
                       bound_s: float) -> float:
     """Wall seconds of run-time ``auto``'s warm-up of ``iterations``: ``initial_iterations`` of them (profiling
-    under its initial plan, ``wfbp``, and that plan's trial windows) at ``initial_s`` each, the others at
+    under its initial plan, ``wfbp`` or on a replay DDP's buckets (:func:`replay_start`), and that plan's trial
+    windows) at ``initial_s`` each, the others at
     ``typical_s`` (PyTorch DDP's default buckets: the trials' baseline, which most candidates run near), none
     below ``bound_s`` (the lower bound, what the estimate was before).  The bound alone left out that the
     trials run at a plan's speed, not the bound's, and that ``wfbp`` pays a per-message latency per tensor:
@@ -132,11 +138,24 @@ def shorter(full: AutoWarmup, short: AutoWarmup) -> AutoWarmup:
     return AutoWarmup(True, short.estimated_s, short.budget_s, short.iterations, dict(SHORT_WARMUP))
 
 
+def replay_start(options: dict[str, Any] | None, ddp_cap_mb: float | None) -> dict[str, Any]:
+    """The plan run-time ``auto`` profiles under on a replay: DDP's buckets on gradsched's executor, as the bench's
+    ``ddp`` row makes them (``ddp_cap_mb``: its ``bucket_cap_mb``, which caps DDP's first bucket too; None: DDP's
+    default), instead of ``wfbp``, whose message per tensor ran 2-15 s an iteration on 8 emulated hosts
+    (Inception-v4, 449 tensors; DenseNet-201, 604) where DDP's buckets run near the trials' baseline.  Profiling
+    needs no more: the executor stamps every gradient's ready time whatever its buckets, and the bench gives
+    ``auto`` the cluster it measured.  Empty where the user set ``initial`` or ``initial_options``."""
+    if set(options or {}) & {"initial", "initial_options"}:
+        return {}
+    caps = {} if ddp_cap_mb is None else {"bucket_cap_mb": ddp_cap_mb, "first_bucket_mb": ddp_cap_mb}
+    return {"initial": "ddp", "initial_options": caps}
+
+
 def auto_options(options: dict[str, Any] | None, warmup: AutoWarmup) -> dict[str, Any]:
     """``auto``'s plan options in the bench: its trials back to back (``trial_share=0``: the rounds time the
-    plan it settles on), the short warm-up's settings where it runs that, and, where it is planned at start-up,
-    ``adaptive=false``."""
-    out = {"trial_share": 0, **warmup.shortened, **(options or {})}
+    plan it settles on), the plan it profiles under (:func:`replay_start`) and the short warm-up's settings where
+    it runs that, and, where it is planned at start-up, ``adaptive=false``."""
+    out = {"trial_share": 0, **(warmup.start if warmup.in_situ else {}), **warmup.shortened, **(options or {})}
     if not warmup.in_situ:
         out.setdefault("adaptive", False)
     return out

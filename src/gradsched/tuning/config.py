@@ -52,6 +52,8 @@ class AutoTuneConfig:
     resize_min_gain: float = 0.01  # ... PyTorch's DDP at another bucket size: at least this much (nothing else differs)
     runoff_rounds: int = 4  # then the plans the rounds could not tell apart take this many more turns (0: none)
     runoff_margin: float = 0.05  # ... those within this fraction of the fastest median, and the baseline
+    candidates: int = 0  # plans taking turns in the trials at most (0: all): the plan chosen, the baseline and the
+    # others by prediction, fastest first (a replay's short warm-up: gradsched.jobs.startup.SHORT_WARMUP)
     torch_ddp: bool = True  # PyTorch's own DDP takes turns too (user's bucket_cap_mb, the advised one, one bucket)
     defer: bool = True  # budgeted trials: start on PyTorch's DDP, profile once the budget pays (gradsched.tuning.schedule)
     replan_threshold: float = 0.15  # relative |measured - expected| / expected that triggers a re-plan
@@ -105,6 +107,8 @@ class AutoTuneConfig:
         """What no single option's declaration says: the initial strategy is a known, concrete, dense one."""
         if self.initial == "auto":
             raise GradschedError("auto: initial must be a concrete strategy (the safe default), not 'auto'")
+        if self.candidates == 1:
+            raise GradschedError("auto: candidates must be 0 (all) or at least 2 (the plan chosen and the baseline)")
         from gradsched.planners import get_planner, is_sparse
 
         get_planner(self.initial)  # unknown name: an error that lists the known ones
@@ -150,6 +154,8 @@ class AutoTuneConfig:
         # initial plan
         ddps = CANDIDATE_SIZES if self.torch_ddp else 1
         candidates = self.trials + OFFLINE_TRIALS + 2 + ddps if self.trials > 1 else 0
+        if self.candidates:
+            candidates = min(candidates, self.candidates)
         runoff = RUNOFF_PLANS * self.runoff_rounds if candidates else 0  # at most: only if the rounds were close
         # per re-plan a check, then a measuring window; the last re-plan's plan is checked once more
         checks = 2 * self.max_replans + (1 if self.max_replans else 0)
@@ -181,6 +187,8 @@ OPTIONS: tuple[Option, ...] = (
     _fraction("min_gain", 0.03, "how much faster than the baseline a trial plan must measure to replace it"),
     _fraction("resize_min_gain", 0.01, "the same for PyTorch's DDP at another bucket size"),
     Option("runoff_rounds", int, 4, low=0, doc="more turns for the plans the rounds could not tell apart"),
+    Option("candidates", int, 0, low=0, doc="plans taking turns in the trials at most, the plan chosen and the "
+           "baseline among them, the others fastest predicted first (0: all)"),
     _fraction("runoff_margin", 0.05, "plans within this fraction of the fastest median take the run-off"),
     Option("torch_ddp", bool, True, doc="PyTorch's own DDP takes turns too"),
     DEFER,

@@ -68,7 +68,8 @@ from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.results import BenchResult, BenchRow, contention_to_run, pooled_contention
 from gradsched.jobs.rounds import StoppingRule
 from gradsched.jobs.startup import (AUTO_WARMUP_PHASE, SHORT_WARMUP, AutoWarmup, auto_options, auto_warmup,
-                                   initial_iterations, may_shorten, probe_floor, shorter, warmup_estimate_s)
+                                   initial_iterations, may_shorten, probe_floor, replay_start, shorter,
+                                   warmup_estimate_s)
 from gradsched.jobs.results import Contention as ProbeFigures  # the probe's figures (the cluster's Contention below)
 from gradsched.cluster import Cluster, Contention
 from gradsched.net_extend import MEASURED_MAX_BYTES, extended_costs, measured_top, table_floor
@@ -411,9 +412,13 @@ def _build_entry(entry: BenchEntry, cfg: BenchConfig, profile: Profile, cluster:
         model = DistributedDataParallel(module, "ddp", ddp_kwargs=entry.ddp_kwargs or None, **common)
     else:
         options = entry.options or None
+        cap: dict[str, Any] = {}
         if entry.strategy == "auto":  # the rounds time the plan it settles on: its trials back to back, off the clock
             options = auto_options(options, warmup or AutoWarmup(True, 0.0, math.inf, 0))
-        model = DistributedDataParallel(module, entry.strategy, plan_options=options, use_torch_ddp=False, **common)
+            ddp_cap = _ddp_cap_mb(cfg)  # its PyTorch-DDP baseline: the bench's ddp row
+            cap = {} if ddp_cap is None else {"bucket_cap_mb": ddp_cap}
+        model = DistributedDataParallel(module, entry.strategy, plan_options=options, use_torch_ddp=False, **common,
+                                        **cap)
     opt = DistributedOptimizer(shared.sgd(module, cfg.lr), model)
     track(model, module, opt)
     if prime is not None and getattr(model, "autotuner", None) is None:
@@ -635,23 +640,35 @@ def _auto_warmup(entry: BenchEntry, cfg: BenchConfig, start: _Start) -> AutoWarm
         return None
     from gradsched.tuning.config import AutoTuneConfig
 
-    options = {"trial_share": 0, **(entry.options or {})}
+    replay = bool(start.probe.get("host_work_hidden")) if start.probe else cfg.model.startswith("replay:")
+    ddp_cap = _ddp_cap_mb(cfg)
+    begin = replay_start(entry.options, ddp_cap) if replay else {}
+    options = {"trial_share": 0, **begin, **(entry.options or {})}
     try:
         config = AutoTuneConfig.from_options(options)
     except Exception:  # noqa: BLE001 - the wrapper reports a bad option itself, as before
         return None
     bound_s = lower_bound_s(start.profile, start.cluster)["lower_bound_s"]
-    replay = bool(start.probe.get("host_work_hidden")) if start.probe else cfg.model.startswith("replay:")
     if not config.adaptive:
         return auto_warmup(0, bound_s, entry.options, replay)
-    speeds = tuple(_simulated_s(strategy, start, config.initial_options if strategy == config.initial else {})
-                   for strategy in (config.initial, "ddp"))
+    ddp_options = {} if ddp_cap is None else {"bucket_cap_mb": ddp_cap, "first_bucket_mb": ddp_cap}
+    speeds = (_simulated_s(config.initial, start, config.initial_options, torch_ddp=False),
+              _simulated_s("ddp", start, ddp_options))  # the trials' baseline: the bench's ddp row
     iterations, seconds = _warmup_s(config, speeds, bound_s)
-    full = auto_warmup(iterations, seconds / iterations, entry.options, replay)
+    full = dataclasses.replace(auto_warmup(iterations, seconds / iterations, entry.options, replay), start=begin)
     if full.in_situ or not replay or not may_shorten(entry.options):
         return full
     iterations, seconds = _warmup_s(AutoTuneConfig.from_options({**options, **SHORT_WARMUP}), speeds, bound_s)
-    return shorter(full, auto_warmup(iterations, seconds / iterations, entry.options, replay))
+    short = shorter(full, auto_warmup(iterations, seconds / iterations, entry.options, replay))
+    return dataclasses.replace(short, start=begin)
+
+
+def _ddp_cap_mb(cfg: BenchConfig) -> float | None:
+    """The ``bucket_cap_mb`` the bench's ``ddp`` row (PyTorch DDP's default buckets, byte-scaled: 25 MB / S) is
+    built with, None where it is DDP's default: run-time ``auto``'s baseline in its trials is the same DDP."""
+    row = next((e for e in cfg.entries if e.torch_ddp and e.label == "ddp"), None)
+    cap = (row.ddp_kwargs or {}).get("bucket_cap_mb") if row is not None else None
+    return None if cap is None else float(cap)
 
 
 def _warmup_s(config: Any, speeds: tuple[float, float], bound_s: float) -> tuple[int, float]:
@@ -663,13 +680,14 @@ def _warmup_s(config: Any, speeds: tuple[float, float], bound_s: float) -> tuple
     return iterations, warmup_estimate_s(iterations, first, speeds[0], speeds[1], bound_s)
 
 
-def _simulated_s(strategy: str, start: _Start, options: dict[str, Any]) -> float:
-    """``strategy``'s simulated iteration on the bench's profile (with its runtime's costs) and cluster; ``ddp``:
-    PyTorch DDP's default buckets.  0 where it cannot be planned (the estimate then uses the bound)."""
+def _simulated_s(strategy: str, start: _Start, options: dict[str, Any], torch_ddp: bool | None = None) -> float:
+    """``strategy``'s simulated iteration on the bench's profile (with its runtime's costs: PyTorch DDP's for
+    ``ddp`` unless ``torch_ddp`` is False, gradsched's executor's otherwise) and cluster.  0 where it cannot be
+    planned (the estimate then uses the bound)."""
     from gradsched.planners import make_plan
     from gradsched.sim import simulate
 
-    torch_ddp = strategy == "ddp"
+    torch_ddp = strategy == "ddp" if torch_ddp is None else torch_ddp
     profile = with_runtime_costs(start.profile, start.probe, torch_ddp)
     try:
         plan = make_plan(strategy, profile, start.cluster, **options)

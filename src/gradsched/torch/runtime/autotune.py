@@ -763,9 +763,22 @@ class AutoTuner:
         self._tried[initial] = (name, initial_plan, initial_order, payload.get("initial_predicted_s"))
         if initial not in turn:
             turn.append(initial)  # the safe default competes on the same terms
+        turn = self._capped_turn(turn)
         for h in turn:
             self.measurements.forget(h)
         return turn
+
+    def _capped_turn(self, turn: list[str]) -> list[str]:
+        """``turn`` cut to :attr:`AutoTuneConfig.candidates` (0: as it is): the plan chosen and the baseline, then
+        the others fastest predicted first, in ``turn``'s order (every rank: the predictions were broadcast)."""
+        cap = self.config.candidates
+        if not cap or len(turn) <= cap:
+            return turn
+        must = [turn[0]] + [h for h in (self._baseline(),) if h in turn and h != turn[0]]
+        rest = sorted((h for h in turn if h not in must), key=lambda h: (self._tried[h][3] is None,
+                                                                         self._tried[h][3] or 0.0, turn.index(h)))
+        kept = set(must + rest[:max(0, cap - len(must))])
+        return [h for h in turn if h in kept]
 
     # ------------------------------------------------------------------ measurements
     def _events(self) -> list[Event]:
