@@ -68,3 +68,16 @@ def _one_serial_file_at_a_time(request: pytest.FixtureRequest,
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@pytest.fixture
+def case():
+    """Three tensors (two of 100 elements, one of 200) on 2 workers at alpha 0.1, beta 1e-3: the hand-made
+    timelines of the simulator's tests (test_sim_timelines, test_two_phase, test_queued) are worked out on it."""
+    from gradsched.cluster import Cluster
+    from gradsched.profile import Profile, TensorProfile
+
+    profile = Profile("three", (TensorProfile("t0", 100, 400, 0.1, 0.3),
+                                TensorProfile("t1", 100, 400, 0.1, 0.2),
+                                TensorProfile("t2", 200, 800, 0.1, 0.1)))
+    return profile, Cluster.alpha_beta(0.1, 1e-3, 2)

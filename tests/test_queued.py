@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gradsched import Cluster, Profile, TensorProfile
+from gradsched import Cluster
 from gradsched.errors import FormatError, GradschedError
 from gradsched.netbench_args import parse_depths
 from gradsched.plan import ALL_GATHER, REDUCE_SCATTER, Operation, Plan, Slice
@@ -24,14 +24,6 @@ from gradsched.sim._queued import schedule_queued
 from gradsched.sim.engine import _schedule
 
 RULES = {"reducescatter": {"slots": 2, "speedup": 1.5}, "allgather": {"slots": 2, "speedup": 2.0}}
-
-
-@pytest.fixture
-def case():
-    profile = Profile("three", (TensorProfile("t0", 100, 400, 0.1, 0.3),
-                                TensorProfile("t1", 100, 400, 0.1, 0.2),
-                                TensorProfile("t2", 200, 800, 0.1, 0.1)))
-    return profile, Cluster.alpha_beta(0.1, 1e-3, 2)
 
 
 def queued(cluster: Cluster, rules=RULES) -> Cluster:

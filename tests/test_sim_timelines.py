@@ -19,14 +19,6 @@ from gradsched.sim import simulate
 MiB = 1 << 20
 
 
-@pytest.fixture
-def case():
-    profile = Profile("three", (TensorProfile("t0", 100, 400, 0.1, 0.3),
-                                TensorProfile("t1", 100, 400, 0.1, 0.2),
-                                TensorProfile("t2", 200, 800, 0.1, 0.1)))
-    return profile, Cluster.alpha_beta(0.1, 1e-3, 2)
-
-
 def run(name, case, **opts):
     profile, cluster = case
     plan = make_plan(name, profile, cluster, **opts)

@@ -30,14 +30,6 @@ from strategies import clusters, profiles
 TOL = 1e-9
 
 
-@pytest.fixture
-def case():
-    profile = Profile("three", (TensorProfile("t0", 100, 400, 0.1, 0.3),
-                                TensorProfile("t1", 100, 400, 0.1, 0.2),
-                                TensorProfile("t2", 200, 800, 0.1, 0.1)))
-    return profile, Cluster.alpha_beta(0.1, 1e-3, 2)
-
-
 def whole(profile, *tensors):
     return tuple(Slice(t, 0, profile.tensors[t].numel) for t in tensors)
 
