@@ -132,7 +132,7 @@ def _run_compiled(plan: Plan, profile: Profile, st: _Static, channels: int, op_l
     n = len(ops)
     if st.retire_s > 0 or n + len(st.layer_time) < _kernel.MIN_OPERATIONS or not _kernel.enabled():
         return None
-    if st.rules is not None and channels == 1 and plan.credit_bytes is None:
+    if _queued(plan, st, channels) is not None:
         return None  # queued streams: the Python pass (sim/_queued.py)
     run_pass = _kernel.kernel()
     if run_pass is None:
@@ -400,6 +400,12 @@ class _Static:
                 self.gated[forward_layer[gate_tensor(op)]].append(j)
 
 
+def _queued(plan: Plan, st: _Static, channels: int) -> list[QueuedRule] | None:
+    """Each operation's queued rule where the plan runs as queued streams (:func:`queued_rules`, one channel,
+    no credit window); else None: the one-at-a-time pass, compiled where it can be."""
+    return st.rules if channels == 1 and plan.credit_bytes is None else None
+
+
 def queued_rules(ops: Sequence[Operation], cluster: Cluster) -> list[QueuedRule] | None:
     """Each operation's queued rule (:mod:`gradsched.queued`), where every operation of the plan is a reduce-scatter
     or an all-gather, the cluster has a rule for each collective it uses, and one of them gains; else None (the
@@ -490,9 +496,10 @@ def _run(plan: Plan, profile: Profile, st: _Static, channels: int, on_compute: D
     finish = [0.0] * n_ops
     # the runtime issues all-gathers at its first wait after backward (decoupled.retire_alone): the first
     # forward layer's gate (overlapping plans) or the end of backward, never before
-    if st.rules is not None and channels == 1 and plan.credit_bytes is None:  # several in flight, the rate shared
+    rules = _queued(plan, st, channels)
+    if rules is not None:  # several in flight, the rate shared
         schedule_queued(plan.scheduling == "fifo", [op.priority for op in plan.operations], ready, st.cost,
-                        st.rules, start, finish, on_comm, st.after, gather_from_s=t)
+                        rules, start, finish, on_comm, st.after, gather_from_s=t)
     else:
         _schedule(plan, ready, st.cost, st.op_bytes, channels, start, finish, on_comm, st.after, gather_from_s=t)
     comm_end = max(finish, default=0.0)

@@ -255,9 +255,10 @@ class DistributedOptimizer:
         """``id(param)`` -> (group index, position in the group) of the wrapped optimizer's parameters.
 
         Kept between calls while the groups are the same lists of the same lengths (``add_param_group``
-        or ``load_state_dict`` make new ones): the per-layer updates of an overlapping plan are one call
-        per layer, and rebuilding this at each went over every parameter per layer (Inception-v4 replayed
-        on 8 ranks of 2 cores: 299 layers x 449 tensors, about 20 ms of a step's CPU per rank)."""
+        or ``load_state_dict`` make new ones): an overlapping plan's deferred updates step a subset up to
+        once per completed operation, and rebuilding this at each went over every parameter each time
+        (with one call per layer, Inception-v4 replayed on 8 ranks of 2 cores: 299 layers x 449 tensors,
+        about 20 ms of a step's CPU per rank)."""
         key = tuple((id(g["params"]), len(g["params"])) for g in own)
         if self._where_key != key:
             self._where = {id(p): (k, j) for k, g in enumerate(own) for j, p in enumerate(g["params"])}
