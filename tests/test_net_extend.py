@@ -68,3 +68,67 @@ def test_the_table_on_a_slow_link_stops_at_its_first_bandwidth_bound_size_within
     # a fast link (1 Gbit/s, 0.2 ms latency): the floor stays at most 2 MiB, and its budget never binds there
     assert table_floor(2e-4 + 8.6e-9 * 4096, 2e-4 + 8.6e-9 * (1 << 20)) <= TABLE_FLOOR_BYTES
     assert table_floor(1e-3, 1e-3) == TABLE_FLOOR_BYTES  # no slope measured: the fixed floor
+
+
+# googlenet-k80 on 4 testbed hosts at 1 Gbit/s, --dilate 2 (bench_replay_googlenet_k80_4h_1gbit_queued.json): the
+# table stopped at 512 KiB a rank, a reduce-scatter there 48.75 ms (93 ns a rank byte), an all-gather 37.75 ms
+_RS_4H = [(4096.0, 2.83e-3), (65536.0, 5.40e-3), (262144.0, 23.43e-3), (524288.0, 48.75e-3)]
+_AG_4H = [(4096.0, 8.27e-3), (65536.0, 10.39e-3), (262144.0, 20.74e-3), (524288.0, 37.75e-3)]
+
+
+def _bench_estimate(b: int, reps: int = 3) -> float:
+    """Seconds the bench expects timing both phases at ``b`` bytes a rank to take: a warm-up and ``reps``
+    repetitions as the table times them, at the largest measured size's rate (bench_worker._time_two_phase)."""
+    return _table_s([b], lambda s: s * (_RS_4H[-1][1] / _RS_4H[-1][0] + _AG_4H[-1][1] / _AG_4H[-1][0]), reps)
+
+
+def test_the_two_phases_are_timed_up_to_the_models_largest_group_within_their_budget():
+    from gradsched.bundled import bundled_profile
+    from gradsched.net_extend import TWO_PHASE_BUDGET_S, two_phase_sizes
+    from gradsched.planners.dear import nearby_groups, threshold_groups, largest_group_bytes
+    from gradsched.planners._tables import tensor_table
+
+    profile = bundled_profile("googlenet-k80")
+    nbytes = tensor_table(profile).nbytes
+    groups = threshold_groups(profile, 25e6) + nearby_groups(profile, 4) + threshold_groups(profile, 4e6)
+    assert largest_group_bytes(profile) == max(sum(nbytes[t] for t in g) for g in groups)
+    largest = -(-largest_group_bytes(profile) // 4)  # a rank's part on 4 hosts: 5.9 MiB
+    sizes = two_phase_sizes(512 << 10, largest, _bench_estimate)
+    assert sizes and max(sizes) >= largest and min(sizes) > 512 << 10  # beyond the table's top, up to the group
+    assert sizes == sorted(set(sizes))
+    assert sum(_bench_estimate(b) for b in sizes) <= TWO_PHASE_BUDGET_S
+    # dear's 4 MB groups (about 1 MiB a rank) lie between two timed sizes, not on the line from 512 KiB
+    assert min(sizes) <= 2 << 20
+    # a table already past the largest group times nothing more; a slow link, what fits the budget
+    assert two_phase_sizes(16 << 20, largest, _bench_estimate) == []
+    slow = two_phase_sizes(512 << 10, largest, lambda b: 2 * _bench_estimate(b))
+    assert slow and max(slow) < largest and sum(2 * _bench_estimate(b) for b in slow) <= TWO_PHASE_BUDGET_S
+    assert two_phase_sizes(512 << 10, largest, lambda b: 1e9) == []  # nothing fits: the table as before
+
+
+def test_a_measured_large_point_prices_the_two_phases_as_measured_not_on_the_line_from_the_top():
+    mib = float(1 << 20)
+    before = extended_costs({"reducescatter": _RS_4H}, ["reducescatter"], int(64 * mib))["reducescatter"]
+    # the same table with 2 and 8 MiB a rank timed as the bench now times them: 60 and 45 ns a rank byte
+    large = _RS_4H + [(2 * mib, 60e-9 * 2 * mib), (8 * mib, 45e-9 * 8 * mib)]
+    after = extended_costs({"reducescatter": large}, ["reducescatter"], int(64 * mib))["reducescatter"]
+    assert after.time_s(8 * mib) == pytest.approx(45e-9 * 8 * mib)  # as measured
+    assert after.time_s(2 * mib) == pytest.approx(60e-9 * 2 * mib)
+    assert before.time_s(8 * mib) == pytest.approx(_RS_4H[-1][1] * 16)  # on the line from 512 KiB: 2.07x
+    assert after.time_s(32 * mib) == pytest.approx(45e-9 * 32 * mib)  # beyond: at the largest timed rate
+    assert after.time_s(512 << 10) == pytest.approx(_RS_4H[-1][1])  # the table's own sizes unchanged
+    assert _RS_4H[-1][1] < after.time_s(mib) < after.time_s(2 * mib)  # between: on the measured points
+
+
+def test_the_queued_rule_is_measured_at_the_groups_sizes_within_its_budget():
+    from gradsched.net_extend import QUEUE_BUDGET_S, queue_sizes
+
+    def queued_s(b: int) -> float:  # 4 deep: a warm-up queue, 3 repetitions of 4 one at a time and 4 queued
+        return 4 * 7 * b * (_RS_4H[-1][1] / _RS_4H[-1][0] + _AG_4H[-1][1] / _AG_4H[-1][0])
+
+    sizes = queue_sizes(8 << 20, queued_s)
+    assert sizes == [1 << 20, 4 << 20]  # the 4-host table timed to 8 MiB a rank: 1 and 4 MiB, not 512 KiB
+    assert sum(queued_s(b) for b in sizes) <= QUEUE_BUDGET_S
+    assert queue_sizes(16 << 20, lambda b: 1.0) == [1 << 20, 4 << 20, 16 << 20]  # a fast link: every size
+    assert queue_sizes(16 << 20, lambda b: 1e3) == [1 << 20]  # the smallest whatever it costs
+    assert queue_sizes(512 << 10, queued_s) == [512 << 10]  # a table that stops below them: its top, as before

@@ -10,6 +10,9 @@ then read as a measured one (docs/bench.md, "Start-up").  On links shaped slow (
 ``--dilate``) even 32 MiB takes seconds a repetition: :func:`measured_top` stops the sizes
 timed where the table would exceed :data:`TABLE_BUDGET_S`, at the first bandwidth-bound size at least
 (:func:`table_floor`: 128 KiB on a link shaped at 50 Mbit/s), never above :data:`TABLE_FLOOR_BYTES`.
+Where a row runs reduce-scatters and all-gathers, those two are also timed beyond the all-reduce table's top,
+up to the model's largest group (:func:`two_phase_sizes`, within :data:`TWO_PHASE_BUDGET_S`), and their queued
+rule at the groups' sizes (:func:`queue_sizes`, within :data:`QUEUE_BUDGET_S`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ MEASURED_MAX_BYTES = 32 << 20  # the largest all-reduce the bench times; larger 
 TABLE_BUDGET_S = 20.0  # on slow (dilated) links, the sizes timed stop where the table would take longer ...
 TABLE_FLOOR_BYTES = 2 << 20  # ... but never below the first bandwidth-bound size, nor this one (bandwidth-bound
 # on every link the bench shapes)
+TWO_PHASE_BUDGET_S = 20.0  # reduce-scatter and all-gather timed beyond the table's top, both together, at most ...
+QUEUE_BUDGET_S = 30.0  # ... and their queued rule (docs/cost-model.md, "Queued streams") at most this
+QUEUE_SIZES = (1 << 20, 4 << 20, 16 << 20)  # a rank's part: where dear's groups lie (about 1 MiB a rank at 4 MB, its
+# threshold on googlenet-k80 at 4 hosts, up to 16 MiB and more); below 1 MiB latency rules
 LATENCY_SHARE = 1 / 16  # a size is bandwidth-bound where an operation's latency is at most this share of its time
 
 
@@ -88,3 +95,43 @@ def table_floor(small_s: float, mib_s: float, floor_bytes: int = TABLE_FLOOR_BYT
     latency_s = max(0.0, small_s - 4096 * per_byte_s)
     least = latency_s * (1 / LATENCY_SHARE - 1) / per_byte_s  # latency <= LATENCY_SHARE of latency + bytes x rate
     return min(floor_bytes, 1 << max(12, math.ceil(math.log2(max(least, 1.0)))))
+
+
+def two_phase_sizes(top: int, largest: int, seconds_of: Callable[[int], float],
+                    budget_s: float = TWO_PHASE_BUDGET_S) -> list[int]:
+    """The sizes a rank (ascending) above ``top`` (the table's largest per-rank size) at which the reduce-scatter
+    and the all-gather are also timed, so that their table reaches ``largest`` (the model's largest group, a
+    rank's part): the power of two at or above it, halved until timing it (``seconds_of``: both collectives, as
+    the table times them) fits ``budget_s``, then every fourth power of two below it while the total fits.
+    Beyond the largest size timed a reduce-scatter goes on at that size's rate (:func:`extend_points`).
+
+    Before, they stopped with the all-reduce table (at 512 KiB a rank on 4 hosts at ``--dilate 2``, where a
+    reduce-scatter costs about twice its wire time) and the line from there priced a group of 1-6 MiB a rank
+    as that: googlenet-k80's ``dear`` row ran in 862 ms, predicted 1247 ms
+    (docs/notes/2026-12-emulated-regime.md, "Issue 36's targets at 4 hosts")."""
+    size = 1 << max(0, math.ceil(math.log2(max(largest, 1))))
+    sizes: list[int] = []
+    total = 0.0
+    while size > top:
+        cost = seconds_of(size)
+        if total + cost <= budget_s:
+            sizes.append(size)
+            total += cost
+            size //= 4
+        else:
+            size //= 4 if sizes else 2
+    return sorted(sizes)
+
+
+def queue_sizes(top: int, seconds_of: Callable[[int], float], budget_s: float = QUEUE_BUDGET_S) -> list[int]:
+    """The sizes a rank at which the queued rule is measured: those of :data:`QUEUE_SIZES` within the two phases'
+    table (``top``, a rank's part), smallest first while timing them (``seconds_of``) fits ``budget_s`` (the
+    smallest always); ``[top]`` where the table stops below all of them."""
+    sizes: list[int] = []
+    total = 0.0
+    for size in (b for b in QUEUE_SIZES if b <= top):
+        total += seconds_of(size)
+        if sizes and total > budget_s:
+            break
+        sizes.append(size)
+    return sizes or [top]

@@ -135,6 +135,15 @@ def candidate_groupings(profile: Profile, cluster: Cluster) -> list[tuple[str, l
     return out
 
 
+def largest_group_bytes(profile: Profile) -> int:
+    """The bytes of the largest group of DeAR's default grouping (its 25 MB threshold) and of its nearby-layers
+    rule: the size the bench's reduce-scatter and all-gather tables reach (docs/bench.md, "Network table").
+    The candidates that merge more (thresholds of 64 and 256 MB, merged groups) go on at that size's rate."""
+    nbytes = tensor_table(profile).nbytes
+    groups = threshold_groups(profile, DEFAULT_THRESHOLD_MB * 1e6) + nearby_groups(profile, DEFAULT_NEARBY_LAYERS)
+    return max((sum(nbytes[t] for t in g) for g in groups), default=0)
+
+
 def prioritized(ops: tuple[Operation, ...]) -> tuple[Operation, ...]:
     """US-Byte's rule over both phases: each group's reduce-scatter and all-gather get the group's place in
     forward order as priority (lowest first), so that among the ready operations the first layers' (whose

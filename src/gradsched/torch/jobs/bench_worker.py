@@ -142,7 +142,7 @@ def _measured_top(sizes: list[int], reps: int) -> int:
                         floor_bytes=table_floor(small_s, mib_s))
 
 
-def _measure_cluster(total_bytes: int, cfg: BenchConfig) -> Cluster:
+def _measure_cluster(profile: Profile, cfg: BenchConfig) -> Cluster:
     from gradsched.netbench_args import sizes_bytes
     from gradsched.torch.measure.netbench import benchmark
 
@@ -151,39 +151,88 @@ def _measure_cluster(total_bytes: int, cfg: BenchConfig) -> Cluster:
     # gradients sits near the top (cnn: its time came out 3.9 ms in one job, 1.0 ms in the next).
     # Sizes above MEASURED_MAX_BYTES, or above what fits the table's budget on slow (dilated) links,
     # are bandwidth-bound: on the line through the largest measured ones (gradsched.net_extend).
-    top = 2 << max(12, math.ceil(math.log2(max(total_bytes, 4096))))
+    top = 2 << max(12, math.ceil(math.log2(max(profile.total_bytes, 4096))))
     measured_max = _measured_top(sizes_bytes(4096, min(top, MEASURED_MAX_BYTES)), cfg.net_reps)
-    cluster = benchmark(min_bytes=4096, max_bytes=measured_max, reps=cfg.net_reps, warmup=1,
-                        collectives=network_collectives(cfg))
-    if cluster is not None and top > measured_max:  # every timed collective, on its own line
-        points = cluster.extra["measured_points"]
-        extended = extended_costs(points, network_collectives(cfg), top)
-        cluster = dataclasses.replace(cluster, collectives={**cluster.collectives, **extended},
-                                      extra={**cluster.extra, "extended_beyond_bytes": measured_max})
-    queued = _measure_queued(measured_max, cfg)
+    names = network_collectives(cfg)
+    cluster = benchmark(min_bytes=4096, max_bytes=measured_max, reps=cfg.net_reps, warmup=1, collectives=names)
+    beyond = _time_two_phase(cluster, measured_max, profile, cfg)
+    if cluster is not None and (top > measured_max or beyond):  # every timed collective, on its own line
+        points = {**cluster.extra["measured_points"]}
+        for name, more in beyond.items():
+            points[name] = [*points[name], *([float(b), t] for b, t in more)]
+        extended = extended_costs(points, names if top > measured_max else list(beyond), max(top, measured_max))
+        extra = {**cluster.extra, "measured_points": points}
+        if top > measured_max:
+            extra["extended_beyond_bytes"] = measured_max
+        if beyond:
+            extra["two_phase_beyond_bytes"] = [int(b) for b, _ in next(iter(beyond.values()))]
+        cluster = dataclasses.replace(cluster, collectives={**cluster.collectives, **extended}, extra=extra)
+    queued = _measure_queued(cluster, cfg)
     if cluster is not None and queued:
         cluster = dataclasses.replace(cluster, extra={**cluster.extra, **queued})
     return _broadcast(cluster)
 
 
-QUEUE_SIZES = (4 << 20, 16 << 20)  # a rank's part: where dear's groups lie (4 MiB to 200 MB a rank measured)
-QUEUE_DEPTH = 4
+def _two_phase_rates(cluster: Cluster | None, names: list[str]) -> dict[str, tuple[int, float]] | None:
+    """Each two-phase collective's largest measured size a rank and its seconds per byte there (rank 0's
+    table; None on the other ranks)."""
+    if cluster is None:
+        return None
+    points = cluster.extra["measured_points"]
+    return {n: (int(points[n][-1][0]), float(points[n][-1][1]) / float(points[n][-1][0])) for n in names}
 
 
-def _measure_queued(measured_max: int, cfg: BenchConfig) -> dict[str, Any]:
+def _time_two_phase(cluster: Cluster | None, measured_max: int, profile: Profile,
+                    cfg: BenchConfig) -> dict[str, list[tuple[float, float]]]:
+    """Where the table times reduce-scatters and all-gathers: those two also at the sizes a rank beyond the
+    table's top up to the model's largest group (:func:`~gradsched.net_extend.two_phase_sizes`, within
+    :data:`~gradsched.net_extend.TWO_PHASE_BUDGET_S`, estimated at the largest measured size's rate), as the
+    table times them; ``{name: [(bytes a rank, s), ...]}``.  Every rank calls it."""
+    from gradsched.net_extend import two_phase_sizes
+    from gradsched.planners.dear import largest_group_bytes
+    from gradsched.torch.measure.netbench import measure_points, operations_for
+
+    names = [n for n in network_collectives(cfg) if n != "allreduce"]
+    if not names:
+        return {}
+    world = dist.get_world_size()
+    rates = _two_phase_rates(cluster, names)
+    sizes = None
+    if rates is not None:
+        top = min(b for b, _ in rates.values())
+        largest = -(-largest_group_bytes(profile) // world)
+        sizes = two_phase_sizes(top, largest, lambda b: operations_for(b, cfg.net_reps + 1)
+                                * sum(rate * b for _, rate in rates.values()))
+    sizes = _broadcast(sizes)
+    return {n: measure_points(n, sizes, reps=cfg.net_reps, warmup=1) for n in names} if sizes else {}
+
+
+def _measure_queued(cluster: Cluster | None, cfg: BenchConfig) -> dict[str, Any]:
     """Where the table times reduce-scatters and all-gathers: each also in a queue of :data:`QUEUE_DEPTH` issued
-    together beside one at a time (:func:`~gradsched.torch.measure.netbench.measure_queued`), at
-    :data:`QUEUE_SIZES` within the table's range; the cluster's ``queued_points`` and fitted ``queued`` rule, which
-    the simulator prices queued two-phase operations by (docs/cost-model.md, "Queued streams").  Every rank calls it."""
+    together beside one at a time (:func:`~gradsched.torch.measure.netbench.measure_queued`), at the groups'
+    sizes within the table's range (:func:`~gradsched.net_extend.queue_sizes`); the cluster's ``queued_points``
+    and fitted ``queued`` rule, which the simulator prices queued two-phase operations by (docs/cost-model.md,
+    "Queued streams").  Every rank calls it (``cluster``: rank 0's, None elsewhere)."""
+    from gradsched.net_extend import queue_sizes
     from gradsched.queued import fit_queued
     from gradsched.torch.measure.netbench import measure_queued
 
     names = [n for n in network_collectives(cfg) if n != "allreduce"]
-    top = max(4096, measured_max // dist.get_world_size())
-    sizes = [b for b in QUEUE_SIZES if b <= top] or [top]
+    if not names:
+        return {}
+    rates = _two_phase_rates(cluster, names)
+    sizes = None
+    if rates is not None:  # one at a time and queued, each QUEUE_DEPTH operations a repetition, after a warm-up
+        per_size = QUEUE_DEPTH * (2 * cfg.net_reps + 1)
+        sizes = queue_sizes(min(b for b, _ in rates.values()),
+                            lambda b: per_size * sum(rate * b for _, rate in rates.values()))
+    sizes = _broadcast(sizes)
     points = {n: measure_queued(n, sizes, (QUEUE_DEPTH,), reps=cfg.net_reps, warmup=1) for n in names}
     rules = {n: r.to_dict() for n, q in points.items() if (r := fit_queued(q)) is not None}
-    return {"queued_points": points, "queued": rules} if points else {}
+    return {"queued_points": points, "queued": rules}
+
+
+QUEUE_DEPTH = 4
 
 
 def network_collectives(cfg: BenchConfig) -> list[str]:
@@ -574,7 +623,7 @@ def _start(cfg: BenchConfig, shared: SharedModel, phases: Phases) -> _Start:
     """Steps 1-3 of the module docstring: profile, network table, contention and overhead probes."""
     profile = _measure_profile(cfg, shared)
     phases.end("profiling")
-    cluster = _measure_cluster(profile.total_bytes, cfg)
+    cluster = _measure_cluster(profile, cfg)
     phases.end("network table")
     # earlier jobs' figures (gradsched bench --contention-from) are emulated seconds: this job's are run seconds
     start = _Start(hooked=profile, profile=profile, cluster=cluster,
