@@ -427,9 +427,14 @@ class DistributedDataParallel(nn.Module):
             self.autotuner.on_iteration_start()  # an iteration boundary: profiling may start here
             if self._baseline_ddp is not ddp:
                 return _SWITCHED
-        out = self._run_ddp(ddp, args, kwargs)
+        try:  # no bucket bookkeeping here (_run_ddp, _note_ddp_buckets): its buckets are seen once it takes turns
+            out = ddp(*args, **kwargs)
+        except Exception as exc:  # a failure of DDP's forward collectives (buffer broadcast)
+            failure = self._ddp_forward_failure(exc)
+            if failure is exc:
+                raise
+            raise failure from exc
         reduce_every_backward(ddp, out, self._find_unused_arg)  # every backward averaged, as under the executor
-        self._note_ddp_buckets(out)
         return out
 
     def _run_ddp(self, ddp: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
