@@ -494,3 +494,17 @@ def test_auto_adaptive_reaches_the_auto_row_and_nothing_else():
     assert by["auto"].options["adaptive"] is True and by["wfbp"].options == {"layerwise": True}
     with pytest.raises(GradschedError, match="true or false"):
         entries("ddp,auto", "none", None, ["auto.adaptive=maybe"])
+
+
+def test_run_time_autos_settings_reach_the_auto_row_typed_and_checked():
+    """``--opt auto.trials=2`` and the like: run-time auto's own settings (gradsched.tuning.config.OPTIONS), not
+    planner options; a bad value is one line naming it."""
+    from gradsched.commands.bench import entries
+    from gradsched.errors import GradschedError
+
+    rows = entries("ddp,auto", "none", None, ["auto.trials=2", "auto.trial_window_s=0", "auto.channels=2"])
+    options = next(e for e in rows if e.label == "auto").options
+    assert {k: options[k] for k in ("trials", "trial_window_s", "channels")} == {"trials": 2, "trial_window_s": 0.0,
+                                                                                "channels": 2}
+    with pytest.raises(GradschedError, match="--opt auto.trial_iterations"):
+        entries("ddp,auto", "none", None, ["auto.trial_iterations=0"])

@@ -132,6 +132,43 @@ def test_trials_take_turns_with_pytorch_ddp_and_settle_on_it_when_it_is_fastest(
     assert len(model._tracer.events) == events
 
 
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_kept_ddps_hold_no_buckets_while_another_plan_runs(world_of_one, set_to_none):
+    """With ``gradient_as_bucket_view`` (``gradsched bench``'s rows), a PyTorch DDP kept for the trials' later
+    windows holds no buckets while another candidate runs (TorchDDPPool.park), and the numbers stay those of plain
+    training.  Where ``.grad`` still shows its buckets (zeroed, not set to None) they are kept: the next backward
+    adds to them."""
+    module = _net()
+    model = DistributedDataParallel(module, "auto", plan_options={**OPTIONS, "max_replans": 0}, bucket_cap_mb=0.01,
+                                    gradient_as_bucket_view=True)
+    slow_down(model, lambda plan: not is_torch_ddp(plan))
+    seen: dict[float, list[Any]] = {}  # per DDP: the storages behind .grad after its latest iteration
+    held: list[int] = []  # per iteration while a DDP seen earlier is not running: the bytes those DDPs hold
+
+    def after_step(_step: int, _x: torch.Tensor) -> None:
+        running = model.plan.options["bucket_cap_mb"] if is_torch_ddp(model.plan) else None
+        if running is not None:  # its buckets, as .grad shows them
+            seen[running] = list({s.data_ptr(): s for s in (p.grad.untyped_storage() for p in module.parameters())
+                                  }.values())
+        if set(seen) - {running}:
+            held.append(sum(s.nbytes() for cap, storages in seen.items() if cap != running for s in storages))
+
+    opt = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9)
+    zero = opt.zero_grad
+    opt.zero_grad = lambda set_to_none=set_to_none: zero(set_to_none=set_to_none)  # type: ignore[method-assign]
+    steps = model.autotuner.config.tuning_iterations
+    train(model, opt, _inputs, lambda out, _: out.square().mean(), steps=steps, after_step=after_step)
+    plain = _net()
+    train(plain, torch.optim.SGD(plain.parameters(), lr=0.05, momentum=0.9), _inputs, lambda out, _: out.square().mean(),
+          steps=steps)
+    assert rel_diff(_state(module), _state(plain)) <= TOLERANCE
+    assert len(seen) >= 2 and len(held) >= 4  # DDPs at 2 or 3 sizes took turns with the executor's plans
+    if set_to_none:
+        assert max(held) == 0, held  # was the model's 2.1 MB per DDP kept
+    else:
+        assert min(held) > 0  # .grad showed them: kept
+
+
 def test_the_users_unset_bucket_size_runs_as_pytorchs_default_and_a_given_one_caps_the_first_bucket(world_of_one):
     """The candidate for the user's size is the DDP the user's script builds: without ``bucket_cap_mb``
     PyTorch's first bucket is 1 MiB; a size given (the advised one, one bucket) caps the first bucket too."""

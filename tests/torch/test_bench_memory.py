@@ -91,3 +91,55 @@ def test_phases_record_autos_warm_up_apart_from_the_rows(tmp_path):
     rows, warmup, rounds = phases.records
     assert rows["phase"] == "rows (built, primed)" and warmup == {**warmup, "phase": "auto warm-up", "s": 0.04}
     assert 0.01 <= rows["s"] < 0.05 and rounds["s"] >= 0.02  # the rows less the warm-up; the next phase from now
+
+
+# run-time auto warming up in situ, briefly: 2 iterations profiled, then every candidate (PyTorch's DDP at the user's
+# size, at the advised one and as one bucket among them) in 2 windows of 1 measured iteration
+IN_SITU = {"switch_iteration": 2, "trials": 2, "trial_iterations": 2, "trial_rounds": 2, "trial_window_s": 0,
+           "runoff_rounds": 0, "max_replans": 0}
+
+
+def test_autos_warm_up_in_situ_holds_one_ddps_buckets_at_a_time(tmp_path, world_of_one):
+    """The bench's ``auto`` row warming up in situ (gradsched.torch.jobs.bench_worker: _build_entry, auto_warm_up):
+    the PyTorch DDPs it keeps for the trials' later windows hold no buckets while another plan runs
+    (gradsched.torch.runtime.torch_ddp: TorchDDPPool.park).  Each kept its buckets: googlenet-k80's default bench
+    peaked at 0.97 GB a rank against its 0.66 GB line (3 DDPs' 54 MB beside the running plan's)."""
+    from gradsched.bundled import bundled_cluster
+    from gradsched.jobs.config import BenchConfig, BenchEntry
+    from gradsched.torch.jobs.bench_worker import _build_entry, _burst, auto_warm_up
+    from gradsched.torch.jobs.replay import fast_forward
+    from gradsched.torch.runtime.torch_ddp import is_torch_ddp
+
+    path = tmp_path / "small.profile.json"
+    tensors = [{"name": f"layers.{i}.t0", "numel": 250_000, "bytes": 1_000_000, "forward_s": 0.001, "backward_s": 0.001}
+               for i in range(4)]
+    profile = Profile.from_dict({"format": "gradsched.profile/1", "model": "small", "tensors": tensors,
+                                 "ready_order": [3, 2, 1, 0], "other_s": 0.001})
+    profile.save(path)
+    entry = BenchEntry(label="auto", strategy="auto", torch_ddp=False, options={**IN_SITU, "adaptive": True})
+    cfg = BenchConfig(model=f"replay:{path}", seed=0, batch_size=2, lr=0.01, entries=[entry], steps=1, rounds=1,
+                      warmup_rounds=1, profile_iterations=1, net_reps=1, probe=False, probe_s=1.0,
+                      resample_share=0.0, contention_history=[], timeout_s=60.0, progress=False, out_dir=".",
+                      backend="gloo", threads=1, round_tol=0.0, min_rounds=1)
+    shared = SharedModel(cfg.model, 0)
+    batches = [shared.spec.make_batch(2, None) for _ in range(4)]
+    model, opt = _build_entry(entry, cfg, profile, bundled_cluster(), shared, (shared.spec.loss_fn, batches[0]))
+    seen: dict[float, list] = {}  # per DDP: the storages behind .grad after its latest step
+    held: list[int] = []  # per step while a DDP seen earlier is not running: the bytes those DDPs hold
+    step = opt.step
+
+    def recorded_step() -> None:
+        step()
+        running = model.plan.options["bucket_cap_mb"] if is_torch_ddp(model.plan) else None
+        if running is not None:
+            seen[running] = list({s.data_ptr(): s for s in (p.grad.untyped_storage() for p in model.module.parameters())
+                                  }.values())
+        if set(seen) - {running}:
+            held.append(sum(s.nbytes() for cap, storages in seen.items() if cap != running for s in storages))
+
+    opt.step = recorded_step
+    with fast_forward(model.module):
+        auto_warm_up(model.autotuner, lambda steps, until: _burst(model, opt, shared.spec.loss_fn, batches, steps, 0,
+                                                                  until))
+    assert model.autotuner.trials_done and len(seen) >= 2 and len(held) >= 3, (seen.keys(), held)
+    assert max(held) == 0, held  # was each kept DDP's 4 MB

@@ -219,3 +219,40 @@ def test_a_scaled_replays_auto_profiles_under_and_measures_against_the_ddp_rows_
     assert tuner.switches[0].strategy == "ddp" and row.plan.strategy == "ddp"
     assert row.plan.options["bucket_cap_mb"] == 25.0 / 16 == row.plan.options["first_bucket_mb"]
     assert row._ddp_cap_mb == 25.0 / 16 and row._ddp_cap_given
+
+
+class _Counted:
+    """A run whose steps are counted (its forward calls), for the warm-up's tests."""
+
+    def __init__(self, run: _ComputeOnly) -> None:
+        self.run, self.steps = run, 0
+
+    def __call__(self, x):
+        self.steps += 1
+        return self.run(x)
+
+    def synchronize(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("done_at", [7, None])
+def test_autos_warm_up_stops_once_the_tuner_has_nothing_left_to_decide(replay, done_at):
+    """Run-time auto's warm-up runs its whole schedule (two bursts: to the first plan, then the rest) unless the
+    tuner has nothing left to decide before (settled on PyTorch's DDP: no check follows); then no more steps."""
+    from types import SimpleNamespace
+
+    from gradsched.torch.jobs.bench_worker import _burst, auto_warm_up
+    from gradsched.torch.jobs.replay import fast_forward
+
+    _, runs, loss_fn, batches = replay
+    run = runs[0][0]
+    counted = _Counted(run)
+
+    class Tuner:  # AutoTuner as the warm-up reads it
+        config, tuning_iterations = SimpleNamespace(switch_iteration=2), 12
+        done = property(lambda _: done_at is not None and counted.steps >= done_at)
+
+    tuner = Tuner()
+    with fast_forward(run.module):
+        auto_warm_up(tuner, lambda steps, until: _burst(counted, run, loss_fn, batches, steps, 0, until))
+    assert counted.steps == (done_at if done_at is not None else 12 + 4)  # 3 + 2, then 9 + 2: as before

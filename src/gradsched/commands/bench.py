@@ -91,7 +91,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--opt", action="append", default=[], metavar="[STRATEGY.]KEY=VALUE",
                    help="planner option of a gradsched row, e.g. wfbp.layerwise=true (repeatable; PyTorch DDP's "
                    "rows take --ddp-buckets); auto.adaptive=true: run-time auto's warm-up on a replay whatever "
-                   "it costs (else planned at start-up where it would not fit its own 5-minute budget)")
+                   "it costs (else planned at start-up where it would not fit its own 5-minute budget); auto.trials=2, "
+                   "auto.trial_iterations=4 ...: run-time auto's other settings (docs/autotune.md)")
     p.add_argument("--ddp-buckets", default=None,
                    help=f"DDP bucket_cap_mb values to sweep, MB or 'all' (one bucket); 'none' to skip "
                    f"(default {DEFAULT_BUCKETS}; on a replay whose default rounds would not fit "
@@ -141,16 +142,25 @@ def _add_round_args(p: argparse.ArgumentParser) -> None:
 # ----------------------------------------------------------------------------- configuration
 def split_auto_runtime(opts: list[str]) -> tuple[dict[str, Any], list[str]]:
     """``--opt auto.adaptive=true|false`` (run-time ``auto``'s own setting, not a planner option: whether its
-    warm-up runs in situ whatever it costs, gradsched.jobs.startup) apart from the planner options."""
+    warm-up runs in situ whatever it costs, gradsched.jobs.startup), and run-time ``auto``'s other settings
+    (``auto.trials=2``, ``auto.trial_iterations=2`` ...: gradsched.tuning.config.OPTIONS, typed and checked;
+    with any of them its warm-up is not shortened), apart from the planner options."""
+    from gradsched.options import check
+    from gradsched.tuning.config import OPTIONS
+
+    settings = {o.name: o for o in OPTIONS if o.kind is not dict}
     runtime: dict[str, Any] = {}
     rest = []
     for item in opts:
         key, sep, raw = item.partition("=")
-        if sep and key.strip() == "auto.adaptive":
+        name = key.strip().removeprefix("auto.") if key.strip().startswith("auto.") else ""
+        if sep and name == "adaptive":
             value = raw.strip().lower()
             if value not in ("true", "false"):
                 raise GradschedError(f"--opt {item}: auto.adaptive is true or false")
             runtime["adaptive"] = value == "true"
+        elif sep and name in settings:
+            runtime[name] = check(f"--opt {key.strip()}", settings[name], raw.strip())
         else:
             rest.append(item)
     return runtime, rest

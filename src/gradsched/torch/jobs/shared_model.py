@@ -28,7 +28,6 @@ gradient autograd hands over, one tensor at a time): about 3x the parameters' by
 from __future__ import annotations
 
 import copy
-import ctypes
 import weakref
 from typing import Any
 
@@ -36,6 +35,7 @@ import torch
 from torch import nn
 
 from gradsched.torch.jobs.models import ModelSpec, build_model
+from gradsched.torch.runtime.memory import trim_heap  # where it lived first: importable here too
 
 
 class SharedModel:
@@ -115,25 +115,6 @@ class RowBuffers:
         self._released = []
 
 
-def trim_heap() -> None:
-    """Give the heap's free memory back to the system (glibc's ``malloc_trim``; nothing elsewhere).
-
-    Buckets below glibc's mmap threshold (which rises to 32 MiB as large blocks are freed)
-    live on the heap; freed between bursts, they leave holes that the next row's buckets,
-    of other sizes, do not fill, and resident memory grew with the rows (+110 MB for 4
-    more rows of an 80 MB model, 2 ranks); trimmed, it stays flat."""
-    global _LIBC
-    if _LIBC is None:
-        try:
-            _LIBC = ctypes.CDLL("libc.so.6")
-            _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
-        except (OSError, AttributeError):
-            _LIBC = False
-    if _LIBC:
-        _LIBC.malloc_trim(0)
-
-
-_LIBC: Any = None
 _ROWS: "weakref.WeakKeyDictionary[Any, RowBuffers]" = weakref.WeakKeyDictionary()
 
 

@@ -52,7 +52,8 @@ from gradsched.torch.runtime.nodes import ranks_per_node as resolve_ranks_per_no
 from gradsched.torch.runtime.planning import (default_cluster, in_profile_order, issue_order, profile_from_module,
                                       resolve_plan, trainable_parameters)
 from gradsched.torch.runtime.startup import broadcast_tensors, check_consistency, plan_key, startup_settings
-from gradsched.torch.runtime.torch_ddp import TorchDDPPool, is_torch_ddp, reduce_every_backward
+from gradsched.torch.runtime.memory import trim_heap
+from gradsched.torch.runtime.torch_ddp import TorchDDPPool, after_backward, is_torch_ddp, reduce_every_backward
 from gradsched.torch.runtime.trace import FORWARD, Tracer, merge_timelines
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -309,6 +310,8 @@ class DistributedDataParallel(nn.Module):
         numbers computed do not change (``gradsched.torch.runtime.autotune`` uses it)."""
         self.synchronize()
         object.__setattr__(self, "_baseline_ddp", None)  # the thin forward runs the baseline alone
+        if self._ddp_pool is not None and self.plan is not None and is_torch_ddp(self.plan):
+            self._ddp_pool.park(self.plan.options["bucket_cap_mb"], self._params)  # its buckets, until it runs again
         enabled = self._sync_enabled
         if self._executor is not None:
             self._executor.close()
@@ -316,6 +319,8 @@ class DistributedDataParallel(nn.Module):
         if self._gate is not None:
             self._gate.remove()
             self._gate = None
+        if self._params and self._params[0].device.type == "cpu":
+            trim_heap()  # the outgoing plan's buckets (freed, or parked) back to the system, not left as holes
         self.plan, self._order = plan, list(order)
         if is_torch_ddp(plan):  # PyTorch's own DDP (run-time auto's candidate): kept across windows
             assert self._ddp_pool is not None
@@ -402,13 +407,7 @@ class DistributedDataParallel(nn.Module):
         else:
             run, args, kwargs, t0 = self._before_forward(args, kwargs, compiling)
         if run is self._ddp:
-            try:
-                out = run(*args, **kwargs)
-            except Exception as exc:  # a failure of DDP's forward collectives (buffer broadcast)
-                failure = self._ddp_forward_failure(exc)
-                if failure is exc:
-                    raise
-                raise failure from exc
+            out = self._run_ddp(run, args, kwargs)
         else:
             with self._gate.first_use() if self._gate is not None else contextlib.nullcontext():
                 out = run(*args, **kwargs)  # pending updates applied at each parameter's first read
@@ -428,7 +427,7 @@ class DistributedDataParallel(nn.Module):
             self.autotuner.on_iteration_start()  # an iteration boundary: profiling may start here
             if self._baseline_ddp is not ddp:
                 return _SWITCHED
-        try:
+        try:  # no bucket bookkeeping here (_run_ddp, _note_ddp_buckets): its buckets are seen once it takes turns
             out = ddp(*args, **kwargs)
         except Exception as exc:  # a failure of DDP's forward collectives (buffer broadcast)
             failure = self._ddp_forward_failure(exc)
@@ -437,6 +436,22 @@ class DistributedDataParallel(nn.Module):
             raise failure from exc
         reduce_every_backward(ddp, out, self._find_unused_arg)  # every backward averaged, as under the executor
         return out
+
+    def _run_ddp(self, ddp: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """PyTorch DDP's forward; run-time auto's DDP without the buckets it replaces if it rebuilds them there
+        (:meth:`TorchDDPPool.rebuilding`)."""
+        pool, plan = self._ddp_pool, self.plan
+        rebuild = (pool.rebuilding(plan.options["bucket_cap_mb"], self._params)
+                   if pool is not None and plan is not None and is_torch_ddp(plan) and torch.is_grad_enabled()
+                   else contextlib.nullcontext())
+        try:
+            with rebuild:
+                return ddp(*args, **kwargs)
+        except Exception as exc:  # a failure of DDP's forward collectives (buffer broadcast)
+            failure = self._ddp_forward_failure(exc)
+            if failure is exc:
+                raise
+            raise failure from exc
 
     @torch._disable_dynamo
     def _before_forward(self, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -482,6 +497,7 @@ class DistributedDataParallel(nn.Module):
         if self._ddp is not None:
             if self.autotuner is not None:  # auto's DDP: every backward averaged, as under the executor
                 reduce_every_backward(self._ddp, out, self._find_unused_arg)
+                self._note_ddp_buckets(out)
         else:
             ex = self._executor
             if torch.is_grad_enabled() and ex is not None and ex.enabled and ex.laysa and ex.mirror is not None:
@@ -490,6 +506,18 @@ class DistributedDataParallel(nn.Module):
             self._optimizer.flush()  # parameters the forward did not reach
         if t0 is not None and self._tracer is not None:
             self._tracer.span("forward", FORWARD, t0)
+
+    def _note_ddp_buckets(self, out: Any) -> None:
+        """Run-time auto on one of its PyTorch DDPs: where the pool has not seen that DDP's buckets yet, it
+        notes them at the end of this forward's backward, to release them while another plan runs
+        (:meth:`TorchDDPPool.park`)."""
+        pool, plan = self._ddp_pool, self.plan
+        if pool is None or plan is None or not torch.is_grad_enabled():
+            return
+        cap = plan.options["bucket_cap_mb"]
+        if pool.wants_buckets(cap):
+            params = self._params
+            after_backward(out, lambda: pool.note_buckets(cap, params))
 
     def _install_ddp_deadline(self) -> None:
         """The deadline hook on PyTorch's DDP (``plan="ddp"``), after any hook of the user's (the Lightning
