@@ -18,7 +18,7 @@ from strategies import clusters, profiles
 
 MS = 1e-3
 MB = 1_000_000
-SETTINGS = settings(max_examples=20, deadline=None)
+SETTINGS = settings(max_examples=12, deadline=None)
 
 
 def busy(plan, profile, cluster, channels=1):

@@ -144,6 +144,7 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
 
     top_s: float | None = None  # the best ranking so far
     kept: list[tuple[tuple[float, int, int], Ranked]] = []  # every candidate within slack of the best so far
+    busy: dict[int, float] = {}  # seconds busy before the backward ends, of the candidates simulated here
     seen = _Seen()
     made: dict[tuple, Plan] = {}
     count = 0
@@ -162,21 +163,23 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
         if predicted_s is None:
             if comm_lower_bound_s(candidate, profile, cluster, channels) > bound:
                 continue  # slower than the best so far whatever its schedule
-            predicted_s = simulate(candidate, profile, cluster, channels=channels, timeline=False).iteration_s
-            seen.put(candidate, predicted_s)
+            result = simulate(candidate, profile, cluster, channels=channels, timeline=False)
+            predicted_s = seen.put(candidate, result.iteration_s)
+            busy[k] = busy_in_backward_s(result.op_start_s, result.op_end_s, result.backward_end_s)
         rank_key = (ranking_s(candidate, predicted_s), len(candidate.operations), k)
         if rank_key[0] <= bound:
             kept.append((rank_key, Ranked(predicted_s, name, candidate)))
         top_s = rank_key[0] if top_s is None else min(top_s, rank_key[0])
     if not kept:
         raise GradschedError("auto: every strategy was excluded; leave at least one out of --exclude")
-    return _least_busy(kept, profile, cluster, channels, slack), count
+    return _least_busy(kept, busy, profile, cluster, channels, slack), count
 
 
-def _least_busy(kept: list[tuple[tuple[float, int, int], Ranked]], profile: Profile, cluster: Cluster,
-                channels: int, slack: float) -> Ranked:
+def _least_busy(kept: list[tuple[tuple[float, int, int], Ranked]], known: dict[int, float], profile: Profile,
+                cluster: Cluster, channels: int, slack: float) -> Ranked:
     """The best-ranked of ``kept`` (slack 0), else of those near-tied with it (``_slack.near``) the one
-    whose channels are least busy before the backward ends (then the best-ranked)."""
+    whose channels are least busy before the backward ends (then the best-ranked); ``known``: the busy
+    seconds of candidates already simulated, by candidate number (the others are simulated here)."""
     from gradsched.sim import simulate  # the simulator imports planners' types only
 
     kept = sorted(kept, key=lambda x: x[0])
@@ -184,8 +187,11 @@ def _least_busy(kept: list[tuple[tuple[float, int, int], Ranked]], profile: Prof
         return kept[0][1]
     busy: dict[int, float] = {}
     for i in near([r.predicted_s for _, r in kept], [key[0] for key, _ in kept], slack):
-        res = simulate(kept[i][1].plan, profile, cluster, channels=channels, timeline=False)
-        busy[i] = busy_in_backward_s(res.op_start_s, res.op_end_s, res.backward_end_s)
+        k = kept[i][0][2]
+        if k not in known:
+            res = simulate(kept[i][1].plan, profile, cluster, channels=channels, timeline=False)
+            known[k] = busy_in_backward_s(res.op_start_s, res.op_end_s, res.backward_end_s)
+        busy[i] = known[k]
     return kept[min(busy, key=lambda i: (busy[i], kept[i][0]))][1]
 
 
