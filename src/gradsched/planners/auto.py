@@ -14,7 +14,13 @@ Decoupled plans (``dear``: reduce-scatters and all-gathers) win only where the s
 predicts them at least ``DECOUPLED_MARGIN`` faster than the best plan without them: they
 issue twice the operations (each with the runtime's host time) and gloo's reduce-scatter
 moves more bytes than its line says where it is an all-reduce inside (docs/runtime.md),
-so a near tie goes to the plan that has been measured as predicted."""
+so a near tie goes to the plan that has been measured as predicted.
+
+Near-tied plans (option ``slack``, default :data:`SLACK_TOLERANCE`: predicted within 1% of the
+best) go to the one whose channels are least busy before the backward ends, and ``optimal`` is
+tried on a few stretched channels too (:data:`STRETCHES`): plans with fewer operations and slack
+for communication that runs slower during compute than the simulator prices it
+(``planners/_slack.py``).  ``slack=0``: the fastest predicted, as before."""
 
 from __future__ import annotations
 
@@ -32,6 +38,7 @@ from gradsched.errors import GradschedError
 from gradsched.plan import ALL_GATHER, REDUCE_SCATTER, SPARSE, Plan
 from gradsched.planners.options import STRATEGIES, Option
 from gradsched.planners import _collective as coll
+from gradsched.planners._slack import SLACK_TOLERANCE, STRETCHES, busy_in_backward_s, near
 from gradsched.planners._tables import tensor_table
 from gradsched.planners.registry import get_planner, is_sparse, planner_option_specs, register, strategy_names
 from gradsched.profile import Profile
@@ -56,9 +63,10 @@ GRID: dict[str, list[dict[str, Any]]] = {
 
 
 def candidates(density: float = 1.0, exclude: tuple[str, ...] = (),
-               hierarchical: str = "auto") -> Iterator[tuple[str, dict[str, Any]]]:
+               hierarchical: str = "auto", slack: float = 0.0) -> Iterator[tuple[str, dict[str, Any]]]:
     """(strategy, options) pairs that ``auto`` tries (``hierarchical`` goes to every strategy
-    that takes it; ``auto``, its default, is left out of their options)."""
+    that takes it; ``auto``, its default, is left out of their options; with ``slack`` above 0,
+    ``optimal`` on each of :data:`STRETCHES` too)."""
     if not 0 < density <= 1:
         raise GradschedError(f"auto: density must be in (0, 1], got {density}")
     for name in strategy_names():
@@ -69,7 +77,10 @@ def candidates(density: float = 1.0, exclude: tuple[str, ...] = (),
                 yield name, {"density": density}
             continue
         extra = {"hierarchical": hierarchical} if hierarchical != "auto" and takes_hierarchical(name) else {}
-        for opts in GRID.get(name, [{}]):
+        grid = GRID.get(name, [{}])
+        if name == "optimal" and slack > 0:
+            grid = [{}] + [{"stretch": f} for f in STRETCHES]
+        for opts in grid:
             yield name, {**opts, **extra}
 
 
@@ -87,18 +98,24 @@ class Ranked:
 
 
 def ranked(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int = 1,
-           exclude: tuple[str, ...] = (), hierarchical: str = "auto") -> list[Ranked]:
-    """Every candidate, simulated, fastest predicted first (ties: fewer operations, then candidate order)."""
+           exclude: tuple[str, ...] = (), hierarchical: str = "auto", slack: float = SLACK_TOLERANCE) -> list[Ranked]:
+    """Every candidate, simulated, fastest predicted first (ties: fewer operations, then candidate order),
+    except that the first is the near-tied one (within ``slack``) least busy before the backward ends."""
     from gradsched.sim import simulate  # the simulator imports planners' types only
 
     keyed = []
-    for k, (name, opts) in enumerate(candidates(density, tuple(exclude), hierarchical)):
+    for k, (name, opts) in enumerate(candidates(density, tuple(exclude), hierarchical, slack)):
         candidate = get_planner(name)(profile, cluster, **opts)
         result = simulate(candidate, profile, cluster, channels=channels, timeline=False)
-        keyed.append(((ranking_s(candidate, result.iteration_s), len(candidate.operations), k),
+        busy = busy_in_backward_s(result.op_start_s, result.op_end_s, result.backward_end_s)
+        keyed.append(((ranking_s(candidate, result.iteration_s), len(candidate.operations), k), busy,
                       Ranked(result.iteration_s, name, candidate)))
     keyed.sort(key=lambda x: x[0])
-    return [r for _, r in keyed]
+    if slack > 0 and keyed:
+        tied = near([r.predicted_s for _, _, r in keyed], [key[0] for key, _, _ in keyed], slack)
+        pick = min(tied, key=lambda i: (keyed[i][1], keyed[i][0]))
+        keyed.insert(0, keyed.pop(pick))
+    return [r for _, _, r in keyed]
 
 
 def as_auto(choice: Ranked, tried: int, density: float = 1.0) -> Plan:
@@ -109,7 +126,8 @@ def as_auto(choice: Ranked, tried: int, density: float = 1.0) -> Plan:
 
 
 def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int = 1,
-         exclude: tuple[str, ...] = (), hierarchical: str = "auto") -> tuple[Ranked, int]:
+         exclude: tuple[str, ...] = (), hierarchical: str = "auto",
+         slack: float = SLACK_TOLERANCE) -> tuple[Ranked, int]:
     """``ranked(...)[0]`` and how many candidates there were, simulating fewer of them.
 
     The same winner, found faster: a candidate whose plan equals one already simulated
@@ -117,40 +135,64 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
     everything like ``sync``; ``usbyte`` and ``dear`` simulated their plan to choose it),
     ``bytescheduler``'s blocks are cut once per partition size (the credit window changes
     nothing else), and a dense candidate whose operations alone, back to back,
-    take longer than the best iteration so far cannot win and is not simulated (the
-    simulator waits for every operation before the iteration ends; see
+    take longer than the best iteration so far (by more than ``slack``) cannot win and is not
+    simulated (the simulator waits for every operation before the iteration ends; see
     :func:`comm_lower_bound_s`); a ``usbyte`` candidate whose layers' all-reduces alone
     cannot beat the best so far is not even planned (:func:`usbyte_floor_s`: its search
-    is most of ``auto``'s time)."""
+    is most of ``auto``'s time).  Among those within ``slack`` of the best, :func:`_least_busy`."""
     from gradsched.sim import simulate  # the simulator imports planners' types only
 
-    top: tuple[tuple[float, int, int], Ranked] | None = None
+    top_s: float | None = None  # the best ranking so far
+    kept: list[tuple[tuple[float, int, int], Ranked]] = []  # every candidate within slack of the best so far
+    busy: dict[int, float] = {}  # seconds busy before the backward ends, of the candidates simulated here
     seen = _Seen()
     made: dict[tuple, Plan] = {}
     count = 0
-    for k, (name, opts) in _strong_first(list(candidates(density, tuple(exclude), hierarchical))):
+    widen = (1 + max(slack, 0.0)) * (1 + 1e-9)
+    for k, (name, opts) in _strong_first(list(candidates(density, tuple(exclude), hierarchical, slack))):
         count += 1
-        if top is not None and _floor_ranked_s(name, profile, cluster, opts, channels) > top[0][0] * (1 + 1e-9):
+        bound = math.inf if top_s is None else top_s * widen
+        if top_s is not None and _floor_ranked_s(name, profile, cluster, opts, channels) > bound:
             continue  # slower than the best so far whatever its blocks, groups and priorities: not planned
-        beat_s = top[0][0] * (1 + 1e-9) if top is not None and channels == 1 else math.inf
-        candidate, by_planner = _planned(name, opts, profile, cluster, made, beat_s)
+        candidate, by_planner = _planned(name, opts, profile, cluster, made, bound if channels == 1 else math.inf)
         if candidate is None:
             continue  # usbyte's chosen plan, priced, is slower than the best so far: not made
         predicted_s = seen.get(candidate)
         if predicted_s is None and channels == 1 and by_planner is not None:
             predicted_s = seen.put(candidate, by_planner)
         if predicted_s is None:
-            if top is not None and comm_lower_bound_s(candidate, profile, cluster, channels) > \
-                    top[0][0] * (1 + 1e-9):
+            if comm_lower_bound_s(candidate, profile, cluster, channels) > bound:
                 continue  # slower than the best so far whatever its schedule
-            predicted_s = simulate(candidate, profile, cluster, channels=channels, timeline=False).iteration_s
-            seen.put(candidate, predicted_s)
+            result = simulate(candidate, profile, cluster, channels=channels, timeline=False)
+            predicted_s = seen.put(candidate, result.iteration_s)
+            busy[k] = busy_in_backward_s(result.op_start_s, result.op_end_s, result.backward_end_s)
         rank_key = (ranking_s(candidate, predicted_s), len(candidate.operations), k)
-        if top is None or rank_key < top[0]:
-            top = (rank_key, Ranked(predicted_s, name, candidate))
-    if top is None:
+        if rank_key[0] <= bound:
+            kept.append((rank_key, Ranked(predicted_s, name, candidate)))
+        top_s = rank_key[0] if top_s is None else min(top_s, rank_key[0])
+    if not kept:
         raise GradschedError("auto: every strategy was excluded; leave at least one out of --exclude")
-    return top[1], count
+    return _least_busy(kept, busy, profile, cluster, channels, slack), count
+
+
+def _least_busy(kept: list[tuple[tuple[float, int, int], Ranked]], known: dict[int, float], profile: Profile,
+                cluster: Cluster, channels: int, slack: float) -> Ranked:
+    """The best-ranked of ``kept`` (slack 0), else of those near-tied with it (``_slack.near``) the one
+    whose channels are least busy before the backward ends (then the best-ranked); ``known``: the busy
+    seconds of candidates already simulated, by candidate number (the others are simulated here)."""
+    from gradsched.sim import simulate  # the simulator imports planners' types only
+
+    kept = sorted(kept, key=lambda x: x[0])
+    if slack <= 0:
+        return kept[0][1]
+    busy: dict[int, float] = {}
+    for i in near([r.predicted_s for _, r in kept], [key[0] for key, _ in kept], slack):
+        k = kept[i][0][2]
+        if k not in known:
+            res = simulate(kept[i][1].plan, profile, cluster, channels=channels, timeline=False)
+            known[k] = busy_in_backward_s(res.op_start_s, res.op_end_s, res.backward_end_s)
+        busy[i] = known[k]
+    return kept[min(busy, key=lambda i: (busy[i], kept[i][0]))][1]
 
 
 class _Seen:
@@ -346,15 +388,17 @@ OPTIONS = (
     Option("channels", int, 1, low=1, high=1024, doc="parallel communication channels simulated"),
     Option("exclude", STRATEGIES, (), doc="strategies not tried"),
     coll.OPTION,
+    Option("slack", float, SLACK_TOLERANCE, low=0.0, high=1.0,
+           doc="plans predicted within this fraction of the best go to the one least busy during the backward"),
 )
 
 
 @register("auto", options=OPTIONS)
 def plan(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int = 1,
-         exclude: tuple[str, ...] = (), hierarchical: str = "auto") -> Plan:
+         exclude: tuple[str, ...] = (), hierarchical: str = "auto", slack: float = SLACK_TOLERANCE) -> Plan:
     coll.check_mode("auto", hierarchical, cluster)
     with _no_cycle_collection():
-        choice, tried = best(profile, cluster, density, channels, exclude, hierarchical)
+        choice, tried = best(profile, cluster, density, channels, exclude, hierarchical, slack)
     return as_auto(choice, tried, density)
 
 

@@ -23,6 +23,11 @@ larger last group (fewer operations).
 
 MG-WFBP's greedy rule reaches this optimum often but not always (docs/strategies.md
 has a three-tensor counterexample).
+
+Option ``stretch`` (default 1): plan for a channel that many times slower than the cluster's (every
+operation's cost multiplied by it); the plan is still simulated on the cluster as measured.  A
+stretched channel makes start-ups dearer against the backward's gaps, so the plan has fewer
+operations and more slack: ``auto`` tries a few stretches as candidates (``planners/_slack.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from typing import Callable
 import numpy as np
 
 from gradsched.cluster import Cluster, CollectiveCost
+from gradsched.costs import CheaperOf, combine
+from gradsched.planners.options import Option
 from gradsched.plan import Plan
 from gradsched.planners._tables import whole_ops
 from gradsched.planners.mgwfbp import ready_envelope_s
@@ -105,9 +112,24 @@ def line_dp(ready: np.ndarray, prefix: np.ndarray, elem: np.ndarray, alpha: floa
         cut[i] = at
 
 
-@register("optimal", options=(coll.OPTION,))
-def plan(profile: Profile, cluster: Cluster, hierarchical: str = "auto") -> Plan:
+def stretched(cost: CollectiveCost, factor: float) -> CollectiveCost:
+    """``cost`` with every time multiplied by ``factor`` (``cost`` itself at 1)."""
+    if factor == 1:
+        return cost
+    if isinstance(cost, CheaperOf) and cost.first is not None and cost.second is not None:
+        return CheaperOf(cost.alpha_s * factor, cost.beta_s_per_byte * factor,
+                         first=stretched(cost.first, factor), second=stretched(cost.second, factor))
+    return combine([(factor, cost)])
+
+
+STRETCH = Option("stretch", float, 1.0, low=1.0, high=100.0,
+                 doc="plan for a channel this many times slower (fewer operations, more slack)")
+
+
+@register("optimal", options=(coll.OPTION, STRETCH))
+def plan(profile: Profile, cluster: Cluster, hierarchical: str = "auto", stretch: float = 1.0) -> Plan:
     coll.check_mode("optimal", hierarchical, cluster)
-    groups, _ = optimal_groups(profile, coll.planning_cost(cluster, hierarchical))
+    groups, _ = optimal_groups(profile, stretched(coll.planning_cost(cluster, hierarchical), stretch))
     ops = coll.choose_collective(whole_ops(groups, profile), profile, cluster, hierarchical)
-    return Plan("optimal", ops, profile.fingerprint, profile.model, coll.recorded({}, cluster, hierarchical))
+    options = {} if stretch == 1 else {"stretch": stretch}
+    return Plan("optimal", ops, profile.fingerprint, profile.model, coll.recorded(options, cluster, hierarchical))
