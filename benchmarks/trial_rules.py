@@ -126,7 +126,7 @@ def bench_cost(plan: str, label: str, auto: dict[str, Any], rows: list[dict[str,
     if label == "torch-ddp default":
         row, how = base, "="
     elif label.startswith("torch-ddp "):
-        row, how = by_name.get(_mb(label)), "="
+        row, how = by_name.get(_mb(label), auto if auto.get("plan_hash") == plan else None), "="
     else:
         row = next((r for r in rows if r.get("plan_hash") == plan and r is not auto), None)
         how = "="
@@ -166,7 +166,10 @@ def summary(table: list[dict[str, Any]]) -> dict[str, Any]:
                                                                                for e in table),
                         "with_bench_cost": len(costs), "median_bench_vs_ddp": statistics.median(costs) if costs else None,
                         "worst_bench_vs_ddp": max(costs) if costs else None,
-                        "slower_than_ddp": sum(c > 1.0 for c in costs)}
+                        "slower_than_ddp": sum(c > 1.0 for c in costs),
+                        "changed_from_today": [(e["file"], e["today"]["plan"], e[name]["plan"], e[name]["bench_vs_ddp"])
+                                               for e in table if e[name]["plan"] != e["today"]["plan"]
+                                               or e[name]["bench_vs_ddp"] != e["today"]["bench_vs_ddp"]]}
     return result
 
 
@@ -186,13 +189,18 @@ def main(argv: list[str] | None = None) -> int:
     for e in table:
         print(f"{e['file'][:46]:46} {e['hosts'] or '?':<2} " + "  ".join(f"{_cell(e[n]):24}" for n in RULES))
     summ = summary(table)
+    same = sum(e["stored_kept"] == e["today"]["plan"] for e in table)
+    print(f"today's rule keeps what the stored run kept in {same} of {len(table)} decisions")
     print("cost: the bench's median of that plan over its ddp row (= same plan, ~ same strategy); blank: not measured")
     for name, s in summ.items():
-        print(f"{name:6} {s}")
+        print(f"{name:6} " + ", ".join(f"{k} {v}" for k, v in s.items() if k != "changed_from_today"))
+        for file, was, now, cost in s["changed_from_today"]:
+            print(f"         {file}: {was} -> {now}" + ("" if cost is None else f" ({cost:.2f}x the ddp row)"))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"command": "python benchmarks/trial_rules.py --json " + args.json, "min_gain": MIN_GAIN,
-                       "resize_min_gain": RESIZE_MIN_GAIN, "decisions": table, "summary": summ}, f, indent=1)
+                       "resize_min_gain": RESIZE_MIN_GAIN, "today_as_stored": same, "decisions": table,
+                       "summary": summ}, f, indent=1)
     return 0
 
 

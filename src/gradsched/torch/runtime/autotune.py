@@ -31,7 +31,7 @@
    ``runoff_margin`` of the fastest median, if more than one, and the baseline then take
    ``runoff_rounds`` more turns (the run-off: rank 0 names them).  Then rank 0
    broadcasts the plan whose windows measured fastest (PyTorch's DDP at the user's bucket
-   size stays unless beaten by ``min_gain`` overall and in every round, or by PyTorch's DDP
+   size stays unless beaten by ``min_gain`` overall and in most rounds, or by PyTorch's DDP
    at another bucket size by ``resize_min_gain`` and in most rounds) and the
    strategies that lost are excluded.  Taking turns spreads each plan's iterations over
    the machine's slow and fast phases; one window per plan let a lucky window pick the
