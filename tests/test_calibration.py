@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gradsched.calibration import (BUSY_NOISE_SE, MIN_SERVICE_S, OP_LATENCY_SHARE, StepRecord, across_jobs,
-                                   contention_bound_s, contention_from_probe, decide, fastest, fit_cluster,
-                                   issue_times, lower_bound_s, measured_profile, median_se, service_points)
+                                   clear_wins, contention_bound_s, contention_from_probe, decide, fastest, fit_cluster,
+                                   issue_times, lower_bound_s, measured_profile, median_se, out_of_the_running,
+                                   service_points)
 from gradsched.cluster import CONTENTION_FIELDS, Cluster, Contention
 from gradsched.errors import GradschedError
 from gradsched.profile import OpHost, Profile, TensorProfile
@@ -115,8 +116,11 @@ def test_trials_keep_ddps_buckets_unless_clearly_beaten():
     assert fastest({"a": 0.099, "ddp": 0.100}, "ddp", 0.0) == "a"  # min_gain 0: the plain minimum
     assert fastest({"a": 0.099, "b": 0.100}, None, 0.03) == "a"  # no baseline measured: the minimum
     assert fastest({"a": 0.110, "ddp": 0.100}, "ddp", 0.03) == "ddp"
-    # 10% faster in all, but slower than DDP in one of the three rounds (same phase of the machine): not clearly
+    # 15% faster in all, and by 3% in two of the three rounds (same phase of the machine): one slow window is noise
     rounds = {"a": [0.080, 0.085, 0.105], "ddp": [0.100, 0.100, 0.100], "b": [0.095, 0.096, 0.098]}
+    assert fastest({"a": 0.085, "ddp": 0.100, "b": 0.096}, "ddp", 0.03, rounds) == "a"
+    # ... but faster by 3% in one round of three is not clearly faster, whatever the median
+    rounds["a"] = [0.080, 0.099, 0.105]
     assert fastest({"a": 0.085, "ddp": 0.100, "b": 0.096}, "ddp", 0.03, rounds) == "b"
     assert fastest({"a": 0.085, "ddp": 0.100}, "ddp", 0.03, rounds) == "ddp"
     assert fastest({"a": 0.085, "ddp": 0.100}, "ddp", 0.03, {"a": [0.08, 0.09]}) == "a"  # no rounds of DDP's
@@ -137,8 +141,24 @@ def test_ddp_at_another_bucket_size_needs_only_the_smaller_gain_and_most_rounds(
     assert fastest(close, "ddp", 0.03, one_lost, {"ddp-all"}, 0.01) == "ddp-all"
     two_lost = {**close_rounds, "ddp-all": [0.097, 0.101, 0.1005]}
     assert fastest(close, "ddp", 0.03, two_lost, {"ddp-all"}, 0.01) == "ddp"
-    lost_usbyte = {**close_rounds, "usbyte": [0.090, 0.101, 0.090]}  # another engine: every round, still
+    lost_usbyte = {**close_rounds, "usbyte": [0.090, 0.101, 0.0975]}  # another engine: by 3% in most rounds
     assert fastest({"usbyte": 0.09, "ddp": 0.100}, "ddp", 0.03, lost_usbyte, {"ddp-all"}, 0.01) == "ddp"
+    lost_usbyte["usbyte"] = [0.090, 0.101, 0.0965]
+    assert fastest({"usbyte": 0.09, "ddp": 0.100}, "ddp", 0.03, lost_usbyte, {"ddp-all"}, 0.01) == "usbyte"
+
+
+def test_one_slow_window_does_not_undo_a_clear_gain_the_readme_jobs_trials():
+    """bench_default_googlenet_k80_d1_2h_park.json: usbyte 20% faster in median, lost round 2 to one slow window."""
+    measured = {"usbyte": 0.5976, "ddp": 0.7497, "dear": 0.7232}
+    rounds = {"usbyte": [0.532, 0.890, 0.617], "ddp": [0.713, 0.788, 0.749], "dear": [0.697, 0.906, 0.719]}
+    assert fastest(measured, "ddp", 0.03, rounds) == "usbyte"
+    assert not any(out_of_the_running(clear_wins(rounds[h], rounds["ddp"], 0.03)[:n], 3)
+                   for h in ("usbyte",) for n in (1, 2, 3))
+    assert out_of_the_running(clear_wins(rounds["dear"], rounds["ddp"], 0.03), 3)  # won by 3% once: out
+    # the case the every-round rule was for: 1% faster in median thanks to one lucky window stays out
+    lucky = {"a": [0.80, 0.995, 1.0], "ddp": [1.0, 1.0, 1.0]}
+    assert fastest({"a": 0.99, "ddp": 1.0}, "ddp", 0.03, lucky) == "ddp"
+    assert fastest({"a": 0.90, "ddp": 1.0}, "ddp", 0.03, lucky) == "ddp"  # one window of three: not most
 
 
 # --------------------------------------------------------------------------- properties (hypothesis)
@@ -164,17 +184,54 @@ def test_fastest_picks_the_minimum_or_a_baseline_within_the_gain(measured, use_b
 @given(measured=st.dictionaries(st.sampled_from("abcdef"), SECONDS, min_size=2),
        windows=st.lists(st.lists(SECONDS, min_size=3, max_size=3), min_size=6, max_size=6),
        min_gain=st.floats(0.0, 0.5))
-def test_a_trial_winner_beat_the_baseline_overall_and_in_every_round(measured, windows, min_gain):
+def test_a_trial_winner_beat_the_baseline_overall_and_by_the_gain_in_most_rounds(measured, windows, min_gain):
     baseline = sorted(measured)[0]
     rounds = {h: w for h, w in zip(sorted(measured), windows)}
     best = fastest(measured, baseline, min_gain, rounds)
     assert best in measured
     if best != baseline:
         assert measured[best] <= measured[baseline] * (1 - min_gain)
-        assert all(a < b for a, b in zip(rounds[best], rounds[baseline]))
+        assert 2 * sum(a < b * (1 - min_gain) for a, b in zip(rounds[best], rounds[baseline])) > 3
         assert best == min((h for h in measured if h != baseline and fastest({h: measured[h],
                             baseline: measured[baseline]}, baseline, min_gain, rounds) == h),
                            key=measured.__getitem__)
+
+
+@SETTINGS
+@given(base=st.lists(SECONDS, min_size=1, max_size=7), factors=st.lists(st.floats(1.0, 3.0), min_size=7, max_size=7),
+       median=SECONDS, min_gain=st.floats(0.0, 0.5))
+def test_a_plan_never_faster_than_the_baseline_in_any_round_is_never_kept(base, factors, median, min_gain):
+    windows = [b * f for b, f in zip(base, factors)]  # each round at least the baseline's window
+    measured = {"x": median, "base": statistics.median(base)}
+    assert fastest(measured, "base", min_gain, {"x": windows, "base": base}) == "base"
+    assert out_of_the_running(clear_wins(windows, base, min_gain), len(base))
+
+
+@SETTINGS
+@given(measured=st.dictionaries(st.sampled_from("abcde"), st.floats(0.0, 0.0299), min_size=1),
+       base=st.lists(st.floats(0.01, 1.0), min_size=3, max_size=3), spread=st.floats(0.0, 0.0299))
+def test_the_baseline_stays_when_every_candidate_is_within_the_gain(measured, base, spread):
+    """Candidates at most 3% faster than the baseline (their medians, whatever their windows): it stays."""
+    base_s = statistics.median(base)
+    times = {h: base_s * (1 - g) * (1 + 1e-9) for h, g in measured.items()}
+    rounds = {h: [b * (1 - spread) for b in base] for h in times}
+    assert fastest({**times, "base": base_s}, "base", 0.03, {**rounds, "base": base}) == "base"
+
+
+@SETTINGS
+@given(windows=st.lists(st.lists(st.floats(0.01, 1.0), min_size=7, max_size=7), min_size=3, max_size=3),
+       rounds=st.integers(1, 7), min_gain=st.floats(0.0, 0.2), resized=st.booleans())
+def test_the_budgeted_trials_drop_a_plan_only_if_fastest_would_not_keep_it(windows, rounds, min_gain, resized):
+    """out_of_the_running agrees with fastest: a candidate out after some rounds is not kept whatever the rest
+    measure (both the best and the worst case for it), and one still in can be kept."""
+    base, plan = windows[0][:rounds], windows[1][:rounds]
+    for seen in range(rounds + 1):
+        margin = 0.0 if resized else min_gain
+        out = out_of_the_running(clear_wins(plan[:seen], base[:seen], margin), rounds, resized)
+        best = plan[:seen] + [b * 0.5 for b in base[seen:]]  # the rest won outright
+        measured = {"x": 0.0, "base": 1.0}  # the median clears any gain: the rounds decide
+        kept = fastest(measured, "base", min_gain, {"x": best, "base": base}, {"x"} if resized else (), min_gain)
+        assert out == (kept == "base")
 
 
 @SETTINGS

@@ -60,9 +60,10 @@ def test_a_rest_is_exactly_as_long_as_the_budget_needs(share, before_s, base_s, 
     assert rest <= 1 or not fits(rest - 2)
 
 
-def test_a_plan_that_lost_a_round_is_out_a_resized_ddp_once_it_cannot_win_most():
+def test_a_plan_is_out_once_it_cannot_win_most_rounds():
     assert not out_of_the_running([True], 3, resized=False)
-    assert out_of_the_running([True, False], 3, resized=False)  # fastest() wants every round
+    assert not out_of_the_running([True, False], 3, resized=False)  # one round lost: 2 of 3 may still be won
+    assert out_of_the_running([False, False], 3, resized=False)
     assert not out_of_the_running([False], 3, resized=True)  # 2 of the 3 may still be won
     assert out_of_the_running([False, False], 3, resized=True)
     assert out_of_the_running([False], 2, resized=True)  # 1 of 2 is no majority

@@ -95,12 +95,12 @@ class TrialBudget:
         return 0 if short_s <= 0 else min(MAX_REST, math.ceil(short_s / baseline_s))
 
 
-def out_of_the_running(wins: Sequence[bool], rounds: int, resized: bool) -> bool:
+def out_of_the_running(wins: Sequence[bool], rounds: int, resized: bool = False) -> bool:
     """Whether a trial candidate can no longer be kept (:func:`gradsched.calibration.fastest`'s rule), from its
-    windows so far against the baseline's (``wins``), of ``rounds`` in all: a plan must beat the baseline in
-    every round, so one lost is out; the baseline at another bucket size (``resized``) in most of them, so it
-    is out once winning all the rest would not make a majority.  Its later windows would be spent for nothing."""
+    windows so far against the baseline's (``wins``: for a plan the baseline at another bucket size,
+    ``resized``, faster at all; for any other, faster by ``min_gain``, :func:`gradsched.calibration.clear_wins`),
+    of ``rounds`` in all: both must win most rounds, so a candidate is out once winning all the rest would not
+    make a majority.  Its later windows would be spent for nothing."""
+    del resized  # one rule for both since Dec 7; what counts as a win differs (the caller's)
     losses = len(wins) - sum(bool(w) for w in wins)
-    if resized:
-        return 2 * (rounds - losses) <= rounds
-    return losses > 0
+    return 2 * (rounds - losses) <= rounds

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gradsched.calibration.decisions import clear_wins
 from gradsched.tuning.config import SAMPLES_KEPT
 
 
@@ -99,6 +100,7 @@ class PlanMeasurements:
         """Each plan's window medians, round by round (copies)."""
         return {h: list(self.rounds.get(h, [])) for h in plans}
 
-    def wins(self, plan_hash: str) -> list[bool]:
-        """Whether each of a candidate's windows measured faster than the baseline's window before it."""
-        return [a < b for a, b in zip(self.rounds.get(plan_hash, []), self.paired.get(plan_hash, []))]
+    def wins(self, plan_hash: str, margin: float = 0.0) -> list[bool]:
+        """Whether each of a candidate's windows measured faster than the baseline's window before it, by
+        ``margin`` (:func:`~gradsched.calibration.clear_wins`)."""
+        return clear_wins(self.rounds.get(plan_hash, []), self.paired.get(plan_hash, []), margin)

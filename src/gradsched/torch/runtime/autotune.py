@@ -31,7 +31,7 @@
    ``runoff_margin`` of the fastest median, if more than one, and the baseline then take
    ``runoff_rounds`` more turns (the run-off: rank 0 names them).  Then rank 0
    broadcasts the plan whose windows measured fastest (PyTorch's DDP at the user's bucket
-   size stays unless beaten by ``min_gain`` overall and in every round, or by PyTorch's DDP
+   size stays unless beaten by ``min_gain`` overall and in most rounds, or by PyTorch's DDP
    at another bucket size by ``resize_min_gain`` and in most rounds) and the
    strategies that lost are excluded.  Taking turns spreads each plan's iterations over
    the machine's slow and fast phases; one window per plan let a lucky window pick the
@@ -471,7 +471,8 @@ class AutoTuner:
         rounds = self.config.trial_rounds + (self.config.runoff_rounds if self._runoff else 0)
         resized = self._resized(base, self._taken())
         for h in self._alive(base) if base is not None else []:  # (no baseline: nothing to lose a round to)
-            if out_of_the_running(self.measurements.wins(h), rounds, h in resized):
+            margin = 0.0 if h in resized else self.config.min_gain  # fastest's rule: a clear win, or a resize's
+            if out_of_the_running(self.measurements.wins(h, margin), rounds, h in resized):
                 self._dropped.append(h)
         taken = {h: t for h, t in self._taken().items() if h not in self._dropped}
         decision = next_window([h for h in self._trial_turns if h not in self._dropped], base, taken,
