@@ -25,7 +25,8 @@ How one iteration runs:
 - Waiting: ``time.sleep`` to a deadline on the model's own clock (:class:`_Clock`),
   which runs the pieces back to back as a device does: a sleep that wakes late and
   the host's own work between pieces (autograd, hooks, copies into buckets, the
-  optimizer step: CPU time of the training thread), which a GPU's host runs beside
+  optimizer step: CPU time of the training thread, and the time it waited for one of
+  this machine's shared cores, :func:`run_queue_s`), which a GPU's host runs beside
   the device, do not delay the next piece; time the host spends blocked (waiting for
   communication) counts beyond :data:`HOST_SLACK_S`.
 
