@@ -138,8 +138,9 @@ def test_the_clock_hides_host_work_and_counts_blocked_time(monkeypatch):
     assert clock.start() == fourth + 0.01
 
 
-def test_run_queue_s_reads_each_threads_wait_for_a_core():
-    """Linux's schedstat for the calling thread (0.0 where there is none); a stale descriptor is opened again."""
+def test_run_queue_s_reads_each_threads_wait_for_a_core(monkeypatch):
+    """Linux's schedstat for the calling thread (0.0 where there is none); a stale descriptor is opened again;
+    threads that come and go leave a bounded number of descriptors open."""
     first = replay.run_queue_s()
     assert 0.0 <= first <= replay.run_queue_s()
     if not os.path.exists(f"/proc/self/task/{threading.get_native_id()}/schedstat"):
@@ -154,6 +155,12 @@ def test_run_queue_s_reads_each_threads_wait_for_a_core():
     os.close(replay._SCHEDSTAT[key])  # a thread id reused after its thread ended: its descriptor reads nothing
     replay._SCHEDSTAT[key] = os.open(os.devnull, os.O_RDONLY)
     assert replay.run_queue_s() >= first
+    monkeypatch.setattr(replay, "_MAX_SCHEDSTAT", 2)
+    for _ in range(4):
+        other = threading.Thread(target=replay.run_queue_s)
+        other.start()
+        other.join()
+    assert 1 <= len(replay._SCHEDSTAT) <= 2
 
 
 def test_the_optimizer_step_on_the_cpu_does_not_lengthen_a_replayed_step(monkeypatch):

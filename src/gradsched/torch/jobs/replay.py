@@ -61,6 +61,7 @@ _DTYPES = dict(zip(ELEMENT_BYTES, (torch.float16, torch.float32, torch.float64))
 # time off the CPU between two pieces that the emulated device ignores: a sleep's late wake-up, the GIL (_Clock)
 HOST_SLACK_S = 3e-4
 _SCHEDSTAT: dict[tuple[int, int], int] = {}  # (pid, thread id) -> open descriptor of its /proc schedstat
+_MAX_SCHEDSTAT = 64
 
 
 def run_queue_s() -> float:
@@ -76,6 +77,11 @@ def run_queue_s() -> float:
     for _ in range(2):
         fd = _SCHEDSTAT.get(key)
         if fd is None:
+            if len(_SCHEDSTAT) >= _MAX_SCHEDSTAT:  # threads come and go (a pool's): keep a few descriptors only
+                for old in list(_SCHEDSTAT.values()):
+                    with contextlib.suppress(OSError):
+                        os.close(old)
+                _SCHEDSTAT.clear()
             try:
                 fd = _SCHEDSTAT[key] = os.open(f"/proc/self/task/{key[1]}/schedstat", os.O_RDONLY)
             except OSError:
@@ -83,8 +89,9 @@ def run_queue_s() -> float:
         try:
             return int(os.pread(fd, 128, 0).split()[1]) / 1e9
         except (OSError, ValueError, IndexError):  # a thread id reused after its thread ended: open it again
-            os.close(fd)
-            del _SCHEDSTAT[key]
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            _SCHEDSTAT.pop(key, None)
     return 0.0
 
 
