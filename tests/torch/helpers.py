@@ -71,11 +71,23 @@ class VirtualTime:
 
     ``sleep(s)`` and :meth:`block` move the wall clock (the thread is off the CPU);
     :meth:`work` moves both (the thread computes); :meth:`preempt` moves the wall clock
-    only (a core taken away while the thread wanted to run).  Install it with
-    ``monkeypatch.setattr(module, "time", VirtualTime())``."""
+    and :meth:`run_queue_s` (a core taken away while the thread wanted to run: it waits in
+    the run queue).  Install it with ``monkeypatch.setattr(module, "time", VirtualTime())``,
+    or :meth:`install` (which also replaces a module's ``run_queue_s``)."""
 
     def __init__(self, start_s: float = 1000.0) -> None:
-        self.wall_s, self.cpu_s = start_s, 0.0
+        self.wall_s, self.cpu_s, self.queued_s = start_s, 0.0, 0.0
+
+    def install(self, monkeypatch: Any, module: Any) -> "VirtualTime":
+        """This clock as ``module``'s ``time`` and, where it reads one, its ``run_queue_s``."""
+        monkeypatch.setattr(module, "time", self)
+        if hasattr(module, "run_queue_s"):
+            monkeypatch.setattr(module, "run_queue_s", self.run_queue_s)
+        return self
+
+    def run_queue_s(self) -> float:
+        """Seconds the thread waited for a core (:func:`gradsched.torch.jobs.replay.run_queue_s`)."""
+        return self.queued_s
 
     def perf_counter(self) -> float:
         return self.wall_s
@@ -97,4 +109,6 @@ class VirtualTime:
     def block(self, seconds: float) -> None:
         self.wall_s += seconds
 
-    preempt = block
+    def preempt(self, seconds: float) -> None:
+        self.wall_s += seconds
+        self.queued_s += seconds

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -82,8 +84,7 @@ def test_gradients_ready_in_order_never_early_and_without_computing(monkeypatch)
     assert cpu < 0.25 * expected  # real compute would take about `expected` of CPU
     for p in model.parameters():
         assert p.grad is not None and p.grad.shape == p.shape and p.grad.dtype == p.dtype
-    t = VirtualTime()  # the times on a virtual clock: exact, whatever the load (a late wake-up is forgiven)
-    monkeypatch.setattr(replay, "time", t)
+    t = VirtualTime().install(monkeypatch, replay)  # the times on a virtual clock: exact, whatever the load
     model = ReplayModel(prof)
     _step(model, clock=t)  # warm-up
     model.clock.carry_s = 0.0  # the host's work before this forward is not hidden: times count from its call
@@ -106,8 +107,7 @@ def _work(seconds: float) -> None:
 def test_the_clock_hides_host_work_and_counts_blocked_time(monkeypatch):
     """On a virtual clock (tests/torch/helpers.py): what counts is decided by what the host did, not by how
     loaded the machine running the test is."""
-    t = VirtualTime()
-    monkeypatch.setattr(replay, "time", t)
+    t = VirtualTime().install(monkeypatch, replay)
     clock = _Clock(slack_s=0.002, carry_s=0.01)
     first = clock.start()
     assert first == t.perf_counter()  # the first piece starts now
@@ -116,7 +116,9 @@ def test_the_clock_hides_host_work_and_counts_blocked_time(monkeypatch):
     t.work(0.05)  # the host's own work between two layers (hooks, copies, the optimizer): beside the device
     assert clock.start() == first + 0.01  # its work does not delay the next piece
     t.work(0.05)
-    t.preempt(0.03)  # ... but a core taken away from it counts
+    t.preempt(0.03)  # nor does the time it waited for one of this machine's shared cores (a GPU's host has its own)
+    assert clock.start() == first + 0.01
+    t.block(0.03)  # ... but blocked (waiting for communication) it counts
     second = clock.start()
     assert second == pytest.approx(first + 0.01 + 0.03 - 0.002)  # beyond the slack
     clock.wait_until(second, 0.01)
@@ -136,11 +138,35 @@ def test_the_clock_hides_host_work_and_counts_blocked_time(monkeypatch):
     assert clock.start() == fourth + 0.01
 
 
+def test_run_queue_s_reads_each_threads_wait_for_a_core(monkeypatch):
+    """Linux's schedstat for the calling thread (0.0 where there is none); a stale descriptor is opened again;
+    threads that come and go leave a bounded number of descriptors open."""
+    first = replay.run_queue_s()
+    assert 0.0 <= first <= replay.run_queue_s()
+    if not os.path.exists(f"/proc/self/task/{threading.get_native_id()}/schedstat"):
+        assert first == 0.0
+        return
+    seen: list[float] = []
+    other = threading.Thread(target=lambda: seen.append(replay.run_queue_s()))
+    other.start()
+    other.join()
+    assert len(seen) == 1 and seen[0] >= 0.0
+    key = (os.getpid(), threading.get_native_id())
+    os.close(replay._SCHEDSTAT[key])  # a thread id reused after its thread ended: its descriptor reads nothing
+    replay._SCHEDSTAT[key] = os.open(os.devnull, os.O_RDONLY)
+    assert replay.run_queue_s() >= first
+    monkeypatch.setattr(replay, "_MAX_SCHEDSTAT", 2)
+    for _ in range(4):
+        other = threading.Thread(target=replay.run_queue_s)
+        other.start()
+        other.join()
+    assert 1 <= len(replay._SCHEDSTAT) <= 2
+
+
 def test_the_optimizer_step_on_the_cpu_does_not_lengthen_a_replayed_step(monkeypatch):
     """On a GPU the optimizer step runs on the device, in the profile's (here zero) update time.  On a virtual
     clock: the steps' own CPU (autograd, the real optimizer) takes no virtual time, so the walls are exact."""
-    t = VirtualTime()
-    monkeypatch.setattr(replay, "time", t)
+    t = VirtualTime().install(monkeypatch, replay)
     prof = _profile()
     model = ReplayModel(prof)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -163,8 +189,7 @@ def test_the_optimizer_step_on_the_cpu_does_not_lengthen_a_replayed_step(monkeyp
 
 
 def test_dilation_stretches_compute(monkeypatch):
-    t = VirtualTime()  # on a virtual clock: the emulated times exactly, whatever the load
-    monkeypatch.setattr(replay, "time", t)
+    t = VirtualTime().install(monkeypatch, replay)  # on a virtual clock: the emulated times exactly, whatever the load
     prof = _profile()
     fast, slow = ReplayModel(prof), ReplayModel(prof.with_times(3.0))
     fast.clock.carry_s = slow.clock.carry_s = 0.0  # the other model's work between their steps is not hidden
@@ -178,8 +203,7 @@ def test_dilation_stretches_compute(monkeypatch):
 
 
 def test_fast_forward_skips_the_replayed_compute_and_only_within(monkeypatch):
-    t = VirtualTime()
-    monkeypatch.setattr(replay, "time", t)
+    t = VirtualTime().install(monkeypatch, replay)
     prof = _profile().with_times(20.0)  # a dilated replay: its steps take seconds
     model = ReplayModel(prof)
     model.clock.carry_s = 0.0
@@ -195,8 +219,7 @@ def test_fast_forward_skips_the_replayed_compute_and_only_within(monkeypatch):
 
 
 def test_a_restarted_clock_does_not_hide_what_ran_meanwhile(monkeypatch):
-    t = VirtualTime()
-    monkeypatch.setattr(replay, "time", t)
+    t = VirtualTime().install(monkeypatch, replay)
     prof = _profile().with_times(20.0)
     emulated = prof.other_s + prof.forward_s + prof.backward_s
     model = ReplayModel(prof)

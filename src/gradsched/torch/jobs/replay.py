@@ -25,7 +25,8 @@ How one iteration runs:
 - Waiting: ``time.sleep`` to a deadline on the model's own clock (:class:`_Clock`),
   which runs the pieces back to back as a device does: a sleep that wakes late and
   the host's own work between pieces (autograd, hooks, copies into buckets, the
-  optimizer step: CPU time of the training thread), which a GPU's host runs beside
+  optimizer step: CPU time of the training thread, and the time it waited for one of
+  this machine's shared cores, :func:`run_queue_s`), which a GPU's host runs beside
   the device, do not delay the next piece; time the host spends blocked (waiting for
   communication) counts beyond :data:`HOST_SLACK_S`.
 
@@ -40,6 +41,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import threading
 import time
 from typing import Any, Iterator
 
@@ -57,6 +60,44 @@ _DTYPES = dict(zip(ELEMENT_BYTES, (torch.float16, torch.float32, torch.float64))
 
 # time off the CPU between two pieces that the emulated device ignores: a sleep's late wake-up, the GIL (_Clock)
 HOST_SLACK_S = 3e-4
+_SCHEDSTAT: dict[tuple[int, int], int] = {}  # (pid, thread id) -> open descriptor of its /proc schedstat
+_MAX_SCHEDSTAT = 64
+
+
+def run_queue_s() -> float:
+    """Seconds the calling thread has waited for a core (runnable, not running) since it started.
+
+    Linux's ``/proc/self/task/TID/schedstat`` (its second field, ``run_delay``); 0.0 where the
+    kernel does not say.  The bench's ranks share this machine's 2 cores with gloo's threads, the
+    kernel's network work and each other, so the host's own work (the optimizer step, copies into
+    buckets) waits for a core as well as computing: 26 ms of an SGD step's CPU took 65-127 ms of
+    wall time, 37-100 ms of it in the run queue (docs/notes/2026-12-bench-runs.md, "Byte scaling:
+    where S = 1 lost its time").  A GPU's host has cores of its own for that work."""
+    key = (os.getpid(), threading.get_native_id())
+    for _ in range(2):
+        fd = _SCHEDSTAT.get(key)
+        if fd is None:
+            if len(_SCHEDSTAT) >= _MAX_SCHEDSTAT:  # threads come and go (a pool's): keep a few descriptors only
+                for old in list(_SCHEDSTAT.values()):
+                    with contextlib.suppress(OSError):
+                        os.close(old)
+                _SCHEDSTAT.clear()
+            try:
+                fd = _SCHEDSTAT[key] = os.open(f"/proc/self/task/{key[1]}/schedstat", os.O_RDONLY)
+            except OSError:
+                return 0.0
+        try:
+            return int(os.pread(fd, 128, 0).split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):  # a thread id reused after its thread ended: open it again
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            _SCHEDSTAT.pop(key, None)
+    return 0.0
+
+
+def host_time() -> float:
+    """The calling thread's own seconds on the host: its CPU time and the time it waited for a core (:func:`run_queue_s`)."""
+    return time.thread_time() + run_queue_s()
 
 
 class _Clock:
@@ -70,8 +111,10 @@ class _Clock:
     by the part of the host's absence that was not its own work: time the training
     thread spent blocked (waiting for communication: a gated forward, the end of
     backward) beyond :data:`HOST_SLACK_S` (a sleep's late wake-up, the GIL) counts; its
-    CPU time does not, since on a GPU that work (hooks, copies into buckets, the
-    optimizer step) runs beside the device's compute or on the device itself.  Host work
+    own time (:func:`host_time`: its CPU time and the time it waited for one of this
+    machine's shared cores) does not, since on a GPU that work (hooks, copies into
+    buckets, the optimizer step) runs beside the device's compute or on the device itself,
+    on a host with cores to spare.  Host work
     longer than the pieces that follow makes the device wait, as a host that falls
     behind does.  At an iteration's start (:meth:`new_iteration`) at most ``carry_s`` of
     host work is hidden, so that another model's work in the same thread (the bench's
@@ -89,10 +132,10 @@ class _Clock:
 
     def start(self) -> float:
         """When the next piece of emulated compute starts (never later than now)."""
-        now, cpu = time.perf_counter(), time.thread_time()
+        now, cpu = time.perf_counter(), host_time()
         if self._due is None:
             return now
-        worked = min(cpu - self._cpu_back, self._carry)  # the host's own work since: beside the device
+        worked = max(0.0, min(cpu - self._cpu_back, self._carry))  # the host's own work since: beside the device
         start = self._due + max(0.0, now - self._back - self.slack_s - worked)
         self._carry = math.inf
         return start
@@ -103,7 +146,7 @@ class _Clock:
         delay = due - time.perf_counter()
         if delay > 0:
             time.sleep(delay)
-        self._due, self._back, self._cpu_back = due, max(due, time.perf_counter()), time.thread_time()
+        self._due, self._back, self._cpu_back = due, max(due, time.perf_counter()), host_time()
 
     def restart(self) -> None:
         """The next piece starts when it is called, whatever ran since the last one (:func:`restart_clocks`)."""
