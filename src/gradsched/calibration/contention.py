@@ -65,10 +65,16 @@ def contention_from_probe(compute_s: float, comm_s: float, compute_busy_s: float
 
 def across_jobs(own: dict[str, float], history: list[dict[str, float]]) -> dict[str, float]:
     """Each contention figure at its median over this job's and earlier jobs' (``gradsched bench
-    --contention-from``); a figure an earlier job lacks counts as 0, as the simulator reads it."""
+    --contention-from``); a figure an earlier job lacks counts as 0, as the simulator reads it (a two-phase
+    collective's own slowdown: as that job's ``comm_slowdown``)."""
     if not history:
         return dict(own)
-    return {k: statistics.median([v, *(h.get(k, 0.0) for h in history)]) for k, v in own.items()}
+    from gradsched.cluster import PHASE_SLOWDOWNS
+
+    def of(h: dict[str, float], k: str) -> float:  # a two-phase figure absent: as that job's all-reduce
+        return h.get(k, h.get("comm_slowdown", 0.0) if k in PHASE_SLOWDOWNS.values() else 0.0)
+
+    return {k: statistics.median([v, *(of(h, k) for h in history)]) for k, v in own.items()}
 
 
 def this_machine() -> str:
@@ -90,7 +96,7 @@ def contention_history(paths: list[str], job: dict[str, Any]) -> list[dict[str, 
     pooled with the other six's: median prediction error 4.7% to 3.4%; three runs made so,
     2.5-3.4% (docs/simulator.md, "Fidelity")."""
     from gradsched import _validate
-    from gradsched.cluster import CONTENTION_FIELDS
+    from gradsched.cluster import CONTENTION_FIELDS, PHASE_SLOWDOWNS
 
     history = []
     for path in paths:
@@ -113,5 +119,5 @@ def contention_history(paths: list[str], job: dict[str, Any]) -> list[dict[str, 
                                  f"({this_machine()}): contention is the machine's")
         probe = rows[0]["contention"]
         history.append(_validate.numbers(probe.get("own_fitted", probe.get("fitted")), path, "contention.fitted",
-                                         CONTENTION_FIELDS))
+                                         (*CONTENTION_FIELDS, *PHASE_SLOWDOWNS.values())))
     return history

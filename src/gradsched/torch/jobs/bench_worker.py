@@ -640,7 +640,8 @@ def _start(cfg: BenchConfig, shared: SharedModel, phases: Phases) -> _Start:
                                        off_clock=lambda: fast_forward(spec.module),
                                        step_s=profile.compute_s if replay else None,
                                        allreduce_s=cluster.cost("allreduce").time_s(profile.total_bytes) if replay
-                                       else None, restart=lambda: restart_clocks(spec.module))
+                                       else None, restart=lambda: restart_clocks(spec.module),
+                                       two_phase="reducescatter" in network_collectives(cfg))
     start.network = NetworkResampler(cluster)
     t0 = time.perf_counter()
     probe, cluster = _startup_probe(start.contention, cluster, cfg)
