@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import platform
 import statistics
-from typing import Any
+from typing import Any, Mapping
 
 from gradsched.errors import FormatError, GradschedError
 
@@ -61,6 +61,21 @@ def contention_from_probe(compute_s: float, comm_s: float, compute_busy_s: float
     excess = small_busy_s - BUSY_NOISE_SE * small_busy_se_s - small_model_s * (1.0 + kn)
     lat = max(0.0, excess / small_ops - op_lat)
     return {"compute_slowdown": kc, "comm_slowdown": kn, "busy_latency_s": lat, "op_latency_s": op_lat}
+
+
+PHASE_FIGURES = {"reducescatter": "reducescatter_comm_slowdown", "allgather": "allgather_comm_slowdown"}
+
+
+def phase_slowdowns(m: Mapping[str, Any], comm_slowdown: float) -> dict[str, float]:
+    """Each two-phase collective's communication slowdown from the contention probe's medians ``m`` (its
+    ``{name}_alone_s`` and ``{name}_overlapped_s``, name ``reducescatter`` or ``allgather``): the fitted
+    all-reduce's ``comm_slowdown`` scaled by how much more (or less) that collective was slowed than the
+    probe's all-reduce, each against its own time alone.  (The all-reduce's figure is taken against the
+    table, anchored to the probe's all-reduce alone: gradsched.torch.jobs.bench_worker.)  Only the
+    collectives the probe timed (where the job ran two-phase rows)."""
+    ar = m["allreduce_overlapped_s"] / m["allreduce_alone_s"]
+    return {fig: max(0.0, (1.0 + comm_slowdown) * (m[f"{name}_overlapped_s"] / m[f"{name}_alone_s"]) / ar - 1.0)
+            for name, fig in PHASE_FIGURES.items() if f"{name}_alone_s" in m}
 
 
 def across_jobs(own: dict[str, float], history: list[dict[str, float]]) -> dict[str, float]:

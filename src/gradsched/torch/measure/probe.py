@@ -38,7 +38,7 @@ from typing import Any, Callable, ContextManager, Protocol
 import torch
 import torch.distributed as dist
 
-from gradsched.calibration import contention_from_probe, median_se
+from gradsched.calibration import contention_from_probe, median_se, phase_slowdowns
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.jobs.startup import probe_floor
 from gradsched.net_extend import extend_points
@@ -64,7 +64,6 @@ COPY_CHUNK_NUMEL = 1 << 24  # the bucket pass copies all gradients from a source
 ONE_WINDOW_MARGIN = 1.1  # an all-reduce of every gradient this much longer than a step: both overlapped times in
 # one window (ContentionProbe._window), the step behind it checked to have ended first
 PHASES = ("reducescatter", "allgather")  # the two-phase collectives the probe times where ``two_phase``
-PHASE_FIGURES = {"reducescatter": "reducescatter_comm_slowdown", "allgather": "allgather_comm_slowdown"}
 RESAMPLE_MAX_BYTES = 4 << 20  # the network sizes sampled again: the latency-bound ones, whose times drift most
 
 
@@ -80,16 +79,6 @@ def slowest_median(per_rep: list[float]) -> float:
     return statistics.median(slowest(per_rep))
 
 
-def phase_slowdowns(m: dict[str, float], comm_slowdown: float) -> dict[str, float]:
-    """Each two-phase collective's communication slowdown from the probe's medians ``m``: the fitted
-    all-reduce's ``comm_slowdown`` scaled by how much more (or less) that collective was slowed than the
-    probe's all-reduce, each against its own time alone (the all-reduce's figure is taken against the
-    table, anchored to the probe's all-reduce: bench_worker).  Empty where the probe timed none."""
-    ar = m["allreduce_overlapped_s"] / m["allreduce_alone_s"]
-    return {fig: max(0.0, (1.0 + comm_slowdown) * (m[f"{name}_overlapped_s"] / m[f"{name}_alone_s"]) / ar - 1.0)
-            for name, fig in PHASE_FIGURES.items() if f"{name}_alone_s" in m}
-
-
 def probe_reps(step_s: float, allreduce_s: float, budget_s: float = PROBE_BUDGET_S, phase_ops: int = 0) -> int:
     """Repetitions of the start-up probe: as many as fit ``budget_s`` (:data:`PROBE_BUDGET_S`), within
     :data:`PROBE_REPS`.  A repetition runs about three steps and two all-reduces of all
@@ -97,10 +86,12 @@ def probe_reps(step_s: float, allreduce_s: float, budget_s: float = PROBE_BUDGET
     cnn, 5 repetitions gave a compute slowdown of 0.52 in one job and 0.03 in the next).
     Where the fewest would take more than :data:`gradsched.jobs.startup.FULL_FLOOR_S` (a
     replay at a high dilation), one: the figures are sampled again between the rounds.  ``phase_ops``: the
-    reduce-scatters and all-gathers a repetition also runs (``two_phase``), each about an all-reduce's time."""
-    per_rep = 3 * step_s + (2 + phase_ops) * allreduce_s
+    reduce-scatters and all-gathers a repetition also runs (``two_phase``), each about an all-reduce's time:
+    counted against the budget, not the floor (the all-reduce's figures keep their fewest repetitions: on
+    googlenet-k80 at 4 hosts and ``--dilate 2`` counting them there left one, where three had run)."""
     lo, hi = PROBE_REPS
-    lo = probe_floor(lo, per_rep, least=1)  # one where the floor would take minutes (gradsched.jobs.startup)
+    lo = probe_floor(lo, 3 * step_s + 2 * allreduce_s, least=1)  # one where the floor would take minutes
+    per_rep = 3 * step_s + (2 + phase_ops) * allreduce_s
     return max(lo, min(hi, int(budget_s / max(per_rep, 1e-6))))
 
 
