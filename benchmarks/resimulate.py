@@ -49,7 +49,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gradsched.calibration import calibrate, contention_from_probe, median_se, phase_slowdowns, with_runtime_costs
+from gradsched.calibration import (calibrate, contention_from_probe, median_se, phase_costs, phase_slowdowns,
+                                   with_runtime_costs)
 from gradsched.cluster import Cluster, CollectiveCost, Contention
 from gradsched.costs import PER_RANK
 from gradsched.net_extend import extended_costs
@@ -83,8 +84,9 @@ def reread_cluster(job: Cluster) -> Cluster:
 def refit_contention(cluster: Cluster, probe: dict[str, Any], pooled: bool,
                      phases: dict[str, float] | None = None) -> Cluster:
     """``cluster`` with the contention figures the probe's measurements give now (pooled runs: as kept).
-    The two phases' own slowdowns from the probe's times of them (jobs that ran two-phase rows since
-    issue 36's round 7), else from ``phases`` (:func:`phase_ratios` of another job) where given."""
+    The two phases' own slowdowns from the probe's times of them against the cluster's tables (jobs that ran
+    two-phase rows since issue 36's round 7), else from ``phases`` where given: each phase's ``1 + slowdown``
+    over the all-reduce's in another job (:func:`phase_ratios`), times this job's all-reduce's."""
     if pooled or "samples" not in probe:
         return cluster
     from gradsched.torch.measure.probe import SMALL_NUMEL
@@ -95,18 +97,24 @@ def refit_contention(cluster: Cluster, probe: dict[str, Any], pooled: bool,
                                    probe["small_ops"] * cost.time_s(SMALL_NUMEL * 4), probe["small_ops_busy_s"],
                                    probe["small_ops"], probe["small_ops_alone_s"],
                                    median_se(probe["samples"]["small_ops_busy_s"]))
-    fitted.update(phase_slowdowns({**probe, **(phases or {})}, fitted["comm_slowdown"]))
-    return dataclasses.replace(cluster, contention=Contention(**fitted))
+    own = phase_slowdowns(probe, {n: c.time_s(probe["allreduce_bytes"]) for n, c in phase_costs(cluster).items()})
+    if not own and phases:
+        own = {f"{n}_comm_slowdown": max(0.0, (1 + fitted["comm_slowdown"]) * r - 1) for n, r in phases.items()}
+    return dataclasses.replace(cluster, contention=Contention(**fitted, **own))
 
 
 def phase_ratios(path: Path) -> dict[str, float]:
-    """A bench JSON's probe times of the all-reduce and the two phases, alone and overlapped, to price
-    another job's two phases by their slowdowns relative to its all-reduce (``--phases-from``)."""
-    probe = json.loads(path.read_text())[0]["contention"]
-    keys = [f"{n}_{w}_s" for n in ("allreduce", "reducescatter", "allgather") for w in ("alone", "overlapped")]
-    if not all(k in probe for k in keys):
+    """Each two-phase collective's ``1 + slowdown`` over the all-reduce's in a bench JSON whose probe timed the two
+    phases, fitted as the job fitted its all-reduce's (against its own tables), to price another job's by
+    (``--phases-from``)."""
+    first, _ = read_bench_row(json.loads(path.read_text())[0])
+    probe = first["contention"]
+    job = Cluster.from_dict(first["cluster"])
+    own = phase_slowdowns(probe, {n: c.time_s(probe["allreduce_bytes"]) for n, c in phase_costs(job).items()})
+    if not own:
         raise SystemExit(f"{path}: its probe did not time the two phases (a job with a dear or fsdp2 row, since round 7)")
-    return {k: probe[k] for k in keys}
+    kn = probe.get("own_fitted", probe["fitted"])["comm_slowdown"]
+    return {n: (1 + own[f"{n}_comm_slowdown"]) / (1 + kn) for n in ("reducescatter", "allgather")}
 
 
 def plan_as_run(row: dict[str, Any], profile: Profile, probe: dict[str, Any], job: Cluster):

@@ -115,23 +115,26 @@ def test_figures_across_jobs_are_each_figures_median():
     assert alone == own and alone is not own  # no history: this job's own, a copy
 
 
-def test_each_phase_is_slowed_relative_to_the_all_reduce():
-    # the all-reduce 10 -> 20 ms in the probe (its fitted figure 1.5 against the anchored table), the
-    # reduce-scatter 10 -> 30 ms (1.5x the all-reduce's ratio), the all-gather 10 -> 10 ms (half of it)
+def test_each_phase_is_slowed_against_its_own_table():
+    # the reduce-scatter 10 -> 30 ms while steps run, the all-gather 10 -> 10 ms; the cluster's tables give them
+    # 12 and 8 ms (the times the simulator stretches, as the all-reduce's figure is taken against its table)
     probe = ContentionProbe.__new__(ContentionProbe)
     probe.total_bytes = 1 << 20
     times = (40e-3, 10e-3, 60e-3, 20e-3, 5e-3, 16e-3, 10e-3, 30e-3, 10e-3, 10e-3)
     keys = ContentionProbe.TIMES + ("reducescatter_alone_s", "reducescatter_overlapped_s", "allgather_alone_s",
                                     "allgather_overlapped_s")
     probe.samples = {k: [t] for k, t in zip(keys, times)}
-    cost = CollectiveCost(0.0, 20e-3 / 2.5 / (1 << 20))  # the table's all-reduce of 1 MiB: 8 ms
-    fig = probe.figures(cost)
+    cost = CollectiveCost(0.0, 8e-3 / (1 << 20))  # the table's all-reduce of 1 MiB: 8 ms
+    phases = {"reducescatter": CollectiveCost(0.0, 12e-3 / (1 << 20)), "allgather": CollectiveCost(0.0, 8e-3 / (1 << 20))}
+    fig = probe.figures(cost, phases)
     assert fig["fitted"]["comm_slowdown"] == pytest.approx(1.5)
     assert fig["reducescatter_slowdown"] == pytest.approx(3.0) and fig["allgather_slowdown"] == pytest.approx(1.0)
-    assert fig["fitted"]["reducescatter_comm_slowdown"] == pytest.approx(2.5 * 1.5 - 1)
-    assert fig["fitted"]["allgather_comm_slowdown"] == pytest.approx(2.5 * 0.5 - 1)
+    assert fig["fitted"]["reducescatter_comm_slowdown"] == pytest.approx(30 / 12 - 1)
+    assert fig["fitted"]["allgather_comm_slowdown"] == pytest.approx(10 / 8 - 1)
+    alone = probe.figures(cost)["fitted"]  # no tables: against their own times alone
+    assert alone["reducescatter_comm_slowdown"] == pytest.approx(2.0) and alone["allgather_comm_slowdown"] == 0.0
     probe.samples = {k: [t] for k, t in zip(ContentionProbe.TIMES, times)}  # a job without two-phase rows
-    assert "reducescatter_comm_slowdown" not in probe.figures(cost)["fitted"]
+    assert "reducescatter_comm_slowdown" not in probe.figures(cost, phases)["fitted"]
 
 
 def test_an_earlier_job_without_the_phases_figures_pools_as_its_all_reduce():

@@ -11,9 +11,12 @@ from __future__ import annotations
 import os
 import platform
 import statistics
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from gradsched.errors import FormatError, GradschedError
+
+if TYPE_CHECKING:
+    from gradsched.cluster import Cluster, CollectiveCost
 
 # What share of the small operations' own excess over the table (issued together, cores idle)
 # every operation pays (docs/simulator.md, "Contention").  Chosen on kept fidelity runs
@@ -66,15 +69,23 @@ def contention_from_probe(compute_s: float, comm_s: float, compute_busy_s: float
 PHASE_FIGURES = {"reducescatter": "reducescatter_comm_slowdown", "allgather": "allgather_comm_slowdown"}
 
 
-def phase_slowdowns(m: Mapping[str, Any], comm_slowdown: float) -> dict[str, float]:
+def phase_costs(cluster: Cluster) -> dict[str, CollectiveCost]:
+    """What one reduce-scatter and one all-gather of a group cost in ``cluster`` (by the whole group's bytes),
+    the times the probe's two-phase slowdowns are taken against (:func:`phase_slowdowns`)."""
+    from gradsched.plan import ALL_GATHER, REDUCE_SCATTER
+
+    return {"reducescatter": cluster.operation_cost(REDUCE_SCATTER), "allgather": cluster.operation_cost(ALL_GATHER)}
+
+
+def phase_slowdowns(m: Mapping[str, Any], model_s: Mapping[str, float] | None = None) -> dict[str, float]:
     """Each two-phase collective's communication slowdown from the contention probe's medians ``m`` (its
-    ``{name}_alone_s`` and ``{name}_overlapped_s``, name ``reducescatter`` or ``allgather``): the fitted
-    all-reduce's ``comm_slowdown`` scaled by how much more (or less) that collective was slowed than the
-    probe's all-reduce, each against its own time alone.  (The all-reduce's figure is taken against the
-    table, anchored to the probe's all-reduce alone: gradsched.torch.jobs.bench_worker.)  Only the
-    collectives the probe timed (where the job ran two-phase rows)."""
-    ar = m["allreduce_overlapped_s"] / m["allreduce_alone_s"]
-    return {fig: max(0.0, (1.0 + comm_slowdown) * (m[f"{name}_overlapped_s"] / m[f"{name}_alone_s"]) / ar - 1.0)
+    ``{name}_alone_s`` and ``{name}_overlapped_s``, name ``reducescatter`` or ``allgather``): its time
+    while steps ran over ``model_s[name]``, the cluster's time for the same operation (the time the
+    simulator stretches, as :func:`contention_from_probe` takes the all-reduce's), or over its own time
+    alone where ``model_s`` lacks it.  Only the collectives the probe timed (where the job ran two-phase
+    rows)."""
+    model_s = model_s or {}
+    return {fig: max(0.0, m[f"{name}_overlapped_s"] / model_s.get(name, m[f"{name}_alone_s"]) - 1.0)
             for name, fig in PHASE_FIGURES.items() if f"{name}_alone_s" in m}
 
 

@@ -274,15 +274,17 @@ class ContentionProbe:
             self.samples[k].extend(slowest(v))
         return slowest([time.perf_counter() - t0])[0]
 
-    def figures(self, cost: CollectiveCost) -> dict[str, Any]:
-        """The medians over every repetition so far, and the contention figures they give with ``cost``;
-        ``samples`` keeps every repetition's times (slowest rank, in the order taken) for offline study."""
+    def figures(self, cost: CollectiveCost, phase_costs: dict[str, CollectiveCost] | None = None) -> dict[str, Any]:
+        """The medians over every repetition so far, and the contention figures they give with ``cost`` (the
+        all-reduce's) and ``phase_costs`` (one reduce-scatter's and all-gather's of all gradients, by
+        ``reducescatter`` and ``allgather``; without one, that collective's slowdown is against its time
+        alone); ``samples`` keeps every repetition's times (slowest rank, in the order taken) for offline study."""
         m = {k: statistics.median(v) for k, v in self.samples.items()}
         n_model, sa_model = cost.time_s(self.total_bytes), SMALL_OPS * cost.time_s(SMALL_NUMEL * 4)
         fitted = contention_from_probe(m["compute_alone_s"], n_model, m["compute_overlapped_s"],
                                        m["allreduce_overlapped_s"], sa_model, m["small_ops_busy_s"], SMALL_OPS,
                                        m["small_ops_alone_s"], median_se(self.samples["small_ops_busy_s"]))
-        fitted.update(phase_slowdowns(m, fitted["comm_slowdown"]))
+        fitted.update(phase_slowdowns(m, {n: c.time_s(self.total_bytes) for n, c in (phase_costs or {}).items()}))
         return {**m, "compute_slowdown": m["compute_overlapped_s"] / m["compute_alone_s"],
                 "allreduce_slowdown": m["allreduce_overlapped_s"] / m["allreduce_alone_s"],
                 **{f"{n}_slowdown": m[f"{n}_overlapped_s"] / m[f"{n}_alone_s"] for n in PHASES if f"{n}_alone_s" in m},
