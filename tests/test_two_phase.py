@@ -353,3 +353,22 @@ def test_a_phase_figure_must_be_a_non_negative_number():
         Contention(allgather_comm_slowdown=-1.0)
     with pytest.raises(FormatError, match="reducescatter_comm_slowdwn"):
         Contention.from_dict({"reducescatter_comm_slowdwn": 1.0})
+
+
+def test_a_phase_of_its_own_slowdown_is_priced_by_the_simulator_and_bounded_by_the_least(case, monkeypatch):
+    # dear's compiled pricer does not dilate: a cluster whose only contention is a phase's own figure falls back to
+    # the simulator (planners/_dear_eval.py), and the lower bound takes the least slowdown any operation has
+    from gradsched.calibration import lower_bound_s
+    from gradsched.planners import _dear_eval
+    from gradsched.sim import _kernel
+
+    profile, cluster = case
+    monkeypatch.setattr(_dear_eval, "MIN_TENSORS", 1)
+    compiled = _dear_eval.TwoPhasePricer(profile, _slowed(cluster, op_latency_s=1e-3)).run
+    assert (compiled is not None) == _kernel.enabled()  # no dilation: the compiled pass where numba is there
+    assert _dear_eval.TwoPhasePricer(profile, _slowed(cluster, reducescatter_comm_slowdown=1.0)).run is None
+    base = _slowed(cluster, compute_slowdown=1.0, comm_slowdown=1.0)
+    lower = _slowed(cluster, compute_slowdown=1.0, comm_slowdown=1.0, allgather_comm_slowdown=0.0)
+    assert lower_bound_s(profile, lower)["contention_bound_s"] < lower_bound_s(profile, base)["contention_bound_s"]
+    assert lower_bound_s(profile, lower)["contention_bound_s"] == \
+        lower_bound_s(profile, _slowed(cluster, compute_slowdown=1.0))["contention_bound_s"]

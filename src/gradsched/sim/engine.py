@@ -241,7 +241,8 @@ def contention(cluster: Cluster) -> tuple[float, float, float, float]:
     step of a collective waits for its thread to get a core, which costs small
     operations far more than their bytes do).  Every collective pays ``op_latency_s``
     more, compute or not: what an operation issued by a runtime, among others, costs
-    beyond one timed alone (docs/simulator.md, "Contention")."""
+    beyond one timed alone (docs/simulator.md, "Contention").  A reduce-scatter or
+    all-gather may have its own communication slowdown (:func:`_phase_slowdowns`)."""
     c = cluster.contention
     if c is None:
         return 0.0, 0.0, 0.0, 0.0
