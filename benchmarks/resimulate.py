@@ -49,7 +49,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gradsched.calibration import calibrate, contention_from_probe, median_se, with_runtime_costs
+from gradsched.calibration import (calibrate, contention_from_probe, median_se, phase_costs, phase_slowdowns,
+                                   with_runtime_costs)
 from gradsched.cluster import Cluster, CollectiveCost, Contention
 from gradsched.costs import PER_RANK
 from gradsched.net_extend import extended_costs
@@ -80,8 +81,12 @@ def reread_cluster(job: Cluster) -> Cluster:
     return dataclasses.replace(job, collectives={**job.collectives, **two_phase, "allreduce": cost})
 
 
-def refit_contention(cluster: Cluster, probe: dict[str, Any], pooled: bool) -> Cluster:
-    """``cluster`` with the contention figures the probe's measurements give now (pooled runs: as kept)."""
+def refit_contention(cluster: Cluster, probe: dict[str, Any], pooled: bool,
+                     phases: dict[str, float] | None = None) -> Cluster:
+    """``cluster`` with the contention figures the probe's measurements give now (pooled runs: as kept).
+    The two phases' own slowdowns from the probe's times of them against the cluster's tables (jobs that ran
+    two-phase rows since issue 36's round 7), else from ``phases`` where given: each phase's ``1 + slowdown``
+    over the all-reduce's in another job (:func:`phase_ratios`), times this job's all-reduce's."""
     if pooled or "samples" not in probe:
         return cluster
     from gradsched.torch.measure.probe import SMALL_NUMEL
@@ -92,7 +97,24 @@ def refit_contention(cluster: Cluster, probe: dict[str, Any], pooled: bool) -> C
                                    probe["small_ops"] * cost.time_s(SMALL_NUMEL * 4), probe["small_ops_busy_s"],
                                    probe["small_ops"], probe["small_ops_alone_s"],
                                    median_se(probe["samples"]["small_ops_busy_s"]))
-    return dataclasses.replace(cluster, contention=Contention(**fitted))
+    own = phase_slowdowns(probe, {n: c.time_s(probe["allreduce_bytes"]) for n, c in phase_costs(cluster).items()})
+    if not own and phases:
+        own = {f"{n}_comm_slowdown": max(0.0, (1 + fitted["comm_slowdown"]) * r - 1) for n, r in phases.items()}
+    return dataclasses.replace(cluster, contention=Contention(**fitted, **own))
+
+
+def phase_ratios(path: Path) -> dict[str, float]:
+    """Each two-phase collective's ``1 + slowdown`` over the all-reduce's in a bench JSON whose probe timed the two
+    phases, fitted as the job fitted its all-reduce's (against its own tables), to price another job's by
+    (``--phases-from``)."""
+    first, _ = read_bench_row(json.loads(path.read_text())[0])
+    probe = first["contention"]
+    job = Cluster.from_dict(first["cluster"])
+    own = phase_slowdowns(probe, {n: c.time_s(probe["allreduce_bytes"]) for n, c in phase_costs(job).items()})
+    if not own:
+        raise SystemExit(f"{path}: its probe did not time the two phases (a job with a dear or fsdp2 row, since round 7)")
+    kn = probe.get("own_fitted", probe["fitted"])["comm_slowdown"]
+    return {n: (1 + own[f"{n}_comm_slowdown"]) / (1 + kn) for n in ("reducescatter", "allgather")}
 
 
 def plan_as_run(row: dict[str, Any], profile: Profile, probe: dict[str, Any], job: Cluster):
@@ -160,14 +182,15 @@ def read_run(path: Path, rev: str | None) -> list[dict[str, Any]]:
                                      text=True).stdout)
 
 
-def resimulate(path: Path, rev: str | None = None, queued: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def resimulate(path: Path, rev: str | None = None, queued: dict[str, Any] | None = None,
+               phases: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """One row per strategy of one bench JSON: measured, predicted then, predicted now (emulated seconds)."""
     rows = read_run(path, rev)
     first, dilate = read_bench_row(rows[0])  # in the run's seconds, as its profile and cluster
     profile = Profile.from_dict(first["profile"]["measured"])
     probe = first["contention"]
     job = Cluster.from_dict(first["cluster"])
-    now = with_queued(refit_contention(reread_cluster(job), probe, bool((probe or {}).get("history"))), queued)
+    now = with_queued(refit_contention(reread_cluster(job), probe, bool((probe or {}).get("history")), phases), queued)
     compute_s = first["compute_only"]["iteration_s_median"]
     out = []
     for row in rows:
@@ -191,9 +214,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="price queued reduce-scatters and all-gathers by this cluster file's (or bench JSON's) "
                          "queued rule "
                          "(gradsched netbench --queue-depths; docs/cost-model.md, \"Queued streams\")")
+    ap.add_argument("--phases-from", type=Path, default=None, metavar="RUN.json",
+                    help="price the two phases of runs whose probe did not time them by their slowdowns relative to "
+                         "the all-reduce in RUN.json's probe (docs/cost-model.md, \"Contention\")")
     args = ap.parse_args(argv)
     queued = read_queued(args.queued) if args.queued else None
-    rows = [r for path in args.runs for r in resimulate(path, args.rev, queued)]
+    phases = phase_ratios(args.phases_from) if args.phases_from else None
+    rows = [r for path in args.runs for r in resimulate(path, args.rev, queued, phases)]
     print(f"{'run':32s} {'strategy':12s} {'ops':>4s} {'measured':>9s} {'then':>9s} {'now':>9s} {'err then':>9s} "
           f"{'err now':>8s}")
     for r in rows:
@@ -209,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         runs = [str(p.resolve().relative_to(ROOT)) for p in args.runs]
         args.json.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "runs": runs, "rev": args.rev,
-                                         "queued": queued,
+                                         "queued": queued, "phases_from": phases,
                                          "median_abs_error_then": then, "median_abs_error_now": now,
                                          "max_abs_error_now": worst, "rows": rows}, indent=1))
     return 0

@@ -282,6 +282,10 @@ def test_probe_repetitions_fit_the_budget():
     assert probe_reps(10.0, 5.0) == 1  # ... unless they take minutes (a dilated replay): resampled between rounds
     mid = probe_reps(0.3, 0.05)
     assert PROBE_REPS[0] <= mid <= PROBE_REPS[1] and mid * (3 * 0.3 + 2 * 0.05) <= PROBE_BUDGET_S
+    # the two phases (four more all-reduces' time a repetition) count against the budget, not the floor
+    assert probe_reps(0.001, 0.0005, phase_ops=4) == PROBE_REPS[1]
+    assert probe_reps(0.3, 0.05, phase_ops=4) < mid
+    assert probe_reps(1.8, 1.4) == probe_reps(1.8, 1.4, phase_ops=4) == PROBE_REPS[0]  # googlenet-k80, 4 hosts
 
 
 @pytest.mark.slow

@@ -294,3 +294,81 @@ def test_simulate_command_prints_dear_and_writes_its_trace(tmp_path, capsys):
     assert main(["simulate", "--workers", "8", "--strategy", "dear,auto", "--trace", str(trace)]) == 0
     out = capsys.readouterr().out
     assert "dear" in out and trace.exists()
+
+
+# ------------------------------------------------------------------ contention: a two-phase collective's own slowdown
+def _slowed(cluster, **figures):
+    from gradsched.cluster import Contention
+
+    return dataclasses.replace(cluster, contention=Contention(**figures))
+
+
+def test_a_reduce_scatter_overlapping_compute_is_stretched_by_its_own_figure(case):
+    # RS(t2,t1) from 0.3 beside t0's backward (0.3-0.6) at half speed: 0.15 of its 0.65 s there, the rest
+    # 0.6-1.1; RS(t0) 1.1-1.35, AG(t0) 1.35-1.6, AG(t2,t1) beside t0's forward (1.6-1.7): unslowed, 1.6-2.25;
+    # forward t1, t2 2.25-2.45.  With the all-gather's own figure too: 0.05 s of it in t0's forward, to 2.3.
+    profile, cluster = case
+    r = simulate(two_phase(profile), profile, _slowed(cluster, reducescatter_comm_slowdown=1.0))
+    assert r.op_start_s == pytest.approx([0.3, 1.1, 1.35, 1.6])
+    assert r.op_end_s == pytest.approx([1.1, 1.35, 1.6, 2.25])
+    assert r.iteration_s == pytest.approx(2.45)
+    both = simulate(two_phase(profile), profile,
+                    _slowed(cluster, reducescatter_comm_slowdown=1.0, allgather_comm_slowdown=1.0))
+    assert both.op_end_s[3] == pytest.approx(2.3) and both.iteration_s == pytest.approx(2.5)
+    # the all-reduce's figure alone slows both phases alike (what a cluster without their own figures means)
+    shared = simulate(two_phase(profile), profile, _slowed(cluster, comm_slowdown=1.0))
+    assert shared.op_end_s == pytest.approx(both.op_end_s)
+    # an all-reduce keeps comm_slowdown whatever the two phases' own figures
+    ddp = make_plan("ddp", profile, cluster)
+    assert simulate(ddp, profile, _slowed(cluster, comm_slowdown=0.5, reducescatter_comm_slowdown=3.0,
+                                          allgather_comm_slowdown=0.0)).iteration_s == \
+        simulate(ddp, profile, _slowed(cluster, comm_slowdown=0.5)).iteration_s
+
+
+@given(data=st.data())
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_cluster_without_the_phases_figures_predicts_as_before(data):
+    """Absent, a two-phase collective's own slowdown is the all-reduce's: the same times to the last bit, and a
+    cluster file without them reads and writes as before."""
+    from gradsched.cluster import Contention
+
+    profile, cluster = data.draw(profiles()), data.draw(clusters())
+    kc, kn = data.draw(st.floats(0.0, 2.0)), data.draw(st.floats(0.0, 2.0))
+    plan = make_plan("dear", profile, cluster)
+    old = _slowed(cluster, compute_slowdown=kc, comm_slowdown=kn, busy_latency_s=1e-4)
+    same = _slowed(cluster, compute_slowdown=kc, comm_slowdown=kn, busy_latency_s=1e-4,
+                   reducescatter_comm_slowdown=kn, allgather_comm_slowdown=kn)
+    a, b = simulate(plan, profile, old), simulate(plan, profile, same)
+    assert (a.iteration_s, a.op_end_s) == (b.iteration_s, b.op_end_s)
+    assert old.contention is not None and set(old.contention.to_dict()) == {
+        "compute_slowdown", "comm_slowdown", "busy_latency_s", "op_latency_s"}
+    assert Contention.from_dict(same.contention.to_dict()) == same.contention  # type: ignore[union-attr]
+
+
+def test_a_phase_figure_must_be_a_non_negative_number():
+    from gradsched.cluster import Contention
+    from gradsched.errors import GradschedError
+
+    with pytest.raises(GradschedError, match="allgather_comm_slowdown"):
+        Contention(allgather_comm_slowdown=-1.0)
+    with pytest.raises(FormatError, match="reducescatter_comm_slowdwn"):
+        Contention.from_dict({"reducescatter_comm_slowdwn": 1.0})
+
+
+def test_a_phase_of_its_own_slowdown_is_priced_by_the_simulator_and_bounded_by_the_least(case, monkeypatch):
+    # dear's compiled pricer does not dilate: a cluster whose only contention is a phase's own figure falls back to
+    # the simulator (planners/_dear_eval.py), and the lower bound takes the least slowdown any operation has
+    from gradsched.calibration import lower_bound_s
+    from gradsched.planners import _dear_eval
+    from gradsched.sim import _kernel
+
+    profile, cluster = case
+    monkeypatch.setattr(_dear_eval, "MIN_TENSORS", 1)
+    compiled = _dear_eval.TwoPhasePricer(profile, _slowed(cluster, op_latency_s=1e-3)).run
+    assert (compiled is not None) == _kernel.enabled()  # no dilation: the compiled pass where numba is there
+    assert _dear_eval.TwoPhasePricer(profile, _slowed(cluster, reducescatter_comm_slowdown=1.0)).run is None
+    base = _slowed(cluster, compute_slowdown=1.0, comm_slowdown=1.0)
+    lower = _slowed(cluster, compute_slowdown=1.0, comm_slowdown=1.0, allgather_comm_slowdown=0.0)
+    assert lower_bound_s(profile, lower)["contention_bound_s"] < lower_bound_s(profile, base)["contention_bound_s"]
+    assert lower_bound_s(profile, lower)["contention_bound_s"] == \
+        lower_bound_s(profile, _slowed(cluster, compute_slowdown=1.0))["contention_bound_s"]

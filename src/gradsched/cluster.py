@@ -48,6 +48,8 @@ __all__ = ["COLLECTIVES", "CONTENTION_FIELDS", "Cluster", "CollectiveCost", "Con
 
 FORMAT = "gradsched.cluster/1"
 CONTENTION_FIELDS = ("compute_slowdown", "comm_slowdown", "busy_latency_s", "op_latency_s")  # docs/simulator.md, "Contention"
+# optional, per two-phase collective: its own communication slowdown (absent: the all-reduce's comm_slowdown)
+PHASE_SLOWDOWNS = {REDUCE_SCATTER: "reducescatter_comm_slowdown", ALL_GATHER: "allgather_comm_slowdown"}
 FIELDS = ("format", "world_size", "backend", "algorithm", "collectives", "points", "topology")
 # Optional fields gradsched reads or its tools write (kept verbatim; docs/formats.md):
 # known, so that a misspelling of one is caught (_validate.check_fields).
@@ -64,21 +66,34 @@ class Contention:
     comm_slowdown: float = 0.0  # a collective runs 1 + this times slower while compute runs
     busy_latency_s: float = 0.0  # more per collective that overlaps compute
     op_latency_s: float = 0.0  # more per collective, compute or not
+    # a reduce-scatter / an all-gather runs 1 + this times slower while compute runs; None: as comm_slowdown
+    # (the contention probe times them where a job runs two-phase rows; docs/cost-model.md, "Contention")
+    reducescatter_comm_slowdown: float | None = None
+    allgather_comm_slowdown: float | None = None
 
     def __post_init__(self) -> None:
-        for name in CONTENTION_FIELDS:
+        for name in (*CONTENTION_FIELDS, *PHASE_SLOWDOWNS.values()):
             x = getattr(self, name)
+            if x is None and name not in CONTENTION_FIELDS:
+                continue
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
                 raise GradschedError(f"contention figure {name} must be a finite non-negative number, got {x!r}; "
                                      "fix the cluster's contention (docs/simulator.md, \"Contention\")")
 
+    def comm_slowdown_of(self, collective: str) -> float:
+        """The communication slowdown of an operation of ``collective`` (a plan's ``collective``)."""
+        own = getattr(self, PHASE_SLOWDOWNS[collective]) if collective in PHASE_SLOWDOWNS else None
+        return self.comm_slowdown if own is None else own
+
     def to_dict(self) -> dict[str, float]:
-        return {name: getattr(self, name) for name in CONTENTION_FIELDS}
+        out = {name: getattr(self, name) for name in CONTENTION_FIELDS}
+        out.update({name: getattr(self, name) for name in PHASE_SLOWDOWNS.values() if getattr(self, name) is not None})
+        return out
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<dict>", where: str = "contention") -> "Contention":
         """From the JSON object (every figure optional), checked field by field."""
-        return cls(**v.numbers(data, source, where, CONTENTION_FIELDS))
+        return cls(**v.numbers(data, source, where, (*CONTENTION_FIELDS, *PHASE_SLOWDOWNS.values())))
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,53 @@ def test_figures_across_jobs_are_each_figures_median():
     assert alone == own and alone is not own  # no history: this job's own, a copy
 
 
+def test_each_phase_is_slowed_against_its_own_table():
+    # the reduce-scatter 10 -> 30 ms while steps run, the all-gather 10 -> 10 ms; the cluster's tables give them
+    # 12 and 8 ms (the times the simulator stretches, as the all-reduce's figure is taken against its table)
+    probe = ContentionProbe.__new__(ContentionProbe)
+    probe.total_bytes = 1 << 20
+    times = (40e-3, 10e-3, 60e-3, 20e-3, 5e-3, 16e-3, 10e-3, 30e-3, 10e-3, 10e-3)
+    keys = ContentionProbe.TIMES + ("reducescatter_alone_s", "reducescatter_overlapped_s", "allgather_alone_s",
+                                    "allgather_overlapped_s")
+    probe.samples = {k: [t] for k, t in zip(keys, times)}
+    cost = CollectiveCost(0.0, 8e-3 / (1 << 20))  # the table's all-reduce of 1 MiB: 8 ms
+    phases = {"reducescatter": CollectiveCost(0.0, 12e-3 / (1 << 20)), "allgather": CollectiveCost(0.0, 8e-3 / (1 << 20))}
+    fig = probe.figures(cost, phases)
+    assert fig["fitted"]["comm_slowdown"] == pytest.approx(1.5)
+    assert fig["reducescatter_slowdown"] == pytest.approx(3.0) and fig["allgather_slowdown"] == pytest.approx(1.0)
+    assert fig["fitted"]["reducescatter_comm_slowdown"] == pytest.approx(30 / 12 - 1)
+    assert fig["fitted"]["allgather_comm_slowdown"] == pytest.approx(10 / 8 - 1)
+    alone = probe.figures(cost)["fitted"]  # no tables: against their own times alone
+    assert alone["reducescatter_comm_slowdown"] == pytest.approx(2.0) and alone["allgather_comm_slowdown"] == 0.0
+    probe.samples = {k: [t] for k, t in zip(ContentionProbe.TIMES, times)}  # a job without two-phase rows
+    assert "reducescatter_comm_slowdown" not in probe.figures(cost, phases)["fitted"]
+
+
+def test_an_earlier_job_without_the_phases_figures_pools_as_its_all_reduce():
+    own = {"comm_slowdown": 1.0, "reducescatter_comm_slowdown": 3.0}
+    earlier = [{"comm_slowdown": 0.5}, {"comm_slowdown": 2.0, "reducescatter_comm_slowdown": 2.5}]
+    assert across_jobs(own, earlier) == pytest.approx({"comm_slowdown": 1.0, "reducescatter_comm_slowdown": 2.5})
+
+
+def test_the_probe_times_the_two_phases_on_a_group(tmp_path):
+    import torch
+    import torch.distributed as dist
+
+    module = torch.nn.Linear(64, 4)
+    spec = type("Spec", (), {"module": module, "loss_fn": staticmethod(lambda out, y: out.square().mean()),
+                             "make_batch": staticmethod(lambda n, g: (torch.randn(n, 64, generator=g), None))})()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        probe = ContentionProbe(spec, 1 << 16, lr=0.1, seed=0, batch_size=2, step_s=1e-3, allreduce_s=1e-3,
+                                two_phase=True)
+        probe.measure(2)
+    finally:
+        dist.destroy_process_group()
+    assert all(len(v) == 2 and min(v) > 0 for v in probe.samples.values())
+    assert {"reducescatter_overlapped_s", "allgather_alone_s"} <= set(probe.samples)
+    assert probe._pieces.numel() == 0  # released between measurements
+
+
 @pytest.mark.parametrize("strategies, two_phase", [("ddp,auto", False), ("ddp,usbyte,mgwfbp", False),
                                                    ("ddp,dear", True), ("ddp,fsdp2", True)])
 def test_the_network_table_times_the_two_phases_where_a_row_runs_them(strategies, two_phase):

@@ -17,13 +17,15 @@ tuner's trace) and hands plain numbers and events in.
 from gradsched.calibration.budget import TrialBudget, out_of_the_running
 from gradsched.calibration.bounds import contention_bound_s, lower_bound_s
 from gradsched.calibration.contention import (BUSY_NOISE_SE, OP_LATENCY_SHARE, across_jobs, contention_from_probe,
-                                              contention_history, median_se, this_machine)
+                                              contention_history, median_se, phase_costs, phase_slowdowns,
+                                              this_machine)
 from gradsched.calibration.decisions import clear_wins, decide, fastest, runoff_plans
 from gradsched.calibration.insitu import (MIN_SERVICE_S, IssueTimes, StepRecord, fit_cluster, issue_times,
                                           measured_profile, service_points)
 from gradsched.calibration.runtime_costs import calibrate, runtime_name, with_runtime_costs
 
 __all__ = ["BUSY_NOISE_SE", "MIN_SERVICE_S", "OP_LATENCY_SHARE", "IssueTimes", "StepRecord", "TrialBudget", "across_jobs",
-           "calibrate", "clear_wins", "contention_bound_s", "contention_from_probe", "contention_history", "decide", "fastest",
-           "fit_cluster", "issue_times", "lower_bound_s", "measured_profile", "median_se", "out_of_the_running", "runoff_plans",
-           "runtime_name", "service_points", "this_machine", "with_runtime_costs"]
+           "calibrate", "clear_wins", "contention_bound_s", "contention_from_probe", "contention_history", "decide",
+           "fastest", "fit_cluster", "issue_times", "lower_bound_s", "measured_profile", "median_se",
+           "out_of_the_running", "phase_costs", "phase_slowdowns", "runoff_plans", "runtime_name", "service_points",
+           "this_machine", "with_runtime_costs"]

@@ -10,6 +10,7 @@ from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.costs import cheaper
 from gradsched.planners._collective import planning_cost, two_phase_cost
 from gradsched.profile import Profile
+from gradsched.plan import TWO_PHASE
 
 FEW_STEPS = 10  # a compute-only median over fewer counted steps than this is called noise
 
@@ -51,6 +52,8 @@ def lower_bound_s(profile: Profile, cluster: Cluster) -> dict[str, Any]:  # seco
     last = max(ready)
     compute_bound, alone_after = profile.compute_s, 0.0
     kc, kn, _, _ = contention(cluster)
+    if cluster.contention is not None:  # the least any operation is slowed: a two-phase one may have its own
+        kn = min([kn, *(cluster.contention.comm_slowdown_of(x) for x in TWO_PHASE)])
     before = 0.0  # forward and update of the layers before this one
     rest = profile.forward_s + profile.update_s  # ... of this one and those after it
     for nbytes, r, fwd, upd in layers.values():

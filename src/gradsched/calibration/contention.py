@@ -11,9 +11,12 @@ from __future__ import annotations
 import os
 import platform
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from gradsched.errors import FormatError, GradschedError
+
+if TYPE_CHECKING:
+    from gradsched.cluster import Cluster, CollectiveCost
 
 # What share of the small operations' own excess over the table (issued together, cores idle)
 # every operation pays (docs/simulator.md, "Contention").  Chosen on kept fidelity runs
@@ -63,12 +66,41 @@ def contention_from_probe(compute_s: float, comm_s: float, compute_busy_s: float
     return {"compute_slowdown": kc, "comm_slowdown": kn, "busy_latency_s": lat, "op_latency_s": op_lat}
 
 
+PHASE_FIGURES = {"reducescatter": "reducescatter_comm_slowdown", "allgather": "allgather_comm_slowdown"}
+
+
+def phase_costs(cluster: Cluster) -> dict[str, CollectiveCost]:
+    """What one reduce-scatter and one all-gather of a group cost in ``cluster`` (by the whole group's bytes),
+    the times the probe's two-phase slowdowns are taken against (:func:`phase_slowdowns`)."""
+    from gradsched.plan import ALL_GATHER, REDUCE_SCATTER
+
+    return {"reducescatter": cluster.operation_cost(REDUCE_SCATTER), "allgather": cluster.operation_cost(ALL_GATHER)}
+
+
+def phase_slowdowns(m: Mapping[str, Any], model_s: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Each two-phase collective's communication slowdown from the contention probe's medians ``m`` (its
+    ``{name}_alone_s`` and ``{name}_overlapped_s``, name ``reducescatter`` or ``allgather``): its time
+    while steps ran over ``model_s[name]``, the cluster's time for the same operation (the time the
+    simulator stretches, as :func:`contention_from_probe` takes the all-reduce's), or over its own time
+    alone where ``model_s`` lacks it.  Only the collectives the probe timed (where the job ran two-phase
+    rows)."""
+    model_s = model_s or {}
+    return {fig: max(0.0, m[f"{name}_overlapped_s"] / model_s.get(name, m[f"{name}_alone_s"]) - 1.0)
+            for name, fig in PHASE_FIGURES.items() if f"{name}_alone_s" in m}
+
+
 def across_jobs(own: dict[str, float], history: list[dict[str, float]]) -> dict[str, float]:
     """Each contention figure at its median over this job's and earlier jobs' (``gradsched bench
-    --contention-from``); a figure an earlier job lacks counts as 0, as the simulator reads it."""
+    --contention-from``); a figure an earlier job lacks counts as 0, as the simulator reads it (a two-phase
+    collective's own slowdown: as that job's ``comm_slowdown``)."""
     if not history:
         return dict(own)
-    return {k: statistics.median([v, *(h.get(k, 0.0) for h in history)]) for k, v in own.items()}
+    from gradsched.cluster import PHASE_SLOWDOWNS
+
+    def of(h: dict[str, float], k: str) -> float:  # a two-phase figure absent: as that job's all-reduce
+        return h.get(k, h.get("comm_slowdown", 0.0) if k in PHASE_SLOWDOWNS.values() else 0.0)
+
+    return {k: statistics.median([v, *(of(h, k) for h in history)]) for k, v in own.items()}
 
 
 def this_machine() -> str:
@@ -90,7 +122,7 @@ def contention_history(paths: list[str], job: dict[str, Any]) -> list[dict[str, 
     pooled with the other six's: median prediction error 4.7% to 3.4%; three runs made so,
     2.5-3.4% (docs/simulator.md, "Fidelity")."""
     from gradsched import _validate
-    from gradsched.cluster import CONTENTION_FIELDS
+    from gradsched.cluster import CONTENTION_FIELDS, PHASE_SLOWDOWNS
 
     history = []
     for path in paths:
@@ -113,5 +145,5 @@ def contention_history(paths: list[str], job: dict[str, Any]) -> list[dict[str, 
                                  f"({this_machine()}): contention is the machine's")
         probe = rows[0]["contention"]
         history.append(_validate.numbers(probe.get("own_fitted", probe.get("fitted")), path, "contention.fitted",
-                                         CONTENTION_FIELDS))
+                                         (*CONTENTION_FIELDS, *PHASE_SLOWDOWNS.values())))
     return history

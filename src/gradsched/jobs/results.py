@@ -46,6 +46,8 @@ class Fitted(TypedDict, total=False):
     comm_slowdown: float
     busy_latency_s: Emulated[float]
     op_latency_s: Emulated[float]
+    reducescatter_comm_slowdown: float  # where the job runs two-phase rows (probe.phase_slowdowns)
+    allgather_comm_slowdown: float
 
 
 class OpHost(TypedDict, total=False):
@@ -60,6 +62,10 @@ class ProbeSamples(TypedDict, total=False):
     allreduce_overlapped_s: Emulated[list[float]]
     small_ops_alone_s: Emulated[list[float]]
     small_ops_busy_s: Emulated[list[float]]
+    reducescatter_alone_s: Emulated[list[float]]  # where the job runs two-phase rows
+    reducescatter_overlapped_s: Emulated[list[float]]
+    allgather_alone_s: Emulated[list[float]]
+    allgather_overlapped_s: Emulated[list[float]]
 
 
 class Contention(TypedDict, total=False):
@@ -73,6 +79,12 @@ class Contention(TypedDict, total=False):
     small_ops_busy_s: Emulated[float]
     compute_slowdown: float
     allreduce_slowdown: float
+    reducescatter_alone_s: Emulated[float]  # where the job runs two-phase rows: the same bytes' reduce-scatter
+    reducescatter_overlapped_s: Emulated[float]  # (as the runtime runs it) and all-gather, alone and while
+    allgather_alone_s: Emulated[float]  # steps run, and their ratios
+    allgather_overlapped_s: Emulated[float]
+    reducescatter_slowdown: float
+    allgather_slowdown: float
     allreduce_bytes: int
     allreduce_model_s: Emulated[float]
     allreduce_anchor: float  # the factor on the table's bandwidth term that put it through allreduce_alone_s

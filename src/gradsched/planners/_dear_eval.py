@@ -41,6 +41,8 @@ class TwoPhasePricer:
         issue_s, retire_s = profile.op_host_s()
         costs = (cluster.operation_cost(REDUCE_SCATTER), cluster.operation_cost(ALL_GATHER))
         queued = any(r is not None and r.speedup > 1 for r in map(cluster.queued_rule, (REDUCE_SCATTER, ALL_GATHER)))
+        c = cluster.contention  # a two-phase collective's own slowdown (Contention.comm_slowdown_of) dilates too
+        kn = max([kn, *(c.comm_slowdown_of(x) for x in (REDUCE_SCATTER, ALL_GATHER))]) if c is not None else kn
         if queued or kc > 0 or kn > 0 or lat > 0 or retire_s > 0 or profile.num_tensors < MIN_TENSORS or \
                 not _kernel.enabled() or any(not isinstance(c, CollectiveCost) for c in costs):
             return

@@ -23,7 +23,8 @@ EPS_S = 1e-12
 
 def schedule_queued(fifo: bool, priority: Sequence[int], ready: list[float], cost: Sequence[float],
                     rules: Sequence[QueuedRule], start: list[float], end: list[float],
-                    on_comm: Callable[[float, float], float], after: Sequence[int], gather_from_s: float) -> None:
+                    on_comm: Callable[[float, float], float], after: Sequence[int], gather_from_s: float,
+                    comm_of: Sequence[Callable[[float, float], float]] | None = None) -> None:
     """Fill ``start``/``end`` of every operation; ``after[j]``: an operation that must end before ``j`` is ready
     (no earlier than ``gather_from_s`` either), or -1.  ``ready`` of such operations is set here."""
     # long function: one event loop (admit, issue, advance the shared rates); split, it would pass its state around
@@ -56,7 +57,7 @@ def schedule_queued(fifo: bool, priority: Sequence[int], ready: list[float], cos
             else:
                 break
             start[j] = t
-            active[j] = on_comm(t, cost[j]) - t
+            active[j] = (on_comm if comm_of is None else comm_of[j])(t, cost[j]) - t
         if not active:
             if not arrivals:
                 raise RuntimeError("simulator stalled: no operation can be issued")

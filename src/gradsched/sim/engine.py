@@ -64,7 +64,7 @@ from gradsched.queued import QueuedRule
 from gradsched.sim._queued import schedule_queued
 from gradsched.costs import CollectiveCost
 from gradsched.errors import GradschedError
-from gradsched.plan import ALL_GATHER, DENSE, HIER, REDUCE_SCATTER, SPARSE, Operation, Plan, gate_tensor
+from gradsched.plan import ALL_GATHER, DENSE, HIER, REDUCE_SCATTER, SPARSE, TWO_PHASE, Operation, Plan, gate_tensor
 from gradsched.profile import Profile
 from gradsched.sim import _kernel
 from gradsched.sparsity import sent_bytes
@@ -103,20 +103,26 @@ def simulate(plan: Plan, profile: Profile, cluster: Cluster, *, channels: int = 
         raise GradschedError(f"channels must be at least 1, got {channels}")
     st = _static(plan, profile, cluster)
     kc, kn, lat, op_lat = contention(cluster)
-    if not timeline and kc == 0 and kn == 0 and lat == 0:
+    by_op = _phase_slowdowns(plan, cluster)
+    own_figures = any(k is not None for k in by_op)
+    if not timeline and kc == 0 and kn == 0 and lat == 0 and not own_figures:
         compiled = _run_compiled(plan, profile, st, channels, op_lat)
         if compiled is not None:  # the same times as _run's, without its spans (sim/_kernel.py)
             return _result(plan, profile, cluster, st, compiled, channels, timeline)
     timing = _run(plan, profile, st, channels, _free, _dilator([], 0.0, op_latency_s=op_lat))
-    if kc > 0 or kn > 0 or lat > 0:
+    if kc > 0 or kn > 0 or lat > 0 or own_figures:
         # Fixed point: compute slows while communication is in flight and vice versa;
         # each pass dilates one resource's work by the other's busy intervals of the
         # previous pass.  Converges in a handful of passes; capped for safety.
         for _ in range(MAX_CONTENTION_PASSES):
             comm_busy = _merge([(a, b) for a, b in zip(timing.start, timing.end) if b > a])
             compute_busy = _merge([(a, b) for _, cat, a, b, _ in timing.compute if cat != WAIT and b > a])
-            nxt = _run(plan, profile, st, channels, _dilator(comm_busy, kc),
-                       _dilator(compute_busy, kn, lat, op_lat))
+            base = _dilator(compute_busy, kn, lat, op_lat)
+            on_comm: Dilate | list[Dilate] = base
+            if own_figures:  # two-phase operations with their own slowdowns
+                own = {k: _dilator(compute_busy, k, lat, op_lat) for k in by_op if k is not None}
+                on_comm = [own[k] if k is not None else base for k in by_op]
+            nxt = _run(plan, profile, st, channels, _dilator(comm_busy, kc), on_comm)
             done = abs(nxt.iteration - timing.iteration) <= 1e-9 * max(1.0, timing.iteration)
             timing = nxt
             if done:
@@ -235,11 +241,22 @@ def contention(cluster: Cluster) -> tuple[float, float, float, float]:
     step of a collective waits for its thread to get a core, which costs small
     operations far more than their bytes do).  Every collective pays ``op_latency_s``
     more, compute or not: what an operation issued by a runtime, among others, costs
-    beyond one timed alone (docs/simulator.md, "Contention")."""
+    beyond one timed alone (docs/simulator.md, "Contention").  A reduce-scatter or
+    all-gather may have its own communication slowdown (:func:`_phase_slowdowns`)."""
     c = cluster.contention
     if c is None:
         return 0.0, 0.0, 0.0, 0.0
     return c.compute_slowdown, c.comm_slowdown, c.busy_latency_s, c.op_latency_s
+
+
+def _phase_slowdowns(plan: Plan, cluster: Cluster) -> list[float | None]:
+    """Per operation, the communication slowdown of a two-phase one where the cluster's contention gives its
+    collective its own figure (``reducescatter_comm_slowdown``, ``allgather_comm_slowdown``), else None: as
+    every other operation, ``comm_slowdown``.  All None for clusters without those figures."""
+    c = cluster.contention
+    if c is None or (c.reducescatter_comm_slowdown is None and c.allgather_comm_slowdown is None):
+        return [None] * len(plan.operations)
+    return [c.comm_slowdown_of(op.collective) if op.collective in TWO_PHASE else None for op in plan.operations]
 
 
 MAX_CONTENTION_PASSES = 30
@@ -453,7 +470,8 @@ class _Timing:
     iteration: float
 
 
-def _run(plan: Plan, profile: Profile, st: _Static, channels: int, on_compute: Dilate, on_comm: Dilate) -> _Timing:
+def _run(plan: Plan, profile: Profile, st: _Static, channels: int, on_compute: Dilate,
+         on_comm: Dilate | list[Dilate]) -> _Timing:
     # long function: one pass over the timeline: backward, communication, update and forward share
     # clocks and spans; split, they would pass a dozen lists between them
     n_ops = len(plan.operations)
@@ -497,11 +515,14 @@ def _run(plan: Plan, profile: Profile, st: _Static, channels: int, on_compute: D
     # the runtime issues all-gathers at its first wait after backward (decoupled.retire_alone): the first
     # forward layer's gate (overlapping plans) or the end of backward, never before
     rules = _queued(plan, st, channels)
+    comm_of = on_comm if isinstance(on_comm, list) else None  # per operation (_phase_slowdowns)
+    one = _free if isinstance(on_comm, list) else on_comm
     if rules is not None:  # several in flight, the rate shared
         schedule_queued(plan.scheduling == "fifo", [op.priority for op in plan.operations], ready, st.cost,
-                        rules, start, finish, on_comm, st.after, gather_from_s=t)
+                        rules, start, finish, one, st.after, gather_from_s=t, comm_of=comm_of)
     else:
-        _schedule(plan, ready, st.cost, st.op_bytes, channels, start, finish, on_comm, st.after, gather_from_s=t)
+        _schedule(plan, ready, st.cost, st.op_bytes, channels, start, finish, one, st.after, gather_from_s=t,
+                  comm_of=comm_of)
     comm_end = max(finish, default=0.0)
 
     # ---- updates and the next forward
@@ -636,14 +657,17 @@ def _channel_of(j: int, plan: Plan, channels: int) -> int:
 
 def _schedule(plan: Plan, ready: list[float], cost: list[float], nbytes: list[int], channels: int,
               start: list[float], end: list[float], on_comm: Dilate = _free, after: list[int] | None = None,
-              gather_from_s: float = 0.0) -> None:
+              gather_from_s: float = 0.0, comm_of: Sequence[Dilate] | None = None) -> None:
     """Fill ``start``/``end`` of every operation (see the module docstring, point 2).  ``after[j]``: an
     earlier operation that must end before ``j`` is ready (an all-gather's reduce-scatter), or -1; such an
-    operation is ready no earlier than ``gather_from_s`` either (when the runtime starts its gathers)."""
+    operation is ready no earlier than ``gather_from_s`` either (when the runtime starts its gathers).
+    ``comm_of[j]``, where given, dilates operation ``j`` instead of ``on_comm``."""
     # long function: the scheduling disciplines (fifo, credit, priority) share the channels' state; each branch is short
     n = len(ready)
     if n == 0:
         return
+    if comm_of is None:
+        comm_of = [on_comm] * n
     credit = plan.credit_bytes
     free = [0.0] * channels  # when each channel finishes what it was given
     after = after or [-1] * n
@@ -658,7 +682,7 @@ def _schedule(plan: Plan, ready: list[float], cost: list[float], nbytes: list[in
                 ready[j] = max(end[after[j]], gather_from_s)  # list order puts the reduce-scatter first
             c = min(range(channels), key=free.__getitem__)
             s = max(ready[j], free[c], last_start)
-            start[j], end[j] = s, on_comm(s, cost[j])
+            start[j], end[j] = s, comm_of[j](s, cost[j])
             free[c] = end[j]
             last_start = s
         return
@@ -712,7 +736,7 @@ def _schedule(plan: Plan, ready: list[float], cost: list[float], nbytes: list[in
             else:
                 heapq.heappop(queue)
             s = max(t, free[c])
-            start[cand], end[cand] = s, on_comm(s, cost[cand])
+            start[cand], end[cand] = s, comm_of[cand](s, cost[cand])
             free[c] = end[cand]
             inflight += nbytes[cand]
             heapq.heappush(finishing, (end[cand], nbytes[cand]))

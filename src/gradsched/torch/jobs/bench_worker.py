@@ -62,7 +62,7 @@ import torch
 import torch.distributed as dist
 
 from gradsched.constants import REPLAY_PREFIX
-from gradsched.calibration import calibrate, lower_bound_s, runtime_name, this_machine, with_runtime_costs
+from gradsched.calibration import calibrate, lower_bound_s, phase_costs, runtime_name, this_machine, with_runtime_costs
 from gradsched.jobs.bench import anchored_to_probe, ddp_first_bucket_mb
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.results import BenchResult, BenchRow, contention_to_run, pooled_contention
@@ -257,7 +257,8 @@ def _startup_probe(contention: ContentionProbe, cluster: Cluster, cfg: BenchConf
     cluster, anchor = anchored_to_probe(cluster, contention.total_bytes,
                                         statistics.median(contention.samples["allreduce_alone_s"]))
     copy_s, scale_s = contention.bucket_pass_s(reps)
-    return {**contention.figures(cluster.cost("allreduce")), "startup_reps": reps, "startup_anchor": anchor,
+    return {**contention.figures(cluster.cost("allreduce"), phase_costs(cluster)), "startup_reps": reps,
+            "startup_anchor": anchor,
             "bucket_copy_s": copy_s, "bucket_scale_s": scale_s,
             "buffer_sync_s": contention.buffer_sync_s(reps, cfg.timeout_s)}, cluster
 
@@ -644,7 +645,8 @@ def _start(cfg: BenchConfig, shared: SharedModel, phases: Phases) -> _Start:
                                        off_clock=lambda: fast_forward(spec.module),
                                        step_s=profile.compute_s if replay else None,
                                        allreduce_s=cluster.cost("allreduce").time_s(profile.total_bytes) if replay
-                                       else None, restart=lambda: restart_clocks(spec.module))
+                                       else None, restart=lambda: restart_clocks(spec.module),
+                                       two_phase="reducescatter" in network_collectives(cfg))
     start.network = NetworkResampler(cluster)
     t0 = time.perf_counter()
     probe, cluster = _startup_probe(start.contention, cluster, cfg)
@@ -855,7 +857,8 @@ def _pooled(start: _Start, cfg: BenchConfig) -> tuple[ProbeFigures | None, Clust
     assert start.network is not None and start.contention is not None and start.overheads is not None
     pooled, anchor = anchored_to_probe(start.network.pooled(), start.contention.total_bytes,
                                        statistics.median(start.contention.samples["allreduce_alone_s"]))
-    probe = {**probe, **start.contention.figures(pooled.cost("allreduce")), "allreduce_anchor": anchor,
+    probe = {**probe, **start.contention.figures(pooled.cost("allreduce"), phase_costs(pooled)),
+             "allreduce_anchor": anchor,
              "startup_fitted": probe["fitted"],
              "startup_runtime_overhead_s": probe["runtime_overhead_s"], "startup_op_host": probe["op_host"],
              "op_host": start.overheads.op_host(), "op_host_samples": start.overheads.host,

@@ -6,7 +6,9 @@ Two samplers, both collective calls (every rank runs them, with the same argumen
   all gradients keeps communication busy; one such all-reduce alone and while steps
   run back to back; a burst of small all-reduces alone and with compute busy.
   :meth:`ContentionProbe.figures` turns the medians into the simulator's contention
-  figures (:func:`contention_from_probe`).  It also times what a runtime's hooks do
+  figures (:func:`contention_from_probe`).  Where the job runs two-phase rows (``two_phase``),
+  also one reduce-scatter (as the runtime runs it) and one all-gather of all gradients, each
+  alone and while steps run: their own communication slowdowns (:func:`phase_slowdowns`).  It also times what a runtime's hooks do
   to every gradient (a copy into a bucket, a division) and the broadcast of the
   model's buffers before every forward.
 - :class:`NetworkResampler`: the all-reduce table's latency-bound sizes (4 KiB to
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import statistics
 import time
@@ -35,11 +38,12 @@ from typing import Any, Callable, ContextManager, Protocol
 import torch
 import torch.distributed as dist
 
-from gradsched.calibration import contention_from_probe, median_se
+from gradsched.calibration import contention_from_probe, median_se, phase_slowdowns
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.jobs.startup import probe_floor
 from gradsched.net_extend import extend_points
 from gradsched.torch.measure.netbench import measure_points, operations_for
+from gradsched.torch.runtime.decoupled import all_gather_single, reduce_scatter_single
 from gradsched.torch.runtime.wrapper import broadcast_buffers
 
 
@@ -59,6 +63,7 @@ PROBE_REPS = (3, 30)  # ... with at least and at most this many repetitions (3: 
 COPY_CHUNK_NUMEL = 1 << 24  # the bucket pass copies all gradients from a source of this many floats (64 MiB), chunk by chunk
 ONE_WINDOW_MARGIN = 1.1  # an all-reduce of every gradient this much longer than a step: both overlapped times in
 # one window (ContentionProbe._window), the step behind it checked to have ended first
+PHASES = ("reducescatter", "allgather")  # the two-phase collectives the probe times where ``two_phase``
 RESAMPLE_MAX_BYTES = 4 << 20  # the network sizes sampled again: the latency-bound ones, whose times drift most
 
 
@@ -74,16 +79,19 @@ def slowest_median(per_rep: list[float]) -> float:
     return statistics.median(slowest(per_rep))
 
 
-def probe_reps(step_s: float, allreduce_s: float, budget_s: float = PROBE_BUDGET_S) -> int:
+def probe_reps(step_s: float, allreduce_s: float, budget_s: float = PROBE_BUDGET_S, phase_ops: int = 0) -> int:
     """Repetitions of the start-up probe: as many as fit ``budget_s`` (:data:`PROBE_BUDGET_S`), within
     :data:`PROBE_REPS`.  A repetition runs about three steps and two all-reduces of all
     gradients.  Millisecond-scale models get the most: their figures are the noisiest (on
     cnn, 5 repetitions gave a compute slowdown of 0.52 in one job and 0.03 in the next).
     Where the fewest would take more than :data:`gradsched.jobs.startup.FULL_FLOOR_S` (a
-    replay at a high dilation), one: the figures are sampled again between the rounds."""
-    per_rep = 3 * step_s + 2 * allreduce_s
+    replay at a high dilation), one: the figures are sampled again between the rounds.  ``phase_ops``: the
+    reduce-scatters and all-gathers a repetition also runs (``two_phase``), each about an all-reduce's time:
+    counted against the budget, not the floor (the all-reduce's figures keep their fewest repetitions: on
+    googlenet-k80 at 4 hosts and ``--dilate 2`` counting them there left one, where three had run)."""
     lo, hi = PROBE_REPS
-    lo = probe_floor(lo, per_rep, least=1)  # one where the floor would take minutes (gradsched.jobs.startup)
+    lo = probe_floor(lo, 3 * step_s + 2 * allreduce_s, least=1)  # one where the floor would take minutes
+    per_rep = 3 * step_s + (2 + phase_ops) * allreduce_s
     return max(lo, min(hi, int(budget_s / max(per_rep, 1e-6))))
 
 
@@ -109,8 +117,9 @@ class ContentionProbe:
                  budget_s: float = PROBE_BUDGET_S, optimizer: torch.optim.Optimizer | None = None,
                  off_clock: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
                  step_s: float | None = None, restart: Callable[[], None] = lambda: None,
-                 allreduce_s: float | None = None) -> None:
+                 allreduce_s: float | None = None, two_phase: bool = False) -> None:
         self.module, self._loss_fn = spec.module, spec.loss_fn
+        self.two_phase = two_phase  # also a reduce-scatter and an all-gather of all gradients, alone and busy
         self._restart = restart  # called before each measurement: a replay's clock forgets what ran meanwhile
         self._opt = optimizer if optimizer is not None else torch.optim.SGD(self.module.parameters(), lr=lr,
                                                                             momentum=0.9)
@@ -119,7 +128,13 @@ class ContentionProbe:
         self.total_bytes = total_bytes
         self._big = torch.zeros(max(1, total_bytes // 4))  # zeros: the probe's sums stay finite whatever it runs
         self._smalls = [torch.zeros(SMALL_NUMEL) for _ in range(SMALL_OPS)]
-        self.samples: dict[str, list[float]] = {k: [] for k in self.TIMES}
+        world = dist.get_world_size()
+        # the reduce-scatter's p pieces (gloo: an all-to-all, as the runtime) and this rank's shard
+        self._pieces, self._shard = torch.zeros(0), torch.zeros(max(1, total_bytes // 4) // world)
+        self._nccl = dist.get_backend() == "nccl"
+        self.times = self.TIMES + (tuple(f"{n}_{w}_s" for n in PHASES for w in ("alone", "overlapped"))
+                                   if two_phase else ())
+        self.samples: dict[str, list[float]] = {k: [] for k in self.times}
         with off_clock():  # warm-up, its time unread (a replay's compute need not be waited out: bench_worker)
             self._compute()
         self._comm_while(self._smalls, False)
@@ -127,7 +142,7 @@ class ContentionProbe:
             step_s = slowest_median([self._timed(self._compute)])
         if allreduce_s is None:  # else known (a replay's, from the network table: bench_worker), not timed again
             allreduce_s = slowest_median([self._timed(lambda: self._comm_while([self._big], False))])
-        self.start_reps = probe_reps(step_s, allreduce_s, budget_s)
+        self.start_reps = probe_reps(step_s, allreduce_s, budget_s, 2 * len(PHASES) if two_phase else 0)
         # a queue longer than a step, so that compute is slowed all along
         self._queue = [self._big] * (math.ceil(step_s / max(allreduce_s, 1e-9)) + 1)
         # one all-reduce longer than a step: the step behind it and it behind steps, in one window (_window)
@@ -139,10 +154,13 @@ class ContentionProbe:
         (a bench's rows take turns with the probe: gradsched.torch.jobs.shared_model)."""
         self._opt.zero_grad(set_to_none=True)
         self._big.untyped_storage().resize_(0)
+        self._pieces = torch.zeros(0)
 
     def _restore(self) -> None:
         self._big.untyped_storage().resize_(self._big.numel() * self._big.element_size())
         self._big.zero_()
+        if self.two_phase and not self._nccl:
+            self._pieces = torch.zeros(self._shard.numel() * dist.get_world_size())
     def _compute(self) -> None:
         self._opt.zero_grad(set_to_none=True)
         self._loss_fn(self.module(self._x), self._y).backward()
@@ -169,6 +187,35 @@ class ContentionProbe:
         while not stamp:  # the callback may run just after wait() returns
             time.sleep(1e-4)
         return stamp[0] - t0
+
+    def _phase_while(self, name: str, busy: bool) -> float:
+        """Seconds of one reduce-scatter (gloo: all-to-all, then the local sum the runtime does on completion)
+        or all-gather of all gradients, as :meth:`_comm_while` times an all-reduce."""
+        stamp: list[float] = []
+        n = self._shard.numel() * dist.get_world_size()
+        t0 = time.perf_counter()
+        if name == "allgather":
+            work = all_gather_single(self._big[:n], self._shard, async_op=True)
+        elif self._nccl:
+            work = reduce_scatter_single(self._shard, self._big[:n], async_op=True)
+        else:
+            work = dist.all_to_all_single(self._pieces, self._big[:n], async_op=True)
+        work.get_future().add_done_callback(lambda _f: stamp.append(time.perf_counter()))
+        while busy and not stamp:
+            self._compute()
+        work.wait()
+        while not stamp:
+            time.sleep(1e-4)
+        t1 = time.perf_counter()
+        if name == "reducescatter" and not self._nccl:
+            torch.sum(self._pieces.view(dist.get_world_size(), -1), dim=0, out=self._shard)
+        return stamp[0] - t0 + time.perf_counter() - t1
+
+    def _phases(self) -> list[tuple[str, Callable[[], float]]]:
+        if not self.two_phase:
+            return []
+        return [(f"{n}_{w}_s", functools.partial(self._phase_while, n, w == "overlapped"))
+                for n in PHASES for w in ("alone", "overlapped")]
 
     def _step_behind_queue(self) -> float:
         """Seconds of one step while the queued all-reduces run (they are waited for off the clock)."""
@@ -209,7 +256,7 @@ class ContentionProbe:
         t0 = time.perf_counter()
         self._restore()
         self._restart()
-        per_rep: dict[str, list[float]] = {k: [] for k in self.TIMES}
+        per_rep: dict[str, list[float]] = {k: [] for k in self.times}
         for _ in range(reps):
             per_rep["compute_alone_s"].append(self._timed(self._compute))
             per_rep["allreduce_alone_s"].append(self._timed(lambda: self._comm_while([self._big], False)))
@@ -219,7 +266,7 @@ class ContentionProbe:
             if self.one_window:
                 overlapped = self._window(per_rep)
             for key, f in (*overlapped, ("small_ops_alone_s", lambda: self._comm_while(self._smalls, False)),
-                           ("small_ops_busy_s", lambda: self._comm_while(self._smalls, True))):
+                           ("small_ops_busy_s", lambda: self._comm_while(self._smalls, True)), *self._phases()):
                 dist.barrier()
                 per_rep[key].append(f())
         self._release()
@@ -227,20 +274,24 @@ class ContentionProbe:
             self.samples[k].extend(slowest(v))
         return slowest([time.perf_counter() - t0])[0]
 
-    def figures(self, cost: CollectiveCost) -> dict[str, Any]:
-        """The medians over every repetition so far, and the contention figures they give with ``cost``;
-        ``samples`` keeps every repetition's times (slowest rank, in the order taken) for offline study."""
+    def figures(self, cost: CollectiveCost, phase_costs: dict[str, CollectiveCost] | None = None) -> dict[str, Any]:
+        """The medians over every repetition so far, and the contention figures they give with ``cost`` (the
+        all-reduce's) and ``phase_costs`` (one reduce-scatter's and all-gather's of all gradients, by
+        ``reducescatter`` and ``allgather``; without one, that collective's slowdown is against its time
+        alone); ``samples`` keeps every repetition's times (slowest rank, in the order taken) for offline study."""
         m = {k: statistics.median(v) for k, v in self.samples.items()}
         n_model, sa_model = cost.time_s(self.total_bytes), SMALL_OPS * cost.time_s(SMALL_NUMEL * 4)
+        fitted = contention_from_probe(m["compute_alone_s"], n_model, m["compute_overlapped_s"],
+                                       m["allreduce_overlapped_s"], sa_model, m["small_ops_busy_s"], SMALL_OPS,
+                                       m["small_ops_alone_s"], median_se(self.samples["small_ops_busy_s"]))
+        fitted.update(phase_slowdowns(m, {n: c.time_s(self.total_bytes) for n, c in (phase_costs or {}).items()}))
         return {**m, "compute_slowdown": m["compute_overlapped_s"] / m["compute_alone_s"],
                 "allreduce_slowdown": m["allreduce_overlapped_s"] / m["allreduce_alone_s"],
+                **{f"{n}_slowdown": m[f"{n}_overlapped_s"] / m[f"{n}_alone_s"] for n in PHASES if f"{n}_alone_s" in m},
                 "allreduce_bytes": self.total_bytes, "allreduce_model_s": n_model,
                 "reps": len(self.samples["compute_alone_s"]), "small_ops": SMALL_OPS,
                 "small_ops_model_s": sa_model, "samples": {k: list(v) for k, v in self.samples.items()},
-                "fitted": contention_from_probe(m["compute_alone_s"], n_model, m["compute_overlapped_s"],
-                                                m["allreduce_overlapped_s"], sa_model, m["small_ops_busy_s"],
-                                                SMALL_OPS, m["small_ops_alone_s"],
-                                                median_se(self.samples["small_ops_busy_s"]))}
+                "fitted": fitted}
 
     def bucket_pass_s(self, reps: int) -> tuple[float, float]:
         """Seconds to copy all gradients' worth of bytes into a bucket, and to scale the bucket by 1/world.
