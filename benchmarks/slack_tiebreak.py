@@ -4,7 +4,7 @@
 
 For each ``gradsched bench --json`` file, ``auto`` is planned again from the job's own profile and
 cluster (``resimulate.plan_as_run``'s way: the measured profile with the runtime's costs, the job's
-table and contention) with ``slack=0`` (the fastest predicted, as before) and with the default
+table and contention) with ``slack=0`` (the fastest predicted, as before) and with the measured
 ``slack`` (``planners/_slack.py``), and the run's PyTorch DDP row (its buckets) beside them.  Per plan:
 operations, predicted iteration (the bench's way: the profile calibrated to the compute-only row),
 seconds the channel is busy before the backward ends, and the iteration predicted with communication
