@@ -17,7 +17,7 @@ moves more bytes than its line says where it is an all-reduce inside (docs/runti
 so a near tie goes to the plan that has been measured as predicted.
 
 Near-tied plans (option ``slack``, off by default; :data:`SLACK_TOLERANCE`, 1%, is the value
-measured): those predicted within ``slack`` of the best go to the one whose channels are least busy
+measured, planners/_slack.py): those predicted within ``slack`` of the best go to the one whose channels are least busy
 before the backward ends, and ``optimal`` is tried on a few stretched channels too
 (:data:`STRETCHES`): plans with fewer operations and slack for communication that runs slower during
 compute than the simulator prices it (``planners/_slack.py``).  Off by default because it gives up
@@ -40,7 +40,7 @@ from gradsched.errors import GradschedError
 from gradsched.plan import ALL_GATHER, REDUCE_SCATTER, SPARSE, Plan
 from gradsched.planners.options import STRATEGIES, Option
 from gradsched.planners import _collective as coll
-from gradsched.planners._slack import SLACK_TOLERANCE, STRETCHES, busy_in_backward_s, near
+from gradsched.planners._slack import STRETCHES, busy_in_backward_s, near
 from gradsched.planners._tables import tensor_table
 from gradsched.planners.registry import get_planner, is_sparse, planner_option_specs, register, strategy_names
 from gradsched.profile import Profile
