@@ -87,7 +87,7 @@ def test_plans_are_made_from_the_table_anchored_to_the_probe():
     probe = SimpleNamespace(start_reps=1, total_bytes=nbytes, samples={"allreduce_alone_s": [measured_s]},
                             measure=lambda reps: 0.0, bucket_pass_s=lambda reps: (0.0, 0.0),
                             buffer_sync_s=lambda reps, timeout_s: 0.0,
-                            figures=lambda cost: {"allreduce_model_s": cost.time_s(nbytes)})
+                            figures=lambda cost, phase_costs=None: {"allreduce_model_s": cost.time_s(nbytes)})
     figures, anchored = _startup_probe(probe, cluster, _cfg("mlp", 2, 0.0))  # type: ignore[arg-type]
     assert anchored.cost("allreduce").time_s(nbytes) == pytest.approx(measured_s, rel=1e-6)
     assert figures["allreduce_model_s"] == pytest.approx(measured_s, rel=1e-6) and figures["startup_anchor"] > 1.2
