@@ -105,9 +105,8 @@ def two_phase_sizes(top: int, largest: int, seconds_of: Callable[[int], float],
     the table times them) fits ``budget_s``, then every fourth power of two below it while the total fits.
     Beyond the largest size timed a reduce-scatter goes on at that size's rate (:func:`extend_points`).
 
-    Before, they stopped with the all-reduce table (at 512 KiB a rank on 4 hosts at ``--dilate 2``) and every
-    larger group was priced on the line from there, unmeasured; timed so on googlenet-k80's 4 hosts, a
-    reduce-scatter cost 81-95 ns a rank byte from 512 KiB to 8 MiB a rank: flat, as the line had it
+    On googlenet-k80's 4 hosts at ``--dilate 2`` (the all-reduce table stopping at 512 KiB a rank) a
+    reduce-scatter cost 81-95 ns a rank byte from 512 KiB to 8 MiB a rank, flat
     (docs/notes/2026-12-emulated-regime.md, "Issue 36's targets at 4 hosts with the two phases timed to the
     largest group")."""
     size = 1 << max(0, math.ceil(math.log2(max(largest, 1))))

@@ -101,6 +101,6 @@ def out_of_the_running(wins: Sequence[bool], rounds: int, resized: bool = False)
     ``resized``, faster at all; for any other, faster by ``min_gain``, :func:`gradsched.calibration.clear_wins`),
     of ``rounds`` in all: both must win most rounds, so a candidate is out once winning all the rest would not
     make a majority.  Its later windows would be spent for nothing."""
-    del resized  # one rule for both since Dec 7; what counts as a win differs (the caller's)
+    del resized  # kept for callers: one rule for both, what counts as a win differs (the caller's ``wins``)
     losses = len(wins) - sum(bool(w) for w in wins)
     return 2 * (rounds - losses) <= rounds

@@ -52,9 +52,9 @@ def fastest(measured_by_plan: dict[str, float], baseline: str | None, min_gain: 
     (on 4 ranks sharing 2 cores, a plan 1% faster than DDP's buckets in its trial ran 14%
     slower than PyTorch DDP in the rounds after); what users would run anyway keeps its
     place unless something is clearly faster: faster by ``min_gain`` in most rounds, where both ran in the
-    same phase of the machine, so one lucky window cannot carry it.  Every round, the rule before, let one
-    slow window undo a clear gain: the README's job measured usbyte's windows [0.532, 0.890, 0.617] s against
-    DDP's [0.713, 0.788, 0.749], 20% faster in median, and kept DDP (``benchmarks/trial_rules.py``).
+    same phase of the machine, so one lucky window cannot carry it, nor one slow window undo a clear gain
+    (usbyte's windows [0.532, 0.890, 0.617] s against DDP's [0.713, 0.788, 0.749] are kept; the rules
+    compared on every stored trial decision: ``python benchmarks/trial_rules.py``).
 
     ``resized``: plans that are the baseline with other bucket sizes (PyTorch's DDP at
     another ``bucket_cap_mb``): they need beat it by ``resized_min_gain`` only (default

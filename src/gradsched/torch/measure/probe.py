@@ -161,6 +161,7 @@ class ContentionProbe:
         self._big.zero_()
         if self.two_phase and not self._nccl:
             self._pieces = torch.zeros(self._shard.numel() * dist.get_world_size())
+
     def _compute(self) -> None:
         self._opt.zero_grad(set_to_none=True)
         self._loss_fn(self.module(self._x), self._y).backward()

@@ -472,7 +472,7 @@ class AutoTuner:
         resized = self._resized(base, self._taken())
         for h in self._alive(base) if base is not None else []:  # (no baseline: nothing to lose a round to)
             margin = 0.0 if h in resized else self.config.min_gain  # fastest's rule: a clear win, or a resize's
-            if out_of_the_running(self.measurements.wins(h, margin), rounds, h in resized):
+            if out_of_the_running(self.measurements.wins(h, margin), rounds):
                 self._dropped.append(h)
         taken = {h: t for h, t in self._taken().items() if h not in self._dropped}
         decision = next_window([h for h in self._trial_turns if h not in self._dropped], base, taken,
