@@ -77,6 +77,20 @@ def test_the_field_round_trips_and_a_bad_one_is_refused():
             Cluster.from_dict({**cluster.to_dict(), STREAM: bad})
 
 
+@pytest.mark.parametrize("strategy", ["usbyte", "mgwfbp", "optimal", "auto", "dear", "horovod"])
+def test_every_planner_plans_on_such_a_cluster(strategy):
+    # usbyte told "the cheaper of two collectives" from the plain cost by identity, and took a new object for a
+    # second one: it asked a cluster without a topology for the hierarchical all-reduce (the first 8-host run)
+    from gradsched.synthetic import random_case
+
+    case = random_case(3, 12)
+    profile, cluster = case.profile(), case.cluster()
+    stream = dataclasses.replace(cluster, extra={**cluster.extra, STREAM: {"latency_s": case.alpha_s,
+                                                                           "s_per_byte": case.beta_s_per_byte}})
+    plan = make_plan(strategy, profile, stream)
+    assert simulate(plan, profile, stream, timeline=False).iteration_s > 0
+
+
 def _table() -> Cluster:
     points = [(float(s), 0.016 + 7e-8 * s) for s in (4096, 65536, 1 << 20, 4 << 20)]
     return Cluster(world_size=8, collectives={"allreduce": CollectiveCost.fit(points)})
