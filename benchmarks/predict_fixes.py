@@ -16,6 +16,7 @@ of the papers' models apart (``emulate_papers_*_8h*.json``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import statistics
@@ -23,7 +24,7 @@ import sys
 from pathlib import Path
 
 from gradsched.calibration import calibrate, with_runtime_costs
-from gradsched.cluster import Cluster
+from gradsched.cluster import STREAM, Cluster
 from gradsched.jobs.bench import anchored_to_probe, ddp_first_bucket_mb, with_stream_cost
 from gradsched.jobs.results import read_bench_row
 from gradsched.planners import make_plan
@@ -47,6 +48,10 @@ def _plan(row: dict, profile: Profile, probe: dict, job: Cluster, first: bool):
                      first_bucket_mb=ddp_first_bucket_mb({} if default else {"bucket_cap_mb": cap}, first))
 
 
+def _without_stream(cluster: Cluster) -> Cluster:
+    return dataclasses.replace(cluster, extra={k: x for k, x in cluster.extra.items() if k != STREAM})
+
+
 def _cores(row: dict) -> int:
     """The cores of the machine a run was made on (its ``machine``: "NAME ARCH, N CPUs, torch ...")."""
     match = re.search(r"(\d+) CPUs", row.get("machine") or "")
@@ -57,7 +62,7 @@ def errors(path: Path, anchor: bool, first: bool, stream: bool = False) -> list[
     rows = json.loads(path.read_text())
     row0, dilate = read_bench_row(rows[0])
     profile, probe = Profile.from_dict(row0["profile"]["measured"]), row0["contention"]
-    job = cluster = Cluster.from_dict(row0["cluster"])
+    job = cluster = _without_stream(Cluster.from_dict(row0["cluster"]))  # runs since issue 35 carry it: readings add it
     if anchor and probe and "samples" in probe:
         alone_s = statistics.median(probe["samples"]["allreduce_alone_s"])
         cluster, _ = anchored_to_probe(job, probe["allreduce_bytes"], alone_s)
