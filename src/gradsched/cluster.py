@@ -54,7 +54,10 @@ FIELDS = ("format", "world_size", "backend", "algorithm", "collectives", "points
 # Optional fields gradsched reads or its tools write (kept verbatim; docs/formats.md):
 # known, so that a misspelling of one is caught (_validate.check_fields).
 OPTIONAL_FIELDS = ("contention", "topk_selection_s_per_nlogn", "source", "measured_by", "device", "reps", "host",
-                   "measured_points", "startup_measured_points", "samples")
+                   "measured_points", "startup_measured_points", "samples", "allreduce_stream")
+# Optional: an all-reduce of a training step's stream costs max(latency_s, s_per_byte * bytes), its start-up
+# overlapping its bytes, instead of the table's time (docs/cost-model.md, "Start-up or bytes").
+STREAM = "allreduce_stream"
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +150,9 @@ class Cluster:
             return per_total(self.cost("reducescatter"), self.world_size)
         if collective == ALL_GATHER:
             return per_total(self.cost("allgather"), self.world_size)
+        if collective == "allreduce" and STREAM in self.extra:
+            latency_s, s_per_byte = stream_figures(self.extra[STREAM])
+            return stream_cost(latency_s, s_per_byte)
         return self.cost(collective)
 
     def queued_rule(self, collective: str) -> QueuedRule | None:
@@ -265,6 +271,8 @@ class Cluster:
         contention = Contention.from_dict(data["contention"], source) if "contention" in data else None
         topology = Topology.from_dict(data["topology"], source, world) if "topology" in data else None
         extra = {k: x for k, x in data.items() if k not in FIELDS and k != "contention"}
+        if STREAM in extra:
+            stream_figures(extra[STREAM], source)
         return cls(world, collectives, backend, algorithm, extra, contention, topology)
 
     @classmethod
@@ -282,3 +290,22 @@ def _moved(measured: CollectiveCost, model_then: CollectiveCost, model_now: Coll
     b = (measured.beta_s_per_byte * model_now.beta_s_per_byte / model_then.beta_s_per_byte
          if model_then.beta_s_per_byte > 0 else model_now.beta_s_per_byte)
     return with_line(measured, a, b)
+
+
+def stream_figures(data: Any, source: str = "<dict>") -> tuple[float, float]:
+    """``(latency_s, s_per_byte)`` of a cluster's optional ``allreduce_stream``, checked: both positive."""
+    if not isinstance(data, dict):
+        raise FormatError(source, STREAM, "must be a JSON object with 'latency_s' and 's_per_byte'")
+    v.check_fields(data, ("latency_s", "s_per_byte"), source, STREAM)
+    figures = [v.number(v.require(data, k, source, STREAM), source, f"{STREAM}.{k}", positive=True, maximum=1e3)
+               for k in ("latency_s", "s_per_byte")]
+    return figures[0], figures[1]
+
+
+def stream_cost(latency_s: float, s_per_byte: float) -> CollectiveCost:
+    """An all-reduce that costs ``max(latency_s, s_per_byte * bytes)``: the start-up or the bytes, whichever is
+    longer (docs/cost-model.md, "Start-up or bytes"), as a table (flat up to where the bytes take longer) and a
+    line through the origin beyond it."""
+    knee = latency_s / s_per_byte
+    return CollectiveCost(0.0, s_per_byte, ((min(1.0, knee), latency_s), (knee, latency_s))) if knee > 1.0 \
+        else CollectiveCost(0.0, s_per_byte)

@@ -44,8 +44,9 @@ def check_mode(strategy: str, mode: str, cluster: Cluster) -> None:
 
 def planning_cost(cluster: Cluster, mode: str = "auto") -> CollectiveCost:
     """The cost a planner merges and orders dense operations by: the plain all-reduce, the
-    hierarchical one, or (``auto``) the cheaper of the two at every size."""
-    plain = cluster.cost("allreduce")
+    hierarchical one, or (``auto``) the cheaper of the two at every size.  The plain one as a plan's operation
+    costs (:meth:`Cluster.operation_cost`: the cluster's ``allreduce_stream`` where it has one)."""
+    plain = cluster.operation_cost("allreduce")
     if cluster.topology is None or mode == "never":
         return plain
     hier = cluster.cost(HIER)

@@ -995,8 +995,8 @@ def predict(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_B
     _check_patience(patience)
     coll.check_mode("usbyte", hierarchical, cluster)
     cost = coll.planning_cost(cluster, hierarchical)
-    both = hierarchical == "auto" and cost is not cluster.cost("allreduce")  # each block the cheaper collective
-    model = _Model(profile, cost, unit_bytes, (cluster.cost("allreduce"), cluster.cost(HIER)) if both else None,
+    both = hierarchical == "auto" and cluster.topology is not None  # each block the cheaper collective
+    model = _Model(profile, cost, unit_bytes, (cluster.operation_cost("allreduce"), cluster.cost(HIER)) if both else None,
                    merged_layers(profile, merge_bytes))
     rules = [(w, e) for w, e in RULES if window in (None, w) and extend in (None, e)]
     exact = merge_bytes == 0 and _model_is_exact(profile, cluster)

@@ -52,6 +52,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import statistics
 import sys
 import time
@@ -63,7 +64,7 @@ import torch.distributed as dist
 
 from gradsched.constants import REPLAY_PREFIX
 from gradsched.calibration import calibrate, lower_bound_s, phase_costs, runtime_name, this_machine, with_runtime_costs
-from gradsched.jobs.bench import anchored_to_probe, ddp_first_bucket_mb
+from gradsched.jobs.bench import anchored_to_probe, ddp_first_bucket_mb, with_stream_cost
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.results import BenchResult, BenchRow, contention_to_run, pooled_contention
 from gradsched.jobs.rounds import StoppingRule
@@ -254,8 +255,9 @@ def _startup_probe(contention: ContentionProbe, cluster: Cluster, cfg: BenchConf
     the figures are taken against the anchored table's times, as after the rounds."""
     reps = contention.start_reps
     contention.measure(reps)
-    cluster, anchor = anchored_to_probe(cluster, contention.total_bytes,
-                                        statistics.median(contention.samples["allreduce_alone_s"]))
+    alone_s = statistics.median(contention.samples["allreduce_alone_s"])
+    cluster, anchor = anchored_to_probe(cluster, contention.total_bytes, alone_s)
+    cluster = with_stream_cost(cluster, contention.total_bytes, alone_s, os.cpu_count() or 1)
     copy_s, scale_s = contention.bucket_pass_s(reps)
     return {**contention.figures(cluster.cost("allreduce"), phase_costs(cluster)), "startup_reps": reps,
             "startup_anchor": anchor,
@@ -855,8 +857,9 @@ def _pooled(start: _Start, cfg: BenchConfig) -> tuple[ProbeFigures | None, Clust
     if samplers is None or probe is None:
         return probe, start.cluster
     assert start.network is not None and start.contention is not None and start.overheads is not None
-    pooled, anchor = anchored_to_probe(start.network.pooled(), start.contention.total_bytes,
-                                       statistics.median(start.contention.samples["allreduce_alone_s"]))
+    alone_s = statistics.median(start.contention.samples["allreduce_alone_s"])
+    pooled, anchor = anchored_to_probe(start.network.pooled(), start.contention.total_bytes, alone_s)
+    pooled = with_stream_cost(pooled, start.contention.total_bytes, alone_s, os.cpu_count() or 1)
     probe = {**probe, **start.contention.figures(pooled.cost("allreduce"), phase_costs(pooled)),
              "allreduce_anchor": anchor,
              "startup_fitted": probe["fitted"],
