@@ -104,7 +104,9 @@ DDP_DEFAULT_BUCKET_MB = 25.0
 
 def scale_ddp_entries(entries: list[dict], scale: int) -> list[dict]:
     """The bench's rows with PyTorch DDP's bucket sizes divided by ``scale``: a 25 MB bucket of the
-    emulated model holds 25/S MB of the scaled one (DDP's first, 1 MiB bucket is DDP's own and stays)."""
+    emulated model holds 25/S MB of the scaled one.  Not scaled: DDP's first bucket, 1 MiB where
+    ``bucket_cap_mb`` is left at its default; torch 2.13 gives an explicit cap no smaller first bucket,
+    so the scaled ``ddp`` row's first bucket is 25/S MB, the emulated model's 25 MB."""
     if scale == 1:
         return entries
     out = []
@@ -113,5 +115,28 @@ def scale_ddp_entries(entries: list[dict], scale: int) -> list[dict]:
             kw = dict(e.get("ddp_kwargs") or {})
             kw["bucket_cap_mb"] = float(kw.get("bucket_cap_mb", DDP_DEFAULT_BUCKET_MB)) / scale
             e = {**e, "ddp_kwargs": kw}
+        out.append(e)
+    return out
+
+
+def scale_entries(entries: list[dict], scale: int) -> list[dict]:
+    """The bench's rows for a replay at byte scale ``scale``: every size in them is the emulated model's, and
+    divided by ``scale``.  PyTorch DDP's bucket caps (:func:`scale_ddp_entries`); a gradsched row's planner
+    options in bytes, MiB or MB, given with ``--opt`` or at their defaults
+    (:func:`~gradsched.planners.registry.byte_scaled_options`: US-Byte's and ByteScheduler's 4 MiB units,
+    ``merge_bytes``, DeAR's ``threshold_mb`` ...); ``auto`` gets ``byte_scale`` S, which divides its
+    candidates' sizes (its grid and the strategies' defaults) and, at run time, the DDP bucket sizes its
+    advisor tries.  So each row plans the operations it would for the emulated model, each as long."""
+    if scale == 1:
+        return entries
+    from gradsched.planners.registry import byte_scaled_options
+
+    out = []
+    for e in scale_ddp_entries(entries, scale):
+        if not e.get("torch_ddp") and not e.get("fsdp2"):
+            opts = dict(e.get("options") or {})
+            opts = {**opts, "byte_scale": scale} if e["strategy"] == "auto" else byte_scaled_options(
+                e["strategy"], opts, scale)
+            e = {**e, "options": opts}
         out.append(e)
     return out

@@ -236,9 +236,9 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
     rows = trimmed.entries if trimmed is not None else _checked_entries(args)
     steps = trimmed.steps if trimmed is not None else (args.steps or DEFAULT_STEPS)
     if scale > 1:
-        from gradsched.byte_scaling import scale_ddp_entries
+        from gradsched.byte_scaling import scale_entries
 
-        rows = [BenchEntry.from_dict(e) for e in scale_ddp_entries(rows, scale)]  # type: ignore[arg-type]
+        rows = [BenchEntry.from_dict(e) for e in scale_entries(rows, scale)]  # type: ignore[arg-type]
     return BenchConfig(model=model, seed=args.seed, batch_size=args.batch_size, lr=args.lr,
                        entries=rows, steps=steps, warmup_steps=trimmed.warmup_steps if trimmed else 0,
                        rounds=args.rounds, warmup_rounds=args.warmup_rounds,
