@@ -6,10 +6,19 @@ count by ``S`` (:func:`scale_profile`) and shapes the links at ``rate / S``
 emulated time while the memory and the cores' copying shrink S-fold: a model that
 does not fit this machine replays at its real communication times.
 
+Every size the bench is given or uses is the emulated model's and divided by S too
+(:func:`scale_entries`): PyTorch DDP's bucket caps, the planners' options in bytes, MiB
+or MB (given with ``--opt`` or at their defaults) and ``auto``'s candidates (its
+``byte_scale`` option), so that each row plans the operations it would plan for the
+model emulated, each as long.
+
 What is not scaled: the per-message latency (``alpha``: each operation's start-up,
 gloo's handshakes) is the same on the scaled links, so an operation's latency share
-is S times larger relative to its bytes than in the run emulated; the runtimes' per-byte
-host work (copies into buckets, the optimizer) shrinks S-fold with the bytes.  The
+is S times larger relative to its bytes than in the run emulated; PyTorch DDP's 1 MiB
+first bucket (where ``bucket_cap_mb`` is left at its default; the scaled ``ddp`` row gives
+25/S, and torch 2.13 then makes the first bucket as large); the runtimes' per-byte
+host work (copies into buckets, the optimizer, gloo's sums and the kernel's copies through
+the links) shrinks S-fold with the bytes.  The
 simulator's predictions use the cluster measured on the scaled links and the scaled
 profile, so they compare like with like.
 """
@@ -30,8 +39,10 @@ def add_scale_arg(parser: Any) -> None:
     parser.add_argument("--scale-bytes", type=float, default=None, metavar="S",
                         help="with --replay on the testbed: every tensor 1/S of its elements and links shaped at "
                         "rate/S, so that each operation's bandwidth time is kept while memory shrinks S-fold "
-                        "(per-message latency is not scaled); default: 1, or the smallest power of two that fits "
-                        "this machine's memory")
+                        "(per-message latency is not scaled); every size given or used is the emulated model's and "
+                        "divided by S too (--ddp-buckets, --opt sizes such as usbyte.unit_bytes, the planners' "
+                        "defaults, auto's candidates), but PyTorch DDP's own 1 MiB first bucket; default: 1, or the "
+                        "smallest power of two that fits this machine's memory")
 
 
 def check_scale(scale: float) -> int:
