@@ -486,7 +486,9 @@ def _report(args: argparse.Namespace, result: BenchResult, meta: dict[str, Any],
 def _scale_line(scale: int) -> str:
     return (f"byte scaling {scale}: every tensor 1/{scale} of its elements on links at rate/{scale}, so each "
             f"operation's bandwidth time is the emulated one; per-message latency is not scaled (it weighs "
-            f"{scale}x more against the bytes than in the cluster emulated); sizes above are the scaled ones")
+            f"{scale}x more against the bytes than in the cluster emulated); every size given or used (DDP's "
+            f"bucket caps, the planners' options, auto's candidates) was divided by {scale} too, but PyTorch DDP's "
+            f"own 1 MiB first bucket; sizes above are the scaled ones")
 
 
 def _title(args: argparse.Namespace, network: str) -> str:
