@@ -6,10 +6,19 @@ count by ``S`` (:func:`scale_profile`) and shapes the links at ``rate / S``
 emulated time while the memory and the cores' copying shrink S-fold: a model that
 does not fit this machine replays at its real communication times.
 
+Every size the bench is given or uses is the emulated model's and divided by S too
+(:func:`scale_entries`): PyTorch DDP's bucket caps, the planners' options in bytes, MiB
+or MB (given with ``--opt`` or at their defaults) and ``auto``'s candidates (its
+``byte_scale`` option), so that each row plans the operations it would plan for the
+model emulated, each as long.
+
 What is not scaled: the per-message latency (``alpha``: each operation's start-up,
 gloo's handshakes) is the same on the scaled links, so an operation's latency share
-is S times larger relative to its bytes than in the run emulated; the runtimes' per-byte
-host work (copies into buckets, the optimizer) shrinks S-fold with the bytes.  The
+is S times larger relative to its bytes than in the run emulated; PyTorch DDP's 1 MiB
+first bucket (where ``bucket_cap_mb`` is left at its default; the scaled ``ddp`` row gives
+25/S, and torch 2.13 then makes the first bucket as large); the runtimes' per-byte
+host work (copies into buckets, the optimizer, gloo's sums and the kernel's copies through
+the links) shrinks S-fold with the bytes.  The
 simulator's predictions use the cluster measured on the scaled links and the scaled
 profile, so they compare like with like.
 """
@@ -30,8 +39,10 @@ def add_scale_arg(parser: Any) -> None:
     parser.add_argument("--scale-bytes", type=float, default=None, metavar="S",
                         help="with --replay on the testbed: every tensor 1/S of its elements and links shaped at "
                         "rate/S, so that each operation's bandwidth time is kept while memory shrinks S-fold "
-                        "(per-message latency is not scaled); default: 1, or the smallest power of two that fits "
-                        "this machine's memory")
+                        "(per-message latency is not scaled); every size given or used is the emulated model's and "
+                        "divided by S too (--ddp-buckets, --opt sizes such as usbyte.unit_bytes, the planners' "
+                        "defaults, auto's candidates), but PyTorch DDP's own 1 MiB first bucket; default: 1, or the "
+                        "smallest power of two that fits this machine's memory")
 
 
 def check_scale(scale: float) -> int:
@@ -104,7 +115,9 @@ DDP_DEFAULT_BUCKET_MB = 25.0
 
 def scale_ddp_entries(entries: list[dict], scale: int) -> list[dict]:
     """The bench's rows with PyTorch DDP's bucket sizes divided by ``scale``: a 25 MB bucket of the
-    emulated model holds 25/S MB of the scaled one (DDP's first, 1 MiB bucket is DDP's own and stays)."""
+    emulated model holds 25/S MB of the scaled one.  Not scaled: DDP's first bucket, 1 MiB where
+    ``bucket_cap_mb`` is left at its default; torch 2.13 gives an explicit cap no smaller first bucket,
+    so the scaled ``ddp`` row's first bucket is 25/S MB, the emulated model's 25 MB."""
     if scale == 1:
         return entries
     out = []
@@ -113,5 +126,28 @@ def scale_ddp_entries(entries: list[dict], scale: int) -> list[dict]:
             kw = dict(e.get("ddp_kwargs") or {})
             kw["bucket_cap_mb"] = float(kw.get("bucket_cap_mb", DDP_DEFAULT_BUCKET_MB)) / scale
             e = {**e, "ddp_kwargs": kw}
+        out.append(e)
+    return out
+
+
+def scale_entries(entries: list[dict], scale: int) -> list[dict]:
+    """The bench's rows for a replay at byte scale ``scale``: every size in them is the emulated model's, and
+    divided by ``scale``.  PyTorch DDP's bucket caps (:func:`scale_ddp_entries`); a gradsched row's planner
+    options in bytes, MiB or MB, given with ``--opt`` or at their defaults
+    (:func:`~gradsched.planners.registry.byte_scaled_options`: US-Byte's and ByteScheduler's 4 MiB units,
+    ``merge_bytes``, DeAR's ``threshold_mb`` ...); ``auto`` gets ``byte_scale`` S, which divides its
+    candidates' sizes (its grid and the strategies' defaults) and, at run time, the DDP bucket sizes its
+    advisor tries.  So each row plans the operations it would for the emulated model, each as long."""
+    if scale == 1:
+        return entries
+    from gradsched.planners.registry import byte_scaled_options
+
+    out = []
+    for e in scale_ddp_entries(entries, scale):
+        if not e.get("torch_ddp") and not e.get("fsdp2"):
+            opts = dict(e.get("options") or {})
+            opts = {**opts, "byte_scale": scale} if e["strategy"] == "auto" else byte_scaled_options(
+                e["strategy"], opts, scale)
+            e = {**e, "options": opts}
         out.append(e)
     return out

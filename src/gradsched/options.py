@@ -42,7 +42,9 @@ class Option:
     (``low_open``: the value must be above ``low``, not equal to it; ``high_open``: below ``high``);
     ``optional``: ``None`` is allowed (and means "the planner's own choice");
     ``choices``: the words a ``str`` option takes (empty: any); ``allow_inf``: a ``float``
-    option may be infinite (never NaN); ``why``: said after a range error (why the bound)."""
+    option may be infinite (never NaN); ``why``: said after a range error (why the bound); ``size``: a size in
+    bytes (or MiB, MB) of the model's gradients, which byte scaling divides (``gradsched bench --scale-bytes``:
+    :func:`gradsched.planners.registry.byte_scaled_options`)."""
 
     name: str
     kind: Any
@@ -56,6 +58,7 @@ class Option:
     choices: tuple[str, ...] = ()
     allow_inf: bool = False
     why: str = ""
+    size: bool = False
 
     def describe(self) -> str:
         kind = self.kind if isinstance(self.kind, str) else self.kind.__name__

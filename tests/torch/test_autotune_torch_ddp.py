@@ -303,3 +303,16 @@ def test_switching_into_and_out_of_pytorch_ddp_keeps_ddps_numbers_on_every_rank(
     for r in (a, b):  # parameters and BatchNorm statistics (rank 0's before every forward, either way) as DDP's
         assert rel_diff(r["state"], r["reference"]) <= TOLERANCE
     assert all(torch.equal(x, y) for x, y in zip(a["params"], b["params"]))  # buffers: each rank's last batch
+
+
+def test_a_byte_scaled_stand_in_tries_the_advisors_ddp_sizes_divided(world_of_one):
+    """``byte_scale`` S (``gradsched bench --scale-bytes S``: the model is 1/S of the one emulated): the PyTorch DDP
+    advised for the trials is the advisor's pick among its bucket sizes / S, as it would be for the model emulated."""
+    from gradsched.advise import BUCKETS_MB
+
+    module = _net()
+    model = DistributedDataParallel(module, "auto", plan_options={**OPTIONS, "byte_scale": 16}, bucket_cap_mb=0.01)
+    profile, cluster = profile_from_module(module), bundled_cluster()
+    caps = [r.plan.options["bucket_cap_mb"] for r in model.autotuner._torch_ddp_trials(profile, cluster)]
+    advised = best_ddp_bucket_mb(profile, cluster, tuple(mb / 16 for mb in BUCKETS_MB))
+    assert caps[:2] == [0.01, advised] and advised * 16 in BUCKETS_MB and advised not in BUCKETS_MB

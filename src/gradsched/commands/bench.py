@@ -236,9 +236,9 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
     rows = trimmed.entries if trimmed is not None else _checked_entries(args)
     steps = trimmed.steps if trimmed is not None else (args.steps or DEFAULT_STEPS)
     if scale > 1:
-        from gradsched.byte_scaling import scale_ddp_entries
+        from gradsched.byte_scaling import scale_entries
 
-        rows = [BenchEntry.from_dict(e) for e in scale_ddp_entries(rows, scale)]  # type: ignore[arg-type]
+        rows = [BenchEntry.from_dict(e) for e in scale_entries(rows, scale)]  # type: ignore[arg-type]
     return BenchConfig(model=model, seed=args.seed, batch_size=args.batch_size, lr=args.lr,
                        entries=rows, steps=steps, warmup_steps=trimmed.warmup_steps if trimmed else 0,
                        rounds=args.rounds, warmup_rounds=args.warmup_rounds,
@@ -486,7 +486,9 @@ def _report(args: argparse.Namespace, result: BenchResult, meta: dict[str, Any],
 def _scale_line(scale: int) -> str:
     return (f"byte scaling {scale}: every tensor 1/{scale} of its elements on links at rate/{scale}, so each "
             f"operation's bandwidth time is the emulated one; per-message latency is not scaled (it weighs "
-            f"{scale}x more against the bytes than in the cluster emulated); sizes above are the scaled ones")
+            f"{scale}x more against the bytes than in the cluster emulated); every size given or used (DDP's "
+            f"bucket caps, the planners' options, auto's candidates) was divided by {scale} too, but PyTorch DDP's "
+            f"own 1 MiB first bucket; sizes above are the scaled ones")
 
 
 def _title(args: argparse.Namespace, network: str) -> str:

@@ -42,7 +42,8 @@ from gradsched.planners.options import STRATEGIES, Option
 from gradsched.planners import _collective as coll
 from gradsched.planners._slack import STRETCHES, busy_in_backward_s, near
 from gradsched.planners._tables import tensor_table
-from gradsched.planners.registry import get_planner, is_sparse, planner_option_specs, register, strategy_names
+from gradsched.planners.registry import (byte_scaled_options, get_planner, is_sparse, planner_option_specs, register,
+                                         strategy_names)
 from gradsched.profile import Profile
 from gradsched.sparsity import DENSITY
 
@@ -64,11 +65,14 @@ GRID: dict[str, list[dict[str, Any]]] = {
 }
 
 
-def candidates(density: float = 1.0, exclude: tuple[str, ...] = (),
-               hierarchical: str = "auto", slack: float = 0.0) -> Iterator[tuple[str, dict[str, Any]]]:
+def candidates(density: float = 1.0, exclude: tuple[str, ...] = (), hierarchical: str = "auto", slack: float = 0.0,
+               byte_scale: int = 1) -> Iterator[tuple[str, dict[str, Any]]]:
     """(strategy, options) pairs that ``auto`` tries (``hierarchical`` goes to every strategy
     that takes it; ``auto``, its default, is left out of their options; with ``slack`` above 0,
-    ``optimal`` on each of :data:`STRETCHES` too)."""
+    ``optimal`` on each of :data:`STRETCHES` too).  ``byte_scale`` S above 1: the profile is a byte-scaled
+    stand-in (``gradsched bench --scale-bytes S``), and every candidate's sizes, the grid's and the
+    strategies' defaults, are divided by S (:func:`~gradsched.planners.registry.byte_scaled_options`), so
+    that it tries the plans it would try for the model emulated."""
     if not 0 < density <= 1:
         raise GradschedError(f"auto: density must be in (0, 1], got {density}")
     for name in strategy_names():
@@ -83,7 +87,7 @@ def candidates(density: float = 1.0, exclude: tuple[str, ...] = (),
         if name == "optimal" and slack > 0:
             grid = [{}] + [{"stretch": f} for f in STRETCHES]
         for opts in grid:
-            yield name, {**opts, **extra}
+            yield name, byte_scaled_options(name, {**opts, **extra}, byte_scale)
 
 
 def takes_hierarchical(name: str) -> bool:
@@ -100,13 +104,14 @@ class Ranked:
 
 
 def ranked(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int = 1,
-           exclude: tuple[str, ...] = (), hierarchical: str = "auto", slack: float = 0.0) -> list[Ranked]:
+           exclude: tuple[str, ...] = (), hierarchical: str = "auto", slack: float = 0.0,
+           byte_scale: int = 1) -> list[Ranked]:
     """Every candidate, simulated, fastest predicted first (ties: fewer operations, then candidate order),
     except that the first is the near-tied one (within ``slack``) least busy before the backward ends."""
     from gradsched.sim import simulate  # the simulator imports planners' types only
 
     keyed = []
-    for k, (name, opts) in enumerate(candidates(density, tuple(exclude), hierarchical, slack)):
+    for k, (name, opts) in enumerate(candidates(density, tuple(exclude), hierarchical, slack, byte_scale)):
         candidate = get_planner(name)(profile, cluster, **opts)
         result = simulate(candidate, profile, cluster, channels=channels, timeline=False)
         busy = busy_in_backward_s(result.op_start_s, result.op_end_s, result.backward_end_s)
@@ -129,7 +134,7 @@ def as_auto(choice: Ranked, tried: int, density: float = 1.0) -> Plan:
 
 def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int = 1,
          exclude: tuple[str, ...] = (), hierarchical: str = "auto",
-         slack: float = 0.0) -> tuple[Ranked, int]:
+         slack: float = 0.0, byte_scale: int = 1) -> tuple[Ranked, int]:
     """``ranked(...)[0]`` and how many candidates there were, simulating fewer of them.
 
     The same winner, found faster: a candidate whose plan equals one already simulated
@@ -151,7 +156,7 @@ def best(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int
     made: dict[tuple, Plan] = {}
     count = 0
     widen = (1 + max(slack, 0.0)) * (1 + 1e-9)
-    for k, (name, opts) in _strong_first(list(candidates(density, tuple(exclude), hierarchical, slack))):
+    for k, (name, opts) in _strong_first(list(candidates(density, tuple(exclude), hierarchical, slack, byte_scale))):
         count += 1
         bound = math.inf if top_s is None else top_s * widen
         if top_s is not None and _floor_ranked_s(name, profile, cluster, opts, channels) > bound:
@@ -392,15 +397,18 @@ OPTIONS = (
     coll.OPTION,
     Option("slack", float, 0.0, low=0.0, high=1.0,
            doc="plans predicted within this fraction of the best go to the one least busy during the backward"),
+    Option("byte_scale", int, 1, low=1, high=4096,
+           doc="the profile is a byte-scaled stand-in (gradsched bench --scale-bytes S): every candidate's sizes "
+               "divided by S"),
 )
 
 
 @register("auto", options=OPTIONS)
 def plan(profile: Profile, cluster: Cluster, density: float = 1.0, channels: int = 1,
-         exclude: tuple[str, ...] = (), hierarchical: str = "auto", slack: float = 0.0) -> Plan:
+         exclude: tuple[str, ...] = (), hierarchical: str = "auto", slack: float = 0.0, byte_scale: int = 1) -> Plan:
     coll.check_mode("auto", hierarchical, cluster)
     with _no_cycle_collection():
-        choice, tried = best(profile, cluster, density, channels, exclude, hierarchical, slack)
+        choice, tried = best(profile, cluster, density, channels, exclude, hierarchical, slack, byte_scale)
     return as_auto(choice, tried, density)
 
 

@@ -18,9 +18,9 @@ from gradsched.profile import Profile
 
 MAX_OPERATIONS = 10_000_000  # more blocks than this is a typo in partition_bytes, not a plan
 OPTIONS = (
-    Option("partition_bytes", int, 4 << 20, low=1, high=1 << 50, doc="largest block in bytes"),
+    Option("partition_bytes", int, 4 << 20, low=1, high=1 << 50, doc="largest block in bytes", size=True),
     Option("credit_bytes", int, None, low=1, high=1 << 60, optional=True,
-           doc="bytes issued but unfinished at a time (default: two blocks)"),
+           doc="bytes issued but unfinished at a time (default: two blocks)", size=True),
     coll.OPTION,
 )
 

@@ -19,11 +19,12 @@ from gradsched.profile import Profile
 
 
 BUCKET_CAP_MB = Option("bucket_cap_mb", float, 25.0, low=0, low_open=True, high=1e9,
-                       doc="bucket size in MiB after the first")
+                       doc="bucket size in MiB after the first", size=True)
 """DDP's bucket size, declared once: this planner's option and the drop-in's ``bucket_cap_mb``."""
 OPTIONS = (
     BUCKET_CAP_MB,
-    Option("first_bucket_mb", float, 1.0, low=0, low_open=True, high=1e9, doc="size of the first bucket in MiB"),
+    Option("first_bucket_mb", float, 1.0, low=0, low_open=True, high=1e9, doc="size of the first bucket in MiB",
+           size=True),
 )
 
 

@@ -51,7 +51,7 @@ SEARCH_THRESHOLDS_MB = (1.0, 4.0, 16.0, 25.0, 64.0, 256.0)  # the range DeAR's B
 OPTIONS = (
     Option("grouping", str, "planned", doc="planned (simulator), threshold (DeAR's rule) or nearby (every N layers)"),
     Option("threshold_mb", float, DEFAULT_THRESHOLD_MB, low=0, low_open=True,
-           doc="grouping=threshold: a group stays within this many MB (10^6 bytes)"),
+           doc="grouping=threshold: a group stays within this many MB (10^6 bytes)", size=True),
     Option("nearby_layers", int, DEFAULT_NEARBY_LAYERS, low=1, doc="grouping=nearby: layers per group"),
 )
 

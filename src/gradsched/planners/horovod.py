@@ -20,7 +20,7 @@ from gradsched.profile import Profile
 
 
 OPTIONS = (
-    Option("fusion_mb", float, 128.0, low=0, low_open=True, high=1e9, doc="fusion buffer size in MiB"),
+    Option("fusion_mb", float, 128.0, low=0, low_open=True, high=1e9, doc="fusion buffer size in MiB", size=True),
     # below a microsecond the cycle is no longer a time Horovod's thread can keep (and
     # cycle_ms / 1e3 may round to 0)
     Option("cycle_ms", float, 1.0, low=1e-3, high=1e6, doc="background thread's cycle in milliseconds"),

@@ -89,6 +89,24 @@ def is_sparse(name: str) -> bool:
     return name in _SPARSE
 
 
+def byte_scaled_options(name: str, options: dict[str, Any], scale: int) -> dict[str, Any]:
+    """``options`` of strategy ``name`` for a byte-scaled stand-in of a model (every tensor 1/``scale`` of its
+    elements on links at rate / ``scale``: ``gradsched bench --scale-bytes``): each size option the strategy
+    declares (:attr:`~gradsched.options.Option.size`: bytes, MiB or MB), given or at its default, divided by
+    ``scale``, so that the stand-in is planned into the operations the model emulated would be, each as long.
+    Integer sizes are rounded (at least 1; 0 stays 0); a default of None (the planner's own choice) stays."""
+    out = dict(options)
+    if scale == 1:
+        return out
+    for o in planner_option_specs(name).values():
+        value = out.get(o.name, o.default)
+        if not o.size or value is None:
+            continue
+        value = coerce(name, o, value, strategy_names)  # a string from the command line, checked
+        out[o.name] = (max(1, round(value / scale)) if value > 0 else 0) if o.kind is int else value / scale
+    return out
+
+
 def make_plan(name: str, profile: Profile, cluster: Cluster, **options: Any) -> Plan:
     """Run planner ``name``; unknown or ill-typed options are an error naming the option."""
     return get_planner(name)(profile, cluster, **options)

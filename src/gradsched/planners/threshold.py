@@ -15,7 +15,8 @@ from gradsched.planners.registry import register
 from gradsched.profile import Profile
 
 
-OPTIONS = (Option("mb", float, 25.0, low=0, low_open=True, high=1e9, doc="bucket size in MiB"), coll.OPTION)
+OPTIONS = (Option("mb", float, 25.0, low=0, low_open=True, high=1e9, doc="bucket size in MiB", size=True),
+           coll.OPTION)
 
 
 @register("threshold", options=OPTIONS)

@@ -1118,7 +1118,7 @@ def _check_options(unit_bytes: object, max_evaluations: object, extend: object,
 
 
 OPTIONS = (
-    Option("unit_bytes", int, DEFAULT_UNIT_BYTES, low=1, high=1 << 50, doc="block unit in bytes"),
+    Option("unit_bytes", int, DEFAULT_UNIT_BYTES, low=1, high=1 << 50, doc="block unit in bytes", size=True),
     Option("max_evaluations", int, DEFAULT_MAX_EVALUATIONS, low=1, high=1_000_000, optional=True,
            doc="promotions the priority search considers per rule (1: front-first, no search); "
                "left out: every layer"),
@@ -1132,7 +1132,8 @@ OPTIONS = (
            doc="promotion window: 'block' (gradsched's) or 'layer' (nearest the paper's); "
                "left out: chosen by simulation"),
     Option("merge_bytes", int, 0, low=0, high=1 << 50,
-           doc="merge consecutive layers into groups of at least this many bytes first (0: the paper's layers)"),
+           doc="merge consecutive layers into groups of at least this many bytes first (0: the paper's layers)",
+           size=True),
     coll.OPTION,
 )
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 # The options of "auto" that go to the auto planner (AutoTuneConfig.planner_options): every option the planner
 # declares (gradsched.planners.auto.OPTIONS) but density, which decides whether auto adapts (tests/test_tuning.py)
-PLANNER_KEYS = ("channels", "exclude", "hierarchical", "slack")
+PLANNER_KEYS = ("channels", "exclude", "hierarchical", "slack", "byte_scale")
 PROBE_BYTES = (8 << 10, 256 << 10, 2 << 20)  # start-up probes, used only when the initial plan has too few sizes
 MIN_SIZES = 3  # distinct operation sizes wanted for a line fit
 KEEP_POINTS = 9  # service times kept per operation size (most recent)

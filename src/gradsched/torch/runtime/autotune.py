@@ -603,6 +603,11 @@ class AutoTuner:
         self._next_check = next_check(step, self.config, self.replans, after_replan, is_torch_ddp(self._model.plan()))
 
     @property
+    def _byte_scale(self) -> int:
+        """S where the model is a byte-scaled stand-in (the planner option ``byte_scale``), else 1."""
+        return int(self.config.planner_options.get("byte_scale", 1))
+
+    @property
     def _is_root(self) -> bool:
         return self._model.rank == 0
 
@@ -616,6 +621,7 @@ class AutoTuner:
         (and, at the first plan, the runners-up to measure: :attr:`AutoTuneConfig.trials`)."""
         from gradsched.planners import make_plan
         from gradsched.planners.auto import Ranked, as_auto, ranked
+        from gradsched.planners.registry import byte_scaled_options
         from gradsched.sim import simulate
         from gradsched.torch.runtime.planning import issue_order
 
@@ -638,8 +644,8 @@ class AutoTuner:
         measured_plan_s = simulate(model.plan(), profile, cluster, timeline=False).iteration_s
         expected = predicted * measured_s / measured_plan_s if measured_plan_s > 0 else predicted
 
-        def with_defaults(strategy: str) -> Ranked:
-            default = make_plan(strategy, profile, cluster)
+        def with_defaults(strategy: str) -> Ranked:  # its sizes divided on a byte-scaled stand-in (byte_scale)
+            default = make_plan(strategy, profile, cluster, **byte_scaled_options(strategy, {}, self._byte_scale))
             return Ranked(simulate(default, profile, cluster, timeline=False).iteration_s, strategy, default)
 
         trials: list[Ranked] = []
@@ -697,18 +703,19 @@ class AutoTuner:
 
     def _torch_ddp_trials(self, profile: Profile, cluster: Cluster) -> list[Ranked]:
         """Rank 0, at the first plan: PyTorch's own DDP (:mod:`gradsched.torch.runtime.torch_ddp`) at the
-        user's bucket size (built as the user's DDP is), at the one the advisor predicts fastest and as one
-        bucket; a size that makes the same buckets as one before it is left out."""
+        user's bucket size (built as the user's DDP is), at the one the advisor predicts fastest (of its sizes divided
+        by ``byte_scale`` on a byte-scaled stand-in) and as one bucket; a size that makes the same buckets as one
+        before it is left out."""
         if not self.config.torch_ddp:
             return []
-        from gradsched.advise import best_ddp_bucket_mb
+        from gradsched.advise import BUCKETS_MB, best_ddp_bucket_mb
         from gradsched.planners.auto import Ranked
         from gradsched.sim import simulate
 
         user = self._model.ddp_bucket_cap_mb
         plans = [candidate_plan(profile, cluster, user, default=not self._model.ddp_cap_given)]
-        plans += [candidate_plan(profile, cluster, cap) for cap in (best_ddp_bucket_mb(profile, cluster),
-                                                                    one_bucket_mb(profile))
+        advised = best_ddp_bucket_mb(profile, cluster, tuple(mb / self._byte_scale for mb in BUCKETS_MB))
+        plans += [candidate_plan(profile, cluster, cap) for cap in (advised, one_bucket_mb(profile))
                   if cap != user]  # (the pool keeps one PyTorch DDP per size)
         unique: dict[str, Plan] = {}
         for plan in plans:  # the same buckets: the first size named stays
