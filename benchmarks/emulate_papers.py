@@ -47,8 +47,9 @@ def _run(model: str, args: argparse.Namespace) -> dict:
     t0, load = time.time(), os.getloadavg()[0]
     done = subprocess.run([sys.executable, "-m", "gradsched.cli", *cmd[1:]], capture_output=True, text=True)
     wall = time.time() - t0
-    if done.returncode != 0:
-        return {"model": model, "command": " ".join(cmd), "failed": done.stderr.strip().splitlines()[-1:],
+    if done.returncode != 0:  # the bench's own words, on the terminal and (their end) in the summary
+        sys.stderr.write(f"{model}: gradsched bench exited {done.returncode}\n{done.stdout[-2000:]}{done.stderr}")
+        return {"model": model, "command": " ".join(cmd), "failed": done.stderr.strip().splitlines()[-20:],
                 "wall_s": wall}
     rows = json.loads(out.read_text())
     auto = next(r for r in rows if r["strategy"] == "auto")
