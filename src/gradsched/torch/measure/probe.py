@@ -150,15 +150,18 @@ class ContentionProbe:
         self._release()
 
     def _release(self) -> None:
-        """Between measurements, the all-gradients buffer and the step's gradients hold no memory
-        (a bench's rows take turns with the probe: gradsched.torch.jobs.shared_model)."""
+        """Between measurements, the all-gradients buffer, the two phases' and the step's gradients hold no
+        memory (a bench's rows take turns with the probe: gradsched.torch.jobs.shared_model; the shard, half the
+        gradients on two ranks, stayed: googlenet-k80's default bench, 27 MB a rank through its rows)."""
         self._opt.zero_grad(set_to_none=True)
-        self._big.untyped_storage().resize_(0)
+        for t in (self._big, self._shard):
+            t.untyped_storage().resize_(0)
         self._pieces = torch.zeros(0)
 
     def _restore(self) -> None:
-        self._big.untyped_storage().resize_(self._big.numel() * self._big.element_size())
-        self._big.zero_()
+        for t in (self._big, self._shard):
+            t.untyped_storage().resize_(t.numel() * t.element_size())
+            t.zero_()
         if self.two_phase and not self._nccl and dist.get_world_size() != 2:  # as the runtime (scratch_for)
             self._pieces = torch.zeros(self._shard.numel() * dist.get_world_size())
 
