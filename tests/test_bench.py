@@ -118,6 +118,28 @@ def test_memory_check_does_not_count_rows_and_names_its_margin(model_mb, largest
             check_memory(model, largest, ranks, have)
 
 
+def test_memory_check_counts_a_two_phase_rows_buffers_and_names_them():
+    """A dear row (or auto trying dear) holds its shards beside the arena, and beyond two ranks the all-to-all's
+    buffer as large as the gradients (gradsched.torch.runtime.decoupled): the check counts them where a row may
+    run them, says so and how many MB, and names its margin."""
+    from gradsched.bench_memory import check_memory, rank_bytes, two_phase_bytes
+    from gradsched.jobs.bench import entries, runs_two_phase
+
+    model, largest = int(100e6), int(10e6)
+    assert two_phase_bytes(model, 2) == model / 2 and two_phase_bytes(model, 4) == model * 1.25
+    assert rank_bytes(model, largest, 4, two_phase=True) - rank_bytes(model, largest, 4) == model * 1.25
+    plain = 4 * rank_bytes(model, largest, 4)
+    have = int(plain / 0.8) + 1  # fits without the two phases, not with them
+    assert check_memory(model, largest, 4, have) == pytest.approx(plain)
+    with pytest.raises(GradschedError, match=r"125 MB for the two phases' buffers \(dear\).* the rest is the "
+                                             r"margin: [0-9.]+ GB"):
+        check_memory(model, largest, 4, have, two_phase=True)
+    assert runs_two_phase(entries("ddp,dear", "none")) and runs_two_phase(entries("ddp,auto", "none"))
+    assert not runs_two_phase(entries("ddp,sync,usbyte,fsdp2", "1,5"))
+    assert not runs_two_phase(entries("ddp,auto", "none", options={"auto": {"exclude": ["dear"]}}))
+    assert not runs_two_phase(entries("ddp,auto", "none", options={"auto": {"exclude": "usbyte,dear"}}))
+
+
 def test_rate_without_root_says_what_to_do(monkeypatch, capsys):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert main(["bench", "--rate", "1gbit", "--model", "mlp"]) == 2

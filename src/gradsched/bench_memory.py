@@ -4,8 +4,11 @@ Since the rows share one model per rank (:mod:`gradsched.torch.jobs.shared_model
 rank holds, whatever the number of rows: the parameters, the shared momentum, the
 buckets of the one row that runs (``COPIES`` times the parameters' bytes in all), the
 largest tensor's gradient as autograd hands it over, and its own torch, gloo and
-gradsched.  Measured with ``gradsched bench --json`` (``peak_rss_bytes``, the largest
-rank's VmHWM): docs/bench.md, "Memory".
+gradsched.  A two-phase row (``dear``, or run-time ``auto`` trying it) holds more while it
+runs: each group's shard beside the arena, and beyond two ranks the all-to-all's buffer as
+large as the group (:func:`two_phase_bytes`, :mod:`gradsched.torch.runtime.decoupled`).
+Measured with ``gradsched bench --json`` (``peak_rss_bytes``, the largest rank's VmHWM):
+docs/bench.md, "Memory".
 """
 
 from __future__ import annotations
@@ -21,9 +24,18 @@ COPIES = 3  # parameters, momentum, one row's buckets (gradients are views of th
 MEMORY_SHARE = 0.8  # of the available memory, what a replay may plan to use (the rest: the estimate's error, the OS)
 
 
-def rank_bytes(model_bytes: int, largest_bytes: int) -> float:
-    """The peak resident bytes of one rank replaying a model of ``model_bytes`` (largest tensor ``largest_bytes``)."""
-    return RANK_BASE_BYTES + COPIES * model_bytes + largest_bytes
+def two_phase_bytes(model_bytes: int, ranks: int) -> float:
+    """What a two-phase row holds beside its arena on the CPU (gloo) on ``ranks`` ranks: every group's shard
+    (1/ranks of it; on two ranks it also receives the other rank's part), and beyond two ranks the
+    all-to-all's buffer, as large as the group (:func:`gradsched.torch.runtime.decoupled.scratch_for`)."""
+    return model_bytes / ranks + (model_bytes if ranks > 2 else 0)
+
+
+def rank_bytes(model_bytes: int, largest_bytes: int, ranks: int = 2, two_phase: bool = False) -> float:
+    """The peak resident bytes of one rank replaying a model of ``model_bytes`` (largest tensor ``largest_bytes``)
+    on ``ranks`` ranks; ``two_phase``: a row runs reduce-scatters and all-gathers (:func:`two_phase_bytes`)."""
+    extra = two_phase_bytes(model_bytes, ranks) if two_phase else 0.0
+    return RANK_BASE_BYTES + COPIES * model_bytes + largest_bytes + extra
 
 
 def available_bytes() -> int:
@@ -32,18 +44,23 @@ def available_bytes() -> int:
     return available if available is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def check_memory(model_bytes: int, largest_bytes: int, ranks: int, have: int | None = None) -> float:
-    """Refuse a replay whose ranks would not fit in ``MEMORY_SHARE`` of the available memory; returns the need."""
+def check_memory(model_bytes: int, largest_bytes: int, ranks: int, have: int | None = None,
+                 two_phase: bool = False) -> float:
+    """Refuse a replay whose ranks would not fit in ``MEMORY_SHARE`` of the available memory; returns the need.
+    ``two_phase``: a row runs reduce-scatters and all-gathers (``dear``, or ``auto`` with it among its candidates)."""
     have = available_bytes() if have is None else have
-    per_rank = rank_bytes(model_bytes, largest_bytes)
+    per_rank = rank_bytes(model_bytes, largest_bytes, ranks, two_phase)
     need = per_rank * ranks
     if need > MEMORY_SHARE * have:
+        extra = (f", {two_phase_bytes(model_bytes, ranks) / 1e6:.0f} MB for the two phases' buffers (dear)"
+                 if two_phase else "")
         raise GradschedError(
             f"replaying {model_bytes / 1e6:.0f} MB of parameters on {ranks} ranks needs about {need / 1e9:.1f} GB "
             f"({per_rank / 1e9:.2f} GB a rank: {RANK_BASE_BYTES / 1e9:.2f} GB of runtime, {COPIES}x the parameters "
-            f"and the largest tensor once, whatever the rows), more than the {MEMORY_SHARE:.0%} of the available "
-            f"{have / 1e9:.1f} GB that a replay may use ({MEMORY_SHARE * have / 1e9:.1f} GB; the rest is the "
-            f"margin): use fewer hosts or ranks per host, or a smaller profile")
+            f"and the largest tensor once{extra}, whatever the rows), more than the {MEMORY_SHARE:.0%} of the "
+            f"available {have / 1e9:.1f} GB that a replay may use ({MEMORY_SHARE * have / 1e9:.1f} GB; the rest is "
+            f"the margin: {(1 - MEMORY_SHARE) * have / 1e9:.1f} GB): use fewer hosts or ranks per host, or a smaller "
+            f"profile")
     return need
 
 

@@ -86,14 +86,15 @@ def smallest_fitting_scale(fits: Callable[[int], bool], given: int | None) -> in
                          "use fewer hosts or ranks per host")
 
 
-def pick_scale(profile: Profile, ranks: int, given: int | None, shaped: bool) -> int:
+def pick_scale(profile: Profile, ranks: int, given: int | None, shaped: bool, two_phase: bool = False) -> int:
     """The byte scale of a replay of ``profile`` on ``ranks`` ranks: ``given`` (checked to fit), else 1 if the
-    model fits this machine's memory, else the smallest power of two that fits (on shaped links only)."""
+    model fits this machine's memory, else the smallest power of two that fits (on shaped links only);
+    ``two_phase``: a row runs reduce-scatters and all-gathers (:func:`gradsched.bench_memory.check_memory`)."""
     from gradsched.bench_memory import check_memory
 
     def need(scale: int) -> None:
         scaled = scale_profile(profile, scale)
-        check_memory(scaled.total_bytes, max(t.bytes for t in scaled.tensors), ranks)
+        check_memory(scaled.total_bytes, max(t.bytes for t in scaled.tensors), ranks, two_phase=two_phase)
 
     def fits(scale: int) -> bool:
         try:

@@ -159,7 +159,7 @@ def test_the_probe_times_the_two_phases_on_a_group(tmp_path):
         dist.destroy_process_group()
     assert all(len(v) == 2 and min(v) > 0 for v in probe.samples.values())
     assert {"reducescatter_overlapped_s", "allgather_alone_s"} <= set(probe.samples)
-    assert probe._pieces.numel() == 0  # released between measurements
+    assert probe._pieces.numel() == 0 and probe._shard.untyped_storage().nbytes() == 0  # released between them
 
 
 @pytest.mark.parametrize("strategies, two_phase", [("ddp,auto", False), ("ddp,usbyte,mgwfbp", False),

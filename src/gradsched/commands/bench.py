@@ -400,7 +400,7 @@ def run(args: argparse.Namespace) -> int:
     rate = _network(args)
     replay = args.replay is not None
     scale, note = bench_rules.byte_scale(args.replay, args.hosts * args.ranks_per_host, args.scale_bytes,
-                                           rate is not None)
+                                           rate is not None, bench_rules.runs_two_phase(_checked_entries(args)))
     if note:  # the byte scale it picked
         print(note, file=sys.stderr)
     shaped = shaped_rate(rate, args.hosts, args.dilate, replay, scale)

@@ -136,10 +136,26 @@ def shaped_rate(rate: str | None, hosts: int, dilate: float, replay: bool, scale
     return bps
 
 
-def byte_scale(replay: str | None, ranks: int, given: float | None, shaped: bool) -> tuple[int, str | None]:
+def runs_two_phase(rows: list[BenchEntry]) -> bool:
+    """Whether a row may run reduce-scatters and all-gathers on gradsched's runtime: a ``dear`` row, or ``auto``
+    (run-time or planned) unless ``dear`` is among its ``exclude``: their buffers beside the arena
+    (:func:`gradsched.bench_memory.two_phase_bytes`)."""
+    for e in rows:
+        if e.torch_ddp or e.fsdp2:
+            continue
+        excluded = (e.options or {}).get("exclude") or ()
+        if isinstance(excluded, str):
+            excluded = [x.strip() for x in excluded.split(",")]
+        if e.strategy == "dear" or (e.strategy == "auto" and "dear" not in excluded):
+            return True
+    return False
+
+
+def byte_scale(replay: str | None, ranks: int, given: float | None, shaped: bool,
+               two_phase: bool = False) -> tuple[int, str | None]:
     """The replay's byte scale (``--scale-bytes``, else the smallest that passes the memory admission,
-    :func:`gradsched.bench_memory.check_memory`; 1 without a replay) and, when it picked one above 1, the
-    line that says so."""
+    :func:`gradsched.bench_memory.check_memory`, ``two_phase`` as :func:`runs_two_phase` says; 1 without a
+    replay) and, when it picked one above 1, the line that says so."""
     from gradsched.byte_scaling import check_scale, pick_scale
 
     checked = check_scale(given) if given is not None else None
@@ -149,7 +165,7 @@ def byte_scale(replay: str | None, ranks: int, given: float | None, shaped: bool
         return 1, None
     profile = load_profile(replay)
     check_replayable(profile)
-    scale = pick_scale(profile, ranks, checked, shaped)
+    scale = pick_scale(profile, ranks, checked, shaped, two_phase)
     if checked is not None or scale == 1:
         return scale, None
     return scale, (f"{profile.total_bytes / 1e6:.0f} MB of parameters on {ranks} ranks do not fit this machine's "

@@ -45,7 +45,8 @@ import torch.distributed as dist
 from gradsched.cluster import COLLECTIVES, Cluster, Topology
 from gradsched.costs import PER_RANK, fit_measured
 from gradsched.queued import fit_queued
-from gradsched.torch.runtime.decoupled import reduce_scatter
+from gradsched.torch.runtime.decoupled import all_gather, reduce_scatter, scratch_for, start_all_gather, start_reduce_scatter
+from gradsched.torch.runtime.groups import uses_nccl
 from gradsched.costs import NODE_STEPS
 from gradsched.errors import GradschedError
 from gradsched.netbench_args import DEFAULT_OUTPUT
@@ -164,11 +165,9 @@ def _time_collective(name: str, nbytes: int, world: int, device: torch.device, r
     small one carries the barrier's skew."""
     numel = max(1, nbytes // 4)
     buf = torch.zeros(numel, dtype=_ELEMENT, device=device)  # zeros: repeated sums stay finite
-    out = torch.empty(numel * world, dtype=_ELEMENT, device=device) if name in PER_RANK else None
-    scratch = torch.empty_like(out) if name == "reducescatter" and device.type == "cpu" else None
-
-    # all_gather_single is the newer name of all_gather_into_tensor (deprecated since 2.13).
-    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    out = torch.zeros(numel * world, dtype=_ELEMENT, device=device) if name in PER_RANK else None
+    # the two phases as the runtime runs them (gradsched.torch.runtime.decoupled), with its buffers
+    scratch = scratch_for(out, world, uses_nccl(group or dist.group.WORLD, device)) if out is not None else None
 
     def once() -> None:
         if name == "allreduce":
@@ -177,10 +176,10 @@ def _time_collective(name: str, nbytes: int, world: int, device: torch.device, r
             dist.reduce(buf, dst=root, group=group)
         elif name == "broadcast":
             dist.broadcast(buf, src=root, group=group)
-        elif name == "reducescatter":  # as the runtime runs it (gradsched.torch.runtime.decoupled)
+        elif name == "reducescatter":
             reduce_scatter(buf, out, scratch, group)
         else:
-            gather(out, buf, group=group)
+            all_gather(out, buf, scratch, group)
 
     for _ in range(warmup):
         once()
@@ -213,6 +212,7 @@ def measure_queued(name: str, sizes: Sequence[int], depths: Sequence[int], *, re
     ks = sorted({k for k in depths if k > 1})
     rows: dict[str, list[list[float]]] = {str(k): [] for k in [1, *ks]}
     for nbytes in sizes:
+        issue = None  # the last size's buffers go before this one's are made
         issue = _queue(name, nbytes, max(ks), world, device)
         for _ in range(warmup):
             issue(max(ks), False)
@@ -235,22 +235,25 @@ def measure_queued(name: str, sizes: Sequence[int], depths: Sequence[int], *, re
 
 def _queue(name: str, nbytes: int, most: int, world: int, device: torch.device) -> Callable[[int, bool], None]:
     """``issue(k, together)``: ``k`` operations of ``name`` on ``nbytes`` (a rank's part for a per-rank
-    collective), each on its own buffers as a plan's groups are; issued all before any is waited for
-    (``together``) or each waited for before the next; done when the device is."""
+    collective), each on its own buffers as a plan's groups are (those it only reads shared); issued all
+    before any is waited for (``together``) or each waited for before the next; done when the device is."""
     numel = max(1, nbytes // 4)
-    bufs = [torch.zeros(numel, dtype=_ELEMENT, device=device) for _ in range(most)]
-    full = name in PER_RANK
-    outs = [torch.empty(numel * world, dtype=_ELEMENT, device=device) for _ in range(most)] if full else []
-    fulls = [torch.zeros(numel * world, dtype=_ELEMENT, device=device) for _ in range(most)] \
-        if name == "reducescatter" else []
-    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    # a two-phase operation's input only read (a reduce-scatter's whole, an all-gather's part): one for the
+    # queue (the 4 inputs and 4 outputs of 16 MiB a rank set a dear row's peak memory: 0.66 GB a rank)
+    bufs = [torch.zeros(numel, dtype=_ELEMENT, device=device) for _ in range(most if name != "allgather" else 1)]
+    fulls = [torch.zeros(numel * world, dtype=_ELEMENT, device=device)
+             for _ in range(most if name == "allgather" else 1)] if name in PER_RANK else []
+    bufs, fulls = bufs * (most // len(bufs)), fulls * (most // max(1, len(fulls)))
+    nccl = uses_nccl(dist.group.WORLD, device)
+    scratch = [scratch_for(f, world, nccl) for f in fulls] or [None] * most  # the runtime's buffers for the phases
+    rank = dist.get_rank()
 
     def one(i: int) -> dist.Work:
         if name == "allreduce":
             return dist.all_reduce(bufs[i], async_op=True)
-        if name == "reducescatter":  # the all-to-all of the runtime's gloo path (its local sum is compute)
-            return dist.all_to_all_single(outs[i], fulls[i], async_op=True)
-        return gather(outs[i], bufs[i], async_op=True)
+        if name == "reducescatter":  # as the runtime starts it (its local sum, after the wait, is compute)
+            return start_reduce_scatter(bufs[i], fulls[i], scratch[i], None, rank, nccl)
+        return start_all_gather(fulls[i], bufs[i], scratch[i], None, rank, nccl)
 
     def issue(k: int, together: bool) -> None:
         works = []

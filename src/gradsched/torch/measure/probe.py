@@ -43,7 +43,7 @@ from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.jobs.startup import probe_floor
 from gradsched.net_extend import extend_points
 from gradsched.torch.measure.netbench import measure_points, operations_for
-from gradsched.torch.runtime.decoupled import all_gather_single, reduce_scatter_single
+from gradsched.torch.runtime.decoupled import start_all_gather, start_reduce_scatter, sum_pieces
 from gradsched.torch.runtime.wrapper import broadcast_buffers
 
 
@@ -129,7 +129,7 @@ class ContentionProbe:
         self._big = torch.zeros(max(1, total_bytes // 4))  # zeros: the probe's sums stay finite whatever it runs
         self._smalls = [torch.zeros(SMALL_NUMEL) for _ in range(SMALL_OPS)]
         world = dist.get_world_size()
-        # the reduce-scatter's p pieces (gloo: an all-to-all, as the runtime) and this rank's shard
+        # the reduce-scatter's p pieces (gloo but on two ranks: an all-to-all, as the runtime) and this rank's shard
         self._pieces, self._shard = torch.zeros(0), torch.zeros(max(1, total_bytes // 4) // world)
         self._nccl = dist.get_backend() == "nccl"
         self.times = self.TIMES + (tuple(f"{n}_{w}_s" for n in PHASES for w in ("alone", "overlapped"))
@@ -150,16 +150,19 @@ class ContentionProbe:
         self._release()
 
     def _release(self) -> None:
-        """Between measurements, the all-gradients buffer and the step's gradients hold no memory
-        (a bench's rows take turns with the probe: gradsched.torch.jobs.shared_model)."""
+        """Between measurements, the all-gradients buffer, the two phases' and the step's gradients hold no
+        memory (a bench's rows take turns with the probe: gradsched.torch.jobs.shared_model; the shard, half the
+        gradients on two ranks, stayed: googlenet-k80's default bench, 27 MB a rank through its rows)."""
         self._opt.zero_grad(set_to_none=True)
-        self._big.untyped_storage().resize_(0)
+        for t in (self._big, self._shard):
+            t.untyped_storage().resize_(0)
         self._pieces = torch.zeros(0)
 
     def _restore(self) -> None:
-        self._big.untyped_storage().resize_(self._big.numel() * self._big.element_size())
-        self._big.zero_()
-        if self.two_phase and not self._nccl:
+        for t in (self._big, self._shard):
+            t.untyped_storage().resize_(t.numel() * t.element_size())
+            t.zero_()
+        if self.two_phase and not self._nccl and dist.get_world_size() != 2:  # as the runtime (scratch_for)
             self._pieces = torch.zeros(self._shard.numel() * dist.get_world_size())
 
     def _compute(self) -> None:
@@ -191,16 +194,17 @@ class ContentionProbe:
 
     def _phase_while(self, name: str, busy: bool) -> float:
         """Seconds of one reduce-scatter (gloo: all-to-all, then the local sum the runtime does on completion)
-        or all-gather of all gradients, as :meth:`_comm_while` times an all-reduce."""
+        or all-gather of all gradients, as the runtime runs them (:mod:`gradsched.torch.runtime.decoupled`), as
+        :meth:`_comm_while` times an all-reduce."""
         stamp: list[float] = []
         n = self._shard.numel() * dist.get_world_size()
+        full, rank = self._big[:n], dist.get_rank()
+        scratch = self._pieces if self._pieces.numel() else None
         t0 = time.perf_counter()
         if name == "allgather":
-            work = all_gather_single(self._big[:n], self._shard, async_op=True)
-        elif self._nccl:
-            work = reduce_scatter_single(self._shard, self._big[:n], async_op=True)
+            work = start_all_gather(full, self._shard, scratch, None, rank, self._nccl)
         else:
-            work = dist.all_to_all_single(self._pieces, self._big[:n], async_op=True)
+            work = start_reduce_scatter(self._shard, full, scratch, None, rank, self._nccl)
         work.get_future().add_done_callback(lambda _f: stamp.append(time.perf_counter()))
         while busy and not stamp:
             self._compute()
@@ -209,7 +213,7 @@ class ContentionProbe:
             time.sleep(1e-4)
         t1 = time.perf_counter()
         if name == "reducescatter" and not self._nccl:
-            torch.sum(self._pieces.view(dist.get_world_size(), -1), dim=0, out=self._shard)
+            sum_pieces(self._shard, full, scratch, rank)
         return stamp[0] - t0 + time.perf_counter() - t1
 
     def _phases(self) -> list[tuple[str, Callable[[], float]]]:

@@ -6,15 +6,17 @@ so :func:`executable` hands it the reduce-scatters alone, each run by one
 :class:`DecoupledAllReduce` that does both phases on the group's arena piece:
 
 1. **issue** (its gradients are complete, during backward): divide by the world size and
-   start the reduce-scatter.  On gloo that is ``all_to_all_single`` and a local sum of the p
-   pieces (gloo's ``reduce_scatter_tensor`` is an all-reduce and a slice, PyTorch PR
-   #118911: measured 1.6-2.8x slower on 2 ranks, benchmarks/gloo_reduce_scatter.py);
-   on NCCL ``reduce_scatter_tensor``.
+   start the reduce-scatter (:func:`start_reduce_scatter`).  On gloo that is ``all_to_all_single``
+   and a local sum of the p pieces (gloo's ``reduce_scatter_tensor`` is an all-reduce and a slice,
+   PyTorch PR #118911: measured 1.6-2.8x slower on 2 ranks, benchmarks/gloo_reduce_scatter.py), on
+   two ranks of the other rank's part alone, into the shard; on NCCL ``reduce_scatter_tensor``.
 2. **gather** (:func:`retire_alone`, when the executor first waits for any operation after
    backward: the first forward layer's gate with a ``DistributedOptimizer``, else the end of
    backward): for every decoupled operation in flight, in forward order (by its first tensor,
    the order the next forward needs them), wait for its reduce-scatter, sum this rank's
-   shard and start ``all_gather_single`` (``all_gather_into_tensor``) back into the piece, on a group of its own
+   shard and start the all-gather back into the piece (:func:`start_all_gather`: on NCCL
+   ``all_gather_single``, on gloo an all-to-all into the piece, as gloo's own all-gather takes a
+   buffer as large as the piece per call), on a group of its own
    (:func:`gather_group`), as DeAR's ``step()`` waits for the reduce-scatters and starts the
    all-gathers.  One group runs its collectives one after another, so the first layers'
    gathers end first.
@@ -102,7 +104,8 @@ class DecoupledAllReduce:
         self.padded = -(-n // world_size) * world_size
         self.full = self.piece if self.padded == n else torch.zeros(self.padded, dtype=self.piece.dtype,
                                                                      device=self.piece.device)
-        self.pieces = None if self.nccl else torch.empty_like(self.full)  # the p pieces an all-to-all brings
+        # gloo beyond two ranks: the p pieces the all-to-all brings (two ranks receive the other's into the shard)
+        self.pieces = scratch_for(self.full, world_size, self.nccl)
         self.shard = torch.empty(self.padded // world_size, dtype=self.piece.dtype, device=self.piece.device)
         self.phase = 0  # 0 idle, 1 reduce-scatter in flight, 2 gather in flight
         # set by a ShardedOptimizer (gradsched.torch.runtime.sharded): keep the reduced shard, gather nothing
@@ -115,17 +118,13 @@ class DecoupledAllReduce:
         if self.full is not self.piece:
             self.full[:self.piece.numel()].copy_(self.piece)
         self.full.div_(self.world_size)
-        if self.nccl:
-            work = reduce_scatter_single(self.shard, self.full, group=self.group, async_op=True)
-        else:
-            work = dist.all_to_all_single(self.pieces, self.full, group=self.group, async_op=True)
-        self.works = [work]
+        self.works = [start_reduce_scatter(self.shard, self.full, self.pieces, self.group, self.rank, self.nccl)]
         self.phase = 1
 
     def _gather(self) -> None:
         """The reduce-scatter is done: this rank's shard, then the all-gather into the piece."""
         if not self.nccl:
-            torch.sum(self.pieces.view(self.world_size, -1), dim=0, out=self.shard)
+            sum_pieces(self.shard, self.full, self.pieces, self.rank)
         if self.keep_shard:  # this rank's region of the piece holds the average, the rest its own part
             m = self.shard.numel()
             self.full[self.rank * m:(self.rank + 1) * m].copy_(self.shard)
@@ -135,10 +134,14 @@ class DecoupledAllReduce:
             if self.on_complete is not None:
                 self.on_complete(self.index)
             return
-        self.works = [all_gather_single(self.full, self.shard, group=self.gather_on, async_op=True)]
+        self.works = [self.start_all_gather()]
         self.phase = 2
         if self.on_complete is not None:
             self.works[-1].get_future().add_done_callback(lambda _f: self.on_complete(self.index))
+
+    def start_all_gather(self) -> dist.Work:
+        """Start gathering every rank's shard into ``full`` on the gather group (:func:`start_all_gather`)."""
+        return start_all_gather(self.full, self.shard, self.pieces, self.gather_on, self.rank, self.nccl)
 
     def is_done(self) -> bool:
         # never starts the gather itself: gathers go in forward order from one place (retire_alone), so
@@ -178,16 +181,78 @@ def retire_alone(ex: Any, j: int) -> bool:
     return j in decoupled
 
 
+def _to_peer(rank: int, m: int) -> list[int]:
+    """Two ranks' all-to-all split sizes: ``m`` elements to (from) the other rank, none to (from) oneself."""
+    return [0, m] if rank == 0 else [m, 0]
+
+
+def start_reduce_scatter(shard: torch.Tensor, full: torch.Tensor, scratch: torch.Tensor | None,
+                         group: dist.ProcessGroup | None, rank: int, nccl: bool) -> dist.Work:
+    """Start the reduce-scatter of ``full`` (this rank's contribution, ``world`` parts of ``shard``'s length):
+    ``reduce_scatter_tensor`` on NCCL; on gloo an all-to-all (:func:`sum_pieces` then sums what it brought):
+    of ``full`` into ``scratch`` (as large as ``full``) beyond two ranks, and on two ranks (``scratch`` None)
+    of the other rank's part alone, received into ``shard``: no buffer as large as ``full`` (the buffers of
+    googlenet-k80's 47 operations took 2.5x its 54 MB of gradients beside the arena, docs/bench.md "Memory")."""
+    if nccl:
+        return reduce_scatter_single(shard, full, group=group, async_op=True)
+    if scratch is not None:
+        return dist.all_to_all_single(scratch, full, group=group, async_op=True)
+    m = shard.numel()
+    peer = 1 - rank
+    split = _to_peer(rank, m)
+    return dist.all_to_all_single(shard, full[peer * m:(peer + 1) * m], split, split, group=group, async_op=True)
+
+
+def sum_pieces(shard: torch.Tensor, full: torch.Tensor, scratch: torch.Tensor | None, rank: int) -> None:
+    """On gloo, after :func:`start_reduce_scatter`'s all-to-all: ``shard`` = the sum of every rank's part of
+    it (two ranks: the other's, received there, plus this rank's own, one addition as ``torch.sum`` of the
+    two makes)."""
+    m = shard.numel()
+    if scratch is None:
+        shard.add_(full[rank * m:(rank + 1) * m])
+    else:
+        torch.sum(scratch.view(-1, m), dim=0, out=shard)
+
+
+def start_all_gather(full: torch.Tensor, shard: torch.Tensor, scratch: torch.Tensor | None,
+                     group: dist.ProcessGroup | None, rank: int, nccl: bool) -> dist.Work:
+    """Start gathering every rank's ``shard`` into ``full``: ``all_gather_into_tensor`` on NCCL; on gloo an
+    all-to-all straight into ``full`` (gloo's all-gather gathers into a buffer as large as ``full`` that it
+    allocates per call, then copies out): beyond two ranks from ``scratch``, ``shard`` copied into each of its
+    parts; on two ranks this rank's shard copied into place and sent to the other."""
+    if nccl:
+        return all_gather_single(full, shard, group=group, async_op=True)
+    m = shard.numel()
+    if scratch is not None:
+        scratch.view(-1, m).copy_(shard.expand(scratch.numel() // m, m))
+        return dist.all_to_all_single(full, scratch, group=group, async_op=True)
+    peer = 1 - rank
+    full[rank * m:(rank + 1) * m].copy_(shard)
+    split = _to_peer(rank, m)
+    return dist.all_to_all_single(full[peer * m:(peer + 1) * m], shard, split, split, group=group, async_op=True)
+
+
 def reduce_scatter(shard: torch.Tensor, full: torch.Tensor, scratch: torch.Tensor | None,
                    group: dist.ProcessGroup | None = None) -> None:
-    """``shard`` = this rank's part of the sum of every rank's ``full``, synchronously, as the runner does it:
-    ``reduce_scatter_tensor`` where ``scratch`` is None (NCCL), else an all-to-all into ``scratch`` (as large
-    as ``full``) and a local sum (gloo; ``gradsched netbench`` times it so)."""
-    if scratch is None:
-        reduce_scatter_single(shard, full, group=group)
-        return
-    dist.all_to_all_single(scratch, full, group=group)
-    torch.sum(scratch.view(-1, shard.numel()), dim=0, out=shard)
+    """``shard`` = this rank's part of the sum of every rank's ``full``, synchronously, as the runner does it
+    (:func:`start_reduce_scatter`, :func:`sum_pieces`; ``scratch``: None on NCCL and on two gloo ranks, else as
+    large as ``full``; ``gradsched netbench`` times it so)."""
+    nccl = uses_nccl(group or dist.group.WORLD, full.device)
+    start_reduce_scatter(shard, full, scratch, group, dist.get_rank(group), nccl).wait()
+    if not nccl:
+        sum_pieces(shard, full, scratch, dist.get_rank(group))
+
+
+def all_gather(full: torch.Tensor, shard: torch.Tensor, scratch: torch.Tensor | None,
+               group: dist.ProcessGroup | None = None) -> None:
+    """Every rank's ``shard`` into ``full``, synchronously, as the runner does it (:func:`start_all_gather`)."""
+    nccl = uses_nccl(group or dist.group.WORLD, full.device)
+    start_all_gather(full, shard, scratch, group, dist.get_rank(group), nccl).wait()
+
+
+def scratch_for(full: torch.Tensor, world: int, nccl: bool) -> torch.Tensor | None:
+    """The all-to-all's buffer the two phases need beside ``full`` on ``world`` ranks (None: none)."""
+    return None if nccl or world == 2 else torch.empty_like(full)
 
 
 def _done(works: list[dist.Work], nccl: bool) -> bool:

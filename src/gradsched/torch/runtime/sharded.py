@@ -180,7 +180,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         for j in self._forward_order:
             r = self._runners[j]
             r.fresh = False
-            self._gathers[j] = all_gather_single(r.full, r.shard, group=r.gather_on, async_op=True)
+            self._gathers[j] = r.start_all_gather()
         return None
 
     @property
