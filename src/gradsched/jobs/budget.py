@@ -19,6 +19,12 @@ The estimate (:func:`estimate_s`) is the start-up target, plus the warm-up round
 counted rounds of every row and the compute-only one, each burst ``steps + 2`` steps (one uncounted on each
 side) of :func:`step_estimate_s`: the mean of the compute and all-gradients all-reduce overlapped and back to
 back (measured 8-12 s a step where this gives 12.5 s: googlenet-k80, 2 hosts, 1 Gbit/s, dilation 20).
+
+That estimate knows only the model.  Once the start-up has measured, the workers fit the budget again
+(:func:`after_startup`, before the rows are built): a row's step from the contention probe's step and
+all-reduce of every gradient alone (with 8 ranks on 2 cores the all-reduce ran 1.2-1.7x the ring at the
+emulated rate), the compute-only row's at the step alone, the start-up as it went, run-time ``auto``'s warm-up
+where it runs in situ, and the samples between the rounds at their share (:class:`Costs`).
 """
 
 from __future__ import annotations

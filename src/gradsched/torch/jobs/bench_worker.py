@@ -355,7 +355,7 @@ class _RuntimeOverheads:
         self._warm = False
         self.rotation_s, self.setup_s = self._cost(probe)
         lo, hi = OVERHEAD_REPS
-        lo = probe_floor(lo, self.rotation_s + self.setup_s / lo, least=0)  # its warm-up and priming too
+        lo = probe_floor(lo, self.rotation_s, least=0)  # the floor as before; its budget pays the warm-up too
         fit = int((_share(cfg, OVERHEAD_BUDGET_S) - self.setup_s) / max(self.rotation_s, 1e-6))
         self.start_reps = max(lo, min(hi, fit))
         if self.start_reps:  # else built by the first rotation, between the rounds
