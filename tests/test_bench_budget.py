@@ -279,3 +279,21 @@ def test_the_network_table_keeps_its_budget_at_8_hosts() -> None:
         took_s = next(p["s"] for p in first["phases"] if p["phase"] == "network table")
         assert took_s > TABLE_BUDGET_S and 0.75 * took_s < table_s(points, 3) < 1.15 * took_s, name
         assert table_s(points, 3, table_run(points[0][1])) <= TABLE_BUDGET_S, name
+
+
+def test_the_command_reports_the_workers_fit_with_the_one_before_the_launch() -> None:
+    """What the rounds ran is the workers' fit after start-up (their ``trimmed``): the command's rounds, steps and
+    lines follow it, with its own fit before the launch kept as ``before_launch`` where that one cut."""
+    import argparse
+
+    from gradsched.commands.bench import DEFAULT_STEPS, _fitted
+
+    before = _trim(20.0)  # the fit before the launch cut steps and rows
+    after = _trim(4.0)  # the workers' cut only the rounds
+    args = argparse.Namespace(rounds=before.rounds)
+    result = {"trimmed": {**after.to_dict(), "at": "start-up"}}
+    out, steps = _fitted(args, result, before, DEFAULT_STEPS)  # type: ignore[arg-type]
+    assert out is not None and (steps, args.rounds) == (after.steps, after.rounds)
+    assert result["trimmed"]["before_launch"] == before.to_dict()
+    assert out.lines(DEFAULT_BUCKETS, 3) == after.lines(DEFAULT_BUCKETS, 3)
+    assert _fitted(args, {}, before, 2) == (before, 2)  # no fit after start-up (loopback): as before
