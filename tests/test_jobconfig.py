@@ -48,10 +48,10 @@ def test_bench_builds_a_typed_config_that_round_trips_through_json(tmp_path):
                           "profile_iterations", "net_reps", "probe", "probe_s", "resample_share", "contention_history",
                           "timeout_s", "progress", "out_dir", "backend", "threads",
                           "dilate", "scale_bytes", "round_tol", "min_rounds",
-                          "warmup_steps", "label"]  # the keys before, the two scales, the rounds, the warm-up round's steps,
-    # the progress bar's name for the model
+                          "warmup_steps", "label", "budget"]  # the keys before, the two scales, the rounds, the warm-up
+    # round's steps, the progress bar's name for the model, what the budget may cut (empty: on loopback, none)
     # the workers see, and when the rounds may stop early (gradsched.jobs.rounds)
-    assert BenchConfig.from_dict(data) == cfg
+    assert BenchConfig.from_dict(data) == cfg and cfg.budget == {}
 
 
 def test_a_bench_field_the_workers_do_not_know_is_refused(tmp_path):

@@ -30,6 +30,10 @@ TWO_PHASE_BUDGET_S = 20.0  # reduce-scatter and all-gather timed beyond the tabl
 QUEUE_BUDGET_S = 30.0  # ... and their queued rule (docs/cost-model.md, "Queued streams") at most this
 QUEUE_SIZES = (1 << 20, 4 << 20, 16 << 20)  # a rank's part: where dear's groups lie (about 1 MiB a rank at 4 MB, its
 # threshold on googlenet-k80 at 4 hosts, up to 16 MiB and more); below 1 MiB latency rules
+RUN_BYTES = 8 << 20  # a repetition times back-to-back operations of at least this many bytes in all ...
+MAX_RUN = 64  # ... and at most this many (gradsched.torch.measure.netbench)
+TABLE_RUN_S = 0.25  # the bench's table: a repetition's back-to-back operations take at most about this long ...
+TABLE_LEAST_RUN = 4  # ... but at least this many (table_run)
 LATENCY_SHARE = 1 / 16  # a size is bandwidth-bound where an operation's latency is at most this share of its time
 
 
@@ -135,3 +139,32 @@ def queue_sizes(top: int, seconds_of: Callable[[int], float], budget_s: float = 
             break
         sizes.append(size)
     return sizes or [top]
+
+
+def run_for(nbytes: int, max_run: int = MAX_RUN) -> int:
+    """Operations timed back to back in one repetition of ``nbytes`` (after one untimed lead): at least
+    :data:`RUN_BYTES` in all, at most ``max_run``."""
+    return max(1, min(max_run, -(-RUN_BYTES // max(nbytes, 1))))
+
+
+def operations_for(nbytes: int, reps: int, max_run: int = MAX_RUN) -> int:
+    """Operations one size's measurement issues: each repetition's lead and timed run.  A run
+    already averages up to ``max_run`` operations, so small sizes need no extra repetitions."""
+    return reps * (1 + run_for(nbytes, max_run))
+
+
+def table_run(small_s: float, most: int = MAX_RUN, run_s: float = TABLE_RUN_S) -> int:
+    """The most operations the bench's table times back to back a repetition, from one all-reduce of 4 KiB
+    (``small_s``): ``most`` where that fits ``run_s``, else as many as do (at least :data:`TABLE_LEAST_RUN`).
+    Its 64 a run suit an operation of microseconds; with 8 ranks on 2 cores one of 4 KiB to 128 KiB takes
+    15-30 ms, so the six latency-bound sizes (timed whatever the budget, up to :func:`table_floor`) cost 5 s each
+    and the table 35-44 s against its :data:`TABLE_BUDGET_S` (the papers' models on 8 emulated hosts)."""
+    if not (math.isfinite(small_s) and small_s > 0):
+        return most
+    return max(TABLE_LEAST_RUN, min(most, int(run_s / small_s)))
+
+
+def table_s(points: list[tuple[float, float]], reps: int, max_run: int = MAX_RUN, warmup: int = 1) -> float:
+    """Seconds the bench's table takes to time ``points`` (``(bytes, seconds an operation)``): at each size
+    ``warmup`` operations and ``reps`` repetitions of a lead and a run (:func:`run_for`)."""
+    return sum((warmup + operations_for(int(b), reps, max_run)) * t for b, t in points)

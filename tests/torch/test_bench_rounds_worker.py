@@ -256,3 +256,37 @@ def test_autos_warm_up_stops_once_the_tuner_has_nothing_left_to_decide(replay, d
     with fast_forward(run.module):
         auto_warm_up(tuner, lambda steps, until: _burst(counted, run, loss_fn, batches, steps, 0, until))
     assert counted.steps == (done_at if done_at is not None else 12 + 4)  # 3 + 2, then 9 + 2: as before
+
+
+def test_the_workers_fit_the_budget_again_after_start_up(world_of_one):
+    """A replay on the testbed (``budget`` in its config): once start-up has measured a step (BERT-Large's on 8
+    emulated hosts: 1.4 s alone, an all-reduce of every gradient 5.3 s), the workers cut what the user left at
+    its default to fit 15 minutes, and the rows and rounds run the cut config; without a budget, nothing."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from gradsched.cluster import Cluster
+    from gradsched.commands.bench import DEFAULT_BUCKETS, entries
+    from gradsched.jobs.budget import BENCH_TARGET_S, Given
+    from gradsched.profile import Profile
+    from gradsched.torch.jobs.bench_worker import _budget_after_startup
+
+    import json
+
+    root = Path(__file__).resolve().parents[2] / "benchmarks"
+    first = json.loads((root / "results" / "emulate_papers_bert_large_8h.json").read_text())[0]
+    profile = scale_profile(Profile.load(root / "profiles" / "bert-large-b32-10tflops.profile.json"), 16)
+    start = SimpleNamespace(profile=profile, cluster=Cluster.from_dict(first["cluster"]), auto_warmups={},
+                            probe={"compute_alone_s": 1.41, "allreduce_alone_s": 5.31})
+    phases = SimpleNamespace(records=[{"phase": "profiling", "s": 14.0}, {"phase": "network table", "s": 35.0},
+                                      {"phase": "probe", "s": 32.0}])
+    rows = entries("ddp", DEFAULT_BUCKETS)
+    cfg = dataclasses.replace(_cfg("mlp", 6, 0.01), entries=rows, steps=3,
+                              budget=Given(steps=False, buckets=False, rounds=False).to_dict())
+    fitted, trim = _budget_after_startup(cfg, start, phases)  # type: ignore[arg-type]
+    assert trim is not None and trim.cut and trim.after_s <= BENCH_TARGET_S
+    assert (fitted.rounds, fitted.steps, [e.label for e in fitted.entries]) == (
+        trim.rounds, trim.steps, [e.label for e in trim.entries])
+    assert fitted.rounds < 6 or len(fitted.entries) < len(rows)
+    assert _budget_after_startup(dataclasses.replace(cfg, budget={}), start, phases) == (  # type: ignore[arg-type]
+        dataclasses.replace(cfg, budget={}), None)

@@ -249,7 +249,18 @@ def _config(args: argparse.Namespace, out_dir: str, history: list[dict[str, floa
                        backend="gloo", threads=1,  # CPU tensors over gloo; one compute thread per worker
                        dilate=args.dilate if args.replay is not None else 1.0, scale_bytes=scale,
                        round_tol=args.round_tol, min_rounds=args.min_rounds,
-                       label=args.replay if args.replay is not None else args.model)
+                       label=args.replay if args.replay is not None else args.model,
+                       budget=_given(args).to_dict() if trimmed is not None else {})
+
+
+def _given(args: argparse.Namespace) -> Any:
+    """What the user set of what the 15-minute budget may cut (:class:`gradsched.jobs.budget.Given`): the
+    workers fit it again once the start-up has measured a step."""
+    from gradsched.jobs.budget import Given
+
+    return Given(steps=args.steps is not None, buckets=args.ddp_buckets is not None,
+                 rounds=not getattr(args, "rounds_default", False), default_steps=DEFAULT_STEPS,
+                 default_rounds=DEFAULT_ROUNDS)
 
 
 def _checked_entries(args: argparse.Namespace) -> list[BenchEntry]:
@@ -422,12 +433,27 @@ def run(args: argparse.Namespace) -> int:
         if not out.exists():
             raise GradschedError("the benchmark's workers exited without writing results; see their output above")
         result = bench_rules.finish(json.loads(out.read_text()), cfg.dilate)
+    trimmed, steps = _fitted(args, result, trimmed, cfg.steps)
     meta = _meta(args, scale, name, network, rate)
     if trimmed is not None and trimmed.cut:
-        meta["trimmed"] = trimmed.to_dict()
-    meta["steps_per_round"] = cfg.steps
-    _report(args, result, meta, _title(args, network), scale, cfg.steps, trimmed)
+        meta["trimmed"] = {**trimmed.to_dict(), **result.get("trimmed", {})}
+    meta["steps_per_round"] = steps
+    _report(args, result, meta, _title(args, network), scale, steps, trimmed)
     return 0
+
+
+def _fitted(args: argparse.Namespace, result: BenchResult, before: Trim | None, steps: int) -> tuple[Trim | None, int]:
+    """What the rounds ran: the workers' fit after start-up where they made one (``result["trimmed"]``, with
+    the fit before the launch as its ``before_launch`` where that cut; ``args.rounds`` set to its rounds), else
+    ``before``; and the steps per round."""
+    after = result.get("trimmed")
+    if not after:
+        return before, steps
+    if before is not None and before.cut:
+        after["before_launch"] = before.to_dict()
+    args.rounds = after["rounds"]
+    out = Trim.from_dict(dict(after))
+    return out, out.steps
 
 
 def _trim(args: argparse.Namespace, history: list[dict[str, float]], profile: Any, rate: str | None) -> Trim | None:

@@ -128,6 +128,9 @@ class BenchConfig:
     min_rounds: int = 2  # --min-rounds: counted rounds before they may stop early
     warmup_steps: int = 0  # steps per entry in the warm-up rounds (0: steps; gradsched.jobs.budget)
     label: str = ""  # what the progress bar calls the model (a replay: --replay as given, not its temporary copy)
+    # what the user set of what the 15-minute budget may cut (gradsched.jobs.budget.Given.to_dict), where it applies
+    # (a replay on the testbed): the workers fit the budget again after start-up; empty: no budget
+    budget: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON the workers read."""

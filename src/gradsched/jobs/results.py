@@ -108,7 +108,8 @@ class Contention(TypedDict, total=False):
     update_call_s: Emulated[float]  # one deferred update of an overlapping plan, every rank at it (op_host.update_call_s)
     runtime_overhead_s: Emulated[dict[str, float]]  # per runtime ("gradsched", "torch DDP")
     startup_runtime_overhead_s: Emulated[dict[str, float]]
-    resamples: int
+    resamples: int  # the contention probe's samples between the rounds
+    resamples_each: dict[str, int]  # each sampler's (network, contention, overheads): each on its own budget
     resample_s: float  # the job's own time spent resampling
 
 
@@ -266,6 +267,11 @@ class Trimmed(TypedDict, total=False):
     steps: int
     warmup_steps: int
     rounds: int
+    duplicates: list[str]  # of the dropped, the rows the same as ddp-all
+    steps_cut: bool
+    rounds_cut: bool
+    at: str  # "start-up": fitted again by the workers with what the start-up measured (absent: before the launch)
+    before_launch: dict[str, Any]  # the command's fit before the launch, from the model's step (where it cut)
 
 
 class BenchResult(TypedDict, total=False):
@@ -286,6 +292,7 @@ class BenchResult(TypedDict, total=False):
     stopping: Stopping  # when the rounds stopped, and by which rule
     job_s: float  # the job's own duration
     dilate: float  # present when the times were converted (dilation other than 1)
+    trimmed: Trimmed  # a replay on the testbed: the rows, steps and rounds fitted to the budget after start-up
 
 
 UNITS = "gradsched.jobs.results/1"  # a bench JSON row's ``units``: each duration in the unit declared here

@@ -159,3 +159,33 @@ def auto_options(options: dict[str, Any] | None, warmup: AutoWarmup) -> dict[str
     if not warmup.in_situ:
         out.setdefault("adaptive", False)
     return out
+
+
+def overhead_probe_s(compute_s: float, runs_s: list[float], steps: int) -> tuple[float, float]:
+    """The runtimes' overhead probe on a replay, in wall seconds: one rotation (the compute-only run at
+    ``compute_s`` and each runtime's run at its step, ``runs_s``, each ``steps`` + 2 steps) and what precedes
+    the first rotation (each runtime's row primed with one step, and the warm-up rotation, whose compute is
+    skipped: at most a rotation).  Each runtime's step is its plan's simulated iteration
+    (:func:`runtime_steps_s`), which moves every gradient: counted at the compute alone, as before, BERT-Base's
+    rotation on 8 emulated hosts came to 13 s, so the probe kept its 2 rotations (26 s, within
+    :data:`FULL_FLOOR_S`) and took 172 s, of which about 150 s these rotations, their warm-up and priming."""
+    rotation_s = (steps + 2) * (compute_s + sum(max(s, compute_s) for s in runs_s))
+    return rotation_s, sum(runs_s) + rotation_s
+
+
+def runtime_steps_s(profile: Any, cluster: Any, probe: dict[str, Any], runs: list[tuple[str, bool]]) -> list[float]:
+    """Each of ``runs`` (a strategy, and whether PyTorch DDP runs it) simulated on ``profile`` (a
+    :class:`~gradsched.profile.Profile`) with its runtime's costs from ``probe`` and ``cluster``: its iteration
+    in the profile's seconds; where it cannot be planned, the compute and an all-reduce of every gradient."""
+    from gradsched.calibration import with_runtime_costs
+    from gradsched.planners import make_plan
+    from gradsched.sim import simulate
+
+    out = []
+    for strategy, torch_ddp in runs:
+        costed = with_runtime_costs(profile, probe, torch_ddp)
+        try:
+            out.append(simulate(make_plan(strategy, costed, cluster), costed, cluster, timeline=False).iteration_s)
+        except Exception:  # noqa: BLE001 - an estimate only
+            out.append(profile.compute_s + cluster.cost("allreduce").time_s(profile.total_bytes))
+    return out

@@ -69,11 +69,12 @@ from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.results import BenchResult, BenchRow, contention_to_run, pooled_contention
 from gradsched.jobs.rounds import StoppingRule
 from gradsched.jobs.startup import (AUTO_WARMUP_PHASE, SHORT_WARMUP, AutoWarmup, auto_options, auto_warmup,
-                                   initial_iterations, may_shorten, probe_floor, replay_start, shorter,
-                                   warmup_estimate_s)
+                                   initial_iterations, may_shorten, overhead_probe_s, probe_floor, replay_start,
+                                   runtime_steps_s, shorter, warmup_estimate_s)
 from gradsched.jobs.results import Contention as ProbeFigures  # the probe's figures (the cluster's Contention below)
 from gradsched.cluster import Cluster, Contention
-from gradsched.net_extend import MEASURED_MAX_BYTES, extended_costs, measured_top, table_floor
+from gradsched.net_extend import (MAX_RUN, MEASURED_MAX_BYTES, extended_costs, measured_top,
+                                  operations_for, table_floor, table_run)
 from gradsched.plan import Plan
 from gradsched.profile import Profile
 from gradsched.torch.jobs.fsdp2_row import Fsdp2Row
@@ -132,15 +133,17 @@ def _measure_profile(cfg: BenchConfig, shared: SharedModel) -> Profile:
     return _broadcast(prof)
 
 
-def _measured_top(sizes: list[int], reps: int) -> int:
+def _measured_top(sizes: list[int], reps: int) -> tuple[int, int]:
     """The largest size the table times (:func:`measured_top`, at least the first bandwidth-bound one:
-    :func:`table_floor`), from one all-reduce of 4 KiB and one of 1 MiB (the slowest rank's, so that every rank
-    times the same sizes)."""
-    from gradsched.torch.measure.netbench import measure_points, operations_for
+    :func:`table_floor`) and the most operations a repetition times back to back (:func:`table_run`), from one
+    all-reduce of 4 KiB and one of 1 MiB (the slowest rank's, so that every rank times the same sizes)."""
+    from gradsched.torch.measure.netbench import measure_points
 
     small_s, mib_s = slowest([t for _, t in measure_points("allreduce", [4096, 1 << 20], reps=1, warmup=0)])
-    return measured_top(sizes, lambda b: operations_for(b, reps + 1) * max(small_s, mib_s * b / (1 << 20)),
-                        floor_bytes=table_floor(small_s, mib_s))
+    run = table_run(small_s)
+    top = measured_top(sizes, lambda b: operations_for(b, reps + 1, run) * max(small_s, mib_s * b / (1 << 20)),
+                       floor_bytes=table_floor(small_s, mib_s))
+    return top, run
 
 
 def _measure_cluster(profile: Profile, cfg: BenchConfig) -> Cluster:
@@ -153,9 +156,12 @@ def _measure_cluster(profile: Profile, cfg: BenchConfig) -> Cluster:
     # Sizes above MEASURED_MAX_BYTES, or above what fits the table's budget on slow (dilated) links,
     # are bandwidth-bound: on the line through the largest measured ones (gradsched.net_extend).
     top = 2 << max(12, math.ceil(math.log2(max(profile.total_bytes, 4096))))
-    measured_max = _measured_top(sizes_bytes(4096, min(top, MEASURED_MAX_BYTES)), cfg.net_reps)
+    measured_max, run = _measured_top(sizes_bytes(4096, min(top, MEASURED_MAX_BYTES)), cfg.net_reps)
     names = network_collectives(cfg)
-    cluster = benchmark(min_bytes=4096, max_bytes=measured_max, reps=cfg.net_reps, warmup=1, collectives=names)
+    cluster = benchmark(min_bytes=4096, max_bytes=measured_max, reps=cfg.net_reps, warmup=1, collectives=names,
+                        max_run=run)
+    if cluster is not None and run < MAX_RUN:  # the samples between the rounds time as the table did
+        cluster = dataclasses.replace(cluster, extra={**cluster.extra, "table_max_run": run})
     beyond = _time_two_phase(cluster, measured_max, profile, cfg)
     if cluster is not None and (top > measured_max or beyond):  # every timed collective, on its own line
         points = {**cluster.extra["measured_points"]}
@@ -270,18 +276,24 @@ def _with_contention(cluster: Cluster, fitted: dict[str, float]) -> Cluster:
 
 
 class _Resampling:
-    """Between rounds, one more sample of every sampler, as long as the samples so far and
-    the next one fit ``share`` of the rounds' time.
+    """Between rounds, one more sample of each sampler (those with the fewest samples first) as long as
+    the samples so far and that sampler's next one fit ``share`` of the rounds' time.
 
     ``samplers`` each take one sample and return the seconds it took.  Every rank
-    decides alike: the times compared are the slowest rank's.  The next sample's cost
-    is the last one's; before the first, ``first_estimate_s`` (the slowest rank's)."""
+    decides alike: the times compared are the slowest rank's.  A sampler's next sample costs
+    what its last one took; before its first, its ``first_estimates_s`` (the slowest rank's).  Each
+    sampler on its own: the runtimes' overhead probe, where start-up left its rows to build and
+    its warm-up rotation to run (a replay at 8 hosts: about 200 s for BERT-Large), no longer keeps
+    the network table's and the contention probe's samples (tens of seconds) out, and, counted
+    with them at the rotation's compute alone, no longer runs over the share (BERT-Large: one
+    sample of 245 s where the share allowed 186 s over all its rounds)."""
 
-    def __init__(self, samplers: list[Callable[[], float]], share: float, first_estimate_s: float,
+    def __init__(self, samplers: list[Callable[[], float]], share: float, first_estimates_s: list[float],
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.samplers, self.share, self._clock = samplers, share, clock
         self.count, self.spent_s, self.rounds_s = 0, 0.0, 0.0
-        self._next_s = slowest([first_estimate_s])[0]
+        self._next_s = slowest(list(first_estimates_s))
+        self.taken = [0] * len(samplers)  # samples each sampler took
         self._since = 0.0
 
     def start(self) -> None:
@@ -290,11 +302,15 @@ class _Resampling:
 
     def after_round(self, r: int) -> None:
         self.rounds_s += slowest([self._clock() - self._since])[0]
-        if self.share > 0 and self.spent_s + self._next_s <= self.share * self.rounds_s:
-            took = sum(sample() for sample in self.samplers)
-            self.spent_s += took
-            self._next_s = took
-            self.count += 1
+        sampled = False
+        for i in sorted(range(len(self.samplers)), key=lambda k: self.taken[k]):  # the fewest samples first
+            if self.share > 0 and self.spent_s + self._next_s[i] <= self.share * self.rounds_s:
+                took = self.samplers[i]()
+                self.spent_s += took
+                self._next_s[i] = took
+                self.taken[i] += 1
+                sampled = True
+        self.count += sampled
         self._since = self._clock()
 
 
@@ -337,10 +353,11 @@ class _RuntimeOverheads:
         self.bursts: list[list[float]] = [[] for _ in range(len(self.ENTRIES) + 2)]  # per run, each rotation's median
         self.host: list[tuple[float, float]] = []  # per rotation: (issue_s, retire_s) per operation
         self._warm = False
-        self.rotation_s = self._cost(probe)
+        self.rotation_s, self.setup_s = self._cost(probe)
         lo, hi = OVERHEAD_REPS
-        lo = probe_floor(lo, self.rotation_s, least=0)
-        self.start_reps = max(lo, min(hi, int(_share(cfg, OVERHEAD_BUDGET_S) / max(self.rotation_s, 1e-6))))
+        lo = probe_floor(lo, self.rotation_s, least=0)  # the floor as before; its budget pays the warm-up too
+        fit = int((_share(cfg, OVERHEAD_BUDGET_S) - self.setup_s) / max(self.rotation_s, 1e-6))
+        self.start_reps = max(lo, min(hi, fit))
         if self.start_reps:  # else built by the first rotation, between the rounds
             self._built()
 
@@ -362,13 +379,19 @@ class _RuntimeOverheads:
         for t in self._timers:
             t.reset()  # the warm-up is not counted
 
-    def _cost(self, probe: ProbeFigures) -> float:
-        """About what a rotation costs (slowest rank).  A replay's: every run's steps as long as the probe's step
-        alone (its warm-up waits for the first rotation: none may run at start-up); otherwise that of the
-        warm-up rotation, run now."""
+    def _cost(self, probe: ProbeFigures) -> tuple[float, float]:
+        """About what a rotation costs (slowest rank), and what precedes the first one not yet run.  A replay's:
+        the compute-only run at the probe's step alone and each runtime's at its plan's simulated step
+        (:func:`overhead_probe_s`; its warm-up waits for the first rotation: none may run at start-up);
+        otherwise that of the warm-up rotation, run now."""
         if probe.get("host_work_hidden"):
-            return slowest_median([len(self.bursts) * (self.STEPS + 2) * float(probe["compute_alone_s"])])
-        return slowest_median([self._warm_up()])
+            _, profile, cluster, _, _ = self._build  # the profile scaled to the probe's step
+            compute_s = float(probe["compute_alone_s"])
+            runs = [(e.strategy, e.torch_ddp) for e in (*self.ENTRIES, self.MANY_OPS)]
+            steps = runtime_steps_s(profile, cluster, dict(probe), runs)
+            rotation_s, setup_s = overhead_probe_s(compute_s, steps, self.STEPS)
+            return slowest_median([rotation_s]), slowest_median([setup_s])
+        return slowest_median([self._warm_up()]), 0.0
 
     def _warm_up(self) -> float:
         """One rotation off the clock (DDP builds its buckets), a replay's without its compute (:func:`fast_forward`:
@@ -666,7 +689,8 @@ def _start(cfg: BenchConfig, shared: SharedModel, phases: Phases) -> _Start:
     probe["runtime_overhead_s"] = overheads.figures(start.profile, start.cluster, probe)
     contention, network = start.contention, start.network
     start.samplers = _Resampling([network.measure, lambda: contention.measure(1), lambda: overheads.measure(1)],
-                                 cfg.resample_share, network.estimate_s() + probe_rep_s + rotation_s)
+                                 cfg.resample_share, [network.estimate_s(), probe_rep_s,
+                                                      rotation_s + (0.0 if overheads.runs else overheads.setup_s)])
     start.probe, start.overheads = probe, overheads
     phases.end("probe")
     return start
@@ -763,7 +787,7 @@ def _build_rows(cfg: BenchConfig, start: _Start, shared: SharedModel, loss_fn: A
     ``auto`` is planned at start-up)."""
     runs, warmup_s = [], 0.0
     for entry in cfg.entries:
-        warmup = _auto_warmup(entry, cfg, start)
+        warmup = start.auto_warmups.get(entry.label) or _auto_warmup(entry, cfg, start)  # decided with the budget
         if warmup is not None:
             start.auto_warmups[entry.label] = warmup
         model, opt = _build_entry(entry, cfg, with_runtime_costs(start.profile, start.probe, entry.torch_ddp),
@@ -780,6 +804,37 @@ def _build_rows(cfg: BenchConfig, start: _Start, shared: SharedModel, loss_fn: A
     reference = _ComputeOnly(cfg, shared)
     runs.append((reference, reference))  # timed last in every round's rotation of the entries
     return runs, warmup_s
+
+
+def _budget_after_startup(cfg: BenchConfig, start: _Start, phases: Phases) -> tuple[BenchConfig, Any]:
+    """The bench fitted to its 15-minute budget again (:func:`gradsched.jobs.budget.after_startup`) with what the
+    start-up measured: its phases so far, run-time ``auto``'s warm-up where it runs in situ (decided here, as
+    :func:`_build_rows` builds it), and the probe's step and all-reduce of every gradient alone.  Where a budget
+    applies (``cfg.budget``: a replay on the testbed); rank 0 decides, every rank follows.  Returns the config
+    the rows and rounds run and the :class:`~gradsched.jobs.budget.Trim` (None: no budget)."""
+    from gradsched.jobs import budget
+
+    if not cfg.budget:
+        return cfg, None
+    for entry in cfg.entries:
+        warmup = _auto_warmup(entry, cfg, start)
+        if warmup is not None:
+            start.auto_warmups[entry.label] = warmup
+    probe, total = start.probe or {}, start.profile.total_bytes
+    measured = budget.Measured(
+        startup_s=sum(r["s"] for r in phases.records),
+        warmup_s=sum(w.estimated_s for w in start.auto_warmups.values() if w.in_situ),
+        compute_s=float(probe.get("compute_alone_s", start.profile.compute_s)),
+        allreduce_s=float(probe.get("allreduce_alone_s", start.cluster.cost("allreduce").time_s(total))))
+    out = budget.after_startup(cfg.entries, total, measured, budget.Given.from_dict(cfg.budget), steps=cfg.steps,
+                               warmup_steps=cfg.warmup_steps, rounds=cfg.rounds, warmup_rounds=cfg.warmup_rounds,
+                               min_rounds=cfg.min_rounds, share=cfg.resample_share) if dist.get_rank() == 0 else None
+    out = _broadcast(out)
+    if dist.get_rank() == 0:
+        for line in budget.Given.from_dict(cfg.budget).lines(out):
+            print(f"[bench] {line}", file=sys.stderr, flush=True)
+    return dataclasses.replace(cfg, entries=out.entries, steps=out.steps, warmup_steps=out.warmup_steps,
+                               rounds=out.rounds), out
 
 
 def auto_warm_up(tuner: Any, burst: Callable[[int, Callable[[], bool] | None], Any]) -> None:
@@ -865,7 +920,8 @@ def _pooled(start: _Start, cfg: BenchConfig) -> tuple[ProbeFigures | None, Clust
              "startup_fitted": probe["fitted"],
              "startup_runtime_overhead_s": probe["runtime_overhead_s"], "startup_op_host": probe["op_host"],
              "op_host": start.overheads.op_host(), "op_host_samples": start.overheads.host,
-             "resamples": samplers.count, "resample_s": samplers.spent_s}
+             "resamples": samplers.taken[1], "resample_s": samplers.spent_s,  # the contention probe's samples
+             "resamples_each": dict(zip(("network", "contention", "overheads"), samplers.taken))}
     if start.history:  # what the predictions use; this job's own beside it, for later jobs to pool
         probe.update(own_fitted=probe["fitted"], history=start.history,
                      fitted=pooled_contention(probe["fitted"], cfg.contention_history, cfg.dilate))
@@ -956,6 +1012,7 @@ def run_bench(cfg: BenchConfig) -> BenchResult | None:
     phases = Phases()
     shared = SharedModel(cfg.model, cfg.seed)  # the rank's one model: every row shares its parameters
     start = _start(cfg, shared, phases)
+    cfg, trimmed = _budget_after_startup(cfg, start, phases)
     gen = torch.Generator().manual_seed(cfg.seed * 1000 + dist.get_rank())
     batches = [shared.spec.make_batch(cfg.batch_size, gen) for _ in range(4)]
     runs, warmup_s = _build_rows(cfg, start, shared, shared.spec.loss_fn, batches)
@@ -969,6 +1026,8 @@ def run_bench(cfg: BenchConfig) -> BenchResult | None:
         return None
     result = _result(cfg, start, runs, times, phases)
     result["stopping"] = stopping  # type: ignore[typeddict-item]
+    if trimmed is not None:  # what the rows and rounds ran, fitted after start-up
+        result["trimmed"] = {**trimmed.to_dict(), "at": "start-up"}  # type: ignore[typeddict-item]
     result["job_s"] = time.time() - t_start
     return result
 

@@ -52,16 +52,8 @@ from gradsched.errors import GradschedError
 from gradsched.netbench_args import DEFAULT_OUTPUT
 from gradsched.netbench_args import MAX_BYTES, MIN_BYTES, add_arguments, check_backend, check_sizes, sizes_bytes, top_bytes  # noqa: F401
 from gradsched.netbench_args import parse_depths
+from gradsched.net_extend import MAX_RUN, RUN_BYTES, operations_for, run_for  # noqa: F401 - their old home
 _ELEMENT = torch.float32  # 4 bytes per element
-
-
-RUN_BYTES = 8 << 20  # a repetition times back-to-back operations of at least this many bytes in all ...
-MAX_RUN = 64  # ... and at most this many
-
-
-def run_for(nbytes: int) -> int:
-    """Operations timed back to back in one repetition of ``nbytes`` (after one untimed lead)."""
-    return max(1, min(MAX_RUN, -(-RUN_BYTES // max(nbytes, 1))))
 
 
 def stream_time_s(once: Callable[[], None], run: int, sync: Callable[[], None] = lambda: None) -> float:
@@ -76,15 +68,10 @@ def stream_time_s(once: Callable[[], None], run: int, sync: Callable[[], None] =
     return (time.perf_counter() - t0) / run
 
 
-def operations_for(nbytes: int, reps: int) -> int:
-    """Operations one size's measurement issues: each repetition's lead and timed run.  A run
-    already averages up to :data:`MAX_RUN` operations, so small sizes need no extra repetitions."""
-    return reps * (1 + run_for(nbytes))
-
-
 def benchmark(*, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, reps: int = 5, warmup: int = 2,
               collectives: Sequence[str] = COLLECTIVES, ranks_per_node: int | None = None,
-              report: Callable[[str], None] | None = None, queue_depths: Sequence[int] = ()) -> Cluster | None:
+              report: Callable[[str], None] | None = None, queue_depths: Sequence[int] = (),
+              max_run: int = MAX_RUN) -> Cluster | None:
     """Measure ``collectives`` on the default process group; rank 0 returns the fitted Cluster.
 
     With several nodes of several ranks (``ranks_per_node``, else ``LOCAL_WORLD_SIZE``:
@@ -92,7 +79,8 @@ def benchmark(*, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, reps: i
     nodes, and the cluster's ``topology`` field written (:func:`measure_topology`).
     ``queue_depths`` (e.g. ``(2, 4)``): each collective is also timed in queues of that many asynchronous
     operations from 1 MiB a rank up (:func:`measure_queued`), kept as ``queued_points`` with the rule fitted
-    to them (``queued``: :func:`gradsched.queued.fit_queued`).
+    to them (``queued``: :func:`gradsched.queued.fit_queued`).  ``max_run``: at most this many operations timed
+    back to back a repetition (:func:`run_for`; the bench's table where an operation takes milliseconds).
     Every rank must call this with the same arguments (it issues collectives)."""
     if not dist.is_initialized():
         raise GradschedError("no process group: call torch.distributed.init_process_group first (or use main())")
@@ -108,7 +96,8 @@ def benchmark(*, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, reps: i
     points: dict[str, list[tuple[float, float]]] = {}
     for name in collectives:
         top = top_bytes(name, min_bytes, max_bytes, world)
-        points[name] = measure_points(name, sizes_bytes(min_bytes, top), reps=reps, warmup=warmup, report=report)
+        points[name] = measure_points(name, sizes_bytes(min_bytes, top), reps=reps, warmup=warmup, report=report,
+                                      max_run=max_run)
     queued = {}
     for name in collectives if queue_depths else ():
         top = top_bytes(name, min_bytes, max_bytes, world)
@@ -136,7 +125,7 @@ def benchmark(*, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES, reps: i
 
 def measure_points(name: str, sizes: Sequence[int], *, reps: int, warmup: int,
                    report: Callable[[str], None] | None = None, group: dist.ProcessGroup | None = None,
-                   label: str = "", root: int = 0) -> list[tuple[float, float]]:
+                   label: str = "", root: int = 0, max_run: int = MAX_RUN) -> list[tuple[float, float]]:
     """``(bytes, seconds)`` of collective ``name`` at each size on ``group`` (default: all ranks):
     the slowest rank's median over ``reps`` repetitions, the same on every rank
     of the group (a collective call on it).  ``root``: the global rank a ``reduce`` sums to and a
@@ -144,7 +133,7 @@ def measure_points(name: str, sizes: Sequence[int], *, reps: int, warmup: int,
     world, device = dist.get_world_size(group), _device()
     points = []
     for nbytes in sizes:
-        seconds = _time_collective(name, nbytes, world, device, reps, warmup, group, root)
+        seconds = _time_collective(name, nbytes, world, device, reps, warmup, group, root, max_run)
         points.append((float(nbytes), seconds))
         if report is not None and dist.get_rank() == 0:
             report(f"{label}{name:9s} {nbytes:>11,d} B  {seconds * 1e6:12.1f} us  {nbytes / seconds / 1e9:8.3f} GB/s")
@@ -153,7 +142,7 @@ def measure_points(name: str, sizes: Sequence[int], *, reps: int, warmup: int,
 
 
 def _time_collective(name: str, nbytes: int, world: int, device: torch.device, reps: int, warmup: int,
-                     group: dist.ProcessGroup | None = None, root: int = 0) -> float:
+                     group: dist.ProcessGroup | None = None, root: int = 0, max_run: int = MAX_RUN) -> float:
     """Median seconds of one collective over ``reps`` on ``group``, its slowest rank's.
 
     A repetition starts behind a barrier with one untimed operation, then times
@@ -183,7 +172,7 @@ def _time_collective(name: str, nbytes: int, world: int, device: torch.device, r
 
     for _ in range(warmup):
         once()
-    run = run_for(nbytes)
+    run = run_for(nbytes, max_run)
     times = []
     for _ in range(reps):
         dist.barrier(group=group)

@@ -42,7 +42,8 @@ from gradsched.calibration import contention_from_probe, median_se, phase_slowdo
 from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.jobs.startup import probe_floor
 from gradsched.net_extend import extend_points
-from gradsched.torch.measure.netbench import measure_points, operations_for
+from gradsched.net_extend import MAX_RUN, operations_for
+from gradsched.torch.measure.netbench import measure_points
 from gradsched.torch.runtime.decoupled import start_all_gather, start_reduce_scatter, sum_pieces
 from gradsched.torch.runtime.wrapper import broadcast_buffers
 
@@ -351,17 +352,18 @@ class NetworkResampler:
         start = (cluster.extra or {}).get("measured_points", {}).get("allreduce", [])
         self.samples: dict[int, list[float]] = {int(b): [t] for b, t in start}
         self.sizes = [b for b in self.samples if b <= RESAMPLE_MAX_BYTES]
+        self.max_run = int((cluster.extra or {}).get("table_max_run", MAX_RUN))  # as the table timed them
 
     def measure(self) -> float:
         """One more time of every resampled size; returns the seconds it took (slowest rank)."""
         t0 = time.perf_counter()
-        for b, t in measure_points("allreduce", self.sizes, reps=1, warmup=0):
+        for b, t in measure_points("allreduce", self.sizes, reps=1, warmup=0, max_run=self.max_run):
             self.samples[int(b)].append(t)
         return slowest([time.perf_counter() - t0])[0]
 
     def estimate_s(self) -> float:
         """About how long one :meth:`measure` takes, from the times so far."""
-        return sum(operations_for(b, 1) * statistics.median(self.samples[b]) for b in self.sizes)
+        return sum(operations_for(b, 1, self.max_run) * statistics.median(self.samples[b]) for b in self.sizes)
 
     def pooled(self) -> Cluster:
         """The start-up cluster with every size at its median over all samples, refitted as the netbench fits."""
