@@ -85,6 +85,9 @@ def test_two_ranks_sgd_and_adamw_match_ddp():
 
 
 def _padded(rank: int, world: int) -> dict:
+    from gradsched.torch.runtime import decoupled
+
+    decoupled.CHUNK_BYTES = 256  # gloo's phases in pieces of 64 floats a rank: several a group, the last padded
     plan = _plan(world, grouping="nearby", nearby_layers=1)
     sizes = [sum(s.numel for s in op.slices) for op in plan.operations if op.collective == REDUCE_SCATTER]
     ref = _train("ddp", "sgd")["params"]
@@ -92,6 +95,35 @@ def _padded(rank: int, world: int) -> dict:
     return {"indivisible": [n for n in sizes if n % world], "diff": rel_diff(got["params"], ref),
             "runners": got["runners"], "collectives": got["collectives"],
             "flat": torch.cat([p.reshape(-1) for p in got["params"]])}
+
+
+def _phases(rank: int, world: int) -> dict:
+    from gradsched.torch.runtime import decoupled
+
+    decoupled.CHUNK_BYTES = 128  # 16 doubles a rank a piece
+    gen = torch.Generator().manual_seed(rank)
+    full = torch.randn(world * 50, generator=gen, dtype=torch.float64)  # 50 a rank: pieces of 16, 16, 16, 2
+    mine = full.clone()
+    shard, scratch = torch.empty(50, dtype=torch.float64), torch.empty_like(full)
+    scattered = decoupled.start_reduce_scatter(shard, full, scratch)
+    for w in scattered:
+        w.wait()
+    decoupled.finish_reduce_scatter(shard, scratch)
+    gathered = decoupled.start_all_gather(full, shard)
+    for w in gathered:
+        w.wait()
+    return {"mine": mine, "shard": shard.clone(), "full": full, "works": (len(scattered), len(gathered))}
+
+
+def test_gloos_two_phases_go_in_pieces_and_together_make_the_all_reduce():
+    results = spawn_local(_phases, 3, timeout_s=60)
+    total = sum(r["mine"] for r in results)
+    pieces = [(0, 48), (48, 96), (96, 144), (144, 150)]  # 16 doubles a rank (x3), then the rest
+    for rank, r in enumerate(results):
+        assert r["works"] == (4, 4)  # one all-to-all and one all-gather a piece
+        assert torch.allclose(r["full"], total, rtol=0, atol=1e-12)  # every rank: the sum of every rank's
+        mine = torch.cat([total[a:b].view(3, -1)[rank] for a, b in pieces])  # its part of each piece
+        assert torch.allclose(r["shard"], mine, rtol=0, atol=1e-12)
 
 
 @pytest.mark.slow

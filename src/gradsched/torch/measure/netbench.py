@@ -45,7 +45,7 @@ import torch.distributed as dist
 from gradsched.cluster import COLLECTIVES, Cluster, Topology
 from gradsched.costs import PER_RANK, fit_measured
 from gradsched.queued import fit_queued
-from gradsched.torch.runtime.decoupled import reduce_scatter
+from gradsched.torch.runtime.decoupled import all_gather, reduce_scatter, start_all_gather, start_reduce_scatter
 from gradsched.costs import NODE_STEPS
 from gradsched.errors import GradschedError
 from gradsched.netbench_args import DEFAULT_OUTPUT
@@ -167,9 +167,6 @@ def _time_collective(name: str, nbytes: int, world: int, device: torch.device, r
     out = torch.empty(numel * world, dtype=_ELEMENT, device=device) if name in PER_RANK else None
     scratch = torch.empty_like(out) if name == "reducescatter" and device.type == "cpu" else None
 
-    # all_gather_single is the newer name of all_gather_into_tensor (deprecated since 2.13).
-    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-
     def once() -> None:
         if name == "allreduce":
             dist.all_reduce(buf, group=group)
@@ -179,8 +176,8 @@ def _time_collective(name: str, nbytes: int, world: int, device: torch.device, r
             dist.broadcast(buf, src=root, group=group)
         elif name == "reducescatter":  # as the runtime runs it (gradsched.torch.runtime.decoupled)
             reduce_scatter(buf, out, scratch, group)
-        else:
-            gather(out, buf, group=group)
+        else:  # as the runtime runs it too: in pieces on gloo
+            all_gather(out, buf, group, nccl=device.type != "cpu")
 
     for _ in range(warmup):
         once()
@@ -243,21 +240,23 @@ def _queue(name: str, nbytes: int, most: int, world: int, device: torch.device) 
     outs = [torch.empty(numel * world, dtype=_ELEMENT, device=device) for _ in range(most)] if full else []
     fulls = [torch.zeros(numel * world, dtype=_ELEMENT, device=device) for _ in range(most)] \
         if name == "reducescatter" else []
-    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    nccl = device.type != "cpu"
 
-    def one(i: int) -> dist.Work:
+    def one(i: int) -> list[dist.Work]:
         if name == "allreduce":
-            return dist.all_reduce(bufs[i], async_op=True)
-        if name == "reducescatter":  # the all-to-all of the runtime's gloo path (its local sum is compute)
-            return dist.all_to_all_single(outs[i], fulls[i], async_op=True)
-        return gather(outs[i], bufs[i], async_op=True)
+            return [dist.all_reduce(bufs[i], async_op=True)]
+        if name == "reducescatter":  # the runtime's collectives (on gloo its local sum is compute, left out)
+            return start_reduce_scatter(bufs[i], fulls[i], None if nccl else outs[i])
+        return start_all_gather(outs[i], bufs[i], nccl=nccl)
 
     def issue(k: int, together: bool) -> None:
-        works = []
+        works: list[dist.Work] = []
         for i in range(k):
-            works.append(one(i))
-            if not together:
-                works.pop().wait()
+            if together:
+                works += one(i)
+            else:
+                for w in one(i):
+                    w.wait()
         for w in works:
             w.wait()
         _sync(device)

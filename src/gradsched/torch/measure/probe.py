@@ -43,7 +43,7 @@ from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.jobs.startup import probe_floor
 from gradsched.net_extend import extend_points
 from gradsched.torch.measure.netbench import measure_points, operations_for
-from gradsched.torch.runtime.decoupled import all_gather_single, reduce_scatter_single
+from gradsched.torch.runtime.decoupled import finish_reduce_scatter, start_all_gather, start_reduce_scatter
 from gradsched.torch.runtime.wrapper import broadcast_buffers
 
 
@@ -196,20 +196,20 @@ class ContentionProbe:
         n = self._shard.numel() * dist.get_world_size()
         t0 = time.perf_counter()
         if name == "allgather":
-            work = all_gather_single(self._big[:n], self._shard, async_op=True)
-        elif self._nccl:
-            work = reduce_scatter_single(self._shard, self._big[:n], async_op=True)
+            works = start_all_gather(self._big[:n], self._shard, nccl=self._nccl)
         else:
-            work = dist.all_to_all_single(self._pieces, self._big[:n], async_op=True)
-        work.get_future().add_done_callback(lambda _f: stamp.append(time.perf_counter()))
+            works = start_reduce_scatter(self._shard, self._big[:n], None if self._nccl else self._pieces)
+        done = works[0].get_future() if len(works) == 1 else torch.futures.collect_all([w.get_future() for w in works])
+        done.add_done_callback(lambda _f: stamp.append(time.perf_counter()))
         while busy and not stamp:
             self._compute()
-        work.wait()
+        for work in works:
+            work.wait()
         while not stamp:
             time.sleep(1e-4)
         t1 = time.perf_counter()
-        if name == "reducescatter" and not self._nccl:
-            torch.sum(self._pieces.view(dist.get_world_size(), -1), dim=0, out=self._shard)
+        if name == "reducescatter":
+            finish_reduce_scatter(self._shard, None if self._nccl else self._pieces)
         return stamp[0] - t0 + time.perf_counter() - t1
 
     def _phases(self) -> list[tuple[str, Callable[[], float]]]:

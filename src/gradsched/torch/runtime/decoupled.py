@@ -8,16 +8,20 @@ so :func:`executable` hands it the reduce-scatters alone, each run by one
 1. **issue** (its gradients are complete, during backward): divide by the world size and
    start the reduce-scatter.  On gloo that is ``all_to_all_single`` and a local sum of the p
    pieces (gloo's ``reduce_scatter_tensor`` is an all-reduce and a slice, PyTorch PR
-   #118911: measured 1.6-2.8x slower on 2 ranks, benchmarks/gloo_reduce_scatter.py);
-   on NCCL ``reduce_scatter_tensor``.
+   #118911: measured 1.6-2.8x slower on 2 ranks, benchmarks/gloo_reduce_scatter.py), one
+   all-to-all per piece of at most :data:`CHUNK_BYTES` a rank (:func:`chunks`), on a group of its
+   own with :data:`PHASE_THREADS` worker threads (:func:`scatter_group`): over a shaped link one
+   large all-to-all alone moves about half the link's rate, many small ones at once nearly all of
+   it; on NCCL one ``reduce_scatter_tensor``.
 2. **gather** (:func:`retire_alone`, when the executor first waits for any operation after
    backward: the first forward layer's gate with a ``DistributedOptimizer``, else the end of
    backward): for every decoupled operation in flight, in forward order (by its first tensor,
    the order the next forward needs them), wait for its reduce-scatter, sum this rank's
-   shard and start ``all_gather_single`` (``all_gather_into_tensor``) back into the piece, on a group of its own
+   shard and start ``all_gather_single`` (``all_gather_into_tensor``) back into the piece (on gloo
+   one per piece, each piece's parts where its all-to-all took them), on a group of its own
    (:func:`gather_group`), as DeAR's ``step()`` waits for the reduce-scatters and starts the
-   all-gathers.  One group runs its collectives one after another, so the first layers'
-   gathers end first.
+   all-gathers.  The group takes its collectives in issue order, so the first layers'
+   gathers start first.
 3. **wait**: the executor retires the operation the layer needs out of issue order
    (:func:`retire_alone`: a layer's forward waits only for its own group's gather); the
    piece then holds the averaged gradient, the all-reduce's result up to the order of the
@@ -47,7 +51,14 @@ from gradsched.torch.runtime.layout import Piece
 from gradsched.torch.runtime.ops import OP_KINDS, wait_all
 
 GATHER_TIMEOUT_S = 1800.0  # the gather group's own timeout; each wait is bounded by the executor's
+# gloo: each phase of a group goes as collectives of at most this many bytes a rank, on groups running this many at
+# once.  One all-to-all or all-gather alone moved about half a shaped link's rate (2 testbed hosts at 1 Gbit/s, a
+# 16 MiB buffer: 142 and 112 ms; in 0.5-1 MiB pieces on 8 threads 74-86 and 72-80 ms); dear's GoogLeNet stream of
+# both phases 612 -> 531 ms (docs/notes/2026-12-decoupled.md, "Round 8")
+CHUNK_BYTES = 512 << 10
+PHASE_THREADS = 8
 _GATHER_GROUPS: dict[int, dist.ProcessGroup] = {}
+_SCATTER_GROUPS: dict[int, dist.ProcessGroup] = {}
 # PyTorch 2.13 renamed both (the old names warn FutureWarning on every call); older releases have the old only
 all_gather_single: Callable[..., Any] = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 reduce_scatter_single: Callable[..., Any] = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -75,8 +86,25 @@ def gather_group(group: dist.ProcessGroup) -> dist.ProcessGroup:
     rank at the same point: the first decoupled operation's construction, in plan order)."""
     key = id(group)
     if key not in _GATHER_GROUPS:
-        _GATHER_GROUPS[key] = side_group(group, GATHER_TIMEOUT_S)
+        _GATHER_GROUPS[key] = side_group(group, GATHER_TIMEOUT_S, PHASE_THREADS)
     return _GATHER_GROUPS[key]
+
+
+def scatter_group(group: dist.ProcessGroup) -> dist.ProcessGroup:
+    """The side group the reduce-scatters of ``group``'s decoupled operations run on where gloo carries them
+    (:data:`PHASE_THREADS` at once; made once, on every rank right after :func:`gather_group`)."""
+    key = id(group)
+    if key not in _SCATTER_GROUPS:
+        _SCATTER_GROUPS[key] = side_group(group, GATHER_TIMEOUT_S, PHASE_THREADS)
+    return _SCATTER_GROUPS[key]
+
+
+def chunks(padded: int, world_size: int, element_bytes: int) -> list[tuple[int, int]]:
+    """``[start, end)`` of each piece of a padded buffer of ``padded`` elements that one collective of a phase
+    moves on gloo: consecutive, each a multiple of ``world_size`` elements and at most :data:`CHUNK_BYTES` a
+    rank (at least one element a rank)."""
+    step = max(1, CHUNK_BYTES // element_bytes) * world_size
+    return [(a, min(a + step, padded)) for a in range(0, padded, step)] or [(0, padded)]
 
 
 class DecoupledAllReduce:
@@ -93,11 +121,13 @@ class DecoupledAllReduce:
         self.nbytes = self.piece.numel() * self.piece.element_size()
         self.group = group
         self.gather_on = gather_group(group)
+        self.nccl = uses_nccl(group, self.piece.device)
+        if not self.nccl:
+            scatter_group(group)  # made here, on every rank in plan order, as the gather group
         self.world_size = world_size
         self.rank = rank
         self.on_complete = on_complete
         self.works: list[dist.Work] = []
-        self.nccl = uses_nccl(group, self.piece.device)
         n = self.piece.numel()
         self.padded = -(-n // world_size) * world_size
         self.full = self.piece if self.padded == n else torch.zeros(self.padded, dtype=self.piece.dtype,
@@ -115,17 +145,18 @@ class DecoupledAllReduce:
         if self.full is not self.piece:
             self.full[:self.piece.numel()].copy_(self.piece)
         self.full.div_(self.world_size)
-        if self.nccl:
-            work = reduce_scatter_single(self.shard, self.full, group=self.group, async_op=True)
+        if self.keep_shard and not self.nccl:  # the sharded optimizer's layout: this rank's shard in one region
+            self.works = [dist.all_to_all_single(self.pieces, self.full, group=self.group, async_op=True)]
         else:
-            work = dist.all_to_all_single(self.pieces, self.full, group=self.group, async_op=True)
-        self.works = [work]
+            self.works = start_reduce_scatter(self.shard, self.full, self.pieces, self.group)
         self.phase = 1
 
     def _gather(self) -> None:
         """The reduce-scatter is done: this rank's shard, then the all-gather into the piece."""
-        if not self.nccl:
+        if self.keep_shard and not self.nccl:
             torch.sum(self.pieces.view(self.world_size, -1), dim=0, out=self.shard)
+        else:
+            finish_reduce_scatter(self.shard, self.pieces)
         if self.keep_shard:  # this rank's region of the piece holds the average, the rest its own part
             m = self.shard.numel()
             self.full[self.rank * m:(self.rank + 1) * m].copy_(self.shard)
@@ -135,10 +166,12 @@ class DecoupledAllReduce:
             if self.on_complete is not None:
                 self.on_complete(self.index)
             return
-        self.works = [all_gather_single(self.full, self.shard, group=self.gather_on, async_op=True)]
+        self.works = start_all_gather(self.full, self.shard, self.group, self.nccl)
         self.phase = 2
         if self.on_complete is not None:
-            self.works[-1].get_future().add_done_callback(lambda _f: self.on_complete(self.index))
+            done = (self.works[0].get_future() if len(self.works) == 1
+                    else torch.futures.collect_all([w.get_future() for w in self.works]))
+            done.add_done_callback(lambda _f: self.on_complete(self.index))
 
     def is_done(self) -> bool:
         # never starts the gather itself: gathers go in forward order from one place (retire_alone), so
@@ -178,16 +211,54 @@ def retire_alone(ex: Any, j: int) -> bool:
     return j in decoupled
 
 
+def start_reduce_scatter(shard: torch.Tensor, full: torch.Tensor, scratch: torch.Tensor | None,
+                         group: dist.ProcessGroup | None = None) -> list[dist.Work]:
+    """Start what leaves ``shard`` this rank's part of the sum of every rank's ``full`` (``full``: p times
+    ``shard``'s elements), as the runner does: ``reduce_scatter_tensor`` where ``scratch`` is None (NCCL), else
+    all-to-alls into ``scratch`` (as large as ``full``) of the pieces :func:`chunks` cuts, on
+    :func:`scatter_group` (gloo); :func:`finish_reduce_scatter` sums them once they are done."""
+    group = group if group is not None else dist.group.WORLD
+    if scratch is None:
+        return [reduce_scatter_single(shard, full, group=group, async_op=True)]
+    on = scatter_group(group)
+    return [dist.all_to_all_single(scratch[a:b], full[a:b], group=on, async_op=True)
+            for a, b in chunks(full.numel(), full.numel() // shard.numel(), full.element_size())]
+
+
+def finish_reduce_scatter(shard: torch.Tensor, scratch: torch.Tensor | None) -> None:
+    """gloo: ``shard`` = the sum of the p pieces each all-to-all of :func:`start_reduce_scatter` brought."""
+    if scratch is None:
+        return
+    p = scratch.numel() // shard.numel()
+    for a, b in chunks(scratch.numel(), p, scratch.element_size()):
+        torch.sum(scratch[a:b].view(p, -1), dim=0, out=shard[a // p:b // p])
+
+
+def start_all_gather(full: torch.Tensor, shard: torch.Tensor, group: dist.ProcessGroup | None = None,
+                     nccl: bool = False) -> list[dist.Work]:
+    """Start gathering every rank's ``shard`` into ``full``, as the runner does: one ``all_gather_single`` on
+    :func:`gather_group` (NCCL), or one per piece :func:`chunks` cuts (gloo), each piece's parts where
+    :func:`start_reduce_scatter` took them from."""
+    on = gather_group(group if group is not None else dist.group.WORLD)
+    p = full.numel() // shard.numel()
+    spans = [(0, full.numel())] if nccl else chunks(full.numel(), p, full.element_size())
+    return [all_gather_single(full[a:b], shard[a // p:b // p], group=on, async_op=True) for a, b in spans]
+
+
 def reduce_scatter(shard: torch.Tensor, full: torch.Tensor, scratch: torch.Tensor | None,
                    group: dist.ProcessGroup | None = None) -> None:
-    """``shard`` = this rank's part of the sum of every rank's ``full``, synchronously, as the runner does it:
-    ``reduce_scatter_tensor`` where ``scratch`` is None (NCCL), else an all-to-all into ``scratch`` (as large
-    as ``full``) and a local sum (gloo; ``gradsched netbench`` times it so)."""
-    if scratch is None:
-        reduce_scatter_single(shard, full, group=group)
-        return
-    dist.all_to_all_single(scratch, full, group=group)
-    torch.sum(scratch.view(-1, shard.numel()), dim=0, out=shard)
+    """:func:`start_reduce_scatter`, waited for, and :func:`finish_reduce_scatter`, synchronously
+    (``gradsched netbench`` times it so)."""
+    for work in start_reduce_scatter(shard, full, scratch, group):
+        work.wait()
+    finish_reduce_scatter(shard, scratch)
+
+
+def all_gather(full: torch.Tensor, shard: torch.Tensor, group: dist.ProcessGroup | None = None,
+               nccl: bool = False) -> None:
+    """:func:`start_all_gather`, waited for (``gradsched netbench`` times it so)."""
+    for work in start_all_gather(full, shard, group, nccl):
+        work.wait()
 
 
 def _done(works: list[dist.Work], nccl: bool) -> bool:
