@@ -54,7 +54,7 @@ GATHER_TIMEOUT_S = 1800.0  # the gather group's own timeout; each wait is bounde
 # gloo: each phase of a group goes as collectives of at most this many bytes a rank, on groups running this many at
 # once.  One all-to-all or all-gather alone moved about half a shaped link's rate (2 testbed hosts at 1 Gbit/s, a
 # 16 MiB buffer: 142 and 112 ms; in 0.5-1 MiB pieces on 8 threads 74-86 and 72-80 ms); dear's GoogLeNet stream of
-# both phases 612 -> 531 ms (docs/notes/2026-12-decoupled.md, "Round 8")
+# both phases 576 -> 515 ms (benchmarks/two_phase_pieces.py, docs/runtime.md)
 CHUNK_BYTES = 512 << 10
 PHASE_THREADS = 8
 _GATHER_GROUPS: dict[int, dist.ProcessGroup] = {}
