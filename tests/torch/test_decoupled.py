@@ -115,6 +115,7 @@ def _phases(rank: int, world: int) -> dict:
     return {"mine": mine, "shard": shard.clone(), "full": full, "works": (len(scattered), len(gathered))}
 
 
+@pytest.mark.slow
 def test_gloos_two_phases_go_in_pieces_and_together_make_the_all_reduce():
     results = spawn_local(_phases, 3, timeout_s=60)
     total = sum(r["mine"] for r in results)
