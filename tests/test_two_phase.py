@@ -194,10 +194,11 @@ def test_dear_planned_is_the_fastest_of_its_candidates(case):
         assert best <= simulate(other, profile, cluster).iteration_s + TOL
 
 
-def test_dear_on_the_common_case_and_auto_takes_it(case):
+def test_dear_on_the_common_case_and_auto_leaves_it_within_the_margin(case):
     # RS(t2) 0.1-0.55, RS(t0,t1) 0.6-1.05, AG(t0,t1) 1.05-1.5, AG(t2) 1.5-1.95; forward t0 1.5-1.6,
     # t1 1.6-1.7, t2 waits for its AG: 1.95-2.05.  The best all-reduce plan takes 2.2
-    # (test_sim_timelines.py::test_auto_picks_the_fastest_candidate), more than 2% slower.
+    # (test_sim_timelines.py::test_auto_picks_the_fastest_candidate): dear is 6.8% faster, within the
+    # 10% a two-phase plan must win by (it measured 9-40% slower against usbyte than predicted).
     profile, cluster = case
     plan = make_plan("dear", profile, cluster)
     assert [(op.collective, op.tensors()) for op in plan.operations] == [
@@ -205,15 +206,21 @@ def test_dear_on_the_common_case_and_auto_takes_it(case):
     r = simulate(plan, profile, cluster)
     assert r.op_start_s == pytest.approx([0.1, 0.6, 1.05, 1.5]) and r.op_end_s == pytest.approx([0.55, 1.05, 1.5, 1.95])
     assert r.iteration_s == pytest.approx(2.05)
+    assert DECOUPLED_MARGIN == pytest.approx(0.10)
     chosen = make_plan("auto", profile, cluster)
-    assert chosen.options["chose"] == "dear" and chosen.options["predicted_iteration_s"] == pytest.approx(2.05)
+    assert chosen.options["chose"] != "dear" and chosen.options["predicted_iteration_s"] == pytest.approx(2.2)
 
 
 def test_auto_takes_dear_only_past_its_margin():
     # a long forward to hide the all-gathers behind and a network as slow as backward: dear pays
     tensors = tuple(TensorProfile(f"l{i}", 1_000_000, 4_000_000, 0.02, 0.01) for i in range(8))
     profile = Profile("slow-net", tensors)
-    slow = Cluster.alpha_beta(1e-3, 5e-9, 8)
+    # each phase measured at 2.5 ns per rank byte (as a cluster file's "reducescatter" and "allgather" entries):
+    # the two phases move an all-reduce's bytes over 8 ranks at 0.44x its time, so dear wins by more than its margin
+    phase = CollectiveCost(5e-4, 2.5e-9)
+    slow = dataclasses.replace(Cluster.alpha_beta(1e-3, 5e-9, 8),
+                               collectives={"allreduce": CollectiveCost(1e-3, 5e-9), "reducescatter": phase,
+                                            "allgather": phase})
     chosen = make_plan("auto", profile, slow)
     dear = simulate(make_plan("dear", profile, slow), profile, slow).iteration_s
     others = min(simulate(make_plan(s, profile, slow), profile, slow).iteration_s

@@ -85,6 +85,9 @@ def test_two_ranks_sgd_and_adamw_match_ddp():
 
 
 def _padded(rank: int, world: int) -> dict:
+    from gradsched.torch.runtime import decoupled
+
+    decoupled.CHUNK_BYTES = 256  # gloo's phases in pieces of 64 floats a rank: several a group, the last padded
     plan = _plan(world, grouping="nearby", nearby_layers=1)
     sizes = [sum(s.numel for s in op.slices) for op in plan.operations if op.collective == REDUCE_SCATTER]
     ref = _train("ddp", "sgd")["params"]
@@ -92,6 +95,38 @@ def _padded(rank: int, world: int) -> dict:
     return {"indivisible": [n for n in sizes if n % world], "diff": rel_diff(got["params"], ref),
             "runners": got["runners"], "collectives": got["collectives"],
             "flat": torch.cat([p.reshape(-1) for p in got["params"]])}
+
+
+def _phases(rank: int, world: int) -> dict:
+    from gradsched.torch.runtime import decoupled
+
+    decoupled.CHUNK_BYTES = 128  # 16 doubles a rank a piece
+    gen = torch.Generator().manual_seed(rank)
+    full = torch.randn(world * 50, generator=gen, dtype=torch.float64)  # 50 a rank: pieces of 16, 16, 16, 2
+    mine = full.clone()
+    shard, scratch = torch.empty(50, dtype=torch.float64), decoupled.scratch_for(full, world, False)
+    scattered = decoupled.start_reduce_scatter(shard, full, scratch, None, rank)
+    for w in scattered:
+        w.wait()
+    decoupled.sum_pieces(shard, full, scratch, rank)
+    gathered = decoupled.start_all_gather(full, shard, scratch, None, rank)
+    for w in gathered:
+        w.wait()
+    return {"mine": mine, "shard": shard.clone(), "full": full, "works": (len(scattered), len(gathered))}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 3])  # two ranks: no scratch buffer (each sends the other its part alone)
+def test_gloos_two_phases_go_in_pieces_and_together_make_the_all_reduce(world):
+    results = spawn_local(_phases, world, timeout_s=60)
+    total = sum(r["mine"] for r in results)
+    step = 16 * world  # 16 doubles a rank a piece, then the rest
+    pieces = [(a, min(a + step, 50 * world)) for a in range(0, 50 * world, step)]
+    for rank, r in enumerate(results):
+        assert r["works"] == (4, 4)  # one all-to-all each way a piece
+        assert torch.allclose(r["full"], total, rtol=0, atol=1e-12)  # every rank: the sum of every rank's
+        mine = torch.cat([total[a:b].view(world, -1)[rank] for a, b in pieces])  # its part of each piece
+        assert torch.allclose(r["shard"], mine, rtol=0, atol=1e-12)
 
 
 @pytest.mark.slow

@@ -28,7 +28,8 @@ from helpers import train  # noqa: E402
 from gradsched.torch.jobs.selftest import free_port, rel_diff, spawn_local  # noqa: E402
 
 TOLERANCE = 1e-5
-GROUP_PLANS = [None, "bytescheduler"]  # the default (DDP buckets) and a plan with a progress thread (private group)
+GROUP_PLANS = [None, "bytescheduler", "dear"]  # the default (DDP buckets), a plan with a progress thread (private group)
+# and a two-phase one (side groups for its gathers and, on gloo, its reduce-scatters, with worker threads of their own)
 
 
 def _net(dtype: torch.dtype = torch.float32) -> nn.Module:

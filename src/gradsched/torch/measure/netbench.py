@@ -237,19 +237,21 @@ def _queue(name: str, nbytes: int, most: int, world: int, device: torch.device) 
     scratch = [scratch_for(f, world, nccl) for f in fulls] or [None] * most  # the runtime's buffers for the phases
     rank = dist.get_rank()
 
-    def one(i: int) -> dist.Work:
+    def one(i: int) -> list[dist.Work]:
         if name == "allreduce":
-            return dist.all_reduce(bufs[i], async_op=True)
+            return [dist.all_reduce(bufs[i], async_op=True)]
         if name == "reducescatter":  # as the runtime starts it (its local sum, after the wait, is compute)
             return start_reduce_scatter(bufs[i], fulls[i], scratch[i], None, rank, nccl)
         return start_all_gather(fulls[i], bufs[i], scratch[i], None, rank, nccl)
 
     def issue(k: int, together: bool) -> None:
-        works = []
+        works: list[dist.Work] = []
         for i in range(k):
-            works.append(one(i))
-            if not together:
-                works.pop().wait()
+            if together:
+                works += one(i)
+            else:
+                for w in one(i):
+                    w.wait()
         for w in works:
             w.wait()
         _sync(device)

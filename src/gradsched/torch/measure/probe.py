@@ -203,13 +203,15 @@ class ContentionProbe:
         scratch = self._pieces if self._pieces.numel() else None
         t0 = time.perf_counter()
         if name == "allgather":
-            work = start_all_gather(full, self._shard, scratch, None, rank, self._nccl)
+            works = start_all_gather(full, self._shard, scratch, None, rank, self._nccl)
         else:
-            work = start_reduce_scatter(self._shard, full, scratch, None, rank, self._nccl)
-        work.get_future().add_done_callback(lambda _f: stamp.append(time.perf_counter()))
+            works = start_reduce_scatter(self._shard, full, scratch, None, rank, self._nccl)
+        done = works[0].get_future() if len(works) == 1 else torch.futures.collect_all([w.get_future() for w in works])
+        done.add_done_callback(lambda _f: stamp.append(time.perf_counter()))
         while busy and not stamp:
             self._compute()
-        work.wait()
+        for work in works:
+            work.wait()
         while not stamp:
             time.sleep(1e-4)
         t1 = time.perf_counter()

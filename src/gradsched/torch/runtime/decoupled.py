@@ -6,20 +6,26 @@ so :func:`executable` hands it the reduce-scatters alone, each run by one
 :class:`DecoupledAllReduce` that does both phases on the group's arena piece:
 
 1. **issue** (its gradients are complete, during backward): divide by the world size and
-   start the reduce-scatter (:func:`start_reduce_scatter`).  On gloo that is ``all_to_all_single``
-   and a local sum of the p pieces (gloo's ``reduce_scatter_tensor`` is an all-reduce and a slice,
-   PyTorch PR #118911: measured 1.6-2.8x slower on 2 ranks, benchmarks/gloo_reduce_scatter.py), on
-   two ranks of the other rank's part alone, into the shard; on NCCL ``reduce_scatter_tensor``.
+   start the reduce-scatter.  On gloo that is ``all_to_all_single`` and a local sum of the p
+   pieces (gloo's ``reduce_scatter_tensor`` is an all-reduce and a slice, PyTorch PR
+   #118911: measured 1.6-2.8x slower on 2 ranks, benchmarks/gloo_reduce_scatter.py), one
+   all-to-all per piece of at most :data:`CHUNK_BYTES` a rank (:func:`chunks`), on a group of its
+   own with :data:`PHASE_THREADS` worker threads (:func:`scatter_group`): over a shaped link one
+   large all-to-all alone moves about half the link's rate, many small ones at once nearly all of
+   it.  On two ranks each all-to-all sends the other rank its part alone and receives the other's
+   part into the shard, so no buffer as large as the group is held (:func:`scratch_for`).  On NCCL
+   one ``reduce_scatter_tensor``.
 2. **gather** (:func:`retire_alone`, when the executor first waits for any operation after
    backward: the first forward layer's gate with a ``DistributedOptimizer``, else the end of
    backward): for every decoupled operation in flight, in forward order (by its first tensor,
    the order the next forward needs them), wait for its reduce-scatter, sum this rank's
-   shard and start the all-gather back into the piece (:func:`start_all_gather`: on NCCL
-   ``all_gather_single``, on gloo an all-to-all into the piece, as gloo's own all-gather takes a
-   buffer as large as the piece per call), on a group of its own
+   shard and start the all-gather back into the piece (:func:`start_all_gather`: on NCCL one
+   ``all_gather_single``; on gloo an all-to-all per piece straight into the piece, each piece's parts
+   where its reduce-scatter took them, as gloo's own all-gather allocates a buffer as large as its
+   output per call), on a group of its own
    (:func:`gather_group`), as DeAR's ``step()`` waits for the reduce-scatters and starts the
-   all-gathers.  One group runs its collectives one after another, so the first layers'
-   gathers end first.
+   all-gathers.  The group takes its collectives in issue order, so the first layers'
+   gathers start first.
 3. **wait**: the executor retires the operation the layer needs out of issue order
    (:func:`retire_alone`: a layer's forward waits only for its own group's gather); the
    piece then holds the averaged gradient, the all-reduce's result up to the order of the
@@ -49,7 +55,14 @@ from gradsched.torch.runtime.layout import Piece
 from gradsched.torch.runtime.ops import OP_KINDS, wait_all
 
 GATHER_TIMEOUT_S = 1800.0  # the gather group's own timeout; each wait is bounded by the executor's
+# gloo: each phase of a group goes as collectives of at most this many bytes a rank, on groups running this many at
+# once.  One all-to-all or all-gather alone moved about half a shaped link's rate (2 testbed hosts at 1 Gbit/s, a
+# 16 MiB buffer: 142 and 112 ms; in 0.5-1 MiB pieces on 8 threads 74-86 and 72-80 ms); dear's GoogLeNet stream of
+# both phases 576 -> 515 ms (benchmarks/two_phase_pieces.py, docs/runtime.md)
+CHUNK_BYTES = 512 << 10
+PHASE_THREADS = 8
 _GATHER_GROUPS: dict[int, dist.ProcessGroup] = {}
+_SCATTER_GROUPS: dict[int, dist.ProcessGroup] = {}
 # PyTorch 2.13 renamed both (the old names warn FutureWarning on every call); older releases have the old only
 all_gather_single: Callable[..., Any] = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 reduce_scatter_single: Callable[..., Any] = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -77,8 +90,25 @@ def gather_group(group: dist.ProcessGroup) -> dist.ProcessGroup:
     rank at the same point: the first decoupled operation's construction, in plan order)."""
     key = id(group)
     if key not in _GATHER_GROUPS:
-        _GATHER_GROUPS[key] = side_group(group, GATHER_TIMEOUT_S)
+        _GATHER_GROUPS[key] = side_group(group, GATHER_TIMEOUT_S, PHASE_THREADS)
     return _GATHER_GROUPS[key]
+
+
+def scatter_group(group: dist.ProcessGroup) -> dist.ProcessGroup:
+    """The side group the reduce-scatters of ``group``'s decoupled operations run on where gloo carries them
+    (:data:`PHASE_THREADS` at once; made once, on every rank right after :func:`gather_group`)."""
+    key = id(group)
+    if key not in _SCATTER_GROUPS:
+        _SCATTER_GROUPS[key] = side_group(group, GATHER_TIMEOUT_S, PHASE_THREADS)
+    return _SCATTER_GROUPS[key]
+
+
+def chunks(padded: int, world_size: int, element_bytes: int) -> list[tuple[int, int]]:
+    """``[start, end)`` of each piece of a padded buffer of ``padded`` elements that one collective of a phase
+    moves on gloo: consecutive, each a multiple of ``world_size`` elements and at most :data:`CHUNK_BYTES` a
+    rank (at least one element a rank)."""
+    step = max(1, CHUNK_BYTES // element_bytes) * world_size
+    return [(a, min(a + step, padded)) for a in range(0, padded, step)] or [(0, padded)]
 
 
 class DecoupledAllReduce:
@@ -95,11 +125,13 @@ class DecoupledAllReduce:
         self.nbytes = self.piece.numel() * self.piece.element_size()
         self.group = group
         self.gather_on = gather_group(group)
+        self.nccl = uses_nccl(group, self.piece.device)
+        if not self.nccl:
+            scatter_group(group)  # made here, on every rank in plan order, as the gather group
         self.world_size = world_size
         self.rank = rank
         self.on_complete = on_complete
         self.works: list[dist.Work] = []
-        self.nccl = uses_nccl(group, self.piece.device)
         n = self.piece.numel()
         self.padded = -(-n // world_size) * world_size
         self.full = self.piece if self.padded == n else torch.zeros(self.padded, dtype=self.piece.dtype,
@@ -118,13 +150,15 @@ class DecoupledAllReduce:
         if self.full is not self.piece:
             self.full[:self.piece.numel()].copy_(self.piece)
         self.full.div_(self.world_size)
-        self.works = [start_reduce_scatter(self.shard, self.full, self.pieces, self.group, self.rank, self.nccl)]
+        # the sharded optimizer's layout (keep_shard): this rank's shard in one region, so one collective
+        self.works = start_reduce_scatter(self.shard, self.full, self.pieces, self.group, self.rank, self.nccl,
+                                          whole=self.keep_shard)
         self.phase = 1
 
     def _gather(self) -> None:
         """The reduce-scatter is done: this rank's shard, then the all-gather into the piece."""
         if not self.nccl:
-            sum_pieces(self.shard, self.full, self.pieces, self.rank)
+            sum_pieces(self.shard, self.full, self.pieces, self.rank, whole=self.keep_shard)
         if self.keep_shard:  # this rank's region of the piece holds the average, the rest its own part
             m = self.shard.numel()
             self.full[self.rank * m:(self.rank + 1) * m].copy_(self.shard)
@@ -134,14 +168,18 @@ class DecoupledAllReduce:
             if self.on_complete is not None:
                 self.on_complete(self.index)
             return
-        self.works = [self.start_all_gather()]
+        self.works = self.start_all_gather()
         self.phase = 2
         if self.on_complete is not None:
-            self.works[-1].get_future().add_done_callback(lambda _f: self.on_complete(self.index))
+            done = (self.works[0].get_future() if len(self.works) == 1
+                    else torch.futures.collect_all([w.get_future() for w in self.works]))
+            done.add_done_callback(lambda _f: self.on_complete(self.index))
 
-    def start_all_gather(self) -> dist.Work:
-        """Start gathering every rank's shard into ``full`` on the gather group (:func:`start_all_gather`)."""
-        return start_all_gather(self.full, self.shard, self.pieces, self.gather_on, self.rank, self.nccl)
+    def start_all_gather(self) -> list[dist.Work]:
+        """Start gathering every rank's shard into ``full`` on the gather group (:func:`start_all_gather`; whole
+        where the sharded optimizer keeps its shard in one region)."""
+        return start_all_gather(self.full, self.shard, self.pieces, self.group, self.rank, self.nccl,
+                                whole=self.keep_shard)
 
     def is_done(self) -> bool:
         # never starts the gather itself: gathers go in forward order from one place (retire_alone), so
@@ -181,73 +219,102 @@ def retire_alone(ex: Any, j: int) -> bool:
     return j in decoupled
 
 
+def spans(full: torch.Tensor, world: int, nccl: bool, whole: bool = False) -> list[tuple[int, int]]:
+    """``[start, end)`` of the collectives a phase of ``full`` goes as: one on NCCL or ``whole``, else
+    :func:`chunks`."""
+    return [(0, full.numel())] if nccl or whole else chunks(full.numel(), world, full.element_size())
+
+
 def _to_peer(rank: int, m: int) -> list[int]:
     """Two ranks' all-to-all split sizes: ``m`` elements to (from) the other rank, none to (from) oneself."""
     return [0, m] if rank == 0 else [m, 0]
 
 
 def start_reduce_scatter(shard: torch.Tensor, full: torch.Tensor, scratch: torch.Tensor | None,
-                         group: dist.ProcessGroup | None, rank: int, nccl: bool) -> dist.Work:
-    """Start the reduce-scatter of ``full`` (this rank's contribution, ``world`` parts of ``shard``'s length):
-    ``reduce_scatter_tensor`` on NCCL; on gloo an all-to-all (:func:`sum_pieces` then sums what it brought):
-    of ``full`` into ``scratch`` (as large as ``full``) beyond two ranks, and on two ranks (``scratch`` None)
-    of the other rank's part alone, received into ``shard``: no buffer as large as ``full`` (the buffers of
-    googlenet-k80's 47 operations took 2.5x its 54 MB of gradients beside the arena, docs/bench.md "Memory")."""
+                         group: dist.ProcessGroup | None = None, rank: int = 0, nccl: bool = False,
+                         whole: bool = False) -> list[dist.Work]:
+    """Start what leaves ``shard`` this rank's part of the sum of every rank's ``full`` (p times ``shard``'s
+    elements), as the runner does: ``reduce_scatter_tensor`` on NCCL; on gloo an all-to-all per span
+    (:func:`spans`; on :func:`scatter_group` unless ``whole``), of the span into ``scratch`` beyond two ranks,
+    on two ranks (``scratch`` None) of the other rank's part alone into ``shard`` (:func:`sum_pieces` then adds
+    what it brought)."""
+    group = group if group is not None else dist.group.WORLD
     if nccl:
-        return reduce_scatter_single(shard, full, group=group, async_op=True)
-    if scratch is not None:
-        return dist.all_to_all_single(scratch, full, group=group, async_op=True)
-    m = shard.numel()
-    peer = 1 - rank
-    split = _to_peer(rank, m)
-    return dist.all_to_all_single(shard, full[peer * m:(peer + 1) * m], split, split, group=group, async_op=True)
+        return [reduce_scatter_single(shard, full, group=group, async_op=True)]
+    p = full.numel() // shard.numel()
+    on = group if whole else scatter_group(group)
+    works = []
+    for a, b in spans(full, p, nccl, whole):
+        m = (b - a) // p
+        if scratch is not None:
+            works.append(dist.all_to_all_single(scratch[a:b], full[a:b], group=on, async_op=True))
+        else:
+            peer, split = 1 - rank, _to_peer(rank, m)
+            works.append(dist.all_to_all_single(shard[a // p:b // p], full[a + peer * m:a + (peer + 1) * m],
+                                                split, split, group=on, async_op=True))
+    return works
 
 
-def sum_pieces(shard: torch.Tensor, full: torch.Tensor, scratch: torch.Tensor | None, rank: int) -> None:
-    """On gloo, after :func:`start_reduce_scatter`'s all-to-all: ``shard`` = the sum of every rank's part of
+def sum_pieces(shard: torch.Tensor, full: torch.Tensor, scratch: torch.Tensor | None, rank: int,
+               whole: bool = False) -> None:
+    """On gloo, after :func:`start_reduce_scatter`'s all-to-alls: ``shard`` = the sum of every rank's part of
     it (two ranks: the other's, received there, plus this rank's own, one addition as ``torch.sum`` of the
     two makes)."""
-    m = shard.numel()
-    if scratch is None:
-        shard.add_(full[rank * m:(rank + 1) * m])
-    else:
-        torch.sum(scratch.view(-1, m), dim=0, out=shard)
+    p = full.numel() // shard.numel()
+    for a, b in spans(full, p, False, whole):
+        m = (b - a) // p
+        part = shard[a // p:b // p]
+        if scratch is None:
+            part.add_(full[a + rank * m:a + (rank + 1) * m])
+        else:
+            torch.sum(scratch[a:b].view(p, m), dim=0, out=part)
 
 
 def start_all_gather(full: torch.Tensor, shard: torch.Tensor, scratch: torch.Tensor | None,
-                     group: dist.ProcessGroup | None, rank: int, nccl: bool) -> dist.Work:
-    """Start gathering every rank's ``shard`` into ``full``: ``all_gather_into_tensor`` on NCCL; on gloo an
-    all-to-all straight into ``full`` (gloo's all-gather gathers into a buffer as large as ``full`` that it
-    allocates per call, then copies out): beyond two ranks from ``scratch``, ``shard`` copied into each of its
-    parts; on two ranks this rank's shard copied into place and sent to the other."""
+                     group: dist.ProcessGroup | None = None, rank: int = 0, nccl: bool = False,
+                     whole: bool = False) -> list[dist.Work]:
+    """Start gathering every rank's ``shard`` into ``full`` on :func:`gather_group`, each span's parts where
+    :func:`start_reduce_scatter` took them from: ``all_gather_single`` on NCCL; on gloo an all-to-all per
+    span straight into ``full`` (gloo's all-gather allocates a buffer as large as its output per call and
+    copies out), beyond two ranks from ``scratch`` (``shard`` copied into each of its parts), on two ranks
+    this rank's part copied into place and sent to the other."""
+    on = gather_group(group if group is not None else dist.group.WORLD)
     if nccl:
-        return all_gather_single(full, shard, group=group, async_op=True)
-    m = shard.numel()
-    if scratch is not None:
-        scratch.view(-1, m).copy_(shard.expand(scratch.numel() // m, m))
-        return dist.all_to_all_single(full, scratch, group=group, async_op=True)
-    peer = 1 - rank
-    full[rank * m:(rank + 1) * m].copy_(shard)
-    split = _to_peer(rank, m)
-    return dist.all_to_all_single(full[peer * m:(peer + 1) * m], shard, split, split, group=group, async_op=True)
+        return [all_gather_single(full, shard, group=on, async_op=True)]
+    p = full.numel() // shard.numel()
+    works = []
+    for a, b in spans(full, p, nccl, whole):
+        m = (b - a) // p
+        part = shard[a // p:b // p]
+        if scratch is not None:
+            scratch[a:b].view(p, m).copy_(part.expand(p, m))
+            works.append(dist.all_to_all_single(full[a:b], scratch[a:b], group=on, async_op=True))
+        else:
+            peer, split = 1 - rank, _to_peer(rank, m)
+            full[a + rank * m:a + (rank + 1) * m].copy_(part)
+            works.append(dist.all_to_all_single(full[a + peer * m:a + (peer + 1) * m], part, split, split,
+                                                group=on, async_op=True))
+    return works
 
 
 def reduce_scatter(shard: torch.Tensor, full: torch.Tensor, scratch: torch.Tensor | None,
                    group: dist.ProcessGroup | None = None) -> None:
-    """``shard`` = this rank's part of the sum of every rank's ``full``, synchronously, as the runner does it
-    (:func:`start_reduce_scatter`, :func:`sum_pieces`; ``scratch``: None on NCCL and on two gloo ranks, else as
-    large as ``full``; ``gradsched netbench`` times it so)."""
+    """:func:`start_reduce_scatter`, waited for, and :func:`sum_pieces`, synchronously (``gradsched netbench``
+    times it so; ``scratch``: :func:`scratch_for`'s)."""
     nccl = uses_nccl(group or dist.group.WORLD, full.device)
-    start_reduce_scatter(shard, full, scratch, group, dist.get_rank(group), nccl).wait()
+    rank = dist.get_rank(group)
+    for work in start_reduce_scatter(shard, full, scratch, group, rank, nccl):
+        work.wait()
     if not nccl:
-        sum_pieces(shard, full, scratch, dist.get_rank(group))
+        sum_pieces(shard, full, scratch, rank)
 
 
 def all_gather(full: torch.Tensor, shard: torch.Tensor, scratch: torch.Tensor | None,
                group: dist.ProcessGroup | None = None) -> None:
     """Every rank's ``shard`` into ``full``, synchronously, as the runner does it (:func:`start_all_gather`)."""
     nccl = uses_nccl(group or dist.group.WORLD, full.device)
-    start_all_gather(full, shard, scratch, group, dist.get_rank(group), nccl).wait()
+    for work in start_all_gather(full, shard, scratch, group, dist.get_rank(group), nccl):
+        work.wait()
 
 
 def scratch_for(full: torch.Tensor, world: int, nccl: bool) -> torch.Tensor | None:

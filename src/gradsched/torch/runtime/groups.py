@@ -73,14 +73,30 @@ def is_whole_world(group: dist.ProcessGroup) -> bool:
     return dist.get_world_size(group) == dist.get_world_size()
 
 
-def side_group(group: dist.ProcessGroup, timeout_s: float) -> dist.ProcessGroup:
+def side_group(group: dist.ProcessGroup, timeout_s: float, gloo_threads: int | None = None) -> dist.ProcessGroup:
     """A new group with ``group``'s ranks and backend(s), entered by ``group``'s members only.
 
     Call it on every member at the same point (after the start-up check agreed on
-    :func:`group_count`).  On the whole world the ordinary collective form is used."""
+    :func:`group_count`).  On the whole world the ordinary collective form is used.
+    ``gloo_threads``: where gloo is the group's only backend, the new group runs that many of its
+    queued collectives at once (``ProcessGroupGloo``'s worker threads; its default is two)."""
     ranks = dist.get_process_group_ranks(group)
     config = str(dist.get_backend_config(group))
     timeout = timedelta(seconds=timeout_s)
+    extra = {}
+    if gloo_threads is not None and gloo_only(config):
+        opts = dist.ProcessGroupGloo._Options()
+        opts._timeout = timeout
+        opts._threads = gloo_threads
+        opts._devices = [dist.ProcessGroupGloo.create_default_device()]
+        extra["pg_options"] = opts
+        config = "gloo"  # the options are gloo's: name it alone
     if is_whole_world(group):
-        return dist.new_group(ranks, backend=config, timeout=timeout)
-    return dist.new_group(ranks, backend=config, timeout=timeout, use_local_synchronization=True)
+        return dist.new_group(ranks, backend=config, timeout=timeout, **extra)
+    return dist.new_group(ranks, backend=config, timeout=timeout, use_local_synchronization=True, **extra)
+
+
+def gloo_only(config: str) -> bool:
+    """Whether a backend configuration (``"gloo"``, ``"cpu:gloo"``, ``"cpu:gloo,cuda:nccl"``) names gloo alone."""
+    names = {part.partition(":")[2].strip() if ":" in part else part.strip() for part in config.split(",")}
+    return names == {"gloo"}

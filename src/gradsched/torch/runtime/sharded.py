@@ -159,7 +159,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._alias()
         self.defaults = self.optim.defaults
         self._forward_order = sorted(range(len(self._runners)), key=lambda j: self._runners[j].first_tensor)
-        self._gathers: dict[int, Any] = {}  # operation -> its parameter all-gather in flight
+        self._gathers: dict[int, list[Any]] = {}  # operation -> its parameter all-gather in flight
         for r in self._runners:
             r.keep_shard = True
 
@@ -201,8 +201,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     def _finish_gather(self, j: int) -> None:
         r = self._runners[j]
-        work = self._gathers.pop(j)
-        wait_all([work], host_wait=not r.nccl, timeout_s=self._executor.timeout_s, rank=r.rank,
+        works = self._gathers.pop(j)
+        wait_all(works, host_wait=not r.nccl, timeout_s=self._executor.timeout_s, rank=r.rank,
                  what=f"parameter all-gather of operation {j} ({r.nbytes} bytes)")
         base = self._executor.layout.op_pieces[j][0].start
         with torch.no_grad():
