@@ -252,7 +252,8 @@ def test_trials_measure_the_best_predicted_plans_and_keep_the_fastest(results):
     d = r["trial_decision"]
     assert d["measured"] == measured and all(len(v) == 2 for v in d["rounds"].values())
     assert r["plan_hash"] == d["kept"] == fastest(measured, d["baseline"], 0.0, d["rounds"], d["resized"], 0.01)
-    assert d["kept"] in (min(measured, key=measured.__getitem__), d["baseline"])
+    # the baseline, or a plan faster than it (not always the fastest: that one may lose most rounds)
+    assert d["kept"] == d["baseline"] or measured[d["kept"]] <= measured[d["baseline"]]
     # later checks would look for drift from what the winner measured, not from the simulator's figure
     assert r["expected"] == measured[r["plan_hash"]]
     winner = next(s[2] for s in sw if s[1] == r["plan_hash"])

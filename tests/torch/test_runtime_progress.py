@@ -150,8 +150,8 @@ def test_completion_issues_the_next_block_during_a_long_forward_layer(jobs):
         new = _max_gaps_s(with_thread[rank]["trace"], rank)[1:]  # the first step warms up
         old = _max_gaps_s(without[rank]["trace"], rank)[1:]
         assert len(new) >= 3 and len(old) >= 3
-        # Old: the queued blocks wait for the slow layer's end (the next gating hook).
-        assert sorted(old)[len(old) // 2] > 0.6 * SLEEP_S, old
+        # Old: the queued blocks wait for the slow layer's end (the next gating hook): the event below, not
+        # the gaps' lengths, which under load can be short (the blocks in flight outlast the layer).
         # New: a completion issues the next block at once, whatever the model computes:
         # blocks are issued while the slow layer computes (an event, not a duration).
         during_new = with_thread[rank]["issued_during"][1:]
