@@ -78,7 +78,7 @@ _AG_4H = [(4096.0, 8.27e-3), (65536.0, 10.39e-3), (262144.0, 20.74e-3), (524288.
 
 def _bench_estimate(b: int, reps: int = 3) -> float:
     """Seconds the bench expects timing both phases at ``b`` bytes a rank to take: a warm-up and ``reps``
-    repetitions as the table times them, at the largest measured size's rate (bench_worker._time_two_phase)."""
+    repetitions as the table times them, at the largest measured size's rate (bench_network._time_two_phase)."""
     return _table_s([b], lambda s: s * (_RS_4H[-1][1] / _RS_4H[-1][0] + _AG_4H[-1][1] / _AG_4H[-1][0]), reps)
 
 

@@ -153,26 +153,26 @@ def test_a_row_is_primed_with_one_step_where_the_warm_up_round_follows(replay, m
 
     from gradsched.cluster import Cluster, CollectiveCost
     from gradsched.jobs.config import BenchEntry
-    from gradsched.torch.jobs import bench_worker
+    from gradsched.torch.jobs import bench_rows
     from gradsched.torch.jobs import replay as replay_mod
     from gradsched.torch.measure.profiler import profile_module
 
     model, _, loss_fn, batches = replay
     steps: list[int] = []
-    fast = bench_worker._fast_steps
+    fast = bench_rows._fast_steps
 
     def counted(module, n):
         steps.append(n)
         return fast(module, n)
 
-    monkeypatch.setattr(bench_worker, "_fast_steps", counted)
+    monkeypatch.setattr(bench_rows, "_fast_steps", counted)  # called where _build_entry lives
     shared = SharedModel(model, 0)
     with replay_mod.fast_forward(shared.spec.module):  # its parameters' names and sizes: times do not matter
         profile = profile_module(shared.spec.module, batches[0], loss_fn=loss_fn, iterations=1, warmup=0)
     cluster = Cluster(1, {"allreduce": CollectiveCost(1e-4, 1e-9)}, backend="gloo")
     cfg = dataclasses.replace(_cfg(model, 3, 0.0), warmup_rounds=warmup_rounds)
-    row, _ = bench_worker._build_entry(BenchEntry(label="ddp", strategy="ddp", torch_ddp=True), cfg, profile,
-                                       cluster, shared, (loss_fn, batches[0]))
+    row, _ = bench_rows._build_entry(BenchEntry(label="ddp", strategy="ddp", torch_ddp=True), cfg, profile,
+                                     cluster, shared, (loss_fn, batches[0]))
     assert steps == [primed]
     assert all(p.grad is None for p in row.module.parameters())  # its buckets released after the priming
 

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("torch")
 
 from gradsched.cluster import Cluster, CollectiveCost  # noqa: E402
-from gradsched.torch.jobs import bench_worker  # noqa: E402
+from gradsched.torch.jobs import bench_overheads, bench_worker  # noqa: E402
 from gradsched.torch.measure.netbench import operations_for  # noqa: E402
 from gradsched.calibration import across_jobs, contention_from_probe, median_se  # noqa: E402
 from gradsched.torch.measure.probe import (  # noqa: E402
@@ -70,7 +70,7 @@ def test_contention_figures_come_from_the_medians_of_every_repetition():
 
 @pytest.mark.parametrize("share,expected", [(0.25, [1, 3, 5, 7, 9, 11]), (0.5, list(range(12))), (0.0, [])])
 def test_resampling_keeps_within_its_share_of_the_rounds(monkeypatch, share, expected):
-    monkeypatch.setattr(bench_worker, "slowest", lambda v: v)  # one rank: its own times are the slowest
+    monkeypatch.setattr(bench_overheads, "slowest", lambda v: v)  # one rank: its own times are the slowest
     now = [0.0]
     calls = [0, 0]
 
@@ -81,7 +81,7 @@ def test_resampling_keeps_within_its_share_of_the_rounds(monkeypatch, share, exp
             return 0.5
         return sample
 
-    sampling = bench_worker._Resampling([sampler(0), sampler(1)], share, [0.5, 0.5], clock=lambda: now[0])
+    sampling = bench_overheads._Resampling([sampler(0), sampler(1)], share, [0.5, 0.5], clock=lambda: now[0])
     sampling.start()
     sampled = []
     for r in range(12):
@@ -100,7 +100,7 @@ def test_resampling_keeps_within_its_share_of_the_rounds(monkeypatch, share, exp
 def test_a_costly_sampler_neither_keeps_the_others_out_nor_overruns_the_share(monkeypatch):
     """BERT-Large on 8 emulated hosts: the overhead probe's first sample (its rows built, its warm-up rotation)
     took 245 s, estimated with the others at 28 s, where a quarter of its four rounds allowed 186 s."""
-    monkeypatch.setattr(bench_worker, "slowest", lambda v: v)
+    monkeypatch.setattr(bench_overheads, "slowest", lambda v: v)
     now, costs, calls = [0.0], [10.0, 20.0, 245.0], [0, 0, 0]
 
     def sampler(k: int):
@@ -110,7 +110,7 @@ def test_a_costly_sampler_neither_keeps_the_others_out_nor_overruns_the_share(mo
             return costs[k]
         return sample
 
-    sampling = bench_worker._Resampling([sampler(k) for k in range(3)], 0.25, costs, clock=lambda: now[0])
+    sampling = bench_overheads._Resampling([sampler(k) for k in range(3)], 0.25, costs, clock=lambda: now[0])
     sampling.start()
     for r in range(4):
         now[0] += 186.0  # a round of BERT-Large's seven rows

@@ -35,14 +35,14 @@ def with_runtime_costs(profile: Profile, probe: dict[str, Any] | None, torch_ddp
     - The broadcast of rank 0's buffers before every forward (both, by default): into
       ``other_s``, which runs where that broadcast does, between the update and the
       next forward.
-    - gradsched's host time per operation (the bench worker's ``_RuntimeOverheads.op_host``), into the
+    - gradsched's host time per operation (``torch.jobs.bench_overheads._RuntimeOverheads.op_host``), into the
       profile's ``op_host``: PyTorch DDP issues its few buckets from C++, and whatever
       that costs is in its overhead below.  With it the wall time of one deferred update of an
       overlapping plan with every rank at it (``probe["update_call_s"]``), charged even where
       the host's work is hidden: on 8 emulated hosts sharing 2 cores, those updates doubled a
       rank's host time and about doubled the step (docs/notes/2026-12-bench-runs.md).
     - The rest of the runtime's own cost per step, measured on its simplest plan
-      (the bench worker's ``_RuntimeOverheads``): into ``other_s`` too.
+      (``torch.jobs.bench_overheads._RuntimeOverheads``): into ``other_s`` too.
 
     A model whose compute is emulated on a clock that hides the host's own work
     (``probe["host_work_hidden"]``: :mod:`gradsched.torch.jobs.replay`) takes neither the

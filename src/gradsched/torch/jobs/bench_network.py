@@ -1,0 +1,151 @@
+"""Step 2 of the bench's job (:mod:`gradsched.torch.jobs.bench_worker`): the network table.
+
+All-reduce timed on the live group from 4 KiB up to twice the model's gradient size (rounded up to a power of
+two; larger sizes extended on the line through the largest measured ones), and reduce-scatter and all-gather
+where a row runs them (:func:`network_collectives`), those also beyond the table's top
+(:func:`_time_two_phase`) and in queues (:func:`_measure_queued`); fitted to a Cluster on rank 0 and broadcast
+(:func:`_broadcast`, rank 0's object on every rank, which the other steps use too).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch.distributed as dist
+
+from gradsched.jobs.config import BenchConfig
+from gradsched.cluster import Cluster
+from gradsched.net_extend import (MAX_RUN, MEASURED_MAX_BYTES, extended_costs, measured_top,
+                                  operations_for, table_floor, table_run)
+from gradsched.profile import Profile
+from gradsched.torch.jobs.shared_model import trim_heap
+from gradsched.torch.measure.probe import slowest
+
+
+def _broadcast(obj: Any) -> Any:
+    """Rank 0's ``obj`` on every rank."""
+    box = [obj if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _measured_top(sizes: list[int], reps: int) -> tuple[int, int]:
+    """The largest size the table times (:func:`measured_top`, at least the first bandwidth-bound one:
+    :func:`table_floor`) and the most operations a repetition times back to back (:func:`table_run`), from one
+    all-reduce of 4 KiB and one of 1 MiB (the slowest rank's, so that every rank times the same sizes)."""
+    from gradsched.torch.measure.netbench import measure_points
+
+    small_s, mib_s = slowest([t for _, t in measure_points("allreduce", [4096, 1 << 20], reps=1, warmup=0)])
+    run = table_run(small_s)
+    top = measured_top(sizes, lambda b: operations_for(b, reps + 1, run) * max(small_s, mib_s * b / (1 << 20)),
+                       floor_bytes=table_floor(small_s, mib_s))
+    return top, run
+
+
+def _measure_cluster(profile: Profile, cfg: BenchConfig) -> Cluster:
+    from gradsched.netbench_args import sizes_bytes
+    from gradsched.torch.measure.netbench import benchmark
+
+    # One size beyond the gradients' (rounded up to a power of two): the table is read through its
+    # lower monotone envelope, which bounds a size only by larger ones, and the all-reduce of all
+    # gradients sits near the top (cnn: its time came out 3.9 ms in one job, 1.0 ms in the next).
+    # Sizes above MEASURED_MAX_BYTES, or above what fits the table's budget on slow (dilated) links,
+    # are bandwidth-bound: on the line through the largest measured ones (gradsched.net_extend).
+    top = 2 << max(12, math.ceil(math.log2(max(profile.total_bytes, 4096))))
+    measured_max, run = _measured_top(sizes_bytes(4096, min(top, MEASURED_MAX_BYTES)), cfg.net_reps)
+    names = network_collectives(cfg)
+    cluster = benchmark(min_bytes=4096, max_bytes=measured_max, reps=cfg.net_reps, warmup=1, collectives=names,
+                        max_run=run)
+    if cluster is not None and run < MAX_RUN:  # the samples between the rounds time as the table did
+        cluster = dataclasses.replace(cluster, extra={**cluster.extra, "table_max_run": run})
+    beyond = _time_two_phase(cluster, measured_max, profile, cfg)
+    if cluster is not None and (top > measured_max or beyond):  # every timed collective, on its own line
+        points = {**cluster.extra["measured_points"]}
+        for name, more in beyond.items():
+            points[name] = [*points[name], *([float(b), t] for b, t in more)]
+        extended = extended_costs(points, names if top > measured_max else list(beyond), max(top, measured_max))
+        extra = {**cluster.extra, "measured_points": points}
+        if top > measured_max:
+            extra["extended_beyond_bytes"] = measured_max
+        if beyond:
+            extra["two_phase_beyond_bytes"] = [int(b) for b, _ in next(iter(beyond.values()))]
+        cluster = dataclasses.replace(cluster, collectives={**cluster.collectives, **extended}, extra=extra)
+    queued = _measure_queued(cluster, cfg)
+    if cluster is not None and queued:
+        cluster = dataclasses.replace(cluster, extra={**cluster.extra, **queued})
+    trim_heap()  # the large sizes' buffers (up to 4 x 36 MiB a rank), freed below glibc's mmap threshold: else
+    # they stay resident and the later phases grow on top (googlenet-k80, 4 hosts: 0.66 -> 0.93 GB a rank)
+    return _broadcast(cluster)
+
+
+def _two_phase_rates(cluster: Cluster | None, names: list[str]) -> dict[str, tuple[int, float]] | None:
+    """Each two-phase collective's largest measured size a rank and its seconds per byte there (rank 0's
+    table; None on the other ranks)."""
+    if cluster is None:
+        return None
+    points = cluster.extra["measured_points"]
+    return {n: (int(points[n][-1][0]), float(points[n][-1][1]) / float(points[n][-1][0])) for n in names}
+
+
+def _time_two_phase(cluster: Cluster | None, measured_max: int, profile: Profile,
+                    cfg: BenchConfig) -> dict[str, list[tuple[float, float]]]:
+    """Where the table times reduce-scatters and all-gathers: those two also at the sizes a rank beyond the
+    table's top up to the model's largest group (:func:`~gradsched.net_extend.two_phase_sizes`, within
+    :data:`~gradsched.net_extend.TWO_PHASE_BUDGET_S`, estimated at the largest measured size's rate), as the
+    table times them; ``{name: [(bytes a rank, s), ...]}``.  Every rank calls it."""
+    from gradsched.net_extend import two_phase_sizes
+    from gradsched.planners.dear import largest_group_bytes
+    from gradsched.torch.measure.netbench import measure_points, operations_for
+
+    names = [n for n in network_collectives(cfg) if n != "allreduce"]
+    if not names:
+        return {}
+    world = dist.get_world_size()
+    rates = _two_phase_rates(cluster, names)
+    sizes = None
+    if rates is not None:
+        top = min(b for b, _ in rates.values())
+        largest = -(-largest_group_bytes(profile) // world)
+        sizes = two_phase_sizes(top, largest, lambda b: operations_for(b, cfg.net_reps + 1)
+                                * sum(rate * b for _, rate in rates.values()))
+    sizes = _broadcast(sizes)
+    return {n: measure_points(n, sizes, reps=cfg.net_reps, warmup=1) for n in names} if sizes else {}
+
+
+def _measure_queued(cluster: Cluster | None, cfg: BenchConfig) -> dict[str, Any]:
+    """Where the table times reduce-scatters and all-gathers: each also in a queue of :data:`QUEUE_DEPTH` issued
+    together beside one at a time (:func:`~gradsched.torch.measure.netbench.measure_queued`), at the groups'
+    sizes within the table's range (:func:`~gradsched.net_extend.queue_sizes`); the cluster's ``queued_points``
+    and fitted ``queued`` rule, which the simulator prices queued two-phase operations by (docs/cost-model.md,
+    "Queued streams").  Every rank calls it (``cluster``: rank 0's, None elsewhere)."""
+    from gradsched.net_extend import queue_sizes
+    from gradsched.queued import fit_queued
+    from gradsched.torch.measure.netbench import measure_queued
+
+    names = [n for n in network_collectives(cfg) if n != "allreduce"]
+    if not names:
+        return {}
+    rates = _two_phase_rates(cluster, names)
+    sizes = None
+    if rates is not None:  # one at a time and queued, each QUEUE_DEPTH operations a repetition, after a warm-up
+        per_size = QUEUE_DEPTH * (2 * cfg.net_reps + 1)
+        sizes = queue_sizes(min(b for b, _ in rates.values()),
+                            lambda b: per_size * sum(rate * b for _, rate in rates.values()))
+    sizes = _broadcast(sizes)
+    points = {n: measure_queued(n, sizes, (QUEUE_DEPTH,), reps=cfg.net_reps, warmup=1) for n in names}
+    rules = {n: r.to_dict() for n, q in points.items() if (r := fit_queued(q)) is not None}
+    return {"queued_points": points, "queued": rules}
+
+
+QUEUE_DEPTH = 4
+
+
+def network_collectives(cfg: BenchConfig) -> list[str]:
+    """What the network table times: the all-reduce, and where a row runs reduce-scatters and all-gathers
+    (``dear``, ``fsdp2``) those too, as the runtime runs them.  Derived from the all-reduce they were
+    half of it each; on gloo over 2 testbed hosts at 1 Gbit/s they took 2.0x (all-to-all and sum) and
+    1.75x that (docs/notes/2026-12-decoupled.md), and ``dear`` was predicted 19-31% too fast."""
+    two_phase = any(e.fsdp2 or (not e.torch_ddp and e.strategy == "dear") for e in cfg.entries)
+    return ["allreduce", "reducescatter", "allgather"] if two_phase else ["allreduce"]
