@@ -118,6 +118,23 @@ def test_memory_check_does_not_count_rows_and_names_its_margin(model_mb, largest
             check_memory(model, largest, ranks, have)
 
 
+def test_auto_planned_at_start_up_leaves_dear_out_where_the_table_did_not_time_its_phases():
+    from gradsched.jobs.bench import runs_two_phase, unmeasured_phases_excluded
+    from gradsched.jobs.config import BenchEntry
+
+    opts = {"adaptive": False}
+    planned = unmeasured_phases_excluded(opts, {"allreduce": None}, in_situ=False)
+    assert planned["exclude"] == ["dear"] and planned["adaptive"] is False and "exclude" not in opts
+    assert not runs_two_phase([BenchEntry(label="auto", strategy="auto", torch_ddp=False, options=planned)])
+    # the phases timed, run-time auto (it measures what it tries), or dear left out already: as given
+    timed = {"allreduce": None, "reducescatter": None, "allgather": None}
+    assert unmeasured_phases_excluded(opts, timed, in_situ=False) is opts
+    assert unmeasured_phases_excluded(opts, {"allreduce": None}, in_situ=True) is opts
+    given = {"exclude": "dear,usbyte"}
+    assert unmeasured_phases_excluded(given, {"allreduce": None}, in_situ=False) is given
+    assert unmeasured_phases_excluded({"exclude": ["usbyte"]}, {}, in_situ=False)["exclude"] == ["usbyte", "dear"]
+
+
 def test_memory_check_counts_a_two_phase_rows_buffers_and_names_them():
     """A dear row (or auto trying dear) holds its shards beside the arena, and beyond two ranks the all-to-all's
     buffer as large as the gradients (gradsched.torch.runtime.decoupled): the check counts them where a row may

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from gradsched.jobs.bench import ddp_first_bucket_mb
+from gradsched.jobs.bench import ddp_first_bucket_mb, unmeasured_phases_excluded
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.startup import AutoWarmup, auto_options
 from gradsched.cluster import Cluster
@@ -68,7 +68,8 @@ def _build_entry(entry: BenchEntry, cfg: BenchConfig, profile: Profile, cluster:
         options = entry.options or None
         cap: dict[str, Any] = {}
         if entry.strategy == "auto":  # the rounds time the plan it settles on: its trials back to back, off the clock
-            options = auto_options(options, warmup or AutoWarmup(True, 0.0, math.inf, 0))
+            warmup = warmup or AutoWarmup(True, 0.0, math.inf, 0)
+            options = unmeasured_phases_excluded(auto_options(options, warmup), cluster.collectives, warmup.in_situ)
             ddp_cap = _ddp_cap_mb(cfg)  # its PyTorch-DDP baseline: the bench's ddp row
             cap = {} if ddp_cap is None else {"bucket_cap_mb": ddp_cap}
         model = DistributedDataParallel(module, entry.strategy, plan_options=options, use_torch_ddp=False, **common,
