@@ -114,10 +114,15 @@ def test_an_unknown_argument_is_a_type_error_as_in_ddp(world_of_one):
         DistributedDataParallel(_net(), bucket_size=5)
 
 
-def _torchrun(script: Path, out: Path) -> None:
+def _torchrun(script: Path, out: Path, tries: int = 1) -> None:
+    """``torchrun`` of ``script`` on 2 local ranks; ``tries`` > 1: again where a rank aborted in PyTorch's own
+    teardown (the reference, PyTorch's DDP: once in a fresh-clone CI a rank died with "terminate called
+    without an active exception" after its last epoch, in ``destroy_process_group``)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(script), str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if proc.returncode != 0 and tries > 1 and "terminate called without an active exception" in proc.stderr:
+        return _torchrun(script, out, tries - 1)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
 
 
@@ -127,7 +132,7 @@ def test_unmodified_ddp_script_with_only_the_import_changed_reaches_ddps_paramet
     assert source.count(TORCH_IMPORT) == 1
     swapped = tmp_path / "gradsched_train.py"
     swapped.write_text(source.replace(TORCH_IMPORT, GRADSCHED_IMPORT))
-    _torchrun(SCRIPT, tmp_path / "ddp.pt")
+    _torchrun(SCRIPT, tmp_path / "ddp.pt", tries=2)  # PyTorch's own DDP: its teardown aborted once (above)
     _torchrun(swapped, tmp_path / "gradsched.pt")
     ref, got = torch.load(tmp_path / "ddp.pt"), torch.load(tmp_path / "gradsched.pt")
     assert got.keys() == ref.keys() and any("running_mean" in k for k in ref)
