@@ -238,11 +238,10 @@ def after_startup(entries: list[BenchEntry], total_bytes: int, measured: Measure
     measured instead of the model's step and the 2-minute target: a row's step from the probe
     (:func:`measured_step_s`), the compute-only row's its step alone, the start-up as it went (plus
     :data:`OUTSIDE_JOB_S`, the rows' priming, one all-reduce each, and ``auto``'s warm-up), and the samples
-    between the rounds at their ``share``.  Before the launch the model's ring all-reduce at the emulated rate
-    put BERT-Base's step at 1.87 s and BERT-Large's at 5.21 s, and the start-up at 120 s with no warm-up and
-    no samples: BERT-Base ran 1067 s (start-up 245 s, warm-up 287 s, rounds 493 s of which samples 67 s)
-    against 316 s estimated, so nothing was cut; BERT-Large 1206 s against 849 s.  ``steps``,
-    ``warmup_steps`` and ``rounds``: the bench's as launched (cut before the launch or given)."""
+    between the rounds at their ``share``: the pre-launch estimate knows none of these (BERT-Large on 8
+    emulated hosts: 849 s estimated, 1206 s run; history in docs/notes/2026-12-bench-runs.md, "The 15-minute
+    budget at 8 hosts").  ``steps``, ``warmup_steps`` and ``rounds``: the bench's as launched (cut before the
+    launch or given)."""
     step_s = measured_step_s(measured.compute_s, measured.allreduce_s)
     costs = Costs(OUTSIDE_JOB_S + measured.startup_s + len(entries) * measured.allreduce_s + measured.warmup_s,
                   measured.compute_s, share)

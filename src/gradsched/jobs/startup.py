@@ -166,9 +166,8 @@ def overhead_probe_s(compute_s: float, runs_s: list[float], steps: int) -> tuple
     ``compute_s`` and each runtime's run at its step, ``runs_s``, each ``steps`` + 2 steps) and what precedes
     the first rotation (each runtime's row primed with one step, and the warm-up rotation, whose compute is
     skipped: at most a rotation).  Each runtime's step is its plan's simulated iteration
-    (:func:`runtime_steps_s`), which moves every gradient: counted at the compute alone, as before, BERT-Base's
-    rotation on 8 emulated hosts came to 13 s, so the probe kept its 2 rotations (26 s, within
-    :data:`FULL_FLOOR_S`) and took 172 s, of which about 150 s these rotations, their warm-up and priming."""
+    (:func:`runtime_steps_s`), which moves every gradient, not the compute alone (BERT-Base on 8 emulated hosts:
+    a rotation of about 42 s, not 13)."""
     rotation_s = (steps + 2) * (compute_s + sum(max(s, compute_s) for s in runs_s))
     return rotation_s, sum(runs_s) + rotation_s
 
