@@ -1,6 +1,8 @@
 """Kept bench runs predicted again with and without the bench's two prediction fixes (no network: seconds).
 
     python benchmarks/predict_fixes.py [RUN.json ...]   # default: the emulated runs in benchmarks/results
+    python benchmarks/predict_fixes.py --implied        # the 8-host runs: the start-up each DDP row implies
+    python benchmarks/predict_fixes.py --choose         # the DDP rows with each start-up figure and exponent
 
 Per run, the median and worst |prediction error| over its rows in four readings: as the
 job's own table and contention figures give them (``benchmarks/resimulate.py``'s plans),
@@ -23,6 +25,7 @@ import json
 import re
 import statistics
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from gradsched.calibration import calibrate, with_runtime_costs
@@ -63,9 +66,10 @@ def _cores(row: dict) -> int:
     return int(match.group(1)) if match else 2
 
 
-def errors(path: Path, anchor: bool, first: bool, stream: bool = False,
-           exponent: float | None = None) -> list[tuple[bool, float]]:
-    """Per row (an ``auto`` row without its plan left out): whether PyTorch's DDP ran it, and its prediction error."""
+def errors(path: Path, anchor: bool, first: bool, stream: bool = False, exponent: float | None = None,
+           ddp_only: bool = False, start_up: str = "table_start_up_s") -> list[tuple[bool, float]]:
+    """Per row (an ``auto`` row without its plan left out; only PyTorch DDP's with ``ddp_only``): whether PyTorch's DDP
+    ran it, and its prediction error; with ``stream``, the start-up one of :func:`_start_up_figures` (``start_up``)."""
     rows = json.loads(path.read_text())
     row0, dilate = read_bench_row(rows[0])
     profile, probe = Profile.from_dict(row0["profile"]["measured"]), row0["contention"]
@@ -76,9 +80,14 @@ def errors(path: Path, anchor: bool, first: bool, stream: bool = False,
         cluster = resimulate.refit_contention(cluster, probe, bool(probe.get("history")))
         if stream:
             cluster = with_stream_cost(cluster, probe["allreduce_bytes"], alone_s, _cores(row0), exponent)
+            if STREAM in cluster.extra and start_up != "table_start_up_s":
+                figures = {**cluster.extra[STREAM], "latency_s": _start_up_figures(row0, cluster)[start_up]}
+                cluster = dataclasses.replace(cluster, extra={**cluster.extra, STREAM: figures})
     compute_s = row0["compute_only"]["iteration_s_median"]
     out = []
     for row in rows:
+        if ddp_only and row["runs"] != "torch DDP":
+            continue
         try:
             plan = _plan(row, profile, probe, job, first)
         except KeyError:  # an auto row that kept no chosen plan (planned at start-up before it was recorded)
@@ -89,12 +98,85 @@ def errors(path: Path, anchor: bool, first: bool, stream: bool = False,
     return out
 
 
+def _start_up_figures(row0: dict, cluster: Cluster) -> dict[str, float]:
+    """What the bench measured at start-up of a tiny all-reduce's cost (run seconds): the stream cost's start-up (the
+    table's envelope at 4 KiB), the median of the table's measured times up to 32 KiB, and the contention probe's
+    8 all-reduces of 4 KiB issued at once, per operation, alone and while compute runs."""
+    probe, points = row0["contention"], cluster.extra.get("measured_points", {}).get("allreduce", [])
+    small = [t for b, t in points if b <= 32768]
+    n = probe["small_ops"]
+    return {"table_start_up_s": cluster.extra[STREAM]["latency_s"],
+            "table_small_median_s": statistics.median(small) if small else float("nan"),
+            "queued_small_s": statistics.median(probe["samples"]["small_ops_alone_s"]) / n,
+            "queued_small_busy_s": statistics.median(probe["samples"]["small_ops_busy_s"]) / n}
+
+
+def implied_start_up(path: Path) -> dict:
+    """Per PyTorch DDP row of a run whose ranks share cores: the start-up ``L`` at which ``max(L, b * bytes)`` predicts
+    the row's measured step (bisection; None where no ``L`` does: a row the start-up does not set), beside its
+    operations' median bytes, ``b * bytes`` and the start-up figures the bench measured (:func:`_start_up_figures`)."""
+    rows = json.loads(path.read_text())
+    row0, dilate = read_bench_row(rows[0])
+    profile, probe = Profile.from_dict(row0["profile"]["measured"]), row0["contention"]
+    job = _without_stream(Cluster.from_dict(row0["cluster"]))
+    alone_s = statistics.median(probe["samples"]["allreduce_alone_s"])
+    cluster = resimulate.refit_contention(anchored_to_probe(job, probe["allreduce_bytes"], alone_s)[0], probe,
+                                          bool(probe.get("history")))
+    cluster = with_stream_cost(cluster, probe["allreduce_bytes"], alone_s, _cores(row0), None)
+    if STREAM not in cluster.extra:
+        return {}
+    s_per_byte = cluster.extra[STREAM]["s_per_byte"]
+    scaled = with_runtime_costs(calibrate(profile, row0["compute_only"]["iteration_s_median"]), probe, True)
+    out: dict = {"figures": _start_up_figures(row0, cluster), "s_per_byte": s_per_byte, "rows": {}}
+    for row in rows:
+        if row["runs"] != "torch DDP":
+            continue
+        plan = _plan(row, profile, probe, job, True)
+
+        def step(latency_s: float) -> float:
+            c = dataclasses.replace(cluster, extra={**cluster.extra, STREAM: {"latency_s": latency_s,
+                                                                             "s_per_byte": s_per_byte}})
+            return simulate(plan, scaled, c, timeline=False).iteration_s / dilate
+
+        measured, lo, hi = row["iteration_s_median"], 1e-5, 0.5
+        fit = None
+        if step(lo) <= measured <= step(hi):
+            for _ in range(24):
+                mid = (lo + hi) / 2
+                lo, hi = (mid, hi) if step(mid) < measured else (lo, mid)
+            fit = lo
+        nbytes = statistics.median(4 * sum(sl.end - sl.start for sl in op.slices) for op in plan.operations)
+        out["rows"][row["strategy"]] = {"operations": len(plan.operations), "median_bytes": nbytes,
+                                        "bytes_s": s_per_byte * nbytes, "implied_start_up_s": fit}
+    return out
+
+
+def choose_blend(paths: list[Path]) -> int:
+    """The DDP rows' median and worst |error| with each start-up figure and exponent (None: the longer), over the
+    runs :data:`CHOSEN_ON`, the other 8-host runs (held out) and the 4-host runs; writes
+    ``benchmarks/results/predict_fixes_exponents.json``."""
+    found: dict[str, dict[str, dict]] = {}
+    for start_up in ("table_start_up_s", "table_small_median_s", "queued_small_s"):
+        for exponent in (None, 2.0, 3.0, 4.0, 6.0):
+            runs = {p.stem: {"blend": errors(p, True, True, True, exponent, True, start_up)} for p in paths}
+            sets = {"chosen_on": {k: r for k, r in runs.items() if k in CHOSEN_ON},
+                    "held_out_8h": {k: r for k, r in runs.items() if k not in CHOSEN_ON and "_8h" in k},
+                    "held_out_8h_papers": {k: r for k, r in runs.items() if k not in CHOSEN_ON and _papers_8h(k)},
+                    "4h": {k: r for k, r in runs.items() if "_4h" in k}}
+            key = f"{start_up} p={exponent}"
+            found[key] = {name: _summary(rs, True, ("blend",))["blend"] for name, rs in sets.items()}
+            print(f"{key:32s}", "  ".join(f"{n} {x['median_abs']:.1%}/{x['worst_abs']:.1%} ({x['rows']})"
+                                          for n, x in found[key].items()), flush=True)
+    (RESULTS / "predict_fixes_exponents.json").write_text(json.dumps(found, indent=1))
+    return 0
+
+
 Errors = dict[str, dict[str, list[tuple[bool, float]]]]
 
 
-def _summary(out: Errors, ddp_only: bool = False) -> dict[str, dict[str, float]]:
+def _summary(out: Errors, ddp_only: bool = False, readings: Iterable[str] = READINGS) -> dict[str, dict[str, float]]:
     summary = {}
-    for name in READINGS:
+    for name in readings:
         e = [abs(x) for r in out.values() for ddp, x in r[name] if ddp or not ddp_only]
         summary[name] = {"median_abs": statistics.median(e), "worst_abs": max(e), "rows": len(e)} if e else {}
     return summary
@@ -105,10 +187,21 @@ def _papers_8h(name: str) -> bool:
 
 
 def main() -> int:
-    paths = [Path(p) for p in sys.argv[1:]] or sorted(
+    implied, choose = "--implied" in sys.argv[1:], "--choose" in sys.argv[1:]
+    paths = [Path(p) for p in sys.argv[1:] if not p.startswith("--")] or sorted(
         p for pattern in ("bench_replay_*_*h*.json", "bench_startup_*.json", "emulate_papers_*_8h*.json",
                         "bench_*_8h_*.json")
         for p in RESULTS.glob(pattern))
+    if implied:
+        found = {path.stem: implied_start_up(path) for path in paths if "_8h" in path.stem}
+        for name, run in found.items():
+            print(name, {k: round(x * 1e3, 1) for k, x in run["figures"].items()}, "ms;", "  ".join(
+                f"{k} {r['operations']} x {r['median_bytes'] / 1e3:.0f} KB ({r['bytes_s'] * 1e3:.1f} ms): "
+                f"{r['implied_start_up_s'] and round(r['implied_start_up_s'] * 1e3, 1)}" for k, r in run["rows"].items()))
+        (RESULTS / "predict_fixes_implied.json").write_text(json.dumps(found, indent=1))
+        return 0
+    if choose:
+        return choose_blend([p for p in paths if "_8h" in p.stem or "_4h" in p.stem])
     out: Errors = {}
     for path in paths:
         out[path.stem] = {name: errors(path, *flags, exponent=STREAM_EXPONENT if name == "blend" else None)
