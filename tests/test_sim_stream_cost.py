@@ -110,16 +110,18 @@ def test_a_file_without_the_exponent_costs_the_longer_exactly_as_before_and_a_ba
             Cluster.from_dict({**old.to_dict(), STREAM: {**figures, "exponent": bad}})
 
 
+@pytest.mark.parametrize("exponent", [None, 2.0])
 @pytest.mark.parametrize("strategy", ["usbyte", "mgwfbp", "optimal", "auto", "dear", "horovod"])
-def test_every_planner_plans_on_such_a_cluster(strategy):
+def test_every_planner_plans_on_such_a_cluster(strategy, exponent):
     # usbyte told "the cheaper of two collectives" from the plain cost by identity, and took a new object for a
     # second one: it asked a cluster without a topology for the hierarchical all-reduce (the first 8-host run)
     from gradsched.synthetic import random_case
 
     case = random_case(3, 12)
     profile, cluster = case.profile(), case.cluster()
-    stream = dataclasses.replace(cluster, extra={**cluster.extra, STREAM: {"latency_s": case.alpha_s,
-                                                                           "s_per_byte": case.beta_s_per_byte}})
+    figures = {"latency_s": case.alpha_s, "s_per_byte": case.beta_s_per_byte}
+    stream = dataclasses.replace(cluster, extra={**cluster.extra, STREAM: figures if exponent is None
+                                                 else {**figures, "exponent": exponent}})
     plan = make_plan(strategy, profile, stream)
     assert simulate(plan, profile, stream, timeline=False).iteration_s > 0
 
