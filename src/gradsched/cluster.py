@@ -317,7 +317,7 @@ def stream_cost(latency_s: float, s_per_byte: float, exponent: float | None = No
     longer (docs/cost-model.md, "Start-up or bytes"), as a table (flat up to where the bytes take longer) and a
     line through the origin beyond it.  With ``exponent`` p: ``(latency_s**p + (s_per_byte * bytes)**p)**(1/p)``,
     2**(1/p) times the start-up where the two are equal (p = 2: 1.41x; the stored 8-host runs' operations of
-    about that size cost 1.3-1.9x it in the rounds) and within 2e-4 of the longer far from there; tabled at 97
+    about that size cost 1.3-1.9x it in the rounds) and, for p >= 2, within 2e-4 of the longer 64x from there; tabled at 97
     sizes around the knee (and 1 byte), above them a line of slope ``s_per_byte`` from the last (at p = 1:
     start-up plus bytes)."""
     knee = latency_s / s_per_byte
