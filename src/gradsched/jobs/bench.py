@@ -245,7 +245,7 @@ def with_stream_cost(cluster: Cluster, nbytes: int, measured_s: float, cores: in
     is paid on top of the bytes (many-operation plans predicted 4-8% further under), so it is left out there.
     Near the knee (start-up and bytes alike) neither hides the other: ``exponent`` p costs an operation
     ``(L**p + (b*B)**p)**(1/p)`` (None: the longer of the two); at p = 2 the DDP rows of the stored 8-host runs
-    of the papers' models come within 14.2% (the longer: 19.7%, ResNet-50's 35 all-reduces of 263 KB).
+    of the papers' models come within 14.2% (the longer of the two: 23.7%, Inception-v4's 29 all-reduces of 378 KB).
     Unchanged where either figure is missing."""
     import dataclasses
 
