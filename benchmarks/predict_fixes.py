@@ -1,6 +1,8 @@
 """Kept bench runs predicted again with and without the bench's two prediction fixes (no network: seconds).
 
     python benchmarks/predict_fixes.py [RUN.json ...]   # default: the emulated runs in benchmarks/results
+    python benchmarks/predict_fixes.py --implied        # the 8-host runs: the start-up each DDP row implies
+    python benchmarks/predict_fixes.py --choose         # the DDP rows with each start-up figure and exponent
 
 Per run, the median and worst |prediction error| over its rows in four readings: as the
 job's own table and contention figures give them (``benchmarks/resimulate.py``'s plans),
@@ -8,10 +10,12 @@ with PyTorch DDP's first bucket as torch 2.13 makes it (1 MiB only at DDP's defa
 ``bucket_cap_mb``: :func:`gradsched.jobs.bench.ddp_first_bucket_mb`), with the all-reduce
 table's bandwidth term through the contention probe's all-gradients all-reduce
 (:func:`gradsched.jobs.bench.anchored_to_probe`, the contention figures refitted on it), both,
-and both with each all-reduce costing its start-up or its bytes, whichever is longer
-(:func:`gradsched.jobs.bench.with_stream_cost`, issue 35: what the bench predicts with now).
+both with each all-reduce costing its start-up or its bytes, whichever is longer
+(:func:`gradsched.jobs.bench.with_stream_cost` with ``exponent=None``, issue 35), and both with the two blended,
+``(L**p + (b*B)**p)**(1/p)`` at p = :data:`gradsched.jobs.bench.STREAM_EXPONENT` (what the bench predicts with now).
 Writes ``benchmarks/results/predict_fixes.json``, with the median and worst over the 8-host runs
-of the papers' models apart (``emulate_papers_*_8h*.json``).
+of the papers' models apart (``emulate_papers_*_8h*.json``), per model, over PyTorch DDP's rows alone,
+and over the runs the exponent was chosen on (:data:`CHOSEN_ON`) and those held out.
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ import json
 import re
 import statistics
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from gradsched.calibration import calibrate, with_runtime_costs
 from gradsched.cluster import STREAM, Cluster
-from gradsched.jobs.bench import anchored_to_probe, ddp_first_bucket_mb, with_stream_cost
+from gradsched.jobs.bench import STREAM_EXPONENT, anchored_to_probe, ddp_first_bucket_mb, with_stream_cost
 from gradsched.jobs.results import read_bench_row
 from gradsched.planners import make_plan
 from gradsched.profile import Profile
@@ -36,7 +41,10 @@ import resimulate  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 READINGS = {"as run": (False, False, False), "first bucket": (False, True, False), "anchored": (True, False, False),
-            "both": (True, True, False), "stream": (True, True, True)}
+            "both": (True, True, False), "stream": (True, True, True), "blend": (True, True, True)}
+# the runs the blend's exponent was chosen on (the first 8-host run of each of the papers' models); the others are held out
+CHOSEN_ON = tuple(f"emulate_papers_{m}_8h" for m in ("resnet50", "densenet201", "vgg16", "inception_v4", "bert_base",
+                                                      "bert_large"))
 
 
 def _plan(row: dict, profile: Profile, probe: dict, job: Cluster, first: bool):
@@ -58,7 +66,10 @@ def _cores(row: dict) -> int:
     return int(match.group(1)) if match else 2
 
 
-def errors(path: Path, anchor: bool, first: bool, stream: bool = False) -> list[float]:
+def errors(path: Path, anchor: bool, first: bool, stream: bool = False, exponent: float | None = None,
+           ddp_only: bool = False, start_up: str = "table_start_up_s") -> list[tuple[bool, float]]:
+    """Per row (an ``auto`` row without its plan left out; only PyTorch DDP's with ``ddp_only``): whether PyTorch's DDP
+    ran it, and its prediction error; with ``stream``, the start-up one of :func:`_start_up_figures` (``start_up``)."""
     rows = json.loads(path.read_text())
     row0, dilate = read_bench_row(rows[0])
     profile, probe = Profile.from_dict(row0["profile"]["measured"]), row0["contention"]
@@ -68,43 +79,153 @@ def errors(path: Path, anchor: bool, first: bool, stream: bool = False) -> list[
         cluster, _ = anchored_to_probe(job, probe["allreduce_bytes"], alone_s)
         cluster = resimulate.refit_contention(cluster, probe, bool(probe.get("history")))
         if stream:
-            cluster = with_stream_cost(cluster, probe["allreduce_bytes"], alone_s, _cores(row0))
+            cluster = with_stream_cost(cluster, probe["allreduce_bytes"], alone_s, _cores(row0), exponent)
+            if STREAM in cluster.extra and start_up != "table_start_up_s":
+                figures = {**cluster.extra[STREAM], "latency_s": _start_up_figures(row0, cluster)[start_up]}
+                cluster = dataclasses.replace(cluster, extra={**cluster.extra, STREAM: figures})
     compute_s = row0["compute_only"]["iteration_s_median"]
     out = []
     for row in rows:
+        if ddp_only and row["runs"] != "torch DDP":
+            continue
         try:
             plan = _plan(row, profile, probe, job, first)
         except KeyError:  # an auto row that kept no chosen plan (planned at start-up before it was recorded)
             continue
         scaled = with_runtime_costs(calibrate(profile, compute_s), probe, row["runs"] == "torch DDP")
         predicted = simulate(plan, scaled, cluster, timeline=False).iteration_s / dilate
-        out.append((predicted - row["iteration_s_median"]) / row["iteration_s_median"])
+        out.append((row["runs"] == "torch DDP", (predicted - row["iteration_s_median"]) / row["iteration_s_median"]))
     return out
 
 
-def _summary(out: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float]]:
-    return {name: {"median_abs": statistics.median(abs(x) for r in out.values() for x in r[name]),
-                   "worst_abs": max(abs(x) for r in out.values() for x in r[name]),
-                   "rows": sum(len(r[name]) for r in out.values())} for name in READINGS}
+def _start_up_figures(row0: dict, cluster: Cluster) -> dict[str, float]:
+    """What the bench measured at start-up of a tiny all-reduce's cost (run seconds): the stream cost's start-up (the
+    table's envelope at 4 KiB), the median of the table's measured times up to 32 KiB, and the contention probe's
+    8 all-reduces of 4 KiB issued at once, per operation, alone and while compute runs."""
+    probe, points = row0["contention"], cluster.extra.get("measured_points", {}).get("allreduce", [])
+    small = [t for b, t in points if b <= 32768]
+    n = probe["small_ops"]
+    return {"table_start_up_s": cluster.extra[STREAM]["latency_s"],
+            "table_small_median_s": statistics.median(small) if small else float("nan"),
+            "queued_small_s": statistics.median(probe["samples"]["small_ops_alone_s"]) / n,
+            "queued_small_busy_s": statistics.median(probe["samples"]["small_ops_busy_s"]) / n}
+
+
+def implied_start_up(path: Path) -> dict:
+    """Per PyTorch DDP row of a run whose ranks share cores: the start-up ``L`` at which ``max(L, b * bytes)`` predicts
+    the row's measured step (bisection; None where no ``L`` does: a row the start-up does not set), beside its
+    operations' median bytes, ``b * bytes`` and the start-up figures the bench measured (:func:`_start_up_figures`)."""
+    rows = json.loads(path.read_text())
+    row0, dilate = read_bench_row(rows[0])
+    profile, probe = Profile.from_dict(row0["profile"]["measured"]), row0["contention"]
+    job = _without_stream(Cluster.from_dict(row0["cluster"]))
+    alone_s = statistics.median(probe["samples"]["allreduce_alone_s"])
+    cluster = resimulate.refit_contention(anchored_to_probe(job, probe["allreduce_bytes"], alone_s)[0], probe,
+                                          bool(probe.get("history")))
+    cluster = with_stream_cost(cluster, probe["allreduce_bytes"], alone_s, _cores(row0), None)
+    if STREAM not in cluster.extra:
+        return {}
+    s_per_byte = cluster.extra[STREAM]["s_per_byte"]
+    scaled = with_runtime_costs(calibrate(profile, row0["compute_only"]["iteration_s_median"]), probe, True)
+    out: dict = {"figures": _start_up_figures(row0, cluster), "s_per_byte": s_per_byte, "rows": {}}
+    for row in rows:
+        if row["runs"] != "torch DDP":
+            continue
+        plan = _plan(row, profile, probe, job, True)
+
+        def step(latency_s: float) -> float:
+            c = dataclasses.replace(cluster, extra={**cluster.extra, STREAM: {"latency_s": latency_s,
+                                                                             "s_per_byte": s_per_byte}})
+            return simulate(plan, scaled, c, timeline=False).iteration_s / dilate
+
+        measured, lo, hi = row["iteration_s_median"], 1e-5, 0.5
+        fit = None
+        if step(lo) <= measured <= step(hi):
+            for _ in range(24):
+                mid = (lo + hi) / 2
+                lo, hi = (mid, hi) if step(mid) < measured else (lo, mid)
+            fit = lo
+        nbytes = statistics.median(4 * sum(sl.end - sl.start for sl in op.slices) for op in plan.operations)
+        out["rows"][row["strategy"]] = {"operations": len(plan.operations), "median_bytes": nbytes,
+                                        "bytes_s": s_per_byte * nbytes, "implied_start_up_s": fit}
+    return out
+
+
+def choose_blend(paths: list[Path]) -> int:
+    """The DDP rows' median and worst |error| with each start-up figure and exponent (None: the longer), over the
+    runs :data:`CHOSEN_ON`, the other 8-host runs (held out) and the 4-host runs; writes
+    ``benchmarks/results/predict_fixes_exponents.json``."""
+    found: dict[str, dict[str, dict]] = {}
+    for start_up in ("table_start_up_s", "table_small_median_s", "queued_small_s"):
+        for exponent in (None, 2.0, 3.0, 4.0, 6.0):
+            runs = {p.stem: {"blend": errors(p, True, True, True, exponent, True, start_up)} for p in paths}
+            sets = {"chosen_on": {k: r for k, r in runs.items() if k in CHOSEN_ON},
+                    "held_out_8h": {k: r for k, r in runs.items() if k not in CHOSEN_ON and "_8h" in k},
+                    "held_out_8h_papers": {k: r for k, r in runs.items() if k not in CHOSEN_ON and _papers_8h(k)},
+                    "4h": {k: r for k, r in runs.items() if "_4h" in k}}
+            key = f"{start_up} p={exponent}"
+            found[key] = {name: _summary(rs, True, ("blend",))["blend"] for name, rs in sets.items()}
+            print(f"{key:32s}", "  ".join(f"{n} {x['median_abs']:.1%}/{x['worst_abs']:.1%} ({x['rows']})"
+                                          for n, x in found[key].items()), flush=True)
+    (RESULTS / "predict_fixes_exponents.json").write_text(json.dumps(found, indent=1))
+    return 0
+
+
+Errors = dict[str, dict[str, list[tuple[bool, float]]]]
+
+
+def _summary(out: Errors, ddp_only: bool = False, readings: Iterable[str] = READINGS) -> dict[str, dict[str, float]]:
+    summary = {}
+    for name in readings:
+        e = [abs(x) for r in out.values() for ddp, x in r[name] if ddp or not ddp_only]
+        summary[name] = {"median_abs": statistics.median(e), "worst_abs": max(e), "rows": len(e)} if e else {}
+    return summary
+
+
+def _papers_8h(name: str) -> bool:
+    return name.startswith("emulate_papers_") and "_8h" in name
 
 
 def main() -> int:
-    paths = [Path(p) for p in sys.argv[1:]] or sorted(
+    implied, choose = "--implied" in sys.argv[1:], "--choose" in sys.argv[1:]
+    paths = [Path(p) for p in sys.argv[1:] if not p.startswith("--")] or sorted(
         p for pattern in ("bench_replay_*_*h*.json", "bench_startup_*.json", "emulate_papers_*_8h*.json",
                         "bench_*_8h_*.json")
         for p in RESULTS.glob(pattern))
-    out: dict[str, dict[str, list[float]]] = {}
+    if implied:
+        found = {path.stem: implied_start_up(path) for path in paths if "_8h" in path.stem}
+        for name, run in found.items():
+            print(name, {k: round(x * 1e3, 1) for k, x in run["figures"].items()}, "ms;", "  ".join(
+                f"{k} {r['operations']} x {r['median_bytes'] / 1e3:.0f} KB ({r['bytes_s'] * 1e3:.1f} ms): "
+                f"{r['implied_start_up_s'] and round(r['implied_start_up_s'] * 1e3, 1)}" for k, r in run["rows"].items()))
+        (RESULTS / "predict_fixes_implied.json").write_text(json.dumps(found, indent=1))
+        return 0
+    if choose:
+        return choose_blend([p for p in paths if "_8h" in p.stem or "_4h" in p.stem])
+    out: Errors = {}
     for path in paths:
-        out[path.stem] = {name: errors(path, *flags) for name, flags in READINGS.items()}
-        print(f"{path.stem[:50]:50s}", "  ".join(f"{statistics.median(map(abs, e)):6.1%}/{max(map(abs, e)):6.1%}"
-                                                 for e in out[path.stem].values()))
-    summary = _summary(out)
-    papers = _summary({k: r for k, r in out.items() if k.startswith("emulate_papers_") and "_8h" in k})
+        out[path.stem] = {name: errors(path, *flags, exponent=STREAM_EXPONENT if name == "blend" else None)
+                          for name, flags in READINGS.items()}
+        print(f"{path.stem[:50]:50s}", "  ".join(f"{statistics.median(abs(x) for _, x in e):6.1%}/"
+                                                 f"{max(abs(x) for _, x in e):6.1%}" for e in out[path.stem].values()))
+    papers = {k: r for k, r in out.items() if _papers_8h(k)}
+    models = sorted({k.removeprefix("emulate_papers_").split("_8h")[0] for k in papers})
+    hosts = {f"{h}h": {k: r for k, r in out.items() if f"_{h}h" in k} for h in (2, 4, 8)}
+    result = {"summary": _summary(out), "papers_8h": _summary(papers), "papers_8h_ddp": _summary(papers, True),
+              "papers_8h_per_model": {m: _summary({k: r for k, r in papers.items() if f"_{m}_8h" in k}) for m in models},
+              "papers_8h_ddp_per_model": {m: _summary({k: r for k, r in papers.items() if f"_{m}_8h" in k}, True)
+                                          for m in models},
+              "ddp_by_hosts": {h: _summary(r, True) for h, r in hosts.items()},
+              "ddp_8h_chosen_on": _summary({k: r for k, r in out.items() if k in CHOSEN_ON}, True),
+              "ddp_8h_held_out": _summary({k: r for k, r in hosts["8h"].items() if k not in CHOSEN_ON}, True),
+              "chosen_on": list(CHOSEN_ON), "stream_exponent": STREAM_EXPONENT,
+              "runs": {k: {name: [x for _, x in e] for name, e in r.items()} for k, r in out.items()}}
     print("readings (median/worst |error|):", ", ".join(READINGS))
-    print("all:", json.dumps(summary))
-    print("the papers' models on 8 hosts:", json.dumps(papers))
-    (RESULTS / "predict_fixes.json").write_text(json.dumps({"summary": summary, "papers_8h": papers, "runs": out},
-                                                           indent=1))
+    for key in ("summary", "papers_8h", "papers_8h_ddp", "ddp_8h_chosen_on", "ddp_8h_held_out"):
+        print(f"{key}:", "  ".join(f"{n} {s['median_abs']:.1%}/{s['worst_abs']:.1%}" for n, s in result[key].items()))
+    for h, r in result["ddp_by_hosts"].items():
+        print(f"DDP rows, {h}:", "  ".join(f"{n} {s['median_abs']:.1%}/{s['worst_abs']:.1%}" for n, s in r.items()))
+    (RESULTS / "predict_fixes.json").write_text(json.dumps(result, indent=1))
     return 0
 
 

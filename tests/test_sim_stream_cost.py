@@ -18,7 +18,7 @@ from gradsched import Cluster, Profile, TensorProfile
 from gradsched.cluster import STREAM, stream_cost
 from gradsched.costs import CollectiveCost
 from gradsched.errors import FormatError
-from gradsched.jobs.bench import anchored_to_probe, with_stream_cost
+from gradsched.jobs.bench import STREAM_EXPONENT, anchored_to_probe, with_stream_cost
 from gradsched.plan import Plan, whole_tensor_ops
 from gradsched.planners import make_plan
 from gradsched.planners._collective import planning_cost
@@ -77,16 +77,51 @@ def test_the_field_round_trips_and_a_bad_one_is_refused():
             Cluster.from_dict({**cluster.to_dict(), STREAM: bad})
 
 
+def test_with_an_exponent_start_up_and_bytes_blend_near_the_knee():
+    # (L^p + (bB)^p)^(1/p): t2 (800 B) sqrt(0.1^2 + 0.8^2) = 0.806 from 0.1, t1 and t0 (400 B) sqrt(0.01 + 0.16) each
+    plain = Cluster.alpha_beta(0.1, 1e-3, 2)
+    blended = dataclasses.replace(plain, extra={STREAM: {"latency_s": 0.1, "s_per_byte": 1e-3, "exponent": 2}})
+    t2, t1 = (0.01 + 0.64) ** 0.5, (0.01 + 0.16) ** 0.5
+    ends = [0.1 + t2, 0.1 + t2 + t1, 0.1 + t2 + 2 * t1]
+    assert _iteration(blended) == (pytest.approx(ends[-1] + 0.3), pytest.approx(ends))
+
+
+@pytest.mark.parametrize("exponent", [1.0, 2.0, 3.0])
+def test_the_blend_is_the_longer_far_from_the_knee_and_2_to_the_1_over_p_times_it_there(exponent):
+    latency_s, s_per_byte = 0.016, 6e-8
+    cost, knee = stream_cost(latency_s, s_per_byte, exponent), latency_s / s_per_byte
+    sizes = [1, 4096, knee / 8, knee / 2, knee, 2 * knee, 8 * knee, 500 * knee]
+    expected = [(latency_s ** exponent + (s_per_byte * s) ** exponent) ** (1 / exponent) for s in sizes]
+    assert [cost.time_s(s) for s in sizes] == pytest.approx(expected, rel=1e-3)
+    assert cost.times_s(sizes).tolist() == pytest.approx(expected, rel=1e-3)
+    assert cost.time_s(knee) == pytest.approx(2 ** (1 / exponent) * latency_s, rel=1e-3)
+    times = cost.times_s(sorted(sizes))
+    assert all(later >= earlier for earlier, later in zip(times, times[1:]))
+
+
+def test_a_file_without_the_exponent_costs_the_longer_exactly_as_before_and_a_bad_one_is_refused():
+    figures = {"latency_s": 0.016, "s_per_byte": 6e-8}
+    old = Cluster.from_dict({**Cluster.alpha_beta(0.1, 1e-3, 8).to_dict(), STREAM: figures})
+    assert old.operation_cost("allreduce") == stream_cost(0.016, 6e-8)
+    new = Cluster.from_dict(json.loads(json.dumps({**old.to_dict(), STREAM: {**figures, "exponent": 2}})))
+    assert new.operation_cost("allreduce").time_s(0.016 / 6e-8) == pytest.approx(0.016 * 2 ** 0.5, rel=1e-3)
+    for bad in (0.5, 0, -1, "x", 100):
+        with pytest.raises(FormatError, match="exponent"):
+            Cluster.from_dict({**old.to_dict(), STREAM: {**figures, "exponent": bad}})
+
+
+@pytest.mark.parametrize("exponent", [None, 2.0])
 @pytest.mark.parametrize("strategy", ["usbyte", "mgwfbp", "optimal", "auto", "dear", "horovod"])
-def test_every_planner_plans_on_such_a_cluster(strategy):
+def test_every_planner_plans_on_such_a_cluster(strategy, exponent):
     # usbyte told "the cheaper of two collectives" from the plain cost by identity, and took a new object for a
     # second one: it asked a cluster without a topology for the hierarchical all-reduce (the first 8-host run)
     from gradsched.synthetic import random_case
 
     case = random_case(3, 12)
     profile, cluster = case.profile(), case.cluster()
-    stream = dataclasses.replace(cluster, extra={**cluster.extra, STREAM: {"latency_s": case.alpha_s,
-                                                                           "s_per_byte": case.beta_s_per_byte}})
+    figures = {"latency_s": case.alpha_s, "s_per_byte": case.beta_s_per_byte}
+    stream = dataclasses.replace(cluster, extra={**cluster.extra, STREAM: figures if exponent is None
+                                                 else {**figures, "exponent": exponent}})
     plan = make_plan(strategy, profile, stream)
     assert simulate(plan, profile, stream, timeline=False).iteration_s > 0
 
@@ -100,14 +135,16 @@ def test_the_bench_takes_the_tables_start_up_and_the_probes_seconds_a_byte_where
     cluster = _table()
     out = with_stream_cost(cluster, 10 << 20, 0.63, cores=2)
     assert out.extra[STREAM] == {"latency_s": pytest.approx(cluster.cost("allreduce").time_s(4096)),
-                                 "s_per_byte": pytest.approx(0.63 / (10 << 20))}
+                                 "s_per_byte": pytest.approx(0.63 / (10 << 20)), "exponent": STREAM_EXPONENT}
+    assert "exponent" not in with_stream_cost(cluster, 10 << 20, 0.63, cores=2, exponent=None).extra[STREAM]
     assert with_stream_cost(cluster, 10 << 20, 0.63, cores=8) is cluster  # a rank per core: the table as it is
     assert with_stream_cost(cluster, 0, 0.63, cores=2) is cluster and with_stream_cost(cluster, 1, 0.0, 2) is cluster
 
 
 def test_bert_larges_many_operation_ddp_rows_on_8_hosts_are_predicted_within_a_few_percent():
     """The kept run (issue 35): DDP at 1/16 MB buckets, 99 operations, ran 2303 ms and was predicted 30% slow: the
-    table's start-up on top of each operation's bytes."""
+    table's start-up on top of each operation's bytes.  The longer of the two: within 5%; the bench's blend
+    (:data:`STREAM_EXPONENT`), which pays part of the start-up near the knee: within 8%."""
     from gradsched.calibration import calibrate, with_runtime_costs
     from gradsched.jobs.bench import ddp_first_bucket_mb
     from gradsched.jobs.results import read_bench_row
@@ -118,7 +155,8 @@ def test_bert_larges_many_operation_ddp_rows_on_8_hosts_are_predicted_within_a_f
     profile = Profile.from_dict(first["profile"]["measured"])
     alone_s = statistics.median(probe["samples"]["allreduce_alone_s"])
     before, _ = anchored_to_probe(Cluster.from_dict(first["cluster"]), probe["allreduce_bytes"], alone_s)
-    after = with_stream_cost(before, probe["allreduce_bytes"], alone_s, cores=2)
+    after = with_stream_cost(before, probe["allreduce_bytes"], alone_s, cores=2, exponent=None)
+    blended = with_stream_cost(before, probe["allreduce_bytes"], alone_s, cores=2)
     scaled = with_runtime_costs(calibrate(profile, first["compute_only"]["iteration_s_median"]), probe, True)
     errors = {}
     for row in rows:
@@ -127,5 +165,31 @@ def test_bert_larges_many_operation_ddp_rows_on_8_hosts_are_predicted_within_a_f
             plan = make_plan("ddp", profile, before, bucket_cap_mb=cap,
                              first_bucket_mb=ddp_first_bucket_mb({"bucket_cap_mb": cap}, True))
             errors[row["strategy"]] = [simulate(plan, scaled, c, timeline=False).iteration_s / dilate /
-                                       row["iteration_s_median"] - 1 for c in (before, after)]
-    assert all(then > 0.2 and abs(now) < 0.05 for then, now in errors.values()), errors
+                                       row["iteration_s_median"] - 1 for c in (before, after, blended)]
+    assert all(then > 0.2 and abs(now) < 0.05 and abs(blend) < 0.08 for then, now, blend in errors.values()), errors
+
+
+@pytest.mark.parametrize("run, strategy", [("emulate_papers_resnet50_8h", "ddp-1mb"),
+                                           ("emulate_papers_inception_v4_8h_err9", "ddp-5mb")])
+def test_near_the_knee_the_blend_predicts_the_kept_ddp_rows_closer_than_the_longer(run, strategy):
+    """Kept 8-host runs (issue 35): ResNet-50's 35 all-reduces of 263 KB and Inception-v4's 29 of 378 KB (start-up and
+    bytes alike) ran 20-24% slower than the longer of the two predicts; the blend (p = 2) comes within 15%, 6-12
+    points closer (what it leaves: docs/notes/2026-12-err9-start-up-blend.md)."""
+    from gradsched.calibration import calibrate, with_runtime_costs
+    from gradsched.jobs.bench import ddp_first_bucket_mb
+    from gradsched.jobs.results import read_bench_row
+
+    rows = json.loads((RESULTS / f"{run}.json").read_text())
+    first, dilate = read_bench_row(rows[0])
+    probe = first["contention"]
+    profile = Profile.from_dict(first["profile"]["measured"])
+    alone_s = statistics.median(probe["samples"]["allreduce_alone_s"])
+    job = Cluster.from_dict({k: x for k, x in first["cluster"].items() if k != STREAM})
+    anchored, _ = anchored_to_probe(job, probe["allreduce_bytes"], alone_s)
+    scaled = with_runtime_costs(calibrate(profile, first["compute_only"]["iteration_s_median"]), probe, True)
+    row = next(r for r in rows if r["strategy"] == strategy)
+    cap = float(row["bucket_cap_mb"])
+    plan = make_plan("ddp", profile, job, bucket_cap_mb=cap, first_bucket_mb=ddp_first_bucket_mb({"bucket_cap_mb": cap}, True))
+    longer, blend = (simulate(plan, scaled, with_stream_cost(anchored, probe["allreduce_bytes"], alone_s, 2, p),
+                              timeline=False).iteration_s / dilate / row["iteration_s_median"] - 1 for p in (None, 2.0))
+    assert longer < -0.15 and abs(blend) < 0.15 and abs(blend) < abs(longer) - 0.05, (longer, blend)

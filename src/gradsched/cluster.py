@@ -56,8 +56,10 @@ FIELDS = ("format", "world_size", "backend", "algorithm", "collectives", "points
 OPTIONAL_FIELDS = ("contention", "topk_selection_s_per_nlogn", "source", "measured_by", "device", "reps", "host",
                    "measured_points", "startup_measured_points", "samples", "allreduce_stream")
 # Optional: an all-reduce of a training step's stream costs max(latency_s, s_per_byte * bytes), its start-up
-# overlapping its bytes, instead of the table's time (docs/cost-model.md, "Start-up or bytes").
+# overlapping its bytes, instead of the table's time (docs/cost-model.md, "Start-up or bytes"); with an
+# ``exponent`` p, (latency_s**p + (s_per_byte * bytes)**p) ** (1/p): the two overlap partly near where they are equal.
 STREAM = "allreduce_stream"
+STREAM_FIELDS = ("latency_s", "s_per_byte", "exponent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +153,7 @@ class Cluster:
         if collective == ALL_GATHER:
             return per_total(self.cost("allgather"), self.world_size)
         if collective == "allreduce" and STREAM in self.extra:
-            latency_s, s_per_byte = stream_figures(self.extra[STREAM])
-            return stream_cost(latency_s, s_per_byte)
+            return stream_cost(*stream_figures(self.extra[STREAM]))
         return self.cost(collective)
 
     def queued_rule(self, collective: str) -> QueuedRule | None:
@@ -292,20 +293,38 @@ def _moved(measured: CollectiveCost, model_then: CollectiveCost, model_now: Coll
     return with_line(measured, a, b)
 
 
-def stream_figures(data: Any, source: str = "<dict>") -> tuple[float, float]:
-    """``(latency_s, s_per_byte)`` of a cluster's optional ``allreduce_stream``, checked: both positive."""
+def stream_figures(data: Any, source: str = "<dict>") -> tuple[float, float, float | None]:
+    """``(latency_s, s_per_byte, exponent)`` of a cluster's optional ``allreduce_stream``, checked: both figures
+    positive, the optional ``exponent`` (None where absent: the longer of the two) at least 1."""
     if not isinstance(data, dict):
         raise FormatError(source, STREAM, "must be a JSON object with 'latency_s' and 's_per_byte'")
-    v.check_fields(data, ("latency_s", "s_per_byte"), source, STREAM)
+    v.check_fields(data, STREAM_FIELDS, source, STREAM)
     figures = [v.number(v.require(data, k, source, STREAM), source, f"{STREAM}.{k}", positive=True, maximum=1e3)
                for k in ("latency_s", "s_per_byte")]
-    return figures[0], figures[1]
+    exponent = None
+    if "exponent" in data:
+        exponent = v.number(data["exponent"], source, f"{STREAM}.exponent", maximum=64.0)
+        if exponent < 1.0:
+            raise FormatError(source, f"{STREAM}.exponent", f"must be at least 1 (1: start-up plus bytes), got {exponent}")
+    return figures[0], figures[1], exponent
 
 
-def stream_cost(latency_s: float, s_per_byte: float) -> CollectiveCost:
+STREAM_BLEND_SPAN = 64.0  # a blended cost is tabled from knee / this to knee x this
+
+
+def stream_cost(latency_s: float, s_per_byte: float, exponent: float | None = None) -> CollectiveCost:
     """An all-reduce that costs ``max(latency_s, s_per_byte * bytes)``: the start-up or the bytes, whichever is
     longer (docs/cost-model.md, "Start-up or bytes"), as a table (flat up to where the bytes take longer) and a
-    line through the origin beyond it."""
+    line through the origin beyond it.  With ``exponent`` p: ``(latency_s**p + (s_per_byte * bytes)**p)**(1/p)``,
+    2**(1/p) times the start-up where the two are equal (p = 2: 1.41x; the stored 8-host runs' operations of
+    about that size cost 1.3-1.9x it in the rounds) and, for p >= 2, within 2e-4 of the longer 64x from there; tabled at 97
+    sizes around the knee (and 1 byte), above them a line of slope ``s_per_byte`` from the last (at p = 1:
+    start-up plus bytes)."""
     knee = latency_s / s_per_byte
-    return CollectiveCost(0.0, s_per_byte, ((min(1.0, knee), latency_s), (knee, latency_s))) if knee > 1.0 \
-        else CollectiveCost(0.0, s_per_byte)
+    if exponent is None:
+        return CollectiveCost(0.0, s_per_byte, ((min(1.0, knee), latency_s), (knee, latency_s))) if knee > 1.0 \
+            else CollectiveCost(0.0, s_per_byte)
+    low, high = knee / STREAM_BLEND_SPAN, knee * STREAM_BLEND_SPAN
+    sizes = [1.0] + [x for x in (low * (high / low) ** (i / 96) for i in range(97)) if x > 1.0]
+    table = tuple((x, (latency_s ** exponent + (s_per_byte * x) ** exponent) ** (1.0 / exponent)) for x in sizes)
+    return CollectiveCost(table[-1][1] - s_per_byte * table[-1][0], s_per_byte, table)  # the line meets the table
