@@ -14,6 +14,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from gradsched.bench_memory import JIT_MIN_TENSORS
 from gradsched.calibration import calibrate
 from gradsched.jobs.config import BenchConfig
 from gradsched.jobs.results import contention_to_run, pooled_contention
@@ -76,16 +77,14 @@ class _Start:
     auto_warmups: dict[str, AutoWarmup] = dataclasses.field(default_factory=dict)  # per auto row's label
 
 
-JIT_MIN_TENSORS = 256  # fewer tensors: the job's plans and simulations run gradsched's kernels in Python
-
-
 def _kernels_where_they_pay(profile: Profile) -> bool:
     """Whether this rank may load gradsched's numba kernels (``GRADSCHED_JIT``): not for a model of fewer than
-    :data:`JIT_MIN_TENSORS` tensors, unless ``GRADSCHED_JIT`` is set.  Rank 0 plans for every rank (run-time
-    ``auto``'s tuner, the rows' predictions); numba's code and LLVM cost it about 0.1 GB resident, a fifth of a rank's
-    0.5 GB beside the model, and there the Python pass and searches, which give the same plans and times, take as
-    long: googlenet-k80's 128 tensors, ``auto``'s ranking 0.4-1.4 s either way, 4 s where numba loads
-    (docs/notes/2026-12-bench-runs.md, "The default job's peak placed").  Returns whether they may load."""
+    :data:`~gradsched.bench_memory.JIT_MIN_TENSORS` tensors, unless ``GRADSCHED_JIT`` is set.  Rank 0 plans for
+    every rank (run-time ``auto``'s tuner, the rows' predictions); numba's code and LLVM cost it about 0.1 GB
+    resident (:data:`~gradsched.bench_memory.KERNELS_BYTES`), a fifth of a rank's 0.5 GB beside the model, and
+    there the Python pass and searches, which give the same plans and times, take as long: googlenet-k80's 128
+    tensors, ``auto``'s ranking 0.4-1.4 s either way, 4 s where numba loads (docs/notes/2026-12-bench-runs.md,
+    "The default job's peak placed and cut").  Returns whether they may load."""
     if len(profile.tensors) < JIT_MIN_TENSORS:
         os.environ.setdefault("GRADSCHED_JIT", "0")
     return os.environ.get("GRADSCHED_JIT", "1") != "0"
