@@ -1,26 +1,34 @@
 """How much memory a replayed bench needs per rank, and the check that refuses one that would not fit.
 
 Since the rows share one model per rank (:mod:`gradsched.torch.jobs.shared_model`), a
-rank holds, whatever the number of rows: the parameters, the shared momentum, the
-buckets of the one row that runs (``COPIES`` times the parameters' bytes in all), the
-largest tensor's gradient as autograd hands it over, and its own torch, gloo and
-gradsched.  A two-phase row (``dear``, or run-time ``auto`` trying it) holds more while it
-runs: each group's shard beside the arena, and beyond two ranks the all-to-all's buffer as
-large as the group (:func:`two_phase_bytes`, :mod:`gradsched.torch.runtime.decoupled`).
-Measured with ``gradsched bench --json`` (``peak_rss_bytes``, the largest rank's VmHWM):
-docs/bench.md, "Memory".
+rank holds, whatever the number of rows: the parameters and the shared momentum, and
+beside them either the contention probe's step gradients and its all-gradients buffer
+(``PROBE_COPIES`` times the parameters' bytes in all) or the buckets of the one row that
+runs and the largest tensor's gradient as autograd hands it over (``COPIES`` times, plus
+that tensor), and its own torch, gloo and gradsched (``RANK_BASE_BYTES``).  A two-phase row
+(``dear``, or run-time ``auto`` trying it) holds more while it runs: each group's shard
+beside the arena, and beyond two ranks the all-to-all's buffer as large as the group
+(:func:`two_phase_bytes`, :mod:`gradsched.torch.runtime.decoupled`).  Rank 0, which plans
+for every rank, also holds numba's kernels where the model has ``JIT_MIN_TENSORS``
+tensors or more (:func:`planning_bytes`; below that the bench plans without them).
+Measured with ``gradsched bench --json`` (``peak_rss_bytes``, the largest rank's VmHWM;
+``tests/test_bench.py`` checks the estimate against the stored runs): docs/bench.md, "Memory".
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 from gradsched.errors import GradschedError
 from gradsched.jobs.startup import AUTO_WARMUP_PHASE
 from gradsched.procfs import proc_bytes
 
-RANK_BASE_BYTES = 450e6  # one rank's torch, gloo and gradsched before any model
+RANK_BASE_BYTES = 370e6  # one rank's torch, gloo and gradsched, and the heap's and autograd's passing buffers
 COPIES = 3  # parameters, momentum, one row's buckets (gradients are views of them), per byte of parameters
+PROBE_COPIES = 4  # parameters, momentum, the contention probe's step gradients and its all-gradients buffer
+KERNELS_BYTES = 100e6  # numba's code and LLVM, resident on the rank that plans (rank 0) once it has loaded them
+JIT_MIN_TENSORS = 256  # fewer tensors: a bench plans without numba's kernels (the same plans, as fast)
 MEMORY_SHARE = 0.8  # of the available memory, what a replay may plan to use (the rest: the estimate's error, the OS)
 
 
@@ -33,9 +41,32 @@ def two_phase_bytes(model_bytes: int, ranks: int) -> float:
 
 def rank_bytes(model_bytes: int, largest_bytes: int, ranks: int = 2, two_phase: bool = False) -> float:
     """The peak resident bytes of one rank replaying a model of ``model_bytes`` (largest tensor ``largest_bytes``)
-    on ``ranks`` ranks; ``two_phase``: a row runs reduce-scatters and all-gathers (:func:`two_phase_bytes`)."""
+    on ``ranks`` ranks, but rank 0's kernels (:func:`planning_bytes`): the probe's or the rows', whichever holds
+    more; ``two_phase``: a row runs reduce-scatters and all-gathers (:func:`two_phase_bytes`)."""
     extra = two_phase_bytes(model_bytes, ranks) if two_phase else 0.0
-    return RANK_BASE_BYTES + COPIES * model_bytes + largest_bytes + extra
+    return RANK_BASE_BYTES + max(PROBE_COPIES * model_bytes, COPIES * model_bytes + largest_bytes + extra)
+
+
+def kernels_load(tensors: int | None) -> bool:
+    """Whether a bench's planning rank loads numba's kernels for a model of ``tensors`` tensors (None: unknown,
+    counted): numba installed, ``GRADSCHED_JIT`` not ``0``, and as many tensors as :data:`JIT_MIN_TENSORS`
+    unless ``GRADSCHED_JIT`` is set (:func:`gradsched.torch.jobs.bench_startup._kernels_where_they_pay`)."""
+    jit = os.environ.get("GRADSCHED_JIT")
+    if jit == "0" or importlib.util.find_spec("numba") is None:
+        return False
+    return jit is not None or tensors is None or tensors >= JIT_MIN_TENSORS
+
+
+def planning_bytes(tensors: int | None) -> float:
+    """What rank 0 holds beyond :func:`rank_bytes`: numba's kernels where it loads them (:func:`kernels_load`)."""
+    return KERNELS_BYTES if kernels_load(tensors) else 0.0
+
+
+def peak_bytes(model_bytes: int, largest_bytes: int, ranks: int = 2, two_phase: bool = False,
+               tensors: int | None = None) -> float:
+    """The largest rank's peak resident bytes (a bench's ``peak_rss_bytes``): :func:`rank_bytes` and rank 0's
+    :func:`planning_bytes`."""
+    return rank_bytes(model_bytes, largest_bytes, ranks, two_phase) + planning_bytes(tensors)
 
 
 def available_bytes() -> int:
@@ -45,22 +76,25 @@ def available_bytes() -> int:
 
 
 def check_memory(model_bytes: int, largest_bytes: int, ranks: int, have: int | None = None,
-                 two_phase: bool = False) -> float:
+                 two_phase: bool = False, tensors: int | None = None) -> float:
     """Refuse a replay whose ranks would not fit in ``MEMORY_SHARE`` of the available memory; returns the need.
-    ``two_phase``: a row runs reduce-scatters and all-gathers (``dear``, or ``auto`` with it among its candidates)."""
+    ``two_phase``: a row runs reduce-scatters and all-gathers (``dear``, or ``auto`` with it among its candidates);
+    ``tensors``: the model's (None: rank 0's kernels counted, :func:`planning_bytes`)."""
     have = available_bytes() if have is None else have
     per_rank = rank_bytes(model_bytes, largest_bytes, ranks, two_phase)
-    need = per_rank * ranks
+    kernels = planning_bytes(tensors)
+    need = per_rank * ranks + kernels
     if need > MEMORY_SHARE * have:
         extra = (f", {two_phase_bytes(model_bytes, ranks) / 1e6:.0f} MB for the two phases' buffers (dear)"
                  if two_phase else "")
+        planning = f", and rank 0 {kernels / 1e9:.1f} GB more for numba's kernels" if kernels else ""
         raise GradschedError(
             f"replaying {model_bytes / 1e6:.0f} MB of parameters on {ranks} ranks needs about {need / 1e9:.1f} GB "
-            f"({per_rank / 1e9:.2f} GB a rank: {RANK_BASE_BYTES / 1e9:.2f} GB of runtime, {COPIES}x the parameters "
-            f"and the largest tensor once{extra}, whatever the rows), more than the {MEMORY_SHARE:.0%} of the "
-            f"available {have / 1e9:.1f} GB that a replay may use ({MEMORY_SHARE * have / 1e9:.1f} GB; the rest is "
-            f"the margin: {(1 - MEMORY_SHARE) * have / 1e9:.1f} GB): use fewer hosts or ranks per host, or a smaller "
-            f"profile")
+            f"({per_rank / 1e9:.2f} GB a rank: {RANK_BASE_BYTES / 1e9:.2f} GB of runtime and {PROBE_COPIES}x the "
+            f"parameters in the probe or {COPIES}x the parameters and the largest tensor once in the rows{extra}, "
+            f"whatever the rows{planning}), more than the {MEMORY_SHARE:.0%} of the available {have / 1e9:.1f} GB "
+            f"that a replay may use ({MEMORY_SHARE * have / 1e9:.1f} GB; the rest is the margin: "
+            f"{(1 - MEMORY_SHARE) * have / 1e9:.1f} GB): use fewer hosts or ranks per host, or a smaller profile")
     return need
 
 

@@ -94,7 +94,8 @@ def pick_scale(profile: Profile, ranks: int, given: int | None, shaped: bool, tw
 
     def need(scale: int) -> None:
         scaled = scale_profile(profile, scale)
-        check_memory(scaled.total_bytes, max(t.bytes for t in scaled.tensors), ranks, two_phase=two_phase)
+        check_memory(scaled.total_bytes, max(t.bytes for t in scaled.tensors), ranks, two_phase=two_phase,
+                     tensors=len(scaled.tensors))
 
     def fits(scale: int) -> bool:
         try:

@@ -277,3 +277,31 @@ def test_a_replays_probe_times_each_all_reduce_of_every_gradient_once(monkeypatc
     assert s["compute_overlapped_s"][0] == pytest.approx(step_s, rel=0.5)
     assert s["compute_overlapped_s"][0] < s["allreduce_overlapped_s"][0]  # the step behind it ended first
     assert all(len(v) == 1 for v in s.values())
+
+
+def test_the_probe_holds_no_shard_without_the_two_phases_and_its_bucket_pass_no_source_of_its_own(tmp_path):
+    """Its memory beside the step's: the all-gradients buffer alone where the job runs no two-phase row (the shard
+    was half the gradients on two ranks, restored at every sample), and the bucket pass copies that buffer onto
+    itself, every byte read and written once (its source of ones was as large as the gradients)."""
+    import torch
+    import torch.distributed as dist
+
+    module = torch.nn.Linear(24, 4)
+    spec = type("Spec", (), {"module": module, "loss_fn": staticmethod(lambda out, y: out.square().mean()),
+                             "make_batch": staticmethod(lambda n, g: (torch.randn(n, 24, generator=g), None))})()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        probe = ContentionProbe(spec, 251 * 4, lr=0.1, seed=0, batch_size=2, step_s=1e-3, allreduce_s=1e-3)
+        probe._restore()
+        assert probe._big.untyped_storage().nbytes() == 251 * 4 and probe._shard.untyped_storage().nbytes() == 0
+        probe._big.copy_(torch.arange(251.0))
+        pieces = probe._copy_pieces(probe._big)
+        assert sum(d.numel() for d, _ in pieces) == 251 and all(d.numel() == s.numel() for d, s in pieces)
+        for dst, src in pieces:
+            dst.copy_(src)
+        assert torch.equal(probe._big, torch.cat([torch.arange(125.0, 250.0)] * 2 + [torch.tensor([125.0])]))
+        probe._release()
+        copy_s, scale_s = probe.bucket_pass_s(2)
+    finally:
+        dist.destroy_process_group()
+    assert copy_s > 0 and scale_s > 0 and probe._big.untyped_storage().nbytes() == 0

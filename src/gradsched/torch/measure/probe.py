@@ -45,6 +45,7 @@ from gradsched.net_extend import extend_points
 from gradsched.net_extend import MAX_RUN, operations_for
 from gradsched.torch.measure.netbench import measure_points
 from gradsched.torch.runtime.decoupled import start_all_gather, start_reduce_scatter, sum_pieces
+from gradsched.torch.runtime.memory import trim_heap
 from gradsched.torch.runtime.wrapper import broadcast_buffers
 
 
@@ -61,7 +62,7 @@ SMALL_NUMEL = 1024  # ... of 4 KiB each, issued at once as the runtime issues re
 PROBE_BUDGET_S = 10.0  # the start-up contention probe takes about this long ...
 PROBE_REPS = (3, 30)  # ... with at least and at most this many repetitions (3: a replay at dilation 20 steps in
 # seconds, 5 repetitions took minutes of start-up; its figures are sampled again between the rounds and pooled)
-COPY_CHUNK_NUMEL = 1 << 24  # the bucket pass copies all gradients from a source of this many floats (64 MiB), chunk by chunk
+COPY_CHUNK_NUMEL = 1 << 24  # the bucket pass's source of ones, before it copied the buffer onto itself (64 MiB)
 ONE_WINDOW_MARGIN = 1.1  # an all-reduce of every gradient this much longer than a step: both overlapped times in
 # one window (ContentionProbe._window), the step behind it checked to have ended first
 PHASES = ("reducescatter", "allgather")  # the two-phase collectives the probe times where ``two_phase``
@@ -130,8 +131,9 @@ class ContentionProbe:
         self._big = torch.zeros(max(1, total_bytes // 4))  # zeros: the probe's sums stay finite whatever it runs
         self._smalls = [torch.zeros(SMALL_NUMEL) for _ in range(SMALL_OPS)]
         world = dist.get_world_size()
-        # the reduce-scatter's p pieces (gloo but on two ranks: an all-to-all, as the runtime) and this rank's shard
-        self._pieces, self._shard = torch.zeros(0), torch.zeros(max(1, total_bytes // 4) // world)
+        # the reduce-scatter's p pieces (gloo but on two ranks: an all-to-all, as the runtime) and this rank's shard,
+        # only where the job times the two phases (else 1/p of the gradients held for nothing at every restore)
+        self._pieces, self._shard = torch.zeros(0), torch.zeros(max(1, total_bytes // 4) // world if two_phase else 0)
         self._nccl = dist.get_backend() == "nccl"
         self.times = self.TIMES + (tuple(f"{n}_{w}_s" for n in PHASES for w in ("alone", "overlapped"))
                                    if two_phase else ())
@@ -158,6 +160,7 @@ class ContentionProbe:
         for t in (self._big, self._shard):
             t.untyped_storage().resize_(0)
         self._pieces = torch.zeros(0)
+        trim_heap()  # the step's gradients, freed below glibc's mmap threshold, else stay resident (about 50 MB a rank)
 
     def _restore(self) -> None:
         for t in (self._big, self._shard):
@@ -308,23 +311,34 @@ class ContentionProbe:
         (:meth:`Profile.with_bucket_costs`); timed on every rank at once, as training runs."""
         self._restore()
         buf = self._big
-        # copied in chunks from one source chunk (as large as the last-level cache many times over),
-        # so that the pass needs no second buffer as large as the gradients
-        src = torch.ones(min(buf.numel(), COPY_CHUNK_NUMEL))
-        chunks = [buf[i:i + src.numel()] for i in range(0, buf.numel(), src.numel())]
+        pieces = self._copy_pieces(buf)
         copies, scales = [], []
         dist.barrier()
         for _ in range(reps):
             t0 = time.perf_counter()
-            for chunk in chunks:
-                chunk.copy_(src[:chunk.numel()])
+            for dst, src in pieces:
+                dst.copy_(src)
             t1 = time.perf_counter()
             buf.div_(dist.get_world_size())
             copies.append(t1 - t0)
             scales.append(time.perf_counter() - t1)
-        del chunks
+        del pieces
         self._release()
         return slowest_median(copies), slowest_median(scales)
+
+    def _copy_pieces(self, buf: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """What :meth:`bucket_pass_s` copies, as ``(destination, source)``: ``buf`` onto itself, its second half into
+        its first, then its first into its second (and an odd last element), so that every byte is read once and
+        written once from a source as large as the gradients, out of the last-level cache as a runtime's gradients
+        are, without a source of its own (a buffer of ones as large as the gradients, up to
+        :data:`COPY_CHUNK_NUMEL` floats, had set the probe's peak: googlenet-k80, 53 MB a rank; side by side on one
+        rank the two passes took the same time, 8-21 ms)."""
+        n = buf.numel()
+        half = n // 2
+        pieces = [(buf[:half], buf[half:2 * half]), (buf[half:2 * half], buf[:half])] if half else []
+        if n > 2 * half:
+            pieces.append((buf[2 * half:], buf[:n - 2 * half]))
+        return pieces
 
     def buffer_sync_s(self, reps: int, timeout_s: float) -> float:
         """Seconds a forward spends broadcasting rank 0's buffers (BatchNorm statistics), as both
