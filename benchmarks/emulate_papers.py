@@ -53,10 +53,10 @@ def _run(model: str, args: argparse.Namespace) -> dict:
         return {"model": model, "command": " ".join(cmd), "failed": done.stderr.strip().splitlines()[-20:],
                 "wall_s": wall}
     return {"model": model, "command": " ".join(cmd), "wall_s": wall, "load_before": load,
-            "load_after": os.getloadavg()[0], "dilate": dilate, "scale_bytes": scale, **_summary(out)}
+            "load_after": os.getloadavg()[0], "dilate": dilate, "scale_bytes": scale, **summary(out)}
 
 
-def _summary(path: Path) -> dict:
+def summary(path: Path) -> dict:
     """One bench's figures from its JSON: ``auto`` against DDP, DDP's best bucket and the bound, the simulator's
     errors, start-up (every phase but the rounds and ``auto``'s warm-up), peak memory, the phases, the stopping
     rule's record, what ``auto`` ran (``auto_ran``) and its warm-up (estimated against taken)."""
@@ -76,12 +76,12 @@ def _summary(path: Path) -> dict:
             "errors": {r["strategy"]: r["prediction_error"] for r in rows},
             "phases_s": phases_s, "stopping": rows[0].get("stopping"), "trimmed": rows[0].get("trimmed"),
             "allreduce_anchor": (rows[0].get("contention") or {}).get("allreduce_anchor"),
-            "auto_ran": _auto_ran(auto),
+            "auto_ran": auto_ran(auto),
             "auto_warmup": {"mode": warmup.get("mode"), "estimated_s": warmup.get("estimated_s"),
                             "short": bool(warmup.get("shortened")), "took_s": phases_s.get("auto warm-up")}}
 
 
-def _auto_ran(auto: dict) -> str:
+def auto_ran(auto: dict) -> str:
     """The plan ``auto``'s row ran, as a reader names it: the trials' kept plan (run-time ``auto``), else the
     strategy it chose at start-up."""
     trial = (auto.get("autotune") or {}).get("trial_decision") or {}
@@ -114,7 +114,7 @@ def main() -> int:
     for model in args.models.split(","):
         if args.resummarize:
             bench = RESULTS / f"emulate_papers_{model.replace('-', '_')}_{args.hosts}h{_tag(args)}.json"
-            runs[model] = {**runs.get(model, {"model": model}), **_summary(bench)}
+            runs[model] = {**runs.get(model, {"model": model}), **summary(bench)}
         else:
             runs[model] = _run(model, args)
         path.write_text(json.dumps({"hosts": args.hosts, "rate": args.rate, "runs": runs}, indent=1))
