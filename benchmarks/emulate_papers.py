@@ -9,8 +9,9 @@ at ``--rate`` (DeAR's 10 GbE), the links shaped at rate / (dilation x byte scale
 what this machine moves faithfully: ``SETTINGS`` gives each model's dilation and byte scale
 (``--scale-bytes``: the model's memory; dilation: the links' aggregate rate).  Prints a
 table (auto against DDP's default and best bucket and the lower bound, the simulator's
-errors, start-up, peak memory) and writes ``benchmarks/results/emulate_papers.json`` and each
-bench's JSON beside it (``emulate_papers_MODEL_8h.json``).
+errors, start-up, ``auto``'s warm-up, peak memory, the plan ``auto`` ran) and writes
+``benchmarks/results/emulate_papers.json`` and each bench's JSON beside it
+(``emulate_papers_MODEL_8h.json``); ``--resummarize`` rebuilds the summary from those JSONs.
 """
 
 from __future__ import annotations
@@ -51,13 +52,21 @@ def _run(model: str, args: argparse.Namespace) -> dict:
         sys.stderr.write(f"{model}: gradsched bench exited {done.returncode}\n{done.stdout[-2000:]}{done.stderr}")
         return {"model": model, "command": " ".join(cmd), "failed": done.stderr.strip().splitlines()[-20:],
                 "wall_s": wall}
-    rows = json.loads(out.read_text())
+    return {"model": model, "command": " ".join(cmd), "wall_s": wall, "load_before": load,
+            "load_after": os.getloadavg()[0], "dilate": dilate, "scale_bytes": scale, **summary(out)}
+
+
+def summary(path: Path) -> dict:
+    """One bench's figures from its JSON: ``auto`` against DDP, DDP's best bucket and the bound, the simulator's
+    errors, start-up (every phase but the rounds and ``auto``'s warm-up), peak memory, the phases, the stopping
+    rule's record, what ``auto`` ran (``auto_ran``) and its warm-up (estimated against taken)."""
+    rows = json.loads(path.read_text())
     auto = next(r for r in rows if r["strategy"] == "auto")
     errors = [abs(r["prediction_error"]) for r in rows]
     phases = rows[0]["phases"]
-    return {"model": model, "command": " ".join(cmd), "wall_s": wall, "load_before": load,
-            "load_after": os.getloadavg()[0], "dilate": dilate, "scale_bytes": scale,
-            "auto_vs_ddp": auto["speedup_vs_ddp"], "auto_vs_best_ddp": auto["speedup_vs_best_ddp"],
+    phases_s = {p["phase"]: p["s"] for p in phases}
+    warmup = auto.get("auto_warmup") or {}
+    return {"auto_vs_ddp": auto["speedup_vs_ddp"], "auto_vs_best_ddp": auto["speedup_vs_best_ddp"],
             "best_ddp": rows[0]["best_ddp"], "auto_vs_lower_bound": auto["vs_lower_bound"],
             "median_abs_error": statistics.median(errors), "worst_abs_error": max(errors),
             "startup_s": sum(p["s"] for p in phases if p["phase"] not in ("rounds", "auto warm-up")),
@@ -65,8 +74,20 @@ def _run(model: str, args: argparse.Namespace) -> dict:
             "compute_s": rows[0]["lower_bound"]["compute_s"],
             "allreduce_all_s": rows[0]["lower_bound"]["allreduce_all_s"],
             "errors": {r["strategy"]: r["prediction_error"] for r in rows},
-            "phases_s": {p["phase"]: p["s"] for p in phases}, "stopping": rows[0].get("stopping"),
-            "allreduce_anchor": (rows[0].get("contention") or {}).get("allreduce_anchor")}
+            "phases_s": phases_s, "stopping": rows[0].get("stopping"), "trimmed": rows[0].get("trimmed"),
+            "allreduce_anchor": (rows[0].get("contention") or {}).get("allreduce_anchor"),
+            "auto_ran": auto_ran(auto),
+            "auto_warmup": {"mode": warmup.get("mode"), "estimated_s": warmup.get("estimated_s"),
+                            "short": bool(warmup.get("shortened")), "took_s": phases_s.get("auto warm-up")}}
+
+
+def auto_ran(auto: dict) -> str:
+    """The plan ``auto``'s row ran, as a reader names it: the trials' kept plan (run-time ``auto``), else the
+    strategy it chose at start-up."""
+    trial = (auto.get("autotune") or {}).get("trial_decision") or {}
+    if trial.get("kept"):
+        return trial["plans"].get(trial["kept"], trial["kept"])
+    return auto["plan_options"].get("chose", auto["strategy"])
 
 
 def _tag(args: argparse.Namespace) -> str:
@@ -84,15 +105,22 @@ def main() -> int:
     p.add_argument("--prefix", default="gse")
     p.add_argument("--tag", default="", help="write emulate_papers_MODEL_8h_TAG.json and emulate_papers_TAG.json "
                    "(a new run beside the stored ones)")
+    p.add_argument("--resummarize", action="store_true", help="run nothing: the summary's figures of --models "
+                   "again from their benches' JSONs (command, wall time and load as recorded)")
     args = p.parse_args()
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"emulate_papers{_tag(args)}.json"
     runs = json.loads(path.read_text())["runs"] if path.exists() else {}
     for model in args.models.split(","):
-        runs[model] = _run(model, args)
+        if args.resummarize:
+            bench = RESULTS / f"emulate_papers_{model.replace('-', '_')}_{args.hosts}h{_tag(args)}.json"
+            runs[model] = {**runs.get(model, {"model": model}), **summary(bench)}
+        else:
+            runs[model] = _run(model, args)
         path.write_text(json.dumps({"hosts": args.hosts, "rate": args.rate, "runs": runs}, indent=1))
     print(f"{'model':13s} {'S':>3s} {'K':>4s} {'compute':>8s} {'allred':>7s} {'vs ddp':>7s} {'vs best':>8s} "
-          f"{'/ bound':>8s} {'med err':>8s} {'worst':>6s} {'start s':>8s} {'wall s':>7s} {'GB/rank':>8s}")
+          f"{'/ bound':>8s} {'med err':>8s} {'worst':>6s} {'start s':>8s} {'warm-up':>8s} {'wall s':>7s} {'GB/rank':>8s} "
+          "auto ran")
     for model, r in runs.items():
         if "failed" in r:
             print(f"{model:13s} failed: {r['failed']}")
@@ -100,7 +128,8 @@ def main() -> int:
         print(f"{model:13s} {r['scale_bytes']:3d} {r['dilate']:4g} {r['compute_s'] * 1e3:8.0f} "
               f"{r['allreduce_all_s'] * 1e3:7.0f} {r['auto_vs_ddp']:6.2f}x {r['auto_vs_best_ddp']:7.2f}x "
               f"{r['auto_vs_lower_bound']:7.2f}x {r['median_abs_error'] * 100:7.1f}% {r['worst_abs_error'] * 100:5.1f}% "
-              f"{r['startup_s']:8.0f} {r['wall_s']:7.0f} {r['peak_rss_bytes'] / 1e9:8.2f}")
+              f"{r['startup_s']:8.0f} {r['phases_s'].get('auto warm-up', 0.0):8.0f} {r['wall_s']:7.0f} "
+              f"{r['peak_rss_bytes'] / 1e9:8.2f} {r.get('auto_ran', '')}")
     print(f"wrote {path}")
     return 0
 
