@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from gradsched.torch import DistributedDataParallel  # noqa: E402
-from gradsched.torch.runtime.autotune import AutoTuneConfig, not_clearly_slower  # noqa: E402
+from gradsched.torch.runtime.autotune import PREDICTED_FAR_SLOWER, AutoTuneConfig, not_clearly_slower  # noqa: E402
 from gradsched.torch.runtime.torch_ddp import TORCH_DDP, is_torch_ddp  # noqa: E402
 
 from tests.torch.test_autotune_torch_ddp import _inputs, _net, _train, delay  # noqa: E402
@@ -84,6 +84,10 @@ def test_candidates_predicted_clearly_slower_are_not_tried_ddps_buckets_are():
     trials = [Ranked(1.1, "wfbp", None), Ranked(1.5, "sync", None), Ranked(2.0, TORCH_DDP, None),
               Ranked(3.0, "ddp", None)]
     assert [r.strategy for r in not_clearly_slower(best, trials)] == ["wfbp", TORCH_DDP, "ddp"]
+    # back to back (no budget) only a plan predicted at twice the fastest or more is left out
+    far = trials + [Ranked(2.1, "usbyte", None)]
+    assert [r.strategy for r in not_clearly_slower(best, far, PREDICTED_FAR_SLOWER)] == ["wfbp", "sync", TORCH_DDP,
+                                                                                        "ddp"]
 
 
 def test_trials_off_is_no_trials_and_no_replans_unless_asked():

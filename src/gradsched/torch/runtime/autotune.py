@@ -103,8 +103,8 @@ from gradsched.tuning.candidates import TORCH_DDP, is_torch_ddp
 from gradsched.tuning.candidates import label as _label
 # the configuration, its rules and records live in the torch-free core (gradsched.tuning); their names stay here
 from gradsched.tuning.config import (KEEP_POINTS, MAX_TRIAL_WINDOW, MIN_SIZES, OFFLINE_TRIALS, PLANNER_KEYS,
-                                     PREDICTED_SLOWER, PROBE_BYTES, RUNOFF_PLANS, SAMPLES_KEPT, TRIALS, AutoTuneConfig,
-                                     not_clearly_slower, trials_option)
+                                     PREDICTED_FAR_SLOWER, PREDICTED_SLOWER, PROBE_BYTES, RUNOFF_PLANS, SAMPLES_KEPT,
+                                     TRIALS, AutoTuneConfig, not_clearly_slower, trials_option)
 from gradsched.tuning.records import Check, PlanMeasurements, Switch
 from gradsched.tuning.rules import (baseline_of, capped, next_check, next_window, replan_at, resized_of, runnable,
                                     trial_candidates)
@@ -115,9 +115,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("gradsched.autotune")
 
-__all__ = ["KEEP_POINTS", "MAX_TRIAL_WINDOW", "MIN_SIZES", "OFFLINE_TRIALS", "PLANNER_KEYS", "PREDICTED_SLOWER",
-           "PROBE_BYTES", "RUNOFF_PLANS", "SAMPLES_KEPT", "TRIALS", "AutoTuneConfig", "AutoTuner", "Check", "Switch",
-           "TunedModel", "not_clearly_slower", "trials_option"]
+__all__ = ["KEEP_POINTS", "MAX_TRIAL_WINDOW", "MIN_SIZES", "OFFLINE_TRIALS", "PLANNER_KEYS", "PREDICTED_FAR_SLOWER",
+           "PREDICTED_SLOWER", "PROBE_BYTES", "RUNOFF_PLANS", "SAMPLES_KEPT", "TRIALS", "AutoTuneConfig",
+           "AutoTuner", "Check", "Switch", "TunedModel", "not_clearly_slower", "trials_option"]
 
 
 # --------------------------------------------------------------------------- the tuner
@@ -653,8 +653,8 @@ class AutoTuner:
             offline = runs(ranked(*self._offline, **opts)) if self._offline is not None else None
             trials = trial_candidates(results, self.config, with_defaults, offline)
             trials += self._torch_ddp_trials(profile, cluster)
-            if self.config.budgeted:
-                trials = not_clearly_slower(results[0], trials)
+            trials = not_clearly_slower(results[0], trials,
+                                        PREDICTED_SLOWER if self.config.budgeted else PREDICTED_FAR_SLOWER)
         trial_plans = [(r.strategy, r.plan if r.strategy == TORCH_DDP else as_auto(r, len(results)), r.predicted_s)
                        for r in trials]
         # the initial plan takes turns too (trials come only at the first plan, which leaves the initial one)
