@@ -21,6 +21,7 @@ gloo's included) per phase.  Reported per row: the median step of the slowest ra
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -135,7 +136,7 @@ def timed_steps(m: Any, opt: Any, steps: int, skip_compute: bool) -> dict[str, l
     out: dict[str, list[float]] = {k: [] for k in PHASES}
     x = torch.ones(4, 8)
     restart_clocks(m.module if hasattr(m, "module") else m)
-    ctx = fast_forward(m) if skip_compute else _null()
+    ctx = fast_forward(m) if skip_compute else contextlib.nullcontext()
     with ctx:
         for s in range(steps + 1):
             dist.barrier()
@@ -158,14 +159,6 @@ def timed_steps(m: Any, opt: Any, steps: int, skip_compute: bool) -> dict[str, l
     return out
 
 
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *a: object) -> None:
-        return None
-
-
 def worker(rank: int, world: int, args: argparse.Namespace, prof: Any, cluster: Any) -> None:
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(args.port)
@@ -173,7 +166,7 @@ def worker(rank: int, world: int, args: argparse.Namespace, prof: Any, cluster: 
     dist.init_process_group("gloo", rank=rank, world_size=world)
     names = args.rows.split(",")
     rows = {c: build(c, prof, cluster, args.scale) for c in names}
-    for c, (m, opt) in rows.items():  # warm-up: DDP rebuilds its buckets, first allocations
+    for m, opt in rows.values():  # warm-up: DDP rebuilds its buckets, first allocations
         timed_steps(m, opt, 2, skip_compute=True)
     res: dict[str, dict[str, list[float]]] = {c: {} for c in names}
     for r in range(args.rounds):
