@@ -21,6 +21,15 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
+
+from gradsched.calibration.bounds import least_time_s
+from gradsched.cluster import Cluster, CollectiveCost
+from gradsched.costs import cheaper, combine
+from gradsched.jobs.results import read_bench_row
+from gradsched.plan import ALL_GATHER, HIER, REDUCE_SCATTER
+from gradsched.profile import Profile
+
 RESULTS = Path(__file__).parent / "results"
 PATTERNS = ("bench_replay_*.json", "emulate_papers_*_8h*.json", "bench_main_job_*.json", "bench_default_*.json")
 TARGETS = {  # issue: (regime test on (allreduce_all/backward, allreduce_all/compute), row, needed ratio to the bound)
@@ -28,6 +37,62 @@ TARGETS = {  # issue: (regime test on (allreduce_all/backward, allreduce_all/com
     "36: auto >= 1.3x DDP": (lambda bwd, comp: bwd >= 1.0, "ddp", 1.3),
     "35: auto >= 1.2x DDP": (lambda bwd, comp: 1.0 <= comp <= 2.0, "ddp", 1.2),
 }
+
+
+def group_cost(cluster: Cluster) -> CollectiveCost:
+    """What the bench's bound prices a group of gradients at: the cheapest of one all-reduce (plain or, on a
+    two-level cluster, hierarchical) and a reduce-scatter plus an all-gather, each as a plan's operation costs."""
+    plain = cluster.operation_cost("allreduce")
+    if cluster.topology is not None:
+        plain = cheaper(plain, cluster.cost(HIER))
+    return cheaper(plain, combine([(1.0, cluster.operation_cost(REDUCE_SCATTER)),
+                                   (1.0, cluster.operation_cost(ALL_GATHER))]))
+
+
+def startup_bound_s(profile: Profile, cluster: Cluster) -> dict[str, float]:
+    """A network bound that counts the network's idle time in every step and the start-up of the operations
+    around it (seconds; ``startup_bound_s`` and its parts).
+
+    The bench's bound lets one all-reduce of every gradient overlap all the compute, which no plan does: one
+    operation waits for the last gradient and holds up the first layer's forward.  In any plan a step's first
+    operation waits for its gradients: carrying ``b1`` bytes, at least until the first ``b1`` bytes in ready
+    order are ready.  After a step's last operation ends, at least the forward of the layers its gradients
+    belong to runs (``bk`` bytes: at least the forward of the shortest tail of the forward order that holds
+    ``bk`` bytes), before the next step's backward makes its first gradient ready: the network idles through
+    both waits.  In between it moves every group of gradients, which costs at least ``least(B)`` (the bench's
+    one all-reduce of all ``B`` bytes at the least cost per byte, ``m``), and the first and last groups
+    ``cost(b) - m * b`` more each (one group, counted once, where the two are the reduce-scatter and the
+    all-gather of the same group): with a start-up per operation, an early small first operation pays its
+    start-up and a late large one leaves the network idle longer.  The bound is the least over ``b1`` and
+    ``bk``; compute slowed by communication is not counted."""
+    cost = group_cost(cluster)
+    total = float(profile.total_bytes)
+    least = least_time_s(cost, total)
+    per_byte = least / total
+    ready, order = profile.ready_s, list(profile.order)
+    prefix = np.cumsum([profile.tensors[t].bytes for t in order], dtype=float)  # bytes ready by each ready time
+    ready_at = np.array([ready[t] for t in order])
+    fwd: dict[int, list[float]] = {}  # layers in forward order: [bytes, forward]
+    for t, lid in zip(profile.tensors, profile.layer_of):
+        row = fwd.setdefault(lid, [0.0, 0.0])
+        row[0] += t.bytes
+        row[1] += t.forward_s
+    back = list(fwd.values())[::-1]
+    suffix = np.cumsum([b for b, _ in back])  # bytes of the last m layers in forward order, and their forward
+    tail = np.cumsum([f for _, f in back])
+    # cells (edge[i], edge[i+1]] of byte counts: in each, the least wait and the least extra cost over m * b
+    edges = np.unique(np.concatenate([[0.0], prefix, suffix, np.geomspace(1.0, total, 4096)]))
+    edges = edges[edges <= total]
+    lo, hi = edges[:-1] + 1.0, edges[1:]
+    grid = np.unique(np.concatenate([lo, np.geomspace(1.0, total, 512)]))
+    floor = np.minimum.accumulate(cost.times_s(grid)[::-1])[::-1]  # the least cost of that size or more
+    extra = np.maximum(0.0, floor[np.searchsorted(grid, lo)] - per_byte * hi)
+    wait_first = ready_at[np.minimum(np.searchsorted(prefix, lo), len(prefix) - 1)]
+    wait_last = tail[np.minimum(np.searchsorted(suffix, lo), len(suffix) - 1)]
+    apart = float((wait_first + extra).min() + (wait_last + extra).min())
+    same = float((wait_first + wait_last + extra).min())
+    return {"startup_bound_s": least + min(apart, same), "allreduce_all_s": least,
+            "idle_and_startup_s": min(apart, same)}
 
 
 def _rows(path: Path) -> list[dict]:
