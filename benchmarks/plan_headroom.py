@@ -13,7 +13,9 @@ boundaries moved, added and removed at random (seeded), each grouping run as dec
 (reduce-scatters in ready order, all-gathers in forward order: ``dear``'s operations, fifo or by priority) or
 as all-reduces by forward-order priority, both overlapping the next forward.  For the best planner's plan it
 splits the step into the network's wait for the first operation, its busy time (against the bound's one
-all-reduce of all gradients) and what runs after the last operation.  Writes
+all-reduce of all gradients) and what runs after the last operation; ``runtime_costs_s`` is what the runtime adds
+to the compute stream per step (:func:`gradsched.calibration.with_runtime_costs`), which plans pay and the bounds
+do not count.  Writes
 ``benchmarks/results/plan_headroom.json``.  Times in emulated seconds (the run's, divided by its dilation).
 """
 
@@ -122,11 +124,12 @@ def analyse(path: Path, evaluations: int) -> dict[str, Any]:
         cuts, s = search(planned, cluster, kind, evaluations)
         searched[kind] = {"iteration_s": s / dilate, "groups": len(cuts) + 1, "cuts": cuts}
     best_kind = min(KINDS, key=lambda k: searched[k]["iteration_s"])
-    tight = headroom.startup_bound_s(planned, cluster)
+    tight = headroom.startup_bound_s(profile, cluster)  # the profile the bench bounded
     bound = first["lower_bound_s"] / dilate
     return {"run": path.stem, "model": first.get("model"), "dilate": dilate, "bound_s": bound,
             "startup_bound_s": tight["startup_bound_s"] / dilate, "allreduce_all_s": tight["allreduce_all_s"] / dilate,
-            "compute_s": profile.compute_s / dilate, "measured_ddp_s": ddp_row["iteration_s_median"],
+            "compute_s": profile.compute_s / dilate, "runtime_costs_s": (planned.compute_s - profile.compute_s) / dilate,
+            "measured_ddp_s": ddp_row["iteration_s_median"],
             "predicted_s": predicted, "best_planner": best_planner, "searched": searched, "best_searched": best_kind,
             "best_planner_breakdown": breakdown(plans[best_planner], planned, cluster, dilate)}
 
