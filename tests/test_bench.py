@@ -121,7 +121,7 @@ def test_memory_check_does_not_count_rows_and_names_its_margin(model_mb, largest
 
 # stored runs of the current design (shared model, the probe's buffers cut, numba below 256 tensors left out):
 # the default job verbatim (6 rows, run-time auto among them), and 12 rows (8 strategies, DDP's 4 bucket sizes)
-MEMORY_RUNS = ["bench_main_job_mem7.json", "bench_rows_mem7_googlenet_k80_2h_nodear.json"]
+MEMORY_RUNS = ["bench_main_job_mem7.json", "bench_rows_mem7_googlenet_k80_2h_nodear.json", "bench_main_job_mem8.json"]
 
 
 @pytest.mark.parametrize("name", MEMORY_RUNS)

@@ -2,10 +2,10 @@
 
 Since the rows share one model per rank (:mod:`gradsched.torch.jobs.shared_model`), a
 rank holds, whatever the number of rows: the parameters and the shared momentum, and
-beside them either the contention probe's step gradients and its all-gradients buffer
-(``PROBE_COPIES`` times the parameters' bytes in all) or the buckets of the one row that
-runs and the largest tensor's gradient as autograd hands it over (``COPIES`` times, plus
-that tensor), and its own torch, gloo and gradsched (``RANK_BASE_BYTES``).  A two-phase row
+beside them either the contention probe's all-gradients buffer, its step's gradients views
+of it (``PROBE_COPIES`` times the parameters' bytes in all), or the buckets of the one row
+that runs (``COPIES`` times), in both the largest tensor's gradient as autograd hands it
+over, and its own torch, gloo and gradsched (``RANK_BASE_BYTES``).  A two-phase row
 (``dear``, or run-time ``auto`` trying it) holds more while it runs: each group's shard
 beside the arena, and beyond two ranks the all-to-all's buffer as large as the group
 (:func:`two_phase_bytes`, :mod:`gradsched.torch.runtime.decoupled`).  Rank 0, which plans
@@ -24,9 +24,10 @@ from gradsched.errors import GradschedError
 from gradsched.jobs.startup import AUTO_WARMUP_PHASE
 from gradsched.procfs import proc_bytes
 
-RANK_BASE_BYTES = 370e6  # one rank's torch, gloo and gradsched, and the heap's and autograd's passing buffers
+RANK_BASE_BYTES = 400e6  # one rank's torch, gloo and gradsched, and the heap's and autograd's passing buffers (the
+# stored 12-row googlenet-k80 run: 0.58 GB = 0.40 + 3 x 53.5 MB + its largest tensor, 8.4 MB)
 COPIES = 3  # parameters, momentum, one row's buckets (gradients are views of them), per byte of parameters
-PROBE_COPIES = 4  # parameters, momentum, the contention probe's step gradients and its all-gradients buffer
+PROBE_COPIES = 3  # parameters, momentum, the contention probe's all-gradients buffer (its step's gradients: views)
 KERNELS_BYTES = 100e6  # numba's code and LLVM, resident on the rank that plans (rank 0) once it has loaded them
 JIT_MIN_TENSORS = 256  # fewer tensors: a bench plans without numba's kernels (the same plans, as fast)
 MEMORY_SHARE = 0.8  # of the available memory, what a replay may plan to use (the rest: the estimate's error, the OS)
@@ -44,7 +45,7 @@ def rank_bytes(model_bytes: int, largest_bytes: int, ranks: int = 2, two_phase: 
     on ``ranks`` ranks, but rank 0's kernels (:func:`planning_bytes`): the probe's or the rows', whichever holds
     more; ``two_phase``: a row runs reduce-scatters and all-gathers (:func:`two_phase_bytes`)."""
     extra = two_phase_bytes(model_bytes, ranks) if two_phase else 0.0
-    return RANK_BASE_BYTES + max(PROBE_COPIES * model_bytes, COPIES * model_bytes + largest_bytes + extra)
+    return RANK_BASE_BYTES + largest_bytes + max(PROBE_COPIES * model_bytes, COPIES * model_bytes + extra)
 
 
 def kernels_load(tensors: int | None) -> bool:
@@ -90,8 +91,8 @@ def check_memory(model_bytes: int, largest_bytes: int, ranks: int, have: int | N
         planning = f", and rank 0 {kernels / 1e9:.1f} GB more for numba's kernels" if kernels else ""
         raise GradschedError(
             f"replaying {model_bytes / 1e6:.0f} MB of parameters on {ranks} ranks needs about {need / 1e9:.1f} GB "
-            f"({per_rank / 1e9:.2f} GB a rank: {RANK_BASE_BYTES / 1e9:.2f} GB of runtime and {PROBE_COPIES}x the "
-            f"parameters in the probe or {COPIES}x the parameters and the largest tensor once in the rows{extra}, "
+            f"({per_rank / 1e9:.2f} GB a rank: {RANK_BASE_BYTES / 1e9:.2f} GB of runtime, {COPIES}x the "
+            f"parameters and the largest tensor once, in the probe as in the rows{extra}, "
             f"whatever the rows{planning}), more than the {MEMORY_SHARE:.0%} of the available {have / 1e9:.1f} GB "
             f"that a replay may use ({MEMORY_SHARE * have / 1e9:.1f} GB; the rest is the margin: "
             f"{(1 - MEMORY_SHARE) * have / 1e9:.1f} GB): use fewer hosts or ranks per host, or a smaller profile")

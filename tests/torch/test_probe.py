@@ -305,3 +305,45 @@ def test_the_probe_holds_no_shard_without_the_two_phases_and_its_bucket_pass_no_
     finally:
         dist.destroy_process_group()
     assert copy_s > 0 and scale_s > 0 and probe._big.untyped_storage().nbytes() == 0
+
+
+def test_the_probes_step_writes_its_gradients_into_the_buffer_it_all_reduces(tmp_path):
+    """The probe held 4x the parameters (parameters, momentum, its step's gradients, its all-gradients buffer),
+    the rows 3x: its step's gradients are now views of that buffer, zeroed in place, so that the step allocates
+    none of its own; released with the buffer between measurements.  A model whose gradients do not fit the
+    buffer (float64 here) keeps gradients of its own."""
+    import torch
+    import torch.distributed as dist
+
+    def spec_of(module: torch.nn.Module, dtype: torch.dtype):
+        return type("Spec", (), {"module": module, "loss_fn": staticmethod(lambda out, y: out.square().mean()),
+                                 "make_batch": staticmethod(lambda n, g: (torch.randn(n, 24, generator=g,
+                                                                                      dtype=dtype), None))})()
+
+    module = torch.nn.Linear(24, 4)
+    numel = sum(p.numel() for p in module.parameters())
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        probe = ContentionProbe(spec_of(module, torch.float32), numel * 4, lr=0.1, seed=0, batch_size=2,
+                                step_s=1e-3, allreduce_s=1e-3)
+        assert all(p.grad is None for p in module.parameters())
+        probe._restore()
+        big = probe._big.untyped_storage().data_ptr()
+        probe._compute()
+        ptrs = [p.grad.untyped_storage().data_ptr() for p in module.parameters()]
+        assert ptrs == [big] * len(ptrs)  # the step's gradients, in the buffer
+        assert torch.equal(probe._big, torch.cat([p.grad.flatten() for p in module.parameters()]))
+        assert probe._big.abs().sum() > 0
+        probe._release()
+        probe.measure(2)
+        assert all(p.grad is None for p in module.parameters()) and probe._big.untyped_storage().nbytes() == 0
+        assert all(torch.isfinite(p).all() for p in module.parameters())
+        wide = torch.nn.Linear(24, 4).double()
+        other = ContentionProbe(spec_of(wide, torch.float64), numel * 8, lr=0.1, seed=0, batch_size=2,
+                                step_s=1e-3, allreduce_s=1e-3)
+        other._restore()
+        other._compute()
+        assert all(p.grad.untyped_storage().data_ptr() != other._big.untyped_storage().data_ptr()
+                   for p in wide.parameters())
+    finally:
+        dist.destroy_process_group()

@@ -22,8 +22,8 @@ VGG-16 did not fit.  Here:
 
 So a rank holds the parameters, the momentum and one row's buckets at a time (plus the
 gradient autograd hands over, one tensor at a time): about 3x the parameters' bytes
-(:data:`gradsched.bench_memory.COPIES`), for any number of rows; 4x while the contention
-probe samples (its step's gradients and its all-gradients buffer: ``PROBE_COPIES``).
+(:data:`gradsched.bench_memory.COPIES`), for any number of rows; as much while the contention
+probe samples (its all-gradients buffer, its step's gradients views of it: ``PROBE_COPIES``).
 """
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ class ContentionProbe:
         gen = torch.Generator().manual_seed(seed * 1000 + 998)
         self._x, self._y = spec.make_batch(batch_size, gen)
         self.total_bytes = total_bytes
-        self._big = torch.zeros(max(1, total_bytes // 4))  # zeros: the probe's sums stay finite whatever it runs
+        self._big = torch.zeros(max(1, total_bytes // 4))  # all-reduced; the step's gradients too (_restore)
         self._smalls = [torch.zeros(SMALL_NUMEL) for _ in range(SMALL_OPS)]
         world = dist.get_world_size()
         # the reduce-scatter's p pieces (gloo but on two ranks: an all-to-all, as the runtime) and this rank's shard,
@@ -138,6 +138,8 @@ class ContentionProbe:
         self.times = self.TIMES + (tuple(f"{n}_{w}_s" for n in PHASES for w in ("alone", "overlapped"))
                                    if two_phase else ())
         self.samples: dict[str, list[float]] = {k: [] for k in self.times}
+        self._grad_views = self._views_fit()
+        self._restore()  # the step's gradients in the buffer from the first step on
         with off_clock():  # warm-up, its time unread (a replay's compute need not be waited out: bench_worker)
             self._compute()
         self._comm_while(self._smalls, False)
@@ -152,25 +154,43 @@ class ContentionProbe:
         self.one_window = allreduce_s >= ONE_WINDOW_MARGIN * step_s
         self._release()
 
+    def _views_fit(self) -> bool:
+        """Whether the step's gradients fit in the all-gradients buffer as views (:meth:`_restore`): every trained
+        parameter float32 (the buffer's type) and their elements no more than the buffer's (a replay's: the same)."""
+        params = [p for p in self.module.parameters() if p.requires_grad]
+        return all(p.dtype == self._big.dtype for p in params) and sum(p.numel() for p in params) <= self._big.numel()
+
     def _release(self) -> None:
         """Between measurements, the all-gradients buffer, the two phases' and the step's gradients hold no
         memory (a bench's rows take turns with the probe: gradsched.torch.jobs.shared_model; the shard, half the
         gradients on two ranks, stayed: googlenet-k80's default bench, 27 MB a rank through its rows)."""
-        self._opt.zero_grad(set_to_none=True)
+        self._opt.zero_grad(set_to_none=True)  # the views first: the buffer's storage goes next
         for t in (self._big, self._shard):
             t.untyped_storage().resize_(0)
         self._pieces = torch.zeros(0)
         trim_heap()  # the step's gradients, freed below glibc's mmap threshold, else stay resident (about 50 MB a rank)
 
     def _restore(self) -> None:
+        """The buffers back for a measurement; the step's gradients views of the all-gradients buffer where they fit
+        (:attr:`_grad_views`), so that a step beside it holds no gradients of its own: with them the probe held 4x
+        the parameters (parameters, momentum, gradients, buffer), the rows 3x (BERT-Large at S = 4, one rank: the
+        probe added 3.05x the parameters over what the rank held before it, now 2.26x; benchmarks/probe_peak.py).
+        Autograd adds each gradient into its view, the step zeroes them, as a runtime's buckets; the values, summed
+        by the all-reduces under way, are the probe's to waste (it times them; a replay's values do not matter)."""
         for t in (self._big, self._shard):
             t.untyped_storage().resize_(t.numel() * t.element_size())
             t.zero_()
+        if self._grad_views:
+            offset = 0
+            for p in self.module.parameters():
+                if p.requires_grad:
+                    p.grad = self._big[offset:offset + p.numel()].view_as(p)
+                    offset += p.numel()
         if self.two_phase and not self._nccl and dist.get_world_size() != 2:  # as the runtime (scratch_for)
             self._pieces = torch.zeros(self._shard.numel() * dist.get_world_size())
 
     def _compute(self) -> None:
-        self._opt.zero_grad(set_to_none=True)
+        self._opt.zero_grad(set_to_none=not self._grad_views)  # views: zeroed in place, kept in the buffer
         self._loss_fn(self.module(self._x), self._y).backward()
         self._opt.step()
 
