@@ -4,10 +4,12 @@ the ratio of the lines' slopes fitted to the medians from 256 KiB (the whole gro
 start-ups.  The figures behind ``gradsched.costs.DERIVED_PHASE_RATIOS`` (docs/cost-model.md, "Two phases not
 measured").
 
-    python benchmarks/two_phase_ratios.py benchmarks/results/netbench_two_phase_*.json \\
+    python benchmarks/two_phase_ratios.py benchmarks/results/netbench_two_phase_*.json RUNS.json \\
         --json benchmarks/results/two_phase_ratios.json
 
-The netbench files were made with (N = 2, 4, 8; 8 twice):
+RUNS.json: the 2-host bench tables since the pieces (bench_replay_bert_base_2h_1gbit_dear7_pieces{,2},
+bench_replay_googlenet_k80_2h_1gbit_dear7_pieces, ..._dear_merged, bench_rows_mem7_googlenet_k80_2h).
+The netbench files were made with (N = 2, 4, 8; 8 twice; and 8 at 250mbit with --max-bytes 4194304):
     gradsched netbench --rate 4gbit --hosts N --prefix gse --collectives allreduce,reducescatter,allgather \\
         --min-bytes 4096 --max-bytes 16777216 --reps 5 --warmup 1 -o benchmarks/results/netbench_two_phase_Nh_4gbit.json
 """
