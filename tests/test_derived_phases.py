@@ -36,6 +36,15 @@ def test_the_files_ratios_win_and_round_trip() -> None:
     assert again.cost("allgather").beta_s_per_byte == pytest.approx(AR.beta_s_per_byte * 4 * 3.0)
 
 
+@pytest.mark.parametrize("bad", [{"reducescatter": 0}, {"reducescatter": -1.0}, {"allreduce": 2.0}, [2.0]])
+def test_a_bad_ratio_in_the_file_is_an_error(bad) -> None:
+    from gradsched.errors import FormatError
+
+    data = _cluster("gloo", 8).to_dict()
+    with pytest.raises(FormatError, match="derived_phase_ratios"):
+        Cluster.from_dict({**data, "derived_phase_ratios": bad})
+
+
 def test_measured_phases_are_not_scaled() -> None:
     measured = CollectiveCost(0.001, 1e-8)
     cluster = Cluster(8, {"allreduce": AR, "reducescatter": measured}, "gloo")

@@ -285,6 +285,9 @@ class Cluster:
         extra = {k: x for k, x in data.items() if k not in FIELDS and k != "contention"}
         if STREAM in extra:
             stream_figures(extra[STREAM], source)
+        if "derived_phase_ratios" in extra:
+            for name, x in v.numbers(extra["derived_phase_ratios"], source, "derived_phase_ratios", PER_RANK).items():
+                v.number(x, source, f"derived_phase_ratios.{name}", positive=True)
         return cls(world, collectives, backend, algorithm, extra, contention, topology)
 
     @classmethod

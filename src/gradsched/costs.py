@@ -218,8 +218,8 @@ def extrapolation_ratios(collective: str, algorithm: str, p0: int, p: int) -> tu
 # cluster's (docs/cost-model.md, "Two phases not measured"; docs/notes/2026-12-decoupled.md, "dear8").
 # 2 ranks: the medians of five bench tables that timed them (1 Gbit/s testbed, since the pieces); 4: one netbench
 # (4 Gbit/s testbed); 8: what re-predicts the six stored 8-host dear plans best (benchmarks/dear_trials.py,
-# median |error| 11.5%, was 37% at half each), above the 1.16-1.24 and 1.30-1.93 two netbench runs timed them
-# alone: in a step they queue and share the cores with the other ranks' side groups.
+# median |error| 11.5%, was 37% at half each), above what netbench timed alone (1.16-1.24 and 1.30-1.93 at 4 Gbit/s,
+# 1.56 and 1.75 at the runs' 250 Mbit/s): in a step they queue and share the cores with the other ranks' side groups.
 DERIVED_PHASE_RATIOS: dict[str, tuple[tuple[int, tuple[float, float]], ...]] = {
     "gloo": ((2, (1.34, 1.16)), (4, (1.8, 1.3)), (8, (2.0, 2.0))),
 }
