@@ -37,7 +37,7 @@ from typing import Any
 
 from gradsched import _validate as v
 from gradsched.costs import (COLLECTIVES, PER_RANK, CollectiveCost, collectives_from_dict, collectives_to_dict,
-                             extrapolate, fit_line, monotone_envelope, per_total, split_envelope, with_line)
+                             derived_phase_ratio, extrapolate, fit_line, monotone_envelope, per_total, split_envelope, with_line)
 from gradsched.errors import FormatError, GradschedError
 from gradsched.plan import ALL_GATHER, HIER, REDUCE_SCATTER
 from gradsched.queued import QueuedRule
@@ -54,7 +54,8 @@ FIELDS = ("format", "world_size", "backend", "algorithm", "collectives", "points
 # Optional fields gradsched reads or its tools write (kept verbatim; docs/formats.md):
 # known, so that a misspelling of one is caught (_validate.check_fields).
 OPTIONAL_FIELDS = ("contention", "topk_selection_s_per_nlogn", "source", "measured_by", "device", "reps", "host",
-                   "measured_points", "startup_measured_points", "samples", "allreduce_stream")
+                   "measured_points", "startup_measured_points", "samples", "allreduce_stream",
+                   "derived_phase_ratios")
 # Optional: an all-reduce of a training step's stream costs max(latency_s, s_per_byte * bytes), its start-up
 # overlapping its bytes, instead of the table's time (docs/cost-model.md, "Start-up or bytes"); with an
 # ``exponent`` p, (latency_s**p + (s_per_byte * bytes)**p) ** (1/p): the two overlap partly near where they are equal.
@@ -170,10 +171,20 @@ class Cluster:
         if collective in PER_RANK and "allreduce" in self.collectives:
             # A ring all-reduce is a reduce-scatter plus an all-gather of the same
             # total size: each, of s bytes per rank, costs half the start-up
-            # and (P/2) times the per-byte cost of an all-reduce of s bytes.
+            # and (P/2) times the per-byte cost of an all-reduce of s bytes; the per-byte
+            # part times what the runtime's phase measured against that half (derived_phase_ratio).
             ar = self.collectives["allreduce"]
-            return CollectiveCost(ar.alpha_s / 2, ar.beta_s_per_byte * self.world_size / 2)
+            ratio = self.derived_phase_ratio(collective)
+            return CollectiveCost(ar.alpha_s / 2, ar.beta_s_per_byte * self.world_size / 2 * ratio)
         raise GradschedError(f"cluster has no cost model for {collective!r}; it knows {sorted(self.collectives)}")
+
+    def derived_phase_ratio(self, collective: str) -> float:
+        """What a ``reducescatter`` or ``allgather`` the table did not time costs a byte over half the
+        all-reduce's: the file's optional ``derived_phase_ratios`` (``{name: ratio}``), else the ratio for the
+        backend and world size (:func:`gradsched.costs.derived_phase_ratio`: gloo 2.0 each at 8 ranks, where
+        half each priced the stored dear plans 26-48% too fast), else 1 (half each, as a ring all-reduce splits)."""
+        given = (self.extra.get("derived_phase_ratios") or {}).get(collective)
+        return float(given) if given is not None else derived_phase_ratio(self.backend, self.world_size, collective)
 
     def selection_s(self, numel: int) -> float:
         """Seconds to pick the top-k of ``numel`` gradient elements on the compute device.
@@ -274,6 +285,9 @@ class Cluster:
         extra = {k: x for k, x in data.items() if k not in FIELDS and k != "contention"}
         if STREAM in extra:
             stream_figures(extra[STREAM], source)
+        if "derived_phase_ratios" in extra:
+            for name, x in v.numbers(extra["derived_phase_ratios"], source, "derived_phase_ratios", PER_RANK).items():
+                v.number(x, source, f"derived_phase_ratios.{name}", positive=True)
         return cls(world, collectives, backend, algorithm, extra, contention, topology)
 
     @classmethod

@@ -212,6 +212,31 @@ def extrapolation_ratios(collective: str, algorithm: str, p0: int, p: int) -> tu
     return (p - 1) / (p0 - 1), ((p - 1) / p) / ((p0 - 1) / p0)
 
 
+# What the runtime's reduce-scatter and all-gather (gradsched.torch.runtime.decoupled: gloo's in pieces of at most
+# 512 KiB a rank on 8-thread side groups) cost a byte over half the all-reduce's, where the network table did not
+# time them: {backend: ((ranks, (reducescatter, allgather)), ...)}, read at the largest rank count at or below the
+# cluster's (docs/cost-model.md, "Two phases not measured"; docs/notes/2026-12-decoupled.md, "dear8").
+# 2 ranks: the medians of five bench tables that timed them (1 Gbit/s testbed, since the pieces); 4: one netbench
+# (4 Gbit/s testbed); 8: what re-predicts the six stored 8-host dear plans best (benchmarks/dear_trials.py,
+# median |error| 11.5%, was 37% at half each), above what netbench timed alone (1.16-1.24 and 1.30-1.93 at 4 Gbit/s,
+# 1.56 and 1.75 at the runs' 250 Mbit/s): in a step they queue and share the cores with the other ranks' side groups.
+DERIVED_PHASE_RATIOS: dict[str, tuple[tuple[int, tuple[float, float]], ...]] = {
+    "gloo": ((2, (1.34, 1.16)), (4, (1.8, 1.3)), (8, (2.0, 2.0))),
+}
+
+
+def derived_phase_ratio(backend: str, world_size: int, collective: str) -> float:
+    """:data:`DERIVED_PHASE_RATIOS`' ratio for ``collective`` (``reducescatter`` or ``allgather``) on ``backend`` at
+    ``world_size`` ranks (the largest measured rank count not above it, the smallest below all); 1 on a backend
+    with none measured (NCCL's ring phases: half the all-reduce each)."""
+    table = DERIVED_PHASE_RATIOS.get(backend)
+    if not table:
+        return 1.0
+    below = [r for p, r in table if p <= world_size]
+    ratios = below[-1] if below else table[0][1]
+    return ratios[0] if collective == "reducescatter" else ratios[1]
+
+
 def per_total(cost: CollectiveCost, world_size: int) -> CollectiveCost:
     """A per-rank-sized cost (``allgather``, ``reducescatter``: ``s`` is each rank's part) as a cost of
     the whole buffer, ``world_size * s`` bytes: the line's slope and the table's sizes scaled."""

@@ -146,10 +146,11 @@ def unmeasured_phases_excluded(options: dict[str, Any], measured: Collection[str
     """``auto``'s options planned at start-up (not ``in_situ``) with ``dear`` excluded where the network table
     did not time the reduce-scatter and all-gather (``measured``: its collectives; it times them only where a
     row runs them, :func:`~gradsched.torch.jobs.bench_network.network_collectives`): derived from the
-    all-reduce as half of it each they are optimistic on gloo (``dear`` predicted 19-31% too fast, and on 8
-    emulated hosts BERT-Large's ``auto`` took ``dear`` at 1.93 s predicted and ran 3.15 s, 0.69x DDP,
-    ``benchmarks/results/emulate_papers_bert_large_8h_start8.json``).  Run-time ``auto`` keeps it among its
-    candidates: it measures what it tries."""
+    all-reduce (as half of it each, BERT-Large's ``auto`` on 8 emulated hosts took ``dear`` at 1.93 s predicted
+    and ran 3.15 s, 0.69x DDP, ``benchmarks/results/emulate_papers_bert_large_8h_start8.json``; at today's
+    measured ratios, :meth:`~gradsched.cluster.Cluster.derived_phase_ratio`, re-predicted 2.80 s) they are a
+    fit to past runs, not this job's network.  Run-time ``auto`` keeps it among its candidates: it measures
+    what it tries."""
     if in_situ or {"reducescatter", "allgather"} <= set(measured) or "dear" in excluded(options):
         return options
     return {**options, "exclude": [*excluded(options), "dear"]}

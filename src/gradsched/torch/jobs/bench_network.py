@@ -144,8 +144,8 @@ QUEUE_DEPTH = 4
 
 def network_collectives(cfg: BenchConfig) -> list[str]:
     """What the network table times: the all-reduce, and where a row runs reduce-scatters and all-gathers
-    (``dear``, ``fsdp2``) those too, as the runtime runs them.  Derived from the all-reduce they were
-    half of it each; on gloo over 2 testbed hosts at 1 Gbit/s they took 2.0x (all-to-all and sum) and
-    1.75x that (docs/notes/2026-12-decoupled.md), and ``dear`` was predicted 19-31% too fast."""
+    (``dear``, ``fsdp2``) those too, as the runtime runs them.  Elsewhere the cluster derives them from the
+    all-reduce at a ratio over half of it each (:meth:`~gradsched.cluster.Cluster.derived_phase_ratio`: gloo 2.0
+    each at 8 ranks, where half each priced run-time ``auto``'s ``dear`` trials 26-48% too fast)."""
     two_phase = any(e.fsdp2 or (not e.torch_ddp and e.strategy == "dear") for e in cfg.entries)
     return ["allreduce", "reducescatter", "allgather"] if two_phase else ["allreduce"]
