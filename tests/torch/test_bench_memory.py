@@ -92,6 +92,8 @@ def test_phases_record_autos_warm_up_apart_from_the_rows(tmp_path):
     rows, warmup, rounds = phases.records
     assert rows["phase"] == "rows (built, primed)" and warmup == {**warmup, "phase": "auto warm-up", "s": 0.04}
     assert 0.01 <= rows["s"] < 0.05 and rounds["s"] >= 0.02  # the rows less the warm-up; the next phase from now
+    # the mapped files' share of the peak (torch's libraries at least), recorded beside it and never above it
+    assert all(0 < r["rss_file_bytes"] <= r["peak_rss_bytes"] for r in phases.records)
 
 
 # run-time auto warming up in situ, briefly: 2 iterations profiled, then every candidate (PyTorch's DDP at the user's

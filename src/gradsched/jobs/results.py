@@ -241,6 +241,7 @@ class Phase(TypedDict, total=False):
     phase: str
     s: float  # the job's own time
     peak_rss_bytes: int
+    rss_file_bytes: int  # RssFile at the phase's end (shared libraries' pages, part of the peak); absent in older files
 
 
 class Stopping(TypedDict, total=False):

@@ -20,6 +20,14 @@ def vm_hwm_bytes() -> int:
     return proc_bytes("/proc/self/status", "VmHWM") or 0
 
 
+def rss_file_bytes() -> int:
+    """This process's resident pages of mapped files (``RssFile``: the shared libraries, torch's ~80-110 MB;
+    0 where there is none).  Part of ``VmHWM``, shared between the ranks and reclaimable, and not the same
+    for identical installs: the kernel maps more or fewer of a library's cached pages (torch alone 77 MB in one
+    virtual environment, 108 MB in a fresh copy of it, anonymous memory equal to 0.1 MB)."""
+    return proc_bytes("/proc/self/status", "RssFile") or 0
+
+
 class Phases:
     """Seconds (the slowest rank's) and peak RSS (the largest rank's, so far) at the end of each phase.
 
@@ -34,9 +42,10 @@ class Phases:
         import torch
 
         now = time.perf_counter()
-        figures = torch.tensor([now - self._t0, float(vm_hwm_bytes())], dtype=torch.float64)
+        figures = torch.tensor([now - self._t0, float(vm_hwm_bytes()), float(rss_file_bytes())], dtype=torch.float64)
         dist.all_reduce(figures, op=dist.ReduceOp.MAX)
-        self.records.append({"phase": name, "s": float(figures[0]), "peak_rss_bytes": int(figures[1])})
+        self.records.append({"phase": name, "s": float(figures[0]), "peak_rss_bytes": int(figures[1]),
+                             "rss_file_bytes": int(figures[2])})
         self._show(-1)
         self._t0 = time.perf_counter()
 
@@ -45,8 +54,8 @@ class Phases:
         if dist.get_rank() != 0:
             return
         for rec in self.records[first:]:
-            print(f"[bench] {rec['phase']}: {rec['s']:.1f} s, peak RSS {rec['peak_rss_bytes'] / 1e9:.2f} GB a rank",
-                  file=sys.stderr, flush=True)
+            print(f"[bench] {rec['phase']}: {rec['s']:.1f} s, peak RSS {rec['peak_rss_bytes'] / 1e9:.2f} GB a rank"
+                  f" (mapped files {rec.get('rss_file_bytes', 0) / 1e9:.2f})", file=sys.stderr, flush=True)
 
     def end_apart(self, name: str, apart: str, apart_s: float) -> None:
         """The phase ``name`` ends now, less ``apart_s`` of it (this rank's), recorded as the phase ``apart``
@@ -55,9 +64,10 @@ class Phases:
 
         now = time.perf_counter()
         total, rss = now - self._t0, float(vm_hwm_bytes())
-        figures = torch.tensor([total - apart_s, apart_s, rss], dtype=torch.float64)
+        figures = torch.tensor([total - apart_s, apart_s, rss, float(rss_file_bytes())], dtype=torch.float64)
         dist.all_reduce(figures, op=dist.ReduceOp.MAX)
-        self.records.append({"phase": name, "s": float(figures[0]), "peak_rss_bytes": int(figures[2])})
-        self.records.append({"phase": apart, "s": float(figures[1]), "peak_rss_bytes": int(figures[2])})
+        for phase, s in ((name, figures[0]), (apart, figures[1])):
+            self.records.append({"phase": phase, "s": float(s), "peak_rss_bytes": int(figures[2]),
+                                 "rss_file_bytes": int(figures[3])})
         self._show(-2)
         self._t0 = time.perf_counter()
