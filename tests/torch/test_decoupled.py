@@ -228,3 +228,76 @@ def test_gathers_start_in_forward_order_and_a_layer_retires_its_own_operation_al
     ex.inflight.remove(2)
     assert retire_alone(ex, 1) and len(ex.log) == 3  # gathers start once
     assert not retire_alone(ex, 7)  # not a decoupled operation in flight: the executor drains as usual
+
+
+def _rings(rank: int, world: int) -> dict:
+    import os
+
+    from gradsched.torch.runtime import decoupled
+
+    os.environ["GRADSCHED_RING_MIN_BYTES"] = "1"  # every group beyond two ranks goes as a ring
+    gen = torch.Generator().manual_seed(rank)
+    full = torch.randn(world * 1000, generator=gen, dtype=torch.float64)
+    mine = full.clone()
+    shard, scratch = torch.empty(1000, dtype=torch.float64), decoupled.scratch_for(full, world, False)
+    scattered = decoupled.start_reduce_scatter(shard, full, scratch, None, rank)
+    done = [w.get_future() for w in scattered]
+    for w in scattered:
+        w.wait()
+    decoupled.sum_pieces(shard, full, scratch, rank)  # nothing left to do: the ring summed into the shard
+    after_scatter = shard.clone()
+    gathered = decoupled.start_all_gather(full, shard, scratch, None, rank)
+    for w in gathered:
+        w.wait()
+    return {"mine": mine, "shard": after_scatter, "full": full, "scratch": scratch.numel(),
+            "kinds": sorted({type(w).__name__ for w in scattered + gathered}), "futures_done": all(
+                f.done() for f in done)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [3, 4])
+def test_gloos_rings_make_the_all_reduce_with_one_shard_of_scratch(world):
+    results = spawn_local(_rings, world, timeout_s=60)
+    total = sum(r["mine"] for r in results)
+    for rank, r in enumerate(results):
+        assert r["kinds"] == ["RingWork"] and r["futures_done"]
+        assert r["scratch"] == 1000  # one shard, where the all-to-alls need the whole group
+        assert torch.allclose(r["shard"], total.view(world, -1)[rank], rtol=0, atol=1e-12)
+        assert torch.allclose(r["full"], total, rtol=0, atol=1e-12)
+
+
+def _ring_training(rank: int, world: int) -> dict:
+    import os
+
+    os.environ["GRADSCHED_RING_MIN_BYTES"] = "1"
+    plan = _plan(world, grouping="nearby", nearby_layers=1)
+    ref = _train("ddp", "adamw")["params"]
+    got = _train(plan, "adamw")
+    return {"diff": rel_diff(got["params"], ref), "runners": got["runners"], "collectives": got["collectives"],
+            "flat": torch.cat([p.reshape(-1) for p in got["params"]])}
+
+
+@pytest.mark.slow
+def test_three_ranks_train_to_ddps_parameters_over_rings():
+    _check([{"ring/adamw": r} for r in spawn_local(_ring_training, 3, timeout_s=120)], ("adamw",))
+
+
+def test_a_ring_phase_hands_its_error_and_its_timeout_to_the_waiter():
+    import threading
+    from datetime import timedelta
+
+    from gradsched.torch.runtime.ring import submit
+
+    group = object()  # a lane per group: any key will do here
+    failed = submit(group, lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        failed.wait(timeout=timedelta(seconds=10))
+    assert failed.is_completed() and failed.get_future().done()
+    release = threading.Event()
+    blocked = submit(group, release.wait)
+    queued = submit(group, lambda: None)  # runs after the blocked one, in submission order
+    with pytest.raises(RuntimeError, match="not done within"):
+        blocked.wait(timeout=0.05)
+    assert not queued.is_completed()
+    release.set()
+    assert queued.wait(timeout=10) and blocked.is_completed()

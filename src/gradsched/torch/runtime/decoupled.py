@@ -13,8 +13,11 @@ so :func:`executable` hands it the reduce-scatters alone, each run by one
    own with :data:`PHASE_THREADS` worker threads (:func:`scatter_group`): over a shaped link one
    large all-to-all alone moves about half the link's rate, many small ones at once nearly all of
    it.  On two ranks each all-to-all sends the other rank its part alone and receives the other's
-   part into the shard, so no buffer as large as the group is held (:func:`scratch_for`).  On NCCL
-   one ``reduce_scatter_tensor``.
+   part into the shard, so no buffer as large as the group is held (:func:`scratch_for`).  Beyond
+   two ranks a group of at least :data:`RING_MIN_BYTES` goes as a ring of point-to-point messages
+   instead (:mod:`gradsched.torch.runtime.ring`, on a group and thread of its own): at 8 testbed
+   hosts the all-to-alls cost 1.6-2.5x half an all-reduce a byte, the ring 1.0x
+   (``sudo python benchmarks/gloo_ring_phases.py``).  On NCCL one ``reduce_scatter_tensor``.
 2. **gather** (:func:`retire_alone`, when the executor first waits for any operation after
    backward: the first forward layer's gate with a ``DistributedOptimizer``, else the end of
    backward): for every decoupled operation in flight, in forward order (by its first tensor,
@@ -42,6 +45,7 @@ refused: the executor gates each layer on the operation holding its own tensors.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -53,6 +57,7 @@ from gradsched.plan import ALL_GATHER, REDUCE_SCATTER, Operation, Plan, gate_ten
 from gradsched.torch.runtime.groups import side_group, uses_nccl
 from gradsched.torch.runtime.layout import Piece
 from gradsched.torch.runtime.ops import OP_KINDS, wait_all
+from gradsched.torch.runtime.ring import RingWork, ring_all_gather, ring_reduce_scatter, submit
 
 GATHER_TIMEOUT_S = 1800.0  # the gather group's own timeout; each wait is bounded by the executor's
 # gloo: each phase of a group goes as collectives of at most this many bytes a rank, on groups running this many at
@@ -61,8 +66,13 @@ GATHER_TIMEOUT_S = 1800.0  # the gather group's own timeout; each wait is bounde
 # both phases 576 -> 515 ms (benchmarks/two_phase_pieces.py, docs/runtime.md)
 CHUNK_BYTES = 512 << 10
 PHASE_THREADS = 8
+# gloo beyond two ranks: a group of at least this many bytes goes as a ring (``GRADSCHED_RING_MIN_BYTES`` overrides;
+# a huge value turns rings off).  8 hosts at 250 Mbit/s: 4 and 16 MiB rings 1.0x half the all-reduce against the
+# all-to-alls' 1.6-2.5x; at 1 MiB the all-to-alls as fast or faster (benchmarks/results/gloo_ring_phases_8h_250mbit.json)
+RING_MIN_BYTES = 2 << 20
 _GATHER_GROUPS: dict[int, dist.ProcessGroup] = {}
 _SCATTER_GROUPS: dict[int, dist.ProcessGroup] = {}
+_RING_GROUPS: dict[int, tuple[dist.ProcessGroup, dist.ProcessGroup]] = {}
 # PyTorch 2.13 renamed both (the old names warn FutureWarning on every call); older releases have the old only
 all_gather_single: Callable[..., Any] = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 reduce_scatter_single: Callable[..., Any] = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -103,6 +113,23 @@ def scatter_group(group: dist.ProcessGroup) -> dist.ProcessGroup:
     return _SCATTER_GROUPS[key]
 
 
+def ring_groups(group: dist.ProcessGroup) -> tuple[dist.ProcessGroup, dist.ProcessGroup]:
+    """The groups ``group``'s rings run on (reduce-scatters, all-gathers), made on first use as
+    :func:`gather_group`: each with a thread of its own (:func:`gradsched.torch.runtime.ring.submit`), so that
+    no other traffic of those groups interleaves differently on different ranks."""
+    key = id(group)
+    if key not in _RING_GROUPS:
+        _RING_GROUPS[key] = (side_group(group, GATHER_TIMEOUT_S), side_group(group, GATHER_TIMEOUT_S))
+    return _RING_GROUPS[key]
+
+
+def uses_ring(full: torch.Tensor, world: int, nccl: bool, whole: bool = False) -> bool:
+    """Whether a phase of ``full`` goes as a ring: gloo, beyond two ranks, in pieces (not ``whole``), and at least
+    :data:`RING_MIN_BYTES` (or ``GRADSCHED_RING_MIN_BYTES``)."""
+    least = int(os.environ.get("GRADSCHED_RING_MIN_BYTES", RING_MIN_BYTES))
+    return not nccl and not whole and world > 2 and full.numel() * full.element_size() >= least
+
+
 def chunks(padded: int, world_size: int, element_bytes: int) -> list[tuple[int, int]]:
     """``[start, end)`` of each piece of a padded buffer of ``padded`` elements that one collective of a phase
     moves on gloo: consecutive, each a multiple of ``world_size`` elements and at most :data:`CHUNK_BYTES` a
@@ -128,10 +155,12 @@ class DecoupledAllReduce:
         self.nccl = uses_nccl(group, self.piece.device)
         if not self.nccl:
             scatter_group(group)  # made here, on every rank in plan order, as the gather group
+            if world_size > 2:
+                ring_groups(group)
         self.world_size = world_size
         self.rank = rank
         self.on_complete = on_complete
-        self.works: list[dist.Work] = []
+        self.works: list[dist.Work | RingWork] = []
         n = self.piece.numel()
         self.padded = -(-n // world_size) * world_size
         self.full = self.piece if self.padded == n else torch.zeros(self.padded, dtype=self.piece.dtype,
@@ -175,7 +204,7 @@ class DecoupledAllReduce:
                     else torch.futures.collect_all([w.get_future() for w in self.works]))
             done.add_done_callback(lambda _f: self.on_complete(self.index))
 
-    def start_all_gather(self) -> list[dist.Work]:
+    def start_all_gather(self) -> list[dist.Work | RingWork]:
         """Start gathering every rank's shard into ``full`` on the gather group (:func:`start_all_gather`; whole
         where the sharded optimizer keeps its shard in one region)."""
         return start_all_gather(self.full, self.shard, self.pieces, self.group, self.rank, self.nccl,
@@ -232,7 +261,7 @@ def _to_peer(rank: int, m: int) -> list[int]:
 
 def start_reduce_scatter(shard: torch.Tensor, full: torch.Tensor, scratch: torch.Tensor | None,
                          group: dist.ProcessGroup | None = None, rank: int = 0, nccl: bool = False,
-                         whole: bool = False) -> list[dist.Work]:
+                         whole: bool = False) -> list[dist.Work | RingWork]:
     """Start what leaves ``shard`` this rank's part of the sum of every rank's ``full`` (p times ``shard``'s
     elements), as the runner does: ``reduce_scatter_tensor`` on NCCL; on gloo an all-to-all per span
     (:func:`spans`; on :func:`scatter_group` unless ``whole``), of the span into ``scratch`` beyond two ranks,
@@ -242,6 +271,13 @@ def start_reduce_scatter(shard: torch.Tensor, full: torch.Tensor, scratch: torch
     if nccl:
         return [reduce_scatter_single(shard, full, group=group, async_op=True)]
     p = full.numel() // shard.numel()
+    if uses_ring(full, p, nccl, whole):
+        on, m = ring_groups(group)[0], shard.numel()
+        incoming = scratch if scratch is not None else torch.empty_like(shard)
+
+        def scatter() -> None:
+            shard.copy_(ring_reduce_scatter(full, on, incoming[:m]))
+        return [submit(on, scatter)]
     on = group if whole else scatter_group(group)
     works = []
     for a, b in spans(full, p, nccl, whole):
@@ -261,6 +297,8 @@ def sum_pieces(shard: torch.Tensor, full: torch.Tensor, scratch: torch.Tensor | 
     it (two ranks: the other's, received there, plus this rank's own, one addition as ``torch.sum`` of the
     two makes)."""
     p = full.numel() // shard.numel()
+    if uses_ring(full, p, False, whole):
+        return  # the ring's last step left the sum in the shard
     for a, b in spans(full, p, False, whole):
         m = (b - a) // p
         part = shard[a // p:b // p]
@@ -272,16 +310,22 @@ def sum_pieces(shard: torch.Tensor, full: torch.Tensor, scratch: torch.Tensor | 
 
 def start_all_gather(full: torch.Tensor, shard: torch.Tensor, scratch: torch.Tensor | None,
                      group: dist.ProcessGroup | None = None, rank: int = 0, nccl: bool = False,
-                     whole: bool = False) -> list[dist.Work]:
+                     whole: bool = False) -> list[dist.Work | RingWork]:
     """Start gathering every rank's ``shard`` into ``full`` on :func:`gather_group`, each span's parts where
     :func:`start_reduce_scatter` took them from: ``all_gather_single`` on NCCL; on gloo an all-to-all per
     span straight into ``full`` (gloo's all-gather allocates a buffer as large as its output per call and
     copies out), beyond two ranks from ``scratch`` (``shard`` copied into each of its parts), on two ranks
     this rank's part copied into place and sent to the other."""
-    on = gather_group(group if group is not None else dist.group.WORLD)
+    group = group if group is not None else dist.group.WORLD
+    on = gather_group(group)
     if nccl:
         return [all_gather_single(full, shard, group=on, async_op=True)]
     p = full.numel() // shard.numel()
+    if uses_ring(full, p, nccl, whole):
+        ring = ring_groups(group)[1]
+        m = shard.numel()
+        full[rank * m:(rank + 1) * m].copy_(shard)
+        return [submit(ring, lambda: ring_all_gather(full, ring))]
     works = []
     for a, b in spans(full, p, nccl, whole):
         m = (b - a) // p
@@ -318,11 +362,15 @@ def all_gather(full: torch.Tensor, shard: torch.Tensor, scratch: torch.Tensor | 
 
 
 def scratch_for(full: torch.Tensor, world: int, nccl: bool) -> torch.Tensor | None:
-    """The all-to-all's buffer the two phases need beside ``full`` on ``world`` ranks (None: none)."""
-    return None if nccl or world == 2 else torch.empty_like(full)
+    """The buffer the two phases need beside ``full`` on ``world`` ranks (None: none): the all-to-all's, as large as
+    ``full``; a ring's, one shard."""
+    if nccl or world == 2:
+        return None
+    return torch.empty(full.numel() // world, dtype=full.dtype, device=full.device) if uses_ring(full, world, nccl) \
+        else torch.empty_like(full)
 
 
-def _done(works: list[dist.Work], nccl: bool) -> bool:
+def _done(works: list[dist.Work | RingWork], nccl: bool) -> bool:
     return all(w.is_completed() if nccl else w.get_future().done() for w in works)
 
 

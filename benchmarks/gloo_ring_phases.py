@@ -1,0 +1,110 @@
+"""gloo's two phases over the testbed: the runtime's all-to-all form against rings of point-to-point messages (root).
+
+    sudo python benchmarks/gloo_ring_phases.py [--hosts 8] [--rate 250mbit] [--mib 1,4,16] [--reps 5] [--prefix gsl]
+
+For each size (MiB a rank's buffer holds), in every repetition and in turn: one ``all_reduce`` of the buffer; the
+runtime's reduce-scatter and all-gather (``gradsched.torch.runtime.decoupled.reduce_scatter`` / ``all_gather``:
+all-to-alls in pieces on threaded side groups); and the same two phases as rings
+(``gradsched.torch.runtime.ring``).  Each timed on the slowest rank after a barrier; medians over ``--reps``, and
+each phase against half the all-reduce (what a ring all-reduce's halves cost).  Prints a table and writes
+``benchmarks/results/gloo_ring_phases_{hosts}h_{rate}.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+CASES = ("allreduce", "a2a_rs", "a2a_ag", "ring_rs", "ring_ag")
+
+
+def worker(mibs: list[float], reps: int, out: str) -> None:
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    from gradsched.torch.runtime.decoupled import all_gather, reduce_scatter, scratch_for
+    from gradsched.torch.runtime.ring import ring_all_gather, ring_reduce_scatter
+
+    dist.init_process_group("gloo", timeout=timedelta(seconds=600))
+    p, world = dist.get_world_size(), dist.group.WORLD
+
+    def timed(f) -> float:
+        dist.barrier()
+        t0 = time.perf_counter()
+        f()
+        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t[0])
+
+    rows = []
+    for mib in mibs:
+        n = int(mib * (1 << 20)) // 4 // p * p
+        full, shard = torch.ones(n), torch.ones(n // p)
+        scratch = scratch_for(full, p, False)
+        incoming = torch.empty(n // p)
+        run = {"allreduce": lambda: dist.all_reduce(full),
+               "a2a_rs": lambda: reduce_scatter(shard, full, scratch),
+               "a2a_ag": lambda: all_gather(full, shard, scratch),
+               "ring_rs": lambda: ring_reduce_scatter(full, world, incoming),
+               "ring_ag": lambda: ring_all_gather(full, world)}
+        for case in CASES:  # warm-up
+            run[case]()
+        samples: dict[str, list[float]] = {c: [] for c in CASES}
+        for _ in range(reps):
+            for case in CASES:
+                samples[case].append(timed(run[case]))
+        med = {c: statistics.median(v) for c, v in samples.items()}
+        half = med["allreduce"] / 2
+        rows.append({"mib_per_rank": mib, "median_s": med, "samples_s": samples,
+                     "vs_half_allreduce": {c: med[c] / half for c in CASES if c != "allreduce"}})
+    if dist.get_rank() == 0:
+        Path(out).write_text(json.dumps({"ranks": p, "reps": reps, "rows": rows, "load_1min": os.getloadavg()[0]},
+                                        indent=1) + "\n")
+    dist.destroy_process_group()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hosts", type=int, default=8)
+    ap.add_argument("--rate", default="250mbit")
+    ap.add_argument("--mib", default="1,4,16")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--prefix", default="gsl")
+    ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    mibs = [float(x) for x in args.mib.split(",")]
+    if "RANK" in os.environ:  # launched by torchrun on a testbed host
+        worker(mibs, args.reps, args.worker_out)
+        return 0
+    from gradsched.testbed import Testbed
+
+    out = RESULTS / f"gloo_ring_phases_{args.hosts}h_{args.rate}.json"
+    load0 = os.getloadavg()[0]
+    with Testbed(hosts=args.hosts, rate=args.rate, prefix=args.prefix) as tb:
+        job = tb.launch([os.path.abspath(__file__), "--mib", args.mib, "--reps", str(args.reps),
+                         "--worker-out", str(out.resolve())])
+        codes = job.wait()
+    if max(codes):
+        return max(codes)
+    result = json.loads(out.read_text())
+    result.update(command="python " + " ".join(sys.argv), hosts=args.hosts, rate=args.rate, load_1min_before=load0)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"{args.hosts} hosts at {args.rate}: median ms (x half the all-reduce)")
+    print(f"{'MiB':>5s} {'all-reduce':>11s} " + " ".join(f"{c:>16s}" for c in CASES[1:]))
+    for r in result["rows"]:
+        m, v = r["median_s"], r["vs_half_allreduce"]
+        print(f"{r['mib_per_rank']:5g} {m['allreduce'] * 1e3:11.1f} "
+              + " ".join(f"{m[c] * 1e3:9.1f} ({v[c]:.2f})" for c in CASES[1:]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
