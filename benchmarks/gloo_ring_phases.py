@@ -1,11 +1,11 @@
 """gloo's two phases over the testbed: the runtime's all-to-all form against rings of point-to-point messages (root).
 
-    sudo python benchmarks/gloo_ring_phases.py [--hosts 8] [--rate 250mbit] [--mib 1,4,16] [--reps 5] [--prefix gsl]
+    sudo python benchmarks/gloo_ring_phases.py [--hosts 8] [--rate 250mbit] [--mib 0.25,0.5,1,2,4,16] [--reps 5] [--prefix gsl]
 
 For each size (MiB a rank's buffer holds), in every repetition and in turn: one ``all_reduce`` of the buffer; the
-runtime's reduce-scatter and all-gather (``gradsched.torch.runtime.decoupled.reduce_scatter`` / ``all_gather``:
-all-to-alls in pieces on threaded side groups); and the same two phases as rings
-(``gradsched.torch.runtime.ring``).  Each timed on the slowest rank after a barrier; medians over ``--reps``, and
+runtime's reduce-scatter and all-gather as all-to-alls (``gradsched.torch.runtime.decoupled.reduce_scatter`` /
+``all_gather`` with ``GRADSCHED_RING_MIN_BYTES`` out of reach: all-to-alls in pieces on threaded side groups); and
+the same two phases as rings (``gradsched.torch.runtime.ring``, what the runtime runs from ``RING_MIN_BYTES``).  Each timed on the slowest rank after a barrier; medians over ``--reps``, and
 each phase against half the all-reduce (what a ring all-reduce's halves cost).  Prints a table and writes
 ``benchmarks/results/gloo_ring_phases_{hosts}h_{rate}.json``.
 """
@@ -30,11 +30,19 @@ def worker(mibs: list[float], reps: int, out: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from gradsched.torch.runtime.decoupled import all_gather, reduce_scatter, scratch_for
+    from gradsched.torch.runtime.decoupled import all_gather, reduce_scatter
     from gradsched.torch.runtime.ring import ring_all_gather, ring_reduce_scatter
 
     dist.init_process_group("gloo", timeout=timedelta(seconds=600))
     p, world = dist.get_world_size(), dist.group.WORLD
+
+    def all_to_alls(f) -> None:
+        """``f`` with the runtime's rings off: its all-to-alls, whatever the size."""
+        os.environ["GRADSCHED_RING_MIN_BYTES"] = str(1 << 62)
+        try:
+            f()
+        finally:
+            del os.environ["GRADSCHED_RING_MIN_BYTES"]
 
     def timed(f) -> float:
         dist.barrier()
@@ -48,11 +56,11 @@ def worker(mibs: list[float], reps: int, out: str) -> None:
     for mib in mibs:
         n = int(mib * (1 << 20)) // 4 // p * p
         full, shard = torch.ones(n), torch.ones(n // p)
-        scratch = scratch_for(full, p, False)
+        scratch = torch.empty_like(full)  # the all-to-alls' (scratch_for's where no ring runs)
         incoming = torch.empty(n // p)
         run = {"allreduce": lambda: dist.all_reduce(full),
-               "a2a_rs": lambda: reduce_scatter(shard, full, scratch),
-               "a2a_ag": lambda: all_gather(full, shard, scratch),
+               "a2a_rs": lambda: all_to_alls(lambda: reduce_scatter(shard, full, scratch)),
+               "a2a_ag": lambda: all_to_alls(lambda: all_gather(full, shard, scratch)),
                "ring_rs": lambda: ring_reduce_scatter(full, world, incoming),
                "ring_ag": lambda: ring_all_gather(full, world)}
         for case in CASES:  # warm-up
@@ -75,7 +83,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hosts", type=int, default=8)
     ap.add_argument("--rate", default="250mbit")
-    ap.add_argument("--mib", default="1,4,16")
+    ap.add_argument("--mib", default="0.25,0.5,1,2,4,16")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--prefix", default="gsl")
     ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)

@@ -16,7 +16,7 @@ so :func:`executable` hands it the reduce-scatters alone, each run by one
    part into the shard, so no buffer as large as the group is held (:func:`scratch_for`).  Beyond
    two ranks a group of at least :data:`RING_MIN_BYTES` goes as a ring of point-to-point messages
    instead (:mod:`gradsched.torch.runtime.ring`, on a group and thread of its own): at 8 testbed
-   hosts the all-to-alls cost 1.6-2.5x half an all-reduce a byte, the ring 1.0x
+   hosts the all-to-alls of 4-16 MiB cost 1.4-2.0x half an all-reduce, the ring 1.0-1.08x
    (``sudo python benchmarks/gloo_ring_phases.py``).  On NCCL one ``reduce_scatter_tensor``.
 2. **gather** (:func:`retire_alone`, when the executor first waits for any operation after
    backward: the first forward layer's gate with a ``DistributedOptimizer``, else the end of
@@ -67,9 +67,10 @@ GATHER_TIMEOUT_S = 1800.0  # the gather group's own timeout; each wait is bounde
 CHUNK_BYTES = 512 << 10
 PHASE_THREADS = 8
 # gloo beyond two ranks: a group of at least this many bytes goes as a ring (``GRADSCHED_RING_MIN_BYTES`` overrides;
-# a huge value turns rings off).  8 hosts at 250 Mbit/s: 4 and 16 MiB rings 1.0x half the all-reduce against the
-# all-to-alls' 1.6-2.5x; at 1 MiB the all-to-alls as fast or faster (benchmarks/results/gloo_ring_phases_8h_250mbit.json)
-RING_MIN_BYTES = 2 << 20
+# a huge value turns rings off).  8 hosts at 250 Mbit/s, x half the all-reduce (reduce-scatter / all-gather): 4 and
+# 16 MiB rings 1.08/1.04 and 1.00/1.00 against the all-to-alls' 2.00/1.57 and 1.80/1.39; at 2 MiB 1.37/1.80 against
+# 1.42/1.40, below it the all-to-alls faster (a ring pays 7 start-ups; benchmarks/results/gloo_ring_phases_8h_250mbit.json)
+RING_MIN_BYTES = 4 << 20
 _GATHER_GROUPS: dict[int, dist.ProcessGroup] = {}
 _SCATTER_GROUPS: dict[int, dist.ProcessGroup] = {}
 _RING_GROUPS: dict[int, tuple[dist.ProcessGroup, dist.ProcessGroup]] = {}
