@@ -184,16 +184,23 @@ def test_the_probe_times_the_two_phases_on_a_group(tmp_path):
     assert probe._pieces.numel() == 0 and probe._shard.untyped_storage().nbytes() == 0  # released between them
 
 
-@pytest.mark.parametrize("strategies, two_phase", [("ddp,auto", False), ("ddp,usbyte,mgwfbp", False),
-                                                   ("ddp,dear", True), ("ddp,fsdp2", True)])
-def test_the_network_table_times_the_two_phases_where_a_row_runs_them(strategies, two_phase):
+@pytest.mark.parametrize("strategies, world, two_phase", [
+    ("ddp,auto", 2, False), ("ddp,usbyte,mgwfbp", 2, False), ("ddp,dear", 2, True), ("ddp,fsdp2", 2, True),
+    ("ddp,auto", 8, True), ("ddp,usbyte,mgwfbp", 8, False), ("auto without dear", 8, False)])
+def test_the_network_table_times_the_two_phases_where_a_row_runs_them(strategies, world, two_phase, monkeypatch):
     # derived from the all-reduce, gloo's reduce-scatter and all-gather were half its time each; on the testbed
-    # they took about twice that, so rows that run them get them measured (and only those: start-up time)
+    # they took about twice that, so rows that run them get them measured (and only those: start-up time); beyond
+    # two ranks auto too, which may try dear (rings from 4 MiB a group, all-to-alls below: no one ratio prices them)
     from types import SimpleNamespace
 
     from gradsched.jobs.bench import entries
+    from gradsched.torch.jobs import bench_network
 
-    cfg = SimpleNamespace(entries=entries(strategies, "none"))
+    monkeypatch.setattr(bench_network.dist, "get_world_size", lambda *a, **k: world)
+    if strategies == "auto without dear":
+        cfg = SimpleNamespace(entries=entries("ddp,auto", "none", options={"auto": {"exclude": "dear"}}))
+    else:
+        cfg = SimpleNamespace(entries=entries(strategies, "none"))
     expected = ["allreduce", "reducescatter", "allgather"] if two_phase else ["allreduce"]
     assert bench_worker.network_collectives(cfg) == expected  # type: ignore[arg-type]
 

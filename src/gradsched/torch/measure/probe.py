@@ -44,7 +44,7 @@ from gradsched.jobs.startup import probe_floor
 from gradsched.net_extend import extend_points
 from gradsched.net_extend import MAX_RUN, operations_for
 from gradsched.torch.measure.netbench import measure_points
-from gradsched.torch.runtime.decoupled import start_all_gather, start_reduce_scatter, sum_pieces
+from gradsched.torch.runtime.decoupled import scratch_for, start_all_gather, start_reduce_scatter, sum_pieces
 from gradsched.torch.runtime.memory import trim_heap
 from gradsched.torch.runtime.wrapper import broadcast_buffers
 
@@ -186,8 +186,9 @@ class ContentionProbe:
                 if p.requires_grad:
                     p.grad = self._big[offset:offset + p.numel()].view_as(p)
                     offset += p.numel()
-        if self.two_phase and not self._nccl and dist.get_world_size() != 2:  # as the runtime (scratch_for)
-            self._pieces = torch.zeros(self._shard.numel() * dist.get_world_size())
+        if self.two_phase and not self._nccl and dist.get_world_size() != 2:  # as the runtime: a ring's one shard,
+            world = dist.get_world_size()  # the all-to-alls' as large as the gradients
+            self._pieces = scratch_for(self._big[:self._shard.numel() * world], world, False)
 
     def _compute(self) -> None:
         self._opt.zero_grad(set_to_none=not self._grad_views)  # views: zeroed in place, kept in the buffer
