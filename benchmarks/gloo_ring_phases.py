@@ -1,12 +1,13 @@
 """gloo's two phases over the testbed: the runtime's all-to-all form against rings of point-to-point messages (root).
 
-    sudo python benchmarks/gloo_ring_phases.py [--hosts 8] [--rate 250mbit] [--mib 0.25,0.5,1,2,4,16] [--reps 5] [--prefix gsl]
+    sudo python benchmarks/gloo_ring_phases.py [--hosts 8] [--rate 250mbit] [--mib 0.25,0.5,1,2,4,16] [--reps 5]
 
 For each size (MiB a rank's buffer holds), in every repetition and in turn: one ``all_reduce`` of the buffer; the
 runtime's reduce-scatter and all-gather as all-to-alls (``gradsched.torch.runtime.decoupled.reduce_scatter`` /
 ``all_gather`` with ``GRADSCHED_RING_MIN_BYTES`` out of reach: all-to-alls in pieces on threaded side groups); and
-the same two phases as rings (``gradsched.torch.runtime.ring``, what the runtime runs from ``RING_MIN_BYTES``).  Each timed on the slowest rank after a barrier; medians over ``--reps``, and
-each phase against half the all-reduce (what a ring all-reduce's halves cost).  Prints a table and writes
+the same two phases as rings (``gradsched.torch.runtime.ring``, what the runtime runs from ``RING_MIN_BYTES``).
+Each timed on the slowest rank after a barrier; medians over ``--reps``, and each phase against half the
+all-reduce (what a ring all-reduce's halves cost).  Prints a table and writes
 ``benchmarks/results/gloo_ring_phases_{hosts}h_{rate}.json``.
 """
 
