@@ -98,8 +98,11 @@ def _padded(rank: int, world: int) -> dict:
 
 
 def _phases(rank: int, world: int) -> dict:
+    import os
+
     from gradsched.torch.runtime import decoupled
 
+    os.environ["GRADSCHED_RING_MIN_BYTES"] = str(1 << 62)  # the all-to-alls, whatever the size (no ring)
     decoupled.CHUNK_BYTES = 128  # 16 doubles a rank a piece
     gen = torch.Generator().manual_seed(rank)
     full = torch.randn(world * 50, generator=gen, dtype=torch.float64)  # 50 a rank: pieces of 16, 16, 16, 2

@@ -133,6 +133,18 @@ def test_three_and_four_ranks_match_ddp(world):
     _check_against_ddp(spawn_local(_padded_job, world, timeout_s=240))
 
 
+def _ring_job(rank: int, world: int) -> dict:
+    import os
+
+    os.environ["GRADSCHED_RING_MIN_BYTES"] = "1"  # every phase a ring: the shard one region, as the optimizer keeps it
+    return _padded_job(rank, world)
+
+
+@pytest.mark.slow
+def test_four_ranks_over_rings_match_ddp():
+    _check_against_ddp(spawn_local(_ring_job, 4, timeout_s=240))
+
+
 # --------------------------------------------------------------------------- checkpoints
 def _checkpoint_job(rank: int, world: int) -> dict:
     gen_state = torch.Generator().manual_seed(1)

@@ -124,11 +124,12 @@ def ring_groups(group: dist.ProcessGroup) -> tuple[dist.ProcessGroup, dist.Proce
     return _RING_GROUPS[key]
 
 
-def uses_ring(full: torch.Tensor, world: int, nccl: bool, whole: bool = False) -> bool:
-    """Whether a phase of ``full`` goes as a ring: gloo, beyond two ranks, in pieces (not ``whole``), and at least
-    :data:`RING_MIN_BYTES` (or ``GRADSCHED_RING_MIN_BYTES``)."""
+def uses_ring(full: torch.Tensor, world: int, nccl: bool) -> bool:
+    """Whether a phase of ``full`` goes as a ring: gloo, beyond two ranks, and at least :data:`RING_MIN_BYTES` (or
+    ``GRADSCHED_RING_MIN_BYTES``).  A ring leaves each rank's shard in one region (chunk ``rank``), the layout a
+    sharded optimizer's ``whole`` phases keep, so it serves them too."""
     least = int(os.environ.get("GRADSCHED_RING_MIN_BYTES", RING_MIN_BYTES))
-    return not nccl and not whole and world > 2 and full.numel() * full.element_size() >= least
+    return not nccl and world > 2 and full.numel() * full.element_size() >= least
 
 
 def chunks(padded: int, world_size: int, element_bytes: int) -> list[tuple[int, int]]:
@@ -272,7 +273,7 @@ def start_reduce_scatter(shard: torch.Tensor, full: torch.Tensor, scratch: torch
     if nccl:
         return [reduce_scatter_single(shard, full, group=group, async_op=True)]
     p = full.numel() // shard.numel()
-    if uses_ring(full, p, nccl, whole):
+    if uses_ring(full, p, nccl):
         on, m = ring_groups(group)[0], shard.numel()
         incoming = scratch if scratch is not None else torch.empty_like(shard)
 
@@ -298,7 +299,7 @@ def sum_pieces(shard: torch.Tensor, full: torch.Tensor, scratch: torch.Tensor | 
     it (two ranks: the other's, received there, plus this rank's own, one addition as ``torch.sum`` of the
     two makes)."""
     p = full.numel() // shard.numel()
-    if uses_ring(full, p, False, whole):
+    if uses_ring(full, p, False):
         return  # the ring's last step left the sum in the shard
     for a, b in spans(full, p, False, whole):
         m = (b - a) // p
@@ -322,7 +323,7 @@ def start_all_gather(full: torch.Tensor, shard: torch.Tensor, scratch: torch.Ten
     if nccl:
         return [all_gather_single(full, shard, group=on, async_op=True)]
     p = full.numel() // shard.numel()
-    if uses_ring(full, p, nccl, whole):
+    if uses_ring(full, p, nccl):
         ring = ring_groups(group)[1]
         m = shard.numel()
         full[rank * m:(rank + 1) * m].copy_(shard)
