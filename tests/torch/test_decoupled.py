@@ -240,9 +240,9 @@ def _rings(rank: int, world: int) -> dict:
 
     os.environ["GRADSCHED_RING_MIN_BYTES"] = "1"  # every group beyond two ranks goes as a ring
     gen = torch.Generator().manual_seed(rank)
-    full = torch.randn(world * 1000, generator=gen, dtype=torch.float64)
+    full = torch.randn(world * 40_000, generator=gen, dtype=torch.float64)  # a step's chunk: 4 messages of 80 KB
     mine = full.clone()
-    shard, scratch = torch.empty(1000, dtype=torch.float64), decoupled.scratch_for(full, world, False)
+    shard, scratch = torch.empty(40_000, dtype=torch.float64), decoupled.scratch_for(full, world, False)
     scattered = decoupled.start_reduce_scatter(shard, full, scratch, None, rank)
     done = [w.get_future() for w in scattered]
     for w in scattered:
@@ -264,7 +264,7 @@ def test_gloos_rings_make_the_all_reduce_with_one_shard_of_scratch(world):
     total = sum(r["mine"] for r in results)
     for rank, r in enumerate(results):
         assert r["kinds"] == ["RingWork"] and r["futures_done"]
-        assert r["scratch"] == 1000  # one shard, where the all-to-alls need the whole group
+        assert r["scratch"] == 40_000  # one shard, where the all-to-alls need the whole group
         assert torch.allclose(r["shard"], total.view(world, -1)[rank], rtol=0, atol=1e-12)
         assert torch.allclose(r["full"], total, rtol=0, atol=1e-12)
 
