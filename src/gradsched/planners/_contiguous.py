@@ -13,7 +13,7 @@ the backward's gaps.  On the papers' models at 8 emulated hosts they predict fas
 stopping once :data:`PAST_BEST` counts in a row were slower than the best, or the floor of more groups is above
 it: :func:`group_floor_s`), then a short local
 search over the cuts (:func:`refine`, at most :data:`MOVES` more simulations), each cut moved toward either
-neighbour by halves of its distance to it, the move kept when the simulated iteration gets shorter.
+neighbour by a half to a sixteenth of its distance to it, the move kept when the simulated iteration gets shorter.
 
 A group never mixes element sizes (the runtime keeps each in its own flat buffer): a group with several is sent
 as one operation per element size, all at the group's priority.
@@ -34,6 +34,7 @@ from gradsched.profile import Profile
 
 GROUP_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # equal-byte group counts tried by groups=0
 MOVES = 24  # simulations of the local search after the counts (groups=0)
+STEP_DIVISORS = (2, 4, 8, 16)  # a cut moves by its gap to a neighbour divided by these, coarse first
 PAST_BEST = 2  # counts in a row slower than the best so far after which groups=0 tries no more
 
 
@@ -138,8 +139,8 @@ def refine(cuts: tuple[int, ...], iteration_s: float, n: int, simulated: Callabl
            moves: int = MOVES) -> tuple[tuple[int, ...], float]:
     """A short local search from ``cuts`` (``iteration_s``: theirs), at most ``moves`` simulations: each cut in
     turn moved toward its left and then its right neighbour (or the ends, 0 and ``n``) by half the distance, a
-    quarter, ..., the first move that shortens the iteration kept; repeated while moves are left and one was
-    kept."""
+    quarter, ... (:data:`STEP_DIVISORS`), the first move that shortens the iteration kept; repeated while moves are
+    left and one was kept."""
     left = moves
     improved = True
     while improved and left > 0:
@@ -160,12 +161,12 @@ def refine(cuts: tuple[int, ...], iteration_s: float, n: int, simulated: Callabl
 
 
 def _steps(cuts: tuple[int, ...], i: int, n: int) -> list[int]:
-    """Moves of cut ``i``: toward the left neighbour by half the gap, then toward the right one, then quarters
-    (whole tensors, at least one; none that would reach a neighbour)."""
+    """Moves of cut ``i``: toward the left neighbour by half the gap, then toward the right one, then quarters,
+    eighths and sixteenths (whole tensors, at least one; none that would reach a neighbour)."""
     lo = cuts[i - 1] if i > 0 else 0
     hi = cuts[i + 1] if i + 1 < len(cuts) else n
     out: list[int] = []
-    for div in (2, 4):
+    for div in STEP_DIVISORS:
         for d in (-((cuts[i] - lo) // div), (hi - cuts[i]) // div):
             if d and lo < cuts[i] + d < hi and d not in out:
                 out.append(d)
