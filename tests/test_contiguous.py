@@ -150,6 +150,8 @@ def test_resnet50_at_8_hosts_auto_finds_the_grouped_plan(monkeypatch):
     assert before.options["predicted_iteration_s"] / dilate == pytest.approx(0.1961, abs=5e-4)
     assert after.options["chosen_options"]["groups"] == 0 and all(op.collective == DENSE for op in after.operations)
     assert after.options["predicted_iteration_s"] / dilate < 0.186
+    # run-time auto measures its candidates from ranked(): the grouped plan is among them, first here
+    assert auto.ranked(profile, cluster)[0].plan.options.get("groups") == 0
 
 
 def test_groups_refuses_the_block_options_it_replaces():

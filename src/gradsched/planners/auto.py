@@ -262,8 +262,9 @@ FIRST = ("mgwfbp", "optimal")  # tried first by best(): usually near the winner,
 
 
 def _strong_first(tried: list[tuple[str, dict[str, Any]]]) -> list[tuple[int, tuple[str, dict[str, Any]]]]:
-    """``tried`` numbered in candidate order, :data:`FIRST` and ``usbyte``'s paper layers moved to the
-    front (the order of trying changes nothing but what is skipped: the ranking keeps the numbers)."""
+    """``tried`` numbered in candidate order, :data:`FIRST`, ``usbyte``'s paper layers and its whole groups
+    (``groups=0``) moved to the front (the order of trying changes nothing but what is skipped: the ranking keeps
+    the numbers)."""
     numbered = list(enumerate(tried))
     early = [c for c in numbered if c[1][0] in FIRST or (c[1][0] == "usbyte" and not c[1][1].get("merge_bytes"))]
     return early + [c for c in numbered if c not in early]
