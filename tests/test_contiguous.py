@@ -18,9 +18,10 @@ from gradsched.jobs.results import read_bench_row
 from gradsched.plan import DENSE
 from gradsched.planners import _collective as coll
 from gradsched.planners import auto, make_plan
-from gradsched.planners._contiguous import GROUP_COUNTS, equal_byte_cuts, group_floor_s, refine
+from gradsched.planners._contiguous import GROUP_COUNTS, equal_byte_cuts, group_floor_s, grouped_plan, pricer, refine
 from gradsched.profile import Profile
-from gradsched.sim import simulate
+from gradsched.sim import _kernel, simulate
+from gradsched.synthetic import random_case
 from strategies import clusters, profiles, two_level_clusters
 
 SETTINGS = settings(max_examples=30, deadline=None)
@@ -145,13 +146,13 @@ def test_resnet50_at_8_hosts_auto_finds_the_grouped_plan(monkeypatch):
     # plan8's finding (docs/notes/2026-12-plan8-headroom.md): 16 groups by priority 0.185 s against auto's 0.196 s
     profile, cluster, dilate = _stored("emulate_papers_resnet50_8h_runs9.json")
     after = make_plan("auto", profile, cluster)
+    # run-time auto measures its candidates from ranked(): the grouped plan is among them, first here
+    assert auto.ranked(profile, cluster)[0].plan.options.get("groups") == 0
     _without_groups(monkeypatch)
     before = make_plan("auto", profile, cluster)
     assert before.options["predicted_iteration_s"] / dilate == pytest.approx(0.1961, abs=5e-4)
     assert after.options["chosen_options"]["groups"] == 0 and all(op.collective == DENSE for op in after.operations)
     assert after.options["predicted_iteration_s"] / dilate < 0.186
-    # run-time auto measures its candidates from ranked(): the grouped plan is among them, first here
-    assert auto.ranked(profile, cluster)[0].plan.options.get("groups") == 0
 
 
 def test_groups_refuses_the_block_options_it_replaces():
@@ -161,3 +162,16 @@ def test_groups_refuses_the_block_options_it_replaces():
             make_plan("usbyte", profile, cluster, groups=4, **bad)
     with pytest.raises(GradschedError, match="groups"):
         make_plan("usbyte", profile, cluster, groups=-1)
+
+
+@pytest.mark.skipif(not _kernel.enabled(), reason="numba not installed (gradsched[fast])")
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from([80, 300]), st.lists(st.floats(0.01, 0.99), max_size=20))
+def test_priced_cuts_are_the_simulated_iteration_bit_for_bit(seed, tensors, where):
+    case = random_case(seed, tensors)
+    profile, cluster = case.profile(), case.cluster()
+    price = pricer(profile, cluster)
+    assert price is not None  # one element size, no contention: the compiled pass applies
+    cuts = tuple(sorted({int(w * tensors) for w in where} - {0}))
+    plan = grouped_plan(profile, cuts, cluster, {})
+    assert price(cuts) == simulate(plan, profile, cluster, timeline=False).iteration_s

@@ -30,6 +30,7 @@ from gradsched.cluster import Cluster
 from gradsched.plan import Operation, Plan
 from gradsched.planners import _collective as coll
 from gradsched.planners._tables import tensor_table
+from gradsched.planners._usbyte_eval import BlockPricer
 from gradsched.profile import Profile
 
 GROUP_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # equal-byte group counts tried by groups=0
@@ -105,7 +106,12 @@ def choose(profile: Profile, cluster: Cluster, options: dict[str, Any], hierarch
     (or ``beat_s``) is not simulated; where none beats ``beat_s``: (None, the best iteration found, or inf)."""
     from gradsched.sim import simulate  # the simulator imports planners' types only
 
+    price = pricer(profile, cluster, hierarchical)
+
     def simulated(cuts: tuple[int, ...]) -> float:
+        priced = None if price is None else price(cuts)
+        if priced is not None:
+            return priced
         plan_ = grouped_plan(profile, cuts, cluster, options, hierarchical)
         return simulate(plan_, profile, cluster, timeline=False).iteration_s
 
@@ -133,6 +139,32 @@ def choose(profile: Profile, cluster: Cluster, options: dict[str, Any], hierarch
     if iteration_s > beat_s:
         return None, iteration_s
     return grouped_plan(profile, cuts, cluster, options, hierarchical), iteration_s
+
+
+def pricer(profile: Profile, cluster: Cluster,
+           hierarchical: str = "auto") -> Callable[[tuple[int, ...]], float | None] | None:
+    """Where every tensor has one element size: a function of the cuts giving the simulated iteration (one channel,
+    no timeline) of :func:`grouped_plan`'s plan without making it, from the simulator's compiled pass
+    (:class:`~gradsched.planners._usbyte_eval.BlockPricer`, the tensors in ready order as its units and each group
+    one block spanning them: the same operations in the same order, bytes, priorities and completing layers), None
+    where that pass does not apply (the function too: then :func:`choose` simulates the plan).  About 8x faster
+    than simulating (1,000 tensors: 0.45 against 3.5 ms)."""
+    if not tensor_table(profile).one_size:
+        return None
+    order = np.asarray(profile.order, dtype=np.int64)
+    n = len(order)
+    blocks = BlockPricer(profile, cluster, np.arange(n + 1, dtype=np.int64), order, hierarchical)
+    if blocks.run is None:
+        return None
+    cum = np.concatenate(([0], np.cumsum(np.array([t.numel for t in profile.tensors], dtype=np.int64)[order])))
+
+    def price(cuts: tuple[int, ...]) -> float | None:
+        lo, hi = np.array((0, *cuts), dtype=np.int64), np.array((*cuts, n), dtype=np.int64)
+        rank = np.zeros(n, dtype=np.int64)  # each group's first unit: its place in forward order
+        rank[lo] = np.argsort(np.argsort(np.minimum.reduceat(order, lo), kind="stable"), kind="stable")
+        return blocks.iteration_s(lo, np.zeros(len(lo), dtype=np.int64), cum[hi] - cum[lo], rank)
+
+    return price
 
 
 def refine(cuts: tuple[int, ...], iteration_s: float, n: int, simulated: Callable[[tuple[int, ...]], float],
