@@ -146,7 +146,8 @@ def analyse(path: Path, evaluations: int) -> dict[str, Any]:
             "compute_s": profile.compute_s / dilate, "runtime_costs_s": (planned.compute_s - profile.compute_s) / dilate,
             "measured_ddp_s": ddp_row["iteration_s_median"],
             "predicted_s": predicted, "best_planner": best_planner, "auto_plan_cpu_s": planning,
-            "auto_chose": _chose(plans["auto"]), "auto_before_chose": _chose(plans[BEFORE]), "searched": searched, "best_searched": best_kind,
+            "auto_chose": _chose(plans["auto"]), "auto_before_chose": _chose(plans[BEFORE]), "searched": searched,
+            "best_searched": best_kind,
             "best_planner_breakdown": breakdown(plans[best_planner], planned, cluster, dilate)}
 
 
