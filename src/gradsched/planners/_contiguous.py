@@ -29,6 +29,7 @@ import numpy as np
 from gradsched.cluster import Cluster
 from gradsched.plan import Operation, Plan
 from gradsched.planners import _collective as coll
+from gradsched.planners._floors import first_ready_s, plain_lines
 from gradsched.planners._tables import tensor_table
 from gradsched.planners._usbyte_eval import BlockPricer
 from gradsched.profile import Profile
@@ -89,14 +90,12 @@ def group_floor_s(profile: Profile, cluster: Cluster, groups: int, hierarchical:
     """Seconds no plan of at least ``groups`` operations (all-reduces, plain or hierarchical) can beat: that many
     of the least start-up and every byte once at the least cost per byte, back to back from the first ready
     gradient, spread over ``channels`` (0 where a cost is not a plain line: a measured table)."""
-    from gradsched.planners.auto import _first_ready_s, _lines  # only here: auto imports every planner lazily
-
     costs = [cluster.operation_cost(c) for c in coll.dense_collectives(cluster, hierarchical)]
-    if not _lines(costs):
+    if not plain_lines(costs):
         return 0.0
     total = sum(tensor_table(profile).nbytes)
     alpha_s, beta_s = min(c.alpha_s for c in costs), min(c.beta_s_per_byte for c in costs)
-    return _first_ready_s(profile) + (groups * alpha_s + beta_s * total) / channels
+    return first_ready_s(profile) + (groups * alpha_s + beta_s * total) / channels
 
 
 def choose(profile: Profile, cluster: Cluster, options: dict[str, Any], hierarchical: str = "auto",

@@ -34,13 +34,14 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from gradsched.cluster import Cluster, CollectiveCost
+from gradsched.cluster import Cluster
 from gradsched.constants import MiB
 from gradsched.errors import GradschedError
 from gradsched.plan import ALL_GATHER, REDUCE_SCATTER, SPARSE, Plan
 from gradsched.planners.options import STRATEGIES, Option
 from gradsched.planners import _collective as coll
 from gradsched.planners._contiguous import group_floor_s
+from gradsched.planners._floors import first_ready_s as _first_ready_s, plain_lines as _lines
 from gradsched.planners._slack import STRETCHES, busy_in_backward_s, near
 from gradsched.planners._tables import tensor_table
 from gradsched.planners.registry import (byte_scaled_options, get_planner, is_sparse, planner_option_specs, register,
@@ -327,20 +328,6 @@ def sparse_floor_s(profile: Profile, cluster: Cluster) -> float:
     (``Cluster.selection_s``: c n log2 n, so a group's selection is at least its tensors' apart),
     one after another, whatever the communication."""
     return profile.compute_s + sum(cluster.selection_s(t.numel) for t in profile.tensors)
-
-
-def _first_ready_s(profile: Profile) -> float:
-    """When the first gradient is ready, less the simulator's simultaneity (two of ``EPS_S``: an operation
-    may start that much before its layer's end, as the simulator counts times that close as one)."""
-    from gradsched.sim.engine import EPS_S  # the simulator imports planners' types only
-
-    return max(0.0, min(profile.ready_s, default=0.0) - 2 * EPS_S)
-
-
-def _lines(costs: list) -> bool:
-    """Whether every cost is a plain line with a start-up and a slope of 0 or more (no table)."""
-    return all(type(c) is CollectiveCost and c.points is None and c.alpha_s >= 0 and c.beta_s_per_byte >= 0
-               for c in costs)
 
 
 def bytescheduler_floor_s(profile: Profile, cluster: Cluster, opts: dict[str, Any], channels: int = 1) -> float:
