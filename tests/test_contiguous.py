@@ -18,6 +18,7 @@ from gradsched.jobs.results import read_bench_row
 from gradsched.plan import DENSE
 from gradsched.planners import _collective as coll
 from gradsched.planners import auto, make_plan
+from gradsched.planners.registry import byte_scaled_options
 from gradsched.planners._contiguous import GROUP_COUNTS, equal_byte_cuts, group_floor_s, grouped_plan, pricer, refine
 from gradsched.profile import Profile
 from gradsched.sim import _kernel, simulate
@@ -175,3 +176,9 @@ def test_priced_cuts_are_the_simulated_iteration_bit_for_bit(seed, tensors, wher
     cuts = tuple(sorted({int(w * tensors) for w in where} - {0}))
     plan = grouped_plan(profile, cuts, cluster, {})
     assert price(cuts) == simulate(plan, profile, cluster, timeline=False).iteration_s
+
+
+def test_groups_is_a_count_not_a_size():
+    # a byte-scaled stand-in (gradsched bench --scale-bytes S) is cut into as many groups as the model emulated
+    assert byte_scaled_options("usbyte", {"groups": 0}, 16)["groups"] == 0
+    assert byte_scaled_options("usbyte", {"groups": 12}, 16)["groups"] == 12

@@ -43,7 +43,8 @@ One step is gradsched's own: ``merge_bytes`` -- before any of this, consecutive 
 bytes, each scheduled as one layer, as MG-WFBP merges gradients to save start-ups.  0,
 the default, keeps the paper's layers; ``auto`` searches 256 KiB, 1 MiB and 4 MiB beside
 it, and at run time measures its choice against the default (docs/strategies.md has the
-figures).
+figures).  And ``groups`` replaces the blocks: whole groups contiguous in ready order, sent by
+US-Byte's ordering (:mod:`gradsched.planners._contiguous`; ``auto`` tries ``groups=0``).
 
 The model below is the simulator's: the plan lists every block as one operation
 whose priority is its layer's rank, blocks of a layer in order, so priority
