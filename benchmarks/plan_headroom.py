@@ -1,7 +1,7 @@
 """Why the best plan the planners find on the papers' models at 8 emulated hosts sits above the bench's bound
 (no network: about a minute per run).
 
-    python benchmarks/plan_headroom.py [RUN.json ...] [--evaluations N]   # default: the four runs below
+    python benchmarks/plan_headroom.py [RUN.json ...] [--evaluations N]   # default: the five runs below
 
 For each kept ``gradsched bench --json`` run, rebuilt from its own profile, cluster and probe as the bench
 predicted with (``benchmarks/resimulate.py`` reads them the same way): the bench's lower bound; the tighter
@@ -15,7 +15,10 @@ as all-reduces by forward-order priority, both overlapping the next forward.  Fo
 splits the step into the network's wait for the first operation, its busy time (against the bound's one
 all-reduce of all gradients) and what runs after the last operation; ``runtime_costs_s`` is what the runtime adds
 to the compute stream per step (:func:`gradsched.calibration.with_runtime_costs`), which plans pay and the bounds
-do not count.  Writes
+do not count.  Since fwd10 ``auto``'s grid tries ``usbyte`` with ``groups=0`` (planners/_contiguous.py: whole groups
+contiguous in ready order, by forward-order priority, gating the next forward); each run also gives ``auto``
+without it (its grid as before, ``"auto before fwd10"``), that candidate alone (``"usbyte groups=0"``), and
+``auto``'s planning time with and without it (least CPU seconds of 3, ``auto_plan_cpu_s``).  Writes
 ``benchmarks/results/plan_headroom.json``.  Times in emulated seconds (the run's, divided by its dilation).
 """
 
@@ -26,8 +29,10 @@ import dataclasses
 import json
 import random
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from gradsched.calibration import with_runtime_costs
 from gradsched.cluster import Cluster
@@ -35,6 +40,7 @@ from gradsched.jobs.bench import ddp_first_bucket_mb
 from gradsched.jobs.results import read_bench_row
 from gradsched.plan import ALL_GATHER, DENSE, REDUCE_SCATTER, Operation, Plan, whole_slices
 from gradsched.planners import make_plan
+from gradsched.planners.auto import GRID
 from gradsched.profile import Profile
 from gradsched.sim import simulate
 
@@ -43,8 +49,11 @@ import headroom  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 RUNS = [RESULTS / f"emulate_papers_{name}.json" for name in
-        ("bert_base_8h_start8", "vgg16_8h_runs9b", "resnet50_8h_runs9", "densenet201_8h_runs9")]
+        ("bert_base_8h_start8", "vgg16_8h_runs9b", "resnet50_8h_runs9", "densenet201_8h_runs9")] + [
+    RESULTS / "bench_main_job_googlenet_k80_2h.json"]  # the README's main job (2 hosts, 1 Gbit/s)
 PLANNERS = ("usbyte", "optimal", "mgwfbp", "dear", "auto")
+GROUPED = "usbyte groups=0"  # usbyte's whole groups contiguous in ready order (auto's grid tries it since fwd10)
+BEFORE = "auto before fwd10"  # auto without that candidate: its grid as it was
 KINDS = ("two-phase fifo", "two-phase priority", "all-reduce priority")
 
 
@@ -117,7 +126,13 @@ def analyse(path: Path, evaluations: int) -> dict[str, Any]:
                     first_bucket_mb=ddp_first_bucket_mb({} if cap == 25.0 else {"bucket_cap_mb": cap}, True))
     predicted = {"ddp": simulate(ddp, with_runtime_costs(profile, probe, True), cluster).iteration_s / dilate}
     plans = {name: make_plan(name, planned, cluster) for name in PLANNERS}
+    plans[GROUPED] = make_plan("usbyte", planned, cluster, groups=0)
+    with _grid_before():
+        plans[BEFORE] = make_plan("auto", planned, cluster)
     predicted |= {name: simulate(p, planned, cluster, timeline=False).iteration_s / dilate for name, p in plans.items()}
+    planning = {"auto": _least_cpu_s(lambda: make_plan("auto", planned, cluster))}
+    with _grid_before():
+        planning[BEFORE] = _least_cpu_s(lambda: make_plan("auto", planned, cluster))
     best_planner = min(PLANNERS, key=predicted.__getitem__)
     searched = {}
     for kind in KINDS:
@@ -130,8 +145,38 @@ def analyse(path: Path, evaluations: int) -> dict[str, Any]:
             "startup_bound_s": tight["startup_bound_s"] / dilate, "allreduce_all_s": tight["allreduce_all_s"] / dilate,
             "compute_s": profile.compute_s / dilate, "runtime_costs_s": (planned.compute_s - profile.compute_s) / dilate,
             "measured_ddp_s": ddp_row["iteration_s_median"],
-            "predicted_s": predicted, "best_planner": best_planner, "searched": searched, "best_searched": best_kind,
+            "predicted_s": predicted, "best_planner": best_planner, "auto_plan_cpu_s": planning,
+            "auto_chose": _chose(plans["auto"]), "auto_before_chose": _chose(plans[BEFORE]), "searched": searched,
+            "best_searched": best_kind,
             "best_planner_breakdown": breakdown(plans[best_planner], planned, cluster, dilate)}
+
+
+@contextmanager
+def _grid_before() -> Iterator[None]:
+    """``auto``'s grid as it was before fwd10: ``usbyte`` without ``groups``."""
+    saved = GRID["usbyte"]
+    GRID["usbyte"] = [o for o in saved if "groups" not in o]
+    try:
+        yield
+    finally:
+        GRID["usbyte"] = saved
+
+
+def _least_cpu_s(fn: Callable[[], object], repeat: int = 3) -> float:
+    """The least CPU seconds of ``repeat`` calls of ``fn`` (after one to warm up): on a shared machine the steadiest."""
+    fn()
+    out = []
+    for _ in range(repeat):
+        c0 = time.process_time()
+        fn()
+        out.append(time.process_time() - c0)
+    return min(out)
+
+
+def _chose(plan: Plan) -> str:
+    opts = plan.options.get("chosen_options", {})
+    detail = f" groups={opts['groups']}" if opts.get("groups") is not None else ""
+    return f"{plan.options.get('chose')}{detail} ({len(plan.operations)} operations)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     out = []
     print(f"{'run':36s} {'bound':>6s} {'tight':>6s} {'ddp':>6s} " + " ".join(f"{p:>7s}" for p in PLANNERS)
-          + f" {'search':>7s}  best/bound best/tight search/best")
+          + f" {'before':>7s} {'search':>7s}  best/bound best/tight search/best  auto cpu s (before)")
     for path in args.runs:
         r = analyse(path, args.evaluations)
         out.append(r)
@@ -150,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         found = r["searched"][r["best_searched"]]["iteration_s"]
         print(f"{r['run'][:36]:36s} {r['bound_s']:6.3f} {r['startup_bound_s']:6.3f} {p['ddp']:6.3f} "
               + " ".join(f"{p[n]:7.3f}" for n in PLANNERS)
-              + f" {found:7.3f}  {best / r['bound_s']:10.3f} {best / r['startup_bound_s']:10.3f} {found / best:11.3f}")
+              + f" {p[BEFORE]:7.3f} {found:7.3f}  {best / r['bound_s']:10.3f} {best / r['startup_bound_s']:10.3f}"
+              + f" {found / best:11.3f}  {r['auto_plan_cpu_s']['auto']:.3f} ({r['auto_plan_cpu_s'][BEFORE]:.3f})")
     args.json.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "evaluations": args.evaluations,
                                      "runs": out}, indent=1) + "\n")
     print(f"wrote {args.json}")

@@ -21,7 +21,8 @@ draws ``--random`` fresh cases of issue 40's grid (``gradsched.synthetic.random_
 1,000 tensors of 40 B to 80 MB, alpha 1e-5 to 5e-3 s, beta 1e-10 to 1e-8 s/B at 8 workers,
 8 to 1,024 workers, compute 2e10 to 2e12 flop/s), from a seed drawn at random and printed
 (``--random-seed`` replays it), for the ``--random-strategies`` (usbyte, auto and dear: the
-ones whose work depends on the input).  The last table gives each strategy's median and worst
+ones whose work depends on the input).  Each row also has the plan's predicted iteration
+(``predicted_s``) and, for ``auto``, what it chose (``chose``).  The last table gives each strategy's median and worst
 least-CPU time over every case with the case that was worst.  US-Byte's search runs compiled
 and the simulator's pass run compiled where numba is installed (``gradsched[fast]``; the JSON's
 ``usbyte_search`` says which ran):
@@ -166,7 +167,16 @@ def _row(name: str, pname: str, profile: Profile, cluster: Cluster, label: str, 
             "tensors": profile.num_tensors, "operations": len(plan.operations),
             "hier_operations": sum(op.collective == HIER for op in plan.operations), "plan_s": plan_s,
             "plan_cpu_s": plan_cpu_s, "plan_cpu_min_s": least[0], "simulate_s": sim_s,
-            "simulate_with_timeline_s": sim_tl_s, "plan_ok": plan_s < target, "simulate_ok": sim_s < TARGET_SIM_S}
+            "simulate_with_timeline_s": sim_tl_s, "plan_ok": plan_s < target, "simulate_ok": sim_s < TARGET_SIM_S,
+            "predicted_s": simulate(plan, profile, cluster, timeline=False).iteration_s, "chose": _chose(plan)}
+
+
+def _chose(plan: Plan) -> str | None:
+    """What ``auto`` chose (its strategy, and ``usbyte``'s ``groups`` where set), None for the other planners."""
+    if "chose" not in plan.options:
+        return None
+    groups = plan.options["chosen_options"].get("groups")
+    return plan.options["chose"] + ("" if groups is None else f" groups={groups}")
 
 
 if __name__ == "__main__":

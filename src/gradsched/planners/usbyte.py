@@ -43,7 +43,8 @@ One step is gradsched's own: ``merge_bytes`` -- before any of this, consecutive 
 bytes, each scheduled as one layer, as MG-WFBP merges gradients to save start-ups.  0,
 the default, keeps the paper's layers; ``auto`` searches 256 KiB, 1 MiB and 4 MiB beside
 it, and at run time measures its choice against the default (docs/strategies.md has the
-figures).
+figures).  And ``groups`` replaces the blocks: whole groups contiguous in ready order, sent by
+US-Byte's ordering (:mod:`gradsched.planners._contiguous`; ``auto`` tries ``groups=0``).
 
 The model below is the simulator's: the plan lists every block as one operation
 whose priority is its layer's rank, blocks of a layer in order, so priority
@@ -78,6 +79,7 @@ from gradsched.cluster import Cluster, CollectiveCost
 from gradsched.errors import GradschedError
 from gradsched.plan import DENSE, HIER, Plan, Slice, block_operations, new_operation, new_slice
 from gradsched.planners import _collective as coll
+from gradsched.planners import _contiguous
 from gradsched.planners import _usbyte_jit as _jit
 from gradsched.planners._usbyte_eval import BlockPricer
 from gradsched.planners.options import Option
@@ -1060,8 +1062,14 @@ def plan_and_simulated(profile: Profile, cluster: Cluster, beat_s: float = math.
     them) and its iteration (one channel, no timeline) where :func:`predict` simulated that very
     plan to choose its rule, else None: ``auto`` need not simulate it again.  Where that iteration
     is above ``beat_s`` the plan is not made: (None, the iteration)."""
+    checked = check_options("usbyte", options)
+    groups = checked.pop("groups", None)
+    if groups is not None:
+        return _grouped(profile, cluster, groups, checked.get("hierarchical", "auto"),
+                        checked.get("unit_bytes", DEFAULT_UNIT_BYTES), checked.get("merge_bytes", 0),
+                        checked.get("extend"), checked.get("window"), beat_s)
     try:
-        plan_, schedule, _ = predict(profile, cluster, **check_options("usbyte", options), beat_s=beat_s)
+        plan_, schedule, _ = predict(profile, cluster, **checked, beat_s=beat_s)
     except _Loses as lost:
         return None, lost.simulated_s
     return plan_, schedule.simulated_s
@@ -1135,6 +1143,10 @@ OPTIONS = (
            doc="merge consecutive layers into groups of at least this many bytes first (0: the paper's layers)",
            size=True),
     coll.OPTION,
+    Option("groups", int, None, low=0, high=1 << 20, optional=True,
+           doc="send whole groups contiguous in ready order, each one all-reduce by forward-order priority: this "
+               "many groups of equal bytes (0: the count and cuts chosen on the simulator); left out: US-Byte's "
+               "blocks"),
 )
 
 
@@ -1142,6 +1154,30 @@ OPTIONS = (
 def plan(profile: Profile, cluster: Cluster, unit_bytes: int = DEFAULT_UNIT_BYTES,
          max_evaluations: int | None = DEFAULT_MAX_EVALUATIONS, extend: bool | None = None,
          window: str | None = None, hierarchical: str = "auto", merge_bytes: int = 0,
-         patience: int = DEFAULT_PATIENCE) -> Plan:
+         patience: int = DEFAULT_PATIENCE, groups: int | None = None) -> Plan:
+    if groups is not None:
+        grouped = _grouped(profile, cluster, groups, hierarchical, unit_bytes, merge_bytes, extend, window)[0]
+        assert grouped is not None  # no beat_s: always made
+        return grouped
     return predict(profile, cluster, unit_bytes, max_evaluations, extend, window, hierarchical, merge_bytes,
                    patience)[0]
+
+
+def _grouped(profile: Profile, cluster: Cluster, groups: int, hierarchical: str, unit_bytes: int, merge_bytes: int,
+             extend: bool | None, window: str | None, beat_s: float = math.inf) -> tuple[Plan | None, float | None]:
+    """Option ``groups`` (:mod:`gradsched.planners._contiguous`): the plan, and its simulated iteration where
+    it was simulated to choose it (``groups=0``), else None; (None, its iteration) where that is above ``beat_s``.
+    The block options that shape US-Byte's blocks (``merge_bytes``, ``extend``, ``window``) are refused beside it;
+    ``unit_bytes``, ``max_evaluations`` and ``patience`` go unused (the plan records the sizes, as a block plan
+    does, so that ``auto``'s choice on a byte-scaled stand-in reads as the model's)."""
+    coll.check_mode("usbyte", hierarchical, cluster)
+    clash = [name for name, value in (("merge_bytes", merge_bytes), ("extend", extend), ("window", window))
+             if value not in (0, None)]
+    if clash:
+        raise GradschedError(f"usbyte: groups sends whole groups of tensors, without blocks; leave out "
+                             f"{', '.join(clash)} (they shape US-Byte's blocks) or groups")
+    options = {"groups": groups, "unit_bytes": unit_bytes, "merge_bytes": merge_bytes}
+    if groups > 0:
+        return _contiguous.grouped_plan(profile, _contiguous.equal_byte_cuts(profile, groups), cluster, options,
+                                        hierarchical), None
+    return _contiguous.choose(profile, cluster, options, hierarchical, beat_s)
