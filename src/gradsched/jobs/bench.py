@@ -262,6 +262,39 @@ def with_stream_cost(cluster: Cluster, nbytes: int, measured_s: float, cores: in
                                                STREAM: stream if exponent is None else {**stream, "exponent": exponent}})
 
 
+def probe_alone_s(samples: Collection[float]) -> float:
+    """The contention probe's all-reduce of every gradient, alone (run seconds), as :func:`anchored_to_probe` and
+    :func:`with_stream_cost` take it: the least of its samples (start-up and between the rounds), as the network
+    table reads each size (``monotone_envelope``: on a shared machine timing noise only adds time).  At 8 emulated
+    hosts a loaded sample sets the median in some jobs (ResNet-50's runs9: 150-155 ms quiet, 183-203 ms loaded; its
+    median 183 ms, every row then predicted 10-12% over, the single all-reduce of all gradients too); over the stored
+    8-host runs of the papers' models the least predicts their rows at median |error| 2.3% against 2.9% (worst
+    unchanged, a row whose rounds spread 85%: docs/notes/2026-12-err10.md).  Empty: 0 (no anchor)."""
+    return min(samples, default=0.0)
+
+
+def with_phase_ratios(cluster: Cluster) -> Cluster:
+    """``cluster`` with ``derived_phase_ratios`` set, for each of the reduce-scatter and all-gather its table did not
+    time and the file gives no ratio for, to the ratio measured alone on such a network
+    (:func:`gradsched.costs.measured_phase_ratio`: gloo 1.56 and 1.75 at 8 ranks, netbench at the 8-host runs'
+    links), not the fitted :data:`gradsched.costs.DERIVED_PHASE_RATIOS` that files without the field keep (2.0
+    each at 8 ranks, fitted on lines refitted below 2 MiB, 22-33% less a byte than the bench's).  The bench's line, anchored
+    to its probe, is the reading those ratios are taken against; with them the six stored 8-host ``dear`` plans
+    re-predict at median |error| 7.3%, worst 17.3% (2.0 on the same reading: 24.4%, worst 38.4%;
+    docs/notes/2026-12-err10.md).  Unchanged on a backend with none measured."""
+    import dataclasses
+
+    from gradsched.costs import PER_RANK, measured_phase_ratio
+
+    given = dict(cluster.extra.get("derived_phase_ratios") or {})
+    ratios = {name: measured_phase_ratio(cluster.backend, cluster.world_size, name)
+              for name in PER_RANK if name not in cluster.collectives and name not in given}
+    found = {name: r for name, r in ratios.items() if r is not None}
+    if not found:
+        return cluster
+    return dataclasses.replace(cluster, extra={**cluster.extra, "derived_phase_ratios": {**given, **found}})
+
+
 def ddp_first_bucket_mb(ddp_kwargs: Mapping[str, Any] | None, explicit_cap_has_no_first_bucket: bool) -> float:
     """PyTorch DDP's first bucket, in MiB, for a row's ``ddp_kwargs``: 1 MiB where ``bucket_cap_mb`` is its default
     (not given); where it is given, torch 2.13 makes the first bucket as large as the others
