@@ -13,7 +13,14 @@ table's bandwidth term through the contention probe's all-gradients all-reduce
 (:func:`gradsched.jobs.bench.anchored_to_probe`, the contention figures refitted on it), both,
 both with each all-reduce costing its start-up or its bytes, whichever is longer
 (:func:`gradsched.jobs.bench.with_stream_cost` with ``exponent=None``, issue 35), and both with the two blended,
-``(L**p + (b*B)**p)**(1/p)`` at p = :data:`gradsched.jobs.bench.STREAM_EXPONENT` (what the bench predicts with now).
+``(L**p + (b*B)**p)**(1/p)`` at p = :data:`gradsched.jobs.bench.STREAM_EXPONENT` (before err10), and "err10" (what
+the bench predicts with now): the blend with the probe's all-reduce at the least of its samples
+(:func:`gradsched.jobs.bench.probe_alone_s`) and the phases the table did not time at the ratios netbench measured
+alone (:func:`gradsched.jobs.bench.with_phase_ratios`).
+``--table``: per row of the 8-host runs of the papers' models (or the runs given), its operations, measured median,
+its counted rounds' medians and the error as run, "blend" and "err10", whether the prediction lies within its
+rounds' range, and whether it ran today's runtime (:data:`PIECES_SINCE`); summaries over all rows, per model, and
+over the runs :data:`CHOSEN_ON` and the others; writes ``benchmarks/results/predict_fixes_rows.json`` (or ``--out``).
 Writes ``benchmarks/results/predict_fixes.json``, with the median and worst over the 8-host runs
 of the papers' models apart (``emulate_papers_*_8h*.json``), per model, over PyTorch DDP's rows alone,
 and over the runs the exponent was chosen on (:data:`CHOSEN_ON`) and those held out.
@@ -75,7 +82,7 @@ def _reading(row0: dict, job: Cluster, anchor: bool, stream: bool, exponent: flo
     probe, cluster = row0["contention"], job
     if anchor and probe and "samples" in probe:
         samples = probe["samples"]["allreduce_alone_s"]
-        alone_s = probe_alone_s(samples) if least else statistics.median(samples)
+        alone_s = probe_alone_s(samples, job.world_size, _cores(row0)) if least else statistics.median(samples)
         cluster, _ = anchored_to_probe(job, probe["allreduce_bytes"], alone_s)
         cluster = resimulate.refit_contention(cluster, probe, bool(probe.get("history")))
         if stream:
@@ -267,21 +274,32 @@ def tables(paths: list[Path]) -> int:
               f"{r['bytes_over_start_up'] or 0:6.2f} {r['error_as_run']:+7.1%} {r['error_blend']:+7.1%} "
               f"{r['error_err10']:+7.1%} {r['rounds_spread']:6.1%} {str(r['in_rounds']):5s} {r['runtime_as_today']}")
     summary = {}
+    today = [r for r in found if r["runtime_as_today"]]
+    subsets = {"all": found, "runtime_as_today": today, "ddp": [r for r in found if r["runs"] == "torch DDP"],
+               "chosen_on": [r for r in today if r["run"] in CHOSEN_ON],
+               "held_out": [r for r in today if r["run"] not in CHOSEN_ON]}
+    for model in sorted({_model(r["run"]) for r in found}):
+        subsets[f"model {model}"] = [r for r in today if _model(r["run"]) == model]
     for name in ("error_as_run", "error_blend", "error_err10"):
-        for subset, rs in (("all", found), ("runtime_as_today", [r for r in found if r["runtime_as_today"]]),
-                           ("ddp", [r for r in found if r["runs"] == "torch DDP"])):
+        for subset, rs in subsets.items():
+            if not rs:
+                continue
             e = [abs(r[name]) for r in rs]
             summary[f"{name} {subset}"] = {"median_abs": statistics.median(e), "worst_abs": max(e), "rows": len(e),
                                           "over_8pct": sum(x > 0.08 for x in e),
                                           "over_8pct_outside_rounds": sum(abs(r[name]) > 0.08 and not r["in_rounds"]
                                                                           for r in rs)}
-            print(f"{name:13s} {subset:17s} median {summary[f'{name} {subset}']['median_abs']:.1%} worst "
+            print(f"{name:13s} {subset:24s} median {summary[f'{name} {subset}']['median_abs']:.1%} worst "
                   f"{summary[f'{name} {subset}']['worst_abs']:.1%} over 8%: {summary[f'{name} {subset}']['over_8pct']} "
                   f"of {len(e)}")
     out = Path(_option("--out") or RESULTS / "predict_fixes_rows.json")
     out.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "runs": [p.stem for p in paths],
                                "summary": summary, "rows": found}, indent=1))
     return 0
+
+
+def _model(run: str) -> str:
+    return run.removeprefix("emulate_papers_").split("_8h")[0]
 
 
 def _option(name: str) -> str | None:

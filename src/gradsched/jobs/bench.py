@@ -11,6 +11,7 @@ and return a :class:`~gradsched.jobs.results.BenchResult` in run seconds, which
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -262,15 +263,19 @@ def with_stream_cost(cluster: Cluster, nbytes: int, measured_s: float, cores: in
                                                STREAM: stream if exponent is None else {**stream, "exponent": exponent}})
 
 
-def probe_alone_s(samples: Collection[float]) -> float:
+def probe_alone_s(samples: Collection[float], ranks: int, cores: int) -> float:
     """The contention probe's all-reduce of every gradient, alone (run seconds), as :func:`anchored_to_probe` and
-    :func:`with_stream_cost` take it: the least of its samples (start-up and between the rounds), as the network
-    table reads each size (``monotone_envelope``: on a shared machine timing noise only adds time).  At 8 emulated
-    hosts a loaded sample sets the median in some jobs (ResNet-50's runs9: 150-155 ms quiet, 183-203 ms loaded; its
-    median 183 ms, every row then predicted 10-12% over, the single all-reduce of all gradients too); over the stored
-    8-host runs of the papers' models the least predicts their rows at median |error| 2.3% against 2.9% (worst
-    unchanged, a row whose rounds spread 85%: docs/notes/2026-12-err10.md).  Empty: 0 (no anchor)."""
-    return min(samples, default=0.0)
+    :func:`with_stream_cost` take it: where the job's ``ranks`` outnumber this machine's ``cores``, the least of its
+    samples (start-up and between the rounds), as the network table reads each size (``monotone_envelope``: on a
+    shared machine timing noise only adds time); else their median, as before.  At 8 emulated hosts on 2 cores a
+    loaded sample sets the median in some jobs (ResNet-50's runs9: 150-155 ms quiet, 183-203 ms loaded, median 183;
+    every row then predicted 10-12% over, its one all-reduce of all gradients too); over the stored 8-host runs of
+    the papers' models the least predicts their rows at median |error| 2.2% against 2.9% (worst unchanged: a row
+    whose rounds spread 85%).  At 4 hosts it cost 0.6 points of median (1.9% to 2.5%), at 2 (a rank per core) 0.4, so
+    there the median stays (docs/notes/2026-12-err10.md).  Empty: 0 (no anchor)."""
+    if not samples:
+        return 0.0
+    return min(samples) if ranks > cores else statistics.median(samples)
 
 
 def with_phase_ratios(cluster: Cluster) -> Cluster:

@@ -49,7 +49,7 @@ def _startup_probe(contention: ContentionProbe, cluster: Cluster, cfg: BenchConf
     the figures are taken against the anchored table's times, as after the rounds."""
     reps = contention.start_reps
     contention.measure(reps)
-    alone_s = probe_alone_s(contention.samples["allreduce_alone_s"])
+    alone_s = probe_alone_s(contention.samples["allreduce_alone_s"], cluster.world_size, os.cpu_count() or 1)
     cluster, anchor = anchored_to_probe(cluster, contention.total_bytes, alone_s)
     cluster = with_phase_ratios(with_stream_cost(cluster, contention.total_bytes, alone_s, os.cpu_count() or 1))
     copy_s, scale_s = contention.bucket_pass_s(reps)

@@ -224,8 +224,9 @@ def _pooled(start: _Start, cfg: BenchConfig) -> tuple[ProbeFigures | None, Clust
     if samplers is None or probe is None:
         return probe, start.cluster
     assert start.network is not None and start.contention is not None and start.overheads is not None
-    alone_s = probe_alone_s(start.contention.samples["allreduce_alone_s"])
-    pooled, anchor = anchored_to_probe(start.network.pooled(), start.contention.total_bytes, alone_s)
+    network = start.network.pooled()
+    alone_s = probe_alone_s(start.contention.samples["allreduce_alone_s"], network.world_size, os.cpu_count() or 1)
+    pooled, anchor = anchored_to_probe(network, start.contention.total_bytes, alone_s)
     pooled = with_phase_ratios(with_stream_cost(pooled, start.contention.total_bytes, alone_s, os.cpu_count() or 1))
     probe = {**probe, **start.contention.figures(pooled.cost("allreduce"), phase_costs(pooled)),
              "allreduce_anchor": anchor,
