@@ -283,9 +283,9 @@ def with_phase_ratios(cluster: Cluster) -> Cluster:
     time and the file gives no ratio for, to the ratio measured alone on such a network
     (:func:`gradsched.costs.measured_phase_ratio`: gloo 1.56 and 1.75 at 8 ranks, netbench at the 8-host runs'
     links), not the fitted :data:`gradsched.costs.DERIVED_PHASE_RATIOS` that files without the field keep (2.0
-    each at 8 ranks, fitted on lines refitted below 2 MiB, 22-33% less a byte than the bench's).  The bench's line, anchored
-    to its probe, is the reading those ratios are taken against; with them the six stored 8-host ``dear`` plans
-    re-predict at median |error| 7.3%, worst 17.3% (2.0 on the same reading: 24.4%, worst 38.4%;
+    each at 8 ranks, fitted on lines refitted below 2 MiB, 22-33% less a byte than the bench's).  The bench's
+    line, anchored to its probe, is the reading those ratios are taken against; with them the six stored 8-host
+    ``dear`` plans re-predict at median |error| 7.3%, worst 17.3% (2.0 on the same reading: 24.4%, worst 38.4%;
     docs/notes/2026-12-err10.md).  Unchanged on a backend with none measured."""
     import dataclasses
 
