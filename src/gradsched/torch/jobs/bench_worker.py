@@ -218,8 +218,8 @@ def _warm_up_round(runs: list[tuple[Any, Any]], skip_compute: bool) -> Iterator[
 
 def _pooled(start: _Start, cfg: BenchConfig) -> tuple[ProbeFigures | None, Cluster]:
     """Rank 0, after the rounds: the probe's figures and the cluster from the medians over every sample,
-    start-up and between rounds (the predictions use them; the all-reduce's anchor their least where ranks outnumber cores: ``probe_alone_s``),
-    pooled with earlier jobs' figures."""
+    start-up and between rounds (the predictions use them; the all-reduce's anchor their least where ranks
+    outnumber cores: ``probe_alone_s``), pooled with earlier jobs' figures."""
     probe, samplers = start.probe, start.samplers
     if samplers is None or probe is None:
         return probe, start.cluster
