@@ -120,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     ratios = tuple(float(x) for x in args.ratios.split(",")) if args.ratios else None
     rows = [r for p in args.runs for r in predict(p, args.half, ratios, args.as_bench)]  # type: ignore[arg-type]
+    if not rows:
+        print("no dear plan ran in these runs (neither a dear row nor a run-time auto trial of dear)")
+        return 0
     print(f"{'run':40s} {'ops':>4s} {'measured':>9s} {'then':>9s} {'now':>9s} {'err then':>9s} {'err now':>8s}")
     for r in rows:
         print(f"{r['run']:40s} {r['operations']:4d} {r['measured_s'] * 1e3:9.1f} {r['predicted_then_s'] * 1e3:9.1f} "
