@@ -3,6 +3,7 @@
     python benchmarks/predict_fixes.py [RUN.json ...]   # default: the emulated runs in benchmarks/results
     python benchmarks/predict_fixes.py --implied        # the 8-host runs: the start-up each DDP row implies
     python benchmarks/predict_fixes.py --choose         # the DDP rows with each start-up figure and exponent
+    python benchmarks/predict_fixes.py --table [RUN.json ...] [--out FILE]   # per row, before and after err10
 
 Per run, the median and worst |prediction error| over its rows in four readings: as the
 job's own table and contention figures give them (``benchmarks/resimulate.py``'s plans),
@@ -12,7 +13,14 @@ table's bandwidth term through the contention probe's all-gradients all-reduce
 (:func:`gradsched.jobs.bench.anchored_to_probe`, the contention figures refitted on it), both,
 both with each all-reduce costing its start-up or its bytes, whichever is longer
 (:func:`gradsched.jobs.bench.with_stream_cost` with ``exponent=None``, issue 35), and both with the two blended,
-``(L**p + (b*B)**p)**(1/p)`` at p = :data:`gradsched.jobs.bench.STREAM_EXPONENT` (what the bench predicts with now).
+``(L**p + (b*B)**p)**(1/p)`` at p = :data:`gradsched.jobs.bench.STREAM_EXPONENT` (before err10), and "err10" (what
+the bench predicts with now): the blend with the probe's all-reduce at the least of its samples
+(:func:`gradsched.jobs.bench.probe_alone_s`) and the phases the table did not time at the ratios netbench measured
+alone (:func:`gradsched.jobs.bench.with_phase_ratios`).
+``--table``: per row of the 8-host runs of the papers' models (or the runs given), its operations, measured median,
+its counted rounds' medians and the error as run, "blend" and "err10", whether the prediction lies within its
+rounds' range, and whether it ran today's runtime (:data:`PIECES_SINCE`); summaries over all rows, per model, and
+over the runs :data:`CHOSEN_ON` and the others; writes ``benchmarks/results/predict_fixes_rows.json`` (or ``--out``).
 Writes ``benchmarks/results/predict_fixes.json``, with the median and worst over the 8-host runs
 of the papers' models apart (``emulate_papers_*_8h*.json``), per model, over PyTorch DDP's rows alone,
 and over the runs the exponent was chosen on (:data:`CHOSEN_ON`) and those held out.
@@ -30,7 +38,8 @@ from pathlib import Path
 
 from gradsched.calibration import calibrate, with_runtime_costs
 from gradsched.cluster import STREAM, Cluster
-from gradsched.jobs.bench import STREAM_EXPONENT, anchored_to_probe, ddp_first_bucket_mb, with_stream_cost
+from gradsched.jobs.bench import (STREAM_EXPONENT, anchored_to_probe, ddp_first_bucket_mb, probe_alone_s,
+                                  with_phase_ratios, with_stream_cost)
 from gradsched.jobs.results import read_bench_row
 from gradsched.planners import make_plan
 from gradsched.profile import Profile
@@ -41,7 +50,8 @@ import resimulate  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 READINGS = {"as run": (False, False, False), "first bucket": (False, True, False), "anchored": (True, False, False),
-            "both": (True, True, False), "stream": (True, True, True), "blend": (True, True, True)}
+            "both": (True, True, False), "stream": (True, True, True), "blend": (True, True, True),
+            "err10": (True, True, True)}
 # the runs the blend's exponent was chosen on (the first 8-host run of each of the papers' models); the others are held out
 CHOSEN_ON = tuple(f"emulate_papers_{m}_8h" for m in ("resnet50", "densenet201", "vgg16", "inception_v4", "bert_base",
                                                       "bert_large"))
@@ -66,16 +76,13 @@ def _cores(row: dict) -> int:
     return int(match.group(1)) if match else 2
 
 
-def errors(path: Path, anchor: bool, first: bool, stream: bool = False, exponent: float | None = None,
-           ddp_only: bool = False, start_up: str = "table_start_up_s") -> list[tuple[bool, float]]:
-    """Per row (an ``auto`` row without its plan left out; only PyTorch DDP's with ``ddp_only``): whether PyTorch's DDP
-    ran it, and its prediction error; with ``stream``, the start-up one of :func:`_start_up_figures` (``start_up``)."""
-    rows = json.loads(path.read_text())
-    row0, dilate = read_bench_row(rows[0])
-    profile, probe = Profile.from_dict(row0["profile"]["measured"]), row0["contention"]
-    job = cluster = _without_stream(Cluster.from_dict(row0["cluster"]))  # runs since issue 35 carry it: readings add it
+def _reading(row0: dict, job: Cluster, anchor: bool, stream: bool, exponent: float | None, start_up: str,
+             least: bool) -> Cluster:
+    """The cluster a reading predicts with (see :func:`errors`)."""
+    probe, cluster = row0["contention"], job
     if anchor and probe and "samples" in probe:
-        alone_s = statistics.median(probe["samples"]["allreduce_alone_s"])
+        samples = probe["samples"]["allreduce_alone_s"]
+        alone_s = probe_alone_s(samples, job.world_size, _cores(row0)) if least else statistics.median(samples)
         cluster, _ = anchored_to_probe(job, probe["allreduce_bytes"], alone_s)
         cluster = resimulate.refit_contention(cluster, probe, bool(probe.get("history")))
         if stream:
@@ -83,8 +90,31 @@ def errors(path: Path, anchor: bool, first: bool, stream: bool = False, exponent
             if STREAM in cluster.extra and start_up != "table_start_up_s":
                 figures = {**cluster.extra[STREAM], "latency_s": _start_up_figures(row0, cluster)[start_up]}
                 cluster = dataclasses.replace(cluster, extra={**cluster.extra, STREAM: figures})
+        if least:
+            cluster = with_phase_ratios(cluster)
+    return cluster
+
+
+def bench_reading(row0: dict) -> Cluster:
+    """The cluster of a run's first row (:func:`gradsched.jobs.results.read_bench_row`'s) as ``gradsched bench`` prices
+    now: the reading "err10" (:func:`_reading`)."""
+    job = _without_stream(Cluster.from_dict(row0["cluster"]))
+    return _reading(row0, job, True, True, STREAM_EXPONENT, "table_start_up_s", True)
+
+
+def predicted_rows(path: Path, anchor: bool, first: bool, stream: bool = False, exponent: float | None = None,
+                   ddp_only: bool = False, start_up: str = "table_start_up_s", least: bool = False) -> Iterable[tuple]:
+    """Per row (an ``auto`` row without its plan left out; only PyTorch DDP's with ``ddp_only``): the row, the plan
+    it is simulated on and the prediction (emulated seconds).  ``least`` (the reading "err10"): the probe's all-reduce
+    taken at the least of its samples (:func:`gradsched.jobs.bench.probe_alone_s`) and the phases the table did not
+    time at the ratios measured alone (:func:`gradsched.jobs.bench.with_phase_ratios`), as ``gradsched bench`` prices
+    now."""
+    rows = json.loads(path.read_text())
+    row0, dilate = read_bench_row(rows[0])
+    profile, probe = Profile.from_dict(row0["profile"]["measured"]), row0["contention"]
+    job = _without_stream(Cluster.from_dict(row0["cluster"]))  # runs since issue 35 carry it: readings add it
+    cluster = _reading(row0, job, anchor, stream, exponent, start_up, least)
     compute_s = row0["compute_only"]["iteration_s_median"]
-    out = []
     for row in rows:
         if ddp_only and row["runs"] != "torch DDP":
             continue
@@ -93,9 +123,15 @@ def errors(path: Path, anchor: bool, first: bool, stream: bool = False, exponent
         except KeyError:  # an auto row that kept no chosen plan (planned at start-up before it was recorded)
             continue
         scaled = with_runtime_costs(calibrate(profile, compute_s), probe, row["runs"] == "torch DDP")
-        predicted = simulate(plan, scaled, cluster, timeline=False).iteration_s / dilate
-        out.append((row["runs"] == "torch DDP", (predicted - row["iteration_s_median"]) / row["iteration_s_median"]))
-    return out
+        yield row, plan, simulate(plan, scaled, cluster, timeline=False).iteration_s / dilate
+
+
+def errors(path: Path, anchor: bool, first: bool, stream: bool = False, exponent: float | None = None,
+           ddp_only: bool = False, start_up: str = "table_start_up_s", least: bool = False) -> list[tuple[bool, float]]:
+    """Per row (:func:`predicted_rows`): whether PyTorch's DDP ran it, and its prediction error; with ``stream``, the
+    start-up one of :func:`_start_up_figures` (``start_up``)."""
+    return [(row["runs"] == "torch DDP", (predicted - row["iteration_s_median"]) / row["iteration_s_median"])
+            for row, _, predicted in predicted_rows(path, anchor, first, stream, exponent, ddp_only, start_up, least)]
 
 
 def _start_up_figures(row0: dict, cluster: Cluster) -> dict[str, float]:
@@ -186,9 +222,97 @@ def _papers_8h(name: str) -> bool:
     return name.startswith("emulate_papers_") and "_8h" in name
 
 
+# The runtime ran dear's phases in pieces on 8-thread side groups from this commit on (4a938b7, 2026-12-07 09:27 UTC):
+# two-phase rows run before it ran another runtime, which today's pricing does not model.
+PIECES_SINCE = "2026-12-07T09:27"
+
+
+def _round_medians(row: dict) -> list[float]:
+    """The medians of the row's counted rounds (its ``step_s`` after ``warmup_rounds``)."""
+    rounds = row["step_s"][row.get("warmup_rounds") or 0:] or row["step_s"]
+    return [statistics.median(r) for r in rounds]
+
+
+def row_table(path: Path) -> list[dict]:
+    """Per row of a run: its operations (count, collectives, median bytes, bytes over start-up at the stream's
+    figures), its measured median and its counted rounds' medians, the error as the job predicted it, and as the
+    readings "blend" (before err10) and "err10" predict it; ``in_rounds``: whether the prediction lies within the
+    range of the row's rounds' medians (a miss its own rounds spread as much as); ``runtime_as_today``: False for
+    a two-phase plan run before its phases ran in pieces (:data:`PIECES_SINCE`)."""
+    before = [x for _, _, x in predicted_rows(path, True, True, True, STREAM_EXPONENT)]
+    after = list(predicted_rows(path, True, True, True, STREAM_EXPONENT, least=True))  # the same rows, in order
+    rows = json.loads(path.read_text())
+    stream = bench_reading(read_bench_row(rows[0])[0]).extra.get(STREAM, {})
+    out = []
+    for (row, plan, predicted), old in zip(after, before, strict=True):
+        measured, rounds = row["iteration_s_median"], _round_medians(row)
+        nbytes = statistics.median(4 * sum(sl.end - sl.start for sl in op.slices) for op in plan.operations)
+        collectives = sorted({op.collective for op in plan.operations})
+        two_phase = any(c != "allreduce" for c in collectives)
+        out.append({"run": path.stem, "row": row["strategy"], "runs": row["runs"],
+                    "plan": (row.get("plan_options") or {}).get("chose") or row["strategy"],
+                    "operations": len(plan.operations), "collectives": collectives, "median_bytes": nbytes,
+                    "bytes_over_start_up": (stream["s_per_byte"] * nbytes / stream["latency_s"]) if stream else None,
+                    "measured_s": measured, "round_medians_s": rounds,
+                    "rounds_spread": (max(rounds) - min(rounds)) / statistics.median(rounds),
+                    "error_as_run": row.get("prediction_error"), "error_blend": (old - measured) / measured,
+                    "error_err10": (predicted - measured) / measured,
+                    "in_rounds": min(rounds) <= predicted <= max(rounds),
+                    "runtime_as_today": not (two_phase and row["date"] < PIECES_SINCE)})
+    return out
+
+
+def tables(paths: list[Path]) -> int:
+    """:func:`row_table` over ``paths``, sorted by |error| (err10), with the misses over 8% counted; writes
+    ``benchmarks/results/predict_fixes_rows.json`` (the default runs) or ``--out FILE``."""
+    found = [r for p in paths for r in row_table(p)]
+    found.sort(key=lambda r: -abs(r["error_err10"]))
+    print(f"{'run':44s} {'row':9s} {'plan':8s} {'ops':>4s} {'KB':>6s} {'b.B/L':>6s} {'as run':>7s} {'blend':>7s} "
+          f"{'err10':>7s} {'spread':>6s} in-rounds today")
+    for r in found:
+        print(f"{r['run'][:44]:44s} {r['row']:9s} {r['plan'][:8]:8s} {r['operations']:4d} {r['median_bytes'] / 1e3:6.0f} "
+              f"{r['bytes_over_start_up'] or 0:6.2f} {r['error_as_run']:+7.1%} {r['error_blend']:+7.1%} "
+              f"{r['error_err10']:+7.1%} {r['rounds_spread']:6.1%} {str(r['in_rounds']):5s} {r['runtime_as_today']}")
+    summary = {}
+    today = [r for r in found if r["runtime_as_today"]]
+    subsets = {"all": found, "runtime_as_today": today, "ddp": [r for r in found if r["runs"] == "torch DDP"],
+               "chosen_on": [r for r in today if r["run"] in CHOSEN_ON],
+               "held_out": [r for r in today if r["run"] not in CHOSEN_ON]}
+    for model in sorted({_model(r["run"]) for r in found}):
+        subsets[f"model {model}"] = [r for r in today if _model(r["run"]) == model]
+    for name in ("error_as_run", "error_blend", "error_err10"):
+        for subset, rs in subsets.items():
+            if not rs:
+                continue
+            e = [abs(r[name]) for r in rs]
+            summary[f"{name} {subset}"] = {"median_abs": statistics.median(e), "worst_abs": max(e), "rows": len(e),
+                                          "over_8pct": sum(x > 0.08 for x in e),
+                                          "over_8pct_outside_rounds": sum(abs(r[name]) > 0.08 and not r["in_rounds"]
+                                                                          for r in rs)}
+            print(f"{name:13s} {subset:24s} median {summary[f'{name} {subset}']['median_abs']:.1%} worst "
+                  f"{summary[f'{name} {subset}']['worst_abs']:.1%} over 8%: {summary[f'{name} {subset}']['over_8pct']} "
+                  f"of {len(e)}")
+    out = Path(_option("--out") or RESULTS / "predict_fixes_rows.json")
+    out.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "runs": [p.stem for p in paths],
+                               "summary": summary, "rows": found}, indent=1))
+    return 0
+
+
+def _model(run: str) -> str:
+    return run.removeprefix("emulate_papers_").split("_8h")[0]
+
+
+def _option(name: str) -> str | None:
+    args = sys.argv[1:]
+    return args[args.index(name) + 1] if name in args and args.index(name) + 1 < len(args) else None
+
+
 def main() -> int:
     implied, choose = "--implied" in sys.argv[1:], "--choose" in sys.argv[1:]
-    paths = [Path(p) for p in sys.argv[1:] if not p.startswith("--")] or sorted(
+    given = [a for i, a in enumerate(sys.argv[1:]) if not a.startswith("--") and sys.argv[i] != "--out"]
+    if "--table" in sys.argv[1:]:
+        return tables([Path(p) for p in given] or sorted(RESULTS.glob("emulate_papers_*_8h*.json")))
+    paths = [Path(p) for p in given] or sorted(
         p for pattern in ("bench_replay_*_*h*.json", "bench_startup_*.json", "emulate_papers_*_8h*.json",
                         "bench_*_8h_*.json")
         for p in RESULTS.glob(pattern))
@@ -204,8 +328,8 @@ def main() -> int:
         return choose_blend([p for p in paths if "_8h" in p.stem or "_4h" in p.stem])
     out: Errors = {}
     for path in paths:
-        out[path.stem] = {name: errors(path, *flags, exponent=STREAM_EXPONENT if name == "blend" else None)
-                          for name, flags in READINGS.items()}
+        out[path.stem] = {name: errors(path, *flags, exponent=STREAM_EXPONENT if name in ("blend", "err10") else None,
+                                       least=name == "err10") for name, flags in READINGS.items()}
         print(f"{path.stem[:50]:50s}", "  ".join(f"{statistics.median(abs(x) for _, x in e):6.1%}/"
                                                  f"{max(abs(x) for _, x in e):6.1%}" for e in out[path.stem].values()))
     papers = {k: r for k, r in out.items() if _papers_8h(k)}

@@ -37,3 +37,19 @@ def test_ddps_first_bucket_is_1_mib_only_at_its_default_cap_on_torch_2_13():
     assert ddp_first_bucket_mb(None, True) == 1.0 and ddp_first_bucket_mb({}, True) == 1.0
     assert ddp_first_bucket_mb({"bucket_cap_mb": 3.125}, True) == 3.125  # byte scaling's 25 / 8
     assert ddp_first_bucket_mb({"bucket_cap_mb": 3.125}, False) == 1.0  # older torch: 1 MiB whatever the cap
+
+
+def test_a_loaded_probe_sample_does_not_move_the_anchor():
+    """Where ranks outnumber cores the anchor is the least of the probe's samples (``probe_alone_s``), as the table
+    reads each size: two loaded samples of three (ResNet-50's runs9: 183-203 ms against 150-155 quiet) would set a
+    median 25% slow; with a rank per core, the median as before."""
+    from gradsched.jobs.bench import probe_alone_s
+
+    cluster, nbytes = _cluster(), 12 * MIB
+    quiet = cluster.cost("allreduce").time_s(nbytes)
+    samples = [1.25 * quiet, quiet, 1.3 * quiet]
+    assert probe_alone_s(samples, 8, 2) == quiet
+    anchored, k = anchored_to_probe(cluster, nbytes, probe_alone_s(samples, 8, 2))
+    assert k == pytest.approx(1.0) and anchored.cost("allreduce").time_s(nbytes) == pytest.approx(quiet)
+    assert probe_alone_s(samples, 2, 2) == pytest.approx(1.25 * quiet)  # a rank per core: the median
+    assert probe_alone_s([], 8, 2) == 0.0 and anchored_to_probe(cluster, nbytes, probe_alone_s([], 8, 2)) == (cluster, 1.0)

@@ -64,3 +64,39 @@ def test_a_dear_operation_costs_more_than_half_the_all_reduce_on_gloo() -> None:
     ring = _cluster("nccl", 8).operation_cost(REDUCE_SCATTER).time_s(n)
     assert ring == pytest.approx(AR.time_s(n) / 2)
     assert gloo > 1.5 * ring
+
+
+def test_a_file_without_the_field_prices_the_phases_exactly_as_before() -> None:
+    """err10 left DERIVED_PHASE_RATIOS (what a cluster file without ``derived_phase_ratios`` takes) as it was."""
+    cluster = _cluster("gloo", 8)
+    assert cluster.cost("reducescatter").beta_s_per_byte == pytest.approx(AR.beta_s_per_byte * 4 * 2.0)
+    assert cluster.cost("allgather").beta_s_per_byte == pytest.approx(AR.beta_s_per_byte * 4 * 2.0)
+
+
+def test_the_bench_writes_the_ratios_measured_alone_into_its_cluster() -> None:
+    from gradsched.costs import measured_phase_ratio
+    from gradsched.jobs.bench import with_phase_ratios
+
+    priced = with_phase_ratios(_cluster("gloo", 8))
+    assert priced.extra["derived_phase_ratios"] == {"reducescatter": 1.56, "allgather": 1.75}
+    again = Cluster.from_dict(priced.to_dict())
+    for name in ("reducescatter", "allgather"):
+        assert again.cost(name).beta_s_per_byte == pytest.approx(
+            AR.beta_s_per_byte * 4 * measured_phase_ratio("gloo", 8, name))
+        assert again.cost(name).beta_s_per_byte < _cluster("gloo", 8).cost(name).beta_s_per_byte
+    for world in (2, 3, 4, 7):  # below 8 ranks the derived ratios are the measured ones: prices unchanged
+        assert with_phase_ratios(_cluster("gloo", world)).cost("allgather") == _cluster("gloo", world).cost("allgather")
+
+
+def test_the_bench_keeps_measured_phases_given_ratios_and_other_backends() -> None:
+    from gradsched.jobs.bench import with_phase_ratios
+
+    nccl = _cluster("nccl", 8)
+    assert with_phase_ratios(nccl) is nccl
+    given = _cluster("gloo", 8, derived_phase_ratios={"allgather": 3.0})
+    measured = CollectiveCost(0.001, 1e-8)
+    both = Cluster(8, {"allreduce": AR, "reducescatter": measured}, "gloo", extra=dict(given.extra))
+    priced = with_phase_ratios(both)
+    assert priced.cost("reducescatter") == measured
+    assert priced.extra["derived_phase_ratios"] == {"allgather": 3.0}
+    assert with_phase_ratios(given).extra["derived_phase_ratios"] == {"allgather": 3.0, "reducescatter": 1.56}

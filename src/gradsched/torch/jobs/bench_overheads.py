@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from gradsched.calibration import calibrate, phase_costs, runtime_name, with_runtime_costs
-from gradsched.jobs.bench import anchored_to_probe, with_stream_cost
+from gradsched.jobs.bench import anchored_to_probe, probe_alone_s, with_phase_ratios, with_stream_cost
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.startup import overhead_probe_s, probe_floor, runtime_steps_s
 from gradsched.jobs.results import Contention as ProbeFigures  # the probe's figures (the cluster's Contention below)
@@ -49,9 +49,9 @@ def _startup_probe(contention: ContentionProbe, cluster: Cluster, cfg: BenchConf
     the figures are taken against the anchored table's times, as after the rounds."""
     reps = contention.start_reps
     contention.measure(reps)
-    alone_s = statistics.median(contention.samples["allreduce_alone_s"])
+    alone_s = probe_alone_s(contention.samples["allreduce_alone_s"], cluster.world_size, os.cpu_count() or 1)
     cluster, anchor = anchored_to_probe(cluster, contention.total_bytes, alone_s)
-    cluster = with_stream_cost(cluster, contention.total_bytes, alone_s, os.cpu_count() or 1)
+    cluster = with_phase_ratios(with_stream_cost(cluster, contention.total_bytes, alone_s, os.cpu_count() or 1))
     copy_s, scale_s = contention.bucket_pass_s(reps)
     return {**contention.figures(cluster.cost("allreduce"), phase_costs(cluster)), "startup_reps": reps,
             "startup_anchor": anchor,

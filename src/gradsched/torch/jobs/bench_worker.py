@@ -76,7 +76,7 @@ import torch.distributed as dist
 
 from gradsched.constants import REPLAY_PREFIX
 from gradsched.calibration import calibrate, lower_bound_s, phase_costs, runtime_name, this_machine, with_runtime_costs
-from gradsched.jobs.bench import anchored_to_probe, with_stream_cost
+from gradsched.jobs.bench import anchored_to_probe, probe_alone_s, with_phase_ratios, with_stream_cost
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.results import BenchResult, BenchRow, pooled_contention
 from gradsched.jobs.rounds import StoppingRule
@@ -218,14 +218,16 @@ def _warm_up_round(runs: list[tuple[Any, Any]], skip_compute: bool) -> Iterator[
 
 def _pooled(start: _Start, cfg: BenchConfig) -> tuple[ProbeFigures | None, Cluster]:
     """Rank 0, after the rounds: the probe's figures and the cluster from the medians over every sample,
-    start-up and between rounds (the predictions use them), pooled with earlier jobs' figures."""
+    start-up and between rounds (the predictions use them; the all-reduce's anchor their least where ranks
+    outnumber cores: ``probe_alone_s``), pooled with earlier jobs' figures."""
     probe, samplers = start.probe, start.samplers
     if samplers is None or probe is None:
         return probe, start.cluster
     assert start.network is not None and start.contention is not None and start.overheads is not None
-    alone_s = statistics.median(start.contention.samples["allreduce_alone_s"])
-    pooled, anchor = anchored_to_probe(start.network.pooled(), start.contention.total_bytes, alone_s)
-    pooled = with_stream_cost(pooled, start.contention.total_bytes, alone_s, os.cpu_count() or 1)
+    network = start.network.pooled()
+    alone_s = probe_alone_s(start.contention.samples["allreduce_alone_s"], network.world_size, os.cpu_count() or 1)
+    pooled, anchor = anchored_to_probe(network, start.contention.total_bytes, alone_s)
+    pooled = with_phase_ratios(with_stream_cost(pooled, start.contention.total_bytes, alone_s, os.cpu_count() or 1))
     probe = {**probe, **start.contention.figures(pooled.cost("allreduce"), phase_costs(pooled)),
              "allreduce_anchor": anchor,
              "startup_fitted": probe["fitted"],
