@@ -18,6 +18,7 @@ kept runs the tighter bound is 1.00-1.07x the bench's (BERT-Base and DenseNet-20
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -143,7 +144,10 @@ def _startup_bound(row: dict) -> float:
 
 
 def main(argv: list[str]) -> int:
-    paths = [Path(a) for a in argv] or sorted({p for pat in PATTERNS for p in RESULTS.glob(pat)})
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("runs", nargs="*", type=Path, help="bench JSONs (default: every emulated run kept)")
+    args = parser.parse_args(argv)
+    paths = args.runs or sorted({p for pat in PATTERNS for p in RESULTS.glob(pat)})
     runs = [h for h in map(headroom, paths) if h]
     print(f"{'run':58} {'h':>2} {'AR/bwd':>6} {'AR/comp':>7} {'DDP/LB':>6} {'auto/LB':>7} {'best/LB':>7} "
           f"{'tight':>5} {'auto/T':>6}  targets reachable")

@@ -46,3 +46,12 @@ def test_the_startup_bound_is_tighter_where_the_start_up_is_large():
     bound = headroom.startup_bound_s(profile, cluster)
     assert bound["startup_bound_s"] > 1.02 * first["lower_bound_s"]
     assert bound["idle_and_startup_s"] > 0
+
+
+def test_help_prints_usage_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    """``--help`` is an option, not a run's path: it used to print an empty table and overwrite headroom.json."""
+    monkeypatch.setattr(headroom, "RESULTS", tmp_path)
+    with pytest.raises(SystemExit) as done:
+        headroom.main(["--help"])
+    assert done.value.code == 0 and "usage" in capsys.readouterr().out
+    assert not (tmp_path / "headroom.json").exists()
