@@ -265,7 +265,8 @@ def start_reduce_scatter(shard: torch.Tensor, full: torch.Tensor, scratch: torch
                          group: dist.ProcessGroup | None = None, rank: int = 0, nccl: bool = False,
                          whole: bool = False) -> list[dist.Work | RingWork]:
     """Start what leaves ``shard`` this rank's part of the sum of every rank's ``full`` (p times ``shard``'s
-    elements), as the runner does: ``reduce_scatter_tensor`` on NCCL; on gloo an all-to-all per span
+    elements), as the runner does: ``reduce_scatter_tensor`` on NCCL; on gloo a ring where :func:`uses_ring` (on
+    its thread, which leaves the sum in ``shard``; ``scratch``: at least one shard), else an all-to-all per span
     (:func:`spans`; on :func:`scatter_group` unless ``whole``), of the span into ``scratch`` beyond two ranks,
     on two ranks (``scratch`` None) of the other rank's part alone into ``shard`` (:func:`sum_pieces` then adds
     what it brought)."""
@@ -317,7 +318,8 @@ def start_all_gather(full: torch.Tensor, shard: torch.Tensor, scratch: torch.Ten
     :func:`start_reduce_scatter` took them from: ``all_gather_single`` on NCCL; on gloo an all-to-all per
     span straight into ``full`` (gloo's all-gather allocates a buffer as large as its output per call and
     copies out), beyond two ranks from ``scratch`` (``shard`` copied into each of its parts), on two ranks
-    this rank's part copied into place and sent to the other."""
+    this rank's part copied into place and sent to the other; a ring where :func:`uses_ring` (``shard`` copied
+    into this rank's chunk, the rest received in place)."""
     group = group if group is not None else dist.group.WORLD
     on = gather_group(group)
     if nccl:
