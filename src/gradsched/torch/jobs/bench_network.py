@@ -144,14 +144,10 @@ QUEUE_DEPTH = 4
 
 def network_collectives(cfg: BenchConfig) -> list[str]:
     """What the network table times: the all-reduce, and where a row runs reduce-scatters and all-gathers
-    (``dear``, ``fsdp2``, and beyond two ranks ``auto`` with ``dear`` among its candidates) those too, as the
-    runtime runs them.  Elsewhere the cluster derives them from the all-reduce at a ratio over half of it each
-    (:meth:`~gradsched.cluster.Cluster.derived_phase_ratio`).  Beyond two ranks no one ratio prices gloo's phases:
-    the runtime runs groups from 4 MiB as rings (1.0x half the all-reduce at 8 hosts) and smaller ones as
-    all-to-alls (0.7-2.0x; :data:`gradsched.torch.runtime.decoupled.RING_MIN_BYTES`), so ``auto``'s ``dear`` is
-    priced from the table.  Every rank calls it (the world's size decides)."""
-    from gradsched.jobs.bench import runs_two_phase
-
+    (``dear``, ``fsdp2``) those too, as the runtime runs them.  Elsewhere the cluster derives them from the
+    all-reduce at a ratio over half of it each (:meth:`~gradsched.cluster.Cluster.derived_phase_ratio`).  Not for
+    ``auto`` alone, though it may try ``dear`` at run time (which measures what it tries): timing both phases
+    (table, the sizes beyond its top, the queues) and the probe's phases took VGG-16's start-up on 8 hosts from
+    58 to 150 s (``emulate_papers_vgg16_8h_ring10.json``), past issue 35's two minutes."""
     two_phase = any(e.fsdp2 or (not e.torch_ddp and e.strategy == "dear") for e in cfg.entries)
-    two_phase = two_phase or (dist.get_world_size() > 2 and runs_two_phase(cfg.entries))
     return ["allreduce", "reducescatter", "allgather"] if two_phase else ["allreduce"]
