@@ -86,8 +86,10 @@ def test_summed_tensor_times_match_whole_forward_backward():
             profile = profile_module(spec.module, batch, loss_fn=spec.loss_fn, iterations=9, warmup=1)
             after = _forward_backward_s(spec, batch, 7)
             summed = profile.forward_s + profile.backward_s
-            # Within 20% of the plain iterations the profiler interleaves with its stamped ones.
-            if summed == pytest.approx(profile.extra["forward_backward_s"], rel=0.2) or attempt == 2:
+            # Within 20% of the plain iterations the profiler interleaves with its stamped ones, and near the
+            # independent timings just before and after (each attempt may land in another mode of the load)
+            if (summed == pytest.approx(profile.extra["forward_backward_s"], rel=0.2)
+                    and 0.6 * min(before, after) <= summed <= 1.4 * max(before, after)) or attempt == 2:
                 break
     finally:
         torch.set_num_threads(threads)
