@@ -24,7 +24,7 @@ def rss_file_bytes() -> int:
     """This process's resident pages of mapped files (``RssFile``: the shared libraries, torch's ~80-110 MB;
     0 where there is none).  Part of ``VmHWM``, shared between the ranks and reclaimable, and not the same
     for identical installs: the kernel maps more or fewer of a library's cached pages (torch alone 77 MB in one
-    virtual environment, 108 MB in a fresh copy of it, anonymous memory equal to 0.1 MB)."""
+    virtual environment, 108 MB in a fresh install of the same packages, anonymous memory within 0.1 MB)."""
     return proc_bytes("/proc/self/status", "RssFile") or 0
 
 
