@@ -37,7 +37,8 @@ from typing import Any
 
 from gradsched import _validate as v
 from gradsched.costs import (COLLECTIVES, PER_RANK, CollectiveCost, collectives_from_dict, collectives_to_dict,
-                             derived_phase_ratio, extrapolate, fit_line, monotone_envelope, per_total, split_envelope, with_line)
+                             derived_phase_ratio, extrapolate, fit_line, monotone_envelope, per_total, ring_min_bytes,
+                             ring_phase_ratio, split_envelope, switched_at, with_line)
 from gradsched.errors import FormatError, GradschedError
 from gradsched.plan import ALL_GATHER, HIER, REDUCE_SCATTER
 from gradsched.queued import QueuedRule
@@ -55,7 +56,7 @@ FIELDS = ("format", "world_size", "backend", "algorithm", "collectives", "points
 # known, so that a misspelling of one is caught (_validate.check_fields).
 OPTIONAL_FIELDS = ("contention", "topk_selection_s_per_nlogn", "source", "measured_by", "device", "reps", "host",
                    "measured_points", "startup_measured_points", "samples", "allreduce_stream",
-                   "derived_phase_ratios")
+                   "derived_phase_ratios", "ring_phase_ratios", "ring_min_bytes")
 # Optional: an all-reduce of a training step's stream costs max(latency_s, s_per_byte * bytes), its start-up
 # overlapping its bytes, instead of the table's time (docs/cost-model.md, "Start-up or bytes"); with an
 # ``exponent`` p, (latency_s**p + (s_per_byte * bytes)**p) ** (1/p): the two overlap partly near where they are equal.
@@ -148,11 +149,12 @@ class Cluster:
     def operation_cost(self, collective: str) -> CollectiveCost:
         """What a plan operation of ``collective`` costs as a function of the bytes it holds (the whole
         group): the all-reduce's own cost; a ``reduce-scatter`` or ``all-gather`` of ``n`` bytes is the
-        cluster's ``reducescatter`` or ``allgather`` of ``n / world_size`` bytes per rank."""
+        cluster's ``reducescatter`` or ``allgather`` of ``n / world_size`` bytes per rank, priced by the group's
+        size where derived (:meth:`phase_cost`)."""
         if collective == REDUCE_SCATTER:
-            return per_total(self.cost("reducescatter"), self.world_size)
+            return self.phase_cost("reducescatter")
         if collective == ALL_GATHER:
-            return per_total(self.cost("allgather"), self.world_size)
+            return self.phase_cost("allgather")
         if collective == "allreduce" and STREAM in self.extra:
             return stream_cost(*stream_figures(self.extra[STREAM]))
         return self.cost(collective)
@@ -173,10 +175,43 @@ class Cluster:
             # total size: each, of s bytes per rank, costs half the start-up
             # and (P/2) times the per-byte cost of an all-reduce of s bytes; the per-byte
             # part times what the runtime's phase measured against that half (derived_phase_ratio).
-            ar = self.collectives["allreduce"]
-            ratio = self.derived_phase_ratio(collective)
-            return CollectiveCost(ar.alpha_s / 2, ar.beta_s_per_byte * self.world_size / 2 * ratio)
+            return self._derived(self.derived_phase_ratio(collective))
         raise GradschedError(f"cluster has no cost model for {collective!r}; it knows {sorted(self.collectives)}")
+
+    def _derived(self, ratio: float) -> CollectiveCost:
+        """A phase derived from the all-reduce line, per rank byte: half its start-up, ``P/2`` times its slope times
+        ``ratio``."""
+        ar = self.collectives["allreduce"]
+        return CollectiveCost(ar.alpha_s / 2, ar.beta_s_per_byte * self.world_size / 2 * ratio)
+
+    def phase_cost(self, collective: str) -> CollectiveCost:
+        """What a plan's ``reducescatter`` or ``allgather`` group costs by its whole bytes.  A phase the table timed
+        is priced as timed (the runtime's own functions timed it: rings where they ran).  A derived one follows the
+        runtime's choice by size (:func:`gradsched.costs.runs_ring`): under :attr:`ring_min_bytes` the all-to-alls'
+        ratio (:meth:`derived_phase_ratio`), from it the ring's (:meth:`ring_phase_ratio`: gloo beyond two ranks,
+        1.0 at 8 against the all-to-alls' 2.0, docs/cost-model.md, "Two phases not measured")."""
+        whole = per_total(self.cost(collective), self.world_size)
+        ring = self.ring_phase_ratio(collective)
+        if collective in self.collectives or "allreduce" not in self.collectives or ring is None:
+            return whole
+        return switched_at(whole, per_total(self._derived(ring), self.world_size), self.ring_min_bytes)
+
+    @property
+    def ring_min_bytes(self) -> int:
+        """The group size from which the phases ran as rings where this cluster was measured: the file's optional
+        ``ring_min_bytes`` (2**62 or more: no rings, the runs before them), else the runtime's
+        (:func:`gradsched.costs.ring_min_bytes`: 4 MiB, or ``GRADSCHED_RING_MIN_BYTES``)."""
+        given = self.extra.get("ring_min_bytes")
+        return int(given) if given is not None else ring_min_bytes()
+
+    def ring_phase_ratio(self, collective: str) -> float | None:
+        """What a derived ``reducescatter`` or ``allgather`` sent as a ring costs a byte over half the all-reduce's:
+        the file's optional ``ring_phase_ratios``, else :func:`gradsched.costs.ring_phase_ratio` for the backend and
+        world size; None where no ring runs (NCCL, two ranks or fewer) or none is known for the backend."""
+        if self.backend == "nccl" or self.world_size <= 2:
+            return None
+        given = (self.extra.get("ring_phase_ratios") or {}).get(collective)
+        return float(given) if given is not None else ring_phase_ratio(self.backend, self.world_size, collective)
 
     def derived_phase_ratio(self, collective: str) -> float:
         """What a ``reducescatter`` or ``allgather`` the table did not time costs a byte over half the
@@ -285,9 +320,11 @@ class Cluster:
         extra = {k: x for k, x in data.items() if k not in FIELDS and k != "contention"}
         if STREAM in extra:
             stream_figures(extra[STREAM], source)
-        if "derived_phase_ratios" in extra:
-            for name, x in v.numbers(extra["derived_phase_ratios"], source, "derived_phase_ratios", PER_RANK).items():
-                v.number(x, source, f"derived_phase_ratios.{name}", positive=True)
+        for field in ("derived_phase_ratios", "ring_phase_ratios"):
+            for name, x in v.numbers(extra.get(field, {}), source, field, PER_RANK).items():
+                v.number(x, source, f"{field}.{name}", positive=True)
+        if "ring_min_bytes" in extra:
+            v.integer(extra["ring_min_bytes"], source, "ring_min_bytes", minimum=1)
         return cls(world, collectives, backend, algorithm, extra, contention, topology)
 
     @classmethod

@@ -16,6 +16,7 @@ share it).  Torch-free and format-free: gradsched.cluster and gradsched.topology
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -252,6 +253,63 @@ def measured_phase_ratio(backend: str, world_size: int, collective: str) -> floa
     :func:`derived_phase_ratio` reads its table; None on a backend with none measured."""
     table = MEASURED_PHASE_RATIOS.get(backend)
     return _ratio_at(table, world_size, collective) if table else None
+
+
+# gloo beyond two ranks: the runtime (gradsched.torch.runtime.decoupled.uses_ring) sends a reduce-scatter or all-gather
+# group of at least this many bytes (the whole group, each rank's buffer) as a ring of point-to-point messages, smaller
+# groups as all-to-alls; ``GRADSCHED_RING_MIN_BYTES`` overrides it (a huge value: no rings).  8 hosts at 250 Mbit/s,
+# x half the all-reduce (reduce-scatter / all-gather): 4 and 16 MiB rings 1.08/1.04 and 1.00/1.00 against the
+# all-to-alls' 2.00/1.57 and 1.80/1.39; at 2 MiB 1.37/1.80 against 1.42/1.40, below it the all-to-alls faster (a ring
+# pays p - 1 start-ups; benchmarks/results/gloo_ring_phases_8h_250mbit.json).
+RING_MIN_BYTES = 4 << 20
+RING_MIN_BYTES_ENV = "GRADSCHED_RING_MIN_BYTES"
+NO_RING_BYTES = 1 << 62  # a threshold no group reaches: all-to-alls at every size (runs made before the rings)
+# What a ring phase costs a byte over half the all-reduce's (the ratios above price the all-to-alls), where the
+# table did not time it: {backend: ((ranks, (reducescatter, allgather)), ...)}, read as those are.  8 ranks: the
+# slopes of the 4-16 MiB rings over half the all-reduce's in the sweep above (0.97, 0.99), its 16 MiB times (1.00,
+# 1.00), and the 8-host VGG-16 bench whose table timed them (0.98 each, emulate_papers_vgg16_8h_ring10.json): 1.0,
+# a ring all-reduce's half, which is also what fewer ranks take (not measured there).
+RING_PHASE_RATIOS: dict[str, tuple[tuple[int, tuple[float, float]], ...]] = {
+    "gloo": ((8, (1.0, 1.0)),),
+}
+
+
+def ring_min_bytes() -> int:
+    """The group size (bytes) from which gloo's two phases go as rings beyond two ranks: ``GRADSCHED_RING_MIN_BYTES``
+    where set (the runtime reads it at each phase), else :data:`RING_MIN_BYTES`."""
+    raw = os.environ.get(RING_MIN_BYTES_ENV)
+    return int(raw) if raw else RING_MIN_BYTES
+
+
+def runs_ring(world_size: int, group_bytes: float, nccl: bool, least: int | None = None) -> bool:
+    """Whether the runtime sends a two-phase group of ``group_bytes`` as a ring: not on NCCL (one collective there),
+    beyond two ranks, and at least ``least`` bytes (default :func:`ring_min_bytes`)."""
+    return not nccl and world_size > 2 and group_bytes >= (ring_min_bytes() if least is None else least)
+
+
+def ring_phase_ratio(backend: str, world_size: int, collective: str) -> float | None:
+    """:data:`RING_PHASE_RATIOS`' ratio for ``collective`` on ``backend`` at ``world_size`` ranks (read as
+    :func:`derived_phase_ratio` reads its table); None where no ring runs (two ranks or fewer) or none is listed
+    for the backend (NCCL: its phases are one collective at every size)."""
+    table = RING_PHASE_RATIOS.get(backend)
+    return _ratio_at(table, world_size, collective) if table and world_size > 2 else None
+
+
+def switched_at(below: CollectiveCost, above: CollectiveCost, at_bytes: int) -> CollectiveCost:
+    """One cost of whole numbers of bytes that is the line ``below`` under ``at_bytes`` and ``above`` from it: a table
+    of three points (1 byte, half a byte under ``at_bytes``, ``at_bytes``; ``below`` is straight up to the second)
+    with ``above``'s line beyond, so that every consumer of a cost (sums, the simulator, the planners, the bound)
+    keeps the step.  ``above`` where ``at_bytes`` is 1 or less; ``below`` where it is 2**62 or more (no size priced
+    reaches it: "no rings").  Both must be lines (no table)."""
+    if below.points is not None or above.points is not None:
+        raise InternalError("switched_at takes two lines")
+    if at_bytes <= 1:
+        return above
+    if at_bytes >= NO_RING_BYTES:
+        return below
+    under = at_bytes - 0.5
+    points = ((1.0, below.time_s(1.0)), (under, below.time_s(under)), (float(at_bytes), above.time_s(at_bytes)))
+    return CollectiveCost(above.alpha_s, above.beta_s_per_byte, points)
 
 
 def per_total(cost: CollectiveCost, world_size: int) -> CollectiveCost:

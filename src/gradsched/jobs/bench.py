@@ -286,18 +286,23 @@ def with_phase_ratios(cluster: Cluster) -> Cluster:
     each at 8 ranks, fitted on lines refitted below 2 MiB, 22-33% less a byte than the bench's).  The bench's
     line, anchored to its probe, is the reading those ratios are taken against; with them the six stored 8-host
     ``dear`` plans re-predict at median |error| 7.3%, worst 17.3% (2.0 on the same reading: 24.4%, worst 38.4%;
-    docs/notes/2026-12-err10.md).  Unchanged on a backend with none measured."""
+    docs/notes/2026-12-err10.md).  Those ratios price the all-to-alls; where rings run (gloo beyond two ranks) the
+    cluster also records ``ring_min_bytes``, the runtime's threshold as this job runs it
+    (:func:`gradsched.costs.ring_min_bytes`), so that it is re-read as run if the default moves.  Unchanged on a
+    backend with none measured."""
     import dataclasses
 
-    from gradsched.costs import PER_RANK, measured_phase_ratio
+    from gradsched.costs import PER_RANK, measured_phase_ratio, ring_min_bytes
 
     given = dict(cluster.extra.get("derived_phase_ratios") or {})
+    derived = [name for name in PER_RANK if name not in cluster.collectives]
     ratios = {name: measured_phase_ratio(cluster.backend, cluster.world_size, name)
-              for name in PER_RANK if name not in cluster.collectives and name not in given}
+              for name in derived if name not in given}
     found = {name: r for name, r in ratios.items() if r is not None}
-    if not found:
-        return cluster
-    return dataclasses.replace(cluster, extra={**cluster.extra, "derived_phase_ratios": {**given, **found}})
+    extra = {**cluster.extra, "derived_phase_ratios": {**given, **found}} if found else dict(cluster.extra)
+    if "ring_min_bytes" not in extra and any(cluster.ring_phase_ratio(name) is not None for name in derived):
+        extra["ring_min_bytes"] = ring_min_bytes()
+    return dataclasses.replace(cluster, extra=extra) if extra != cluster.extra else cluster
 
 
 def ddp_first_bucket_mb(ddp_kwargs: Mapping[str, Any] | None, explicit_cap_has_no_first_bucket: bool) -> float:

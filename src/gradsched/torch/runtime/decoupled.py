@@ -45,13 +45,14 @@ refused: the executor gates each layer on the operation holding its own tensors.
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
+from gradsched.costs import RING_MIN_BYTES as RING_MIN_BYTES  # re-exported: the runtime's threshold, by its old name
+from gradsched.costs import runs_ring
 from gradsched.errors import GradschedError
 from gradsched.plan import ALL_GATHER, REDUCE_SCATTER, Operation, Plan, gate_tensor
 from gradsched.torch.runtime.groups import side_group, uses_nccl
@@ -66,11 +67,8 @@ GATHER_TIMEOUT_S = 1800.0  # the gather group's own timeout; each wait is bounde
 # both phases 576 -> 515 ms (benchmarks/two_phase_pieces.py, docs/runtime.md)
 CHUNK_BYTES = 512 << 10
 PHASE_THREADS = 8
-# gloo beyond two ranks: a group of at least this many bytes goes as a ring (``GRADSCHED_RING_MIN_BYTES`` overrides;
-# a huge value turns rings off).  8 hosts at 250 Mbit/s, x half the all-reduce (reduce-scatter / all-gather): 4 and
-# 16 MiB rings 1.08/1.04 and 1.00/1.00 against the all-to-alls' 2.00/1.57 and 1.80/1.39; at 2 MiB 1.37/1.80 against
-# 1.42/1.40, below it the all-to-alls faster (a ring pays 7 start-ups; benchmarks/results/gloo_ring_phases_8h_250mbit.json)
-RING_MIN_BYTES = 4 << 20
+# RING_MIN_BYTES (gloo beyond two ranks: a group of at least this many bytes goes as a ring) lives in gradsched.costs,
+# torch-free, where the simulator prices the phases by it; imported here under the same name.
 _GATHER_GROUPS: dict[int, dist.ProcessGroup] = {}
 _SCATTER_GROUPS: dict[int, dist.ProcessGroup] = {}
 _RING_GROUPS: dict[int, tuple[dist.ProcessGroup, dist.ProcessGroup]] = {}
@@ -125,11 +123,11 @@ def ring_groups(group: dist.ProcessGroup) -> tuple[dist.ProcessGroup, dist.Proce
 
 
 def uses_ring(full: torch.Tensor, world: int, nccl: bool) -> bool:
-    """Whether a phase of ``full`` goes as a ring: gloo, beyond two ranks, and at least :data:`RING_MIN_BYTES` (or
-    ``GRADSCHED_RING_MIN_BYTES``).  A ring leaves each rank's shard in one region (chunk ``rank``), the layout a
+    """Whether a phase of ``full`` goes as a ring: gloo, beyond two ranks, and at least :data:`RING_MIN_BYTES` (4 MiB,
+    or ``GRADSCHED_RING_MIN_BYTES``: :func:`gradsched.costs.runs_ring`, the rule the simulator prices the phases by;
+    docs/runtime.md, "Why rings").  A ring leaves each rank's shard in one region (chunk ``rank``), the layout a
     sharded optimizer's ``whole`` phases keep, so it serves them too."""
-    least = int(os.environ.get("GRADSCHED_RING_MIN_BYTES", RING_MIN_BYTES))
-    return not nccl and world > 2 and full.numel() * full.element_size() >= least
+    return runs_ring(world, full.numel() * full.element_size(), nccl)
 
 
 def chunks(padded: int, world_size: int, element_bytes: int) -> list[tuple[int, int]]:
