@@ -161,3 +161,14 @@ def test_the_simulator_prices_a_group_from_the_threshold_at_the_ring_ratio() -> 
         nbytes = profile.tensors[op.slices[0].tensor].bytes
         ratio = 1.0 if nbytes >= T else derived_phase_ratio("gloo", 8, name)
         assert result.op_end_s[j] - result.op_start_s[j] == pytest.approx(_derived_s(nbytes, ratio))
+
+
+def test_the_ring_is_priced_on_the_all_reduces_stream_slope_where_the_file_has_one() -> None:
+    """The ring was timed against an all-reduce of the same size: the stream figure (anchored to the probe's
+    all-reduce of every gradient) where the bench wrote one; the all-to-alls stay on the line their ratios were
+    fitted on."""
+    stream = {"latency_s": 0.01, "s_per_byte": 6e-9}
+    cluster = _cluster(allreduce_stream=stream)
+    rs = cluster.operation_cost(REDUCE_SCATTER)
+    assert rs.time_s(2 * T) == pytest.approx(AR.alpha_s / 2 + 6e-9 / 2 * 2 * T)
+    assert rs.time_s(T // 2) == pytest.approx(_derived_s(T // 2, derived_phase_ratio("gloo", 8, "reducescatter")))

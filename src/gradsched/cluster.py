@@ -178,23 +178,28 @@ class Cluster:
             return self._derived(self.derived_phase_ratio(collective))
         raise GradschedError(f"cluster has no cost model for {collective!r}; it knows {sorted(self.collectives)}")
 
-    def _derived(self, ratio: float) -> CollectiveCost:
-        """A phase derived from the all-reduce line, per rank byte: half its start-up, ``P/2`` times its slope times
-        ``ratio``."""
+    def _derived(self, ratio: float, slope: float | None = None) -> CollectiveCost:
+        """A phase derived from the all-reduce line, per rank byte: half its start-up, ``P/2`` times its slope (or
+        ``slope``, an all-reduce's seconds a byte) times ``ratio``."""
         ar = self.collectives["allreduce"]
-        return CollectiveCost(ar.alpha_s / 2, ar.beta_s_per_byte * self.world_size / 2 * ratio)
+        beta = ar.beta_s_per_byte if slope is None else slope
+        return CollectiveCost(ar.alpha_s / 2, beta * self.world_size / 2 * ratio)
 
     def phase_cost(self, collective: str) -> CollectiveCost:
         """What a plan's ``reducescatter`` or ``allgather`` group costs by its whole bytes.  A phase the table timed
         is priced as timed (the runtime's own functions timed it: rings where they ran).  A derived one follows the
         runtime's choice by size (:func:`gradsched.costs.runs_ring`): under :attr:`ring_min_bytes` the all-to-alls'
-        ratio (:meth:`derived_phase_ratio`), from it the ring's (:meth:`ring_phase_ratio`: gloo beyond two ranks,
-        1.0 at 8 against the all-to-alls' 2.0, docs/cost-model.md, "Two phases not measured")."""
+        ratio (:meth:`derived_phase_ratio`) over the all-reduce line, from it the ring's (:meth:`ring_phase_ratio`:
+        gloo beyond two ranks, 1.0 at 8 against the all-to-alls' 2.0) over the all-reduce's bytes as a step's stream
+        runs them (the ``allreduce_stream`` slope where the file has one, anchored to the probe's all-reduce of
+        every gradient; else the line): the ring was timed against an all-reduce of the same size, where the
+        all-to-alls' ratios were fitted on each reading's line (docs/cost-model.md, "Two phases not measured")."""
         whole = per_total(self.cost(collective), self.world_size)
         ring = self.ring_phase_ratio(collective)
         if collective in self.collectives or "allreduce" not in self.collectives or ring is None:
             return whole
-        return switched_at(whole, per_total(self._derived(ring), self.world_size), self.ring_min_bytes)
+        slope = stream_figures(self.extra[STREAM])[1] if STREAM in self.extra else None
+        return switched_at(whole, per_total(self._derived(ring, slope), self.world_size), self.ring_min_bytes)
 
     @property
     def ring_min_bytes(self) -> int:
