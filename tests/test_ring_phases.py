@@ -172,3 +172,58 @@ def test_the_ring_is_priced_on_the_all_reduces_stream_slope_where_the_file_has_o
     rs = cluster.operation_cost(REDUCE_SCATTER)
     assert rs.time_s(2 * T) == pytest.approx(AR.alpha_s / 2 + 6e-9 / 2 * 2 * T)
     assert rs.time_s(T // 2) == pytest.approx(_derived_s(T // 2, derived_phase_ratio("gloo", 8, "reducescatter")))
+
+
+# ------------------------------------------------------------------ dear's groupings at least the ring's size
+def _layers_profile(mib: list[float]):
+    from gradsched.profile import Profile, TensorProfile
+
+    return Profile("layers", tuple(TensorProfile(f"t{k}", int(m * 2**18), int(m * 2**18) * 4, 0.001, 0.002)
+                                   for k, m in enumerate(mib)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(mib=st.lists(st.floats(0.25, 12.0), min_size=1, max_size=30), multiple=st.sampled_from([1, 2, 3]))
+def test_at_least_groups_reach_the_size_in_forward_order(mib: list[float], multiple: int) -> None:
+    from gradsched.planners.dear import at_least_groups
+
+    profile = _layers_profile(mib)
+    groups = at_least_groups(profile, multiple * T)
+    assert [t for g in groups for t in g] == list(range(len(mib)))  # every tensor once, forward order
+    sizes = [sum(profile.tensors[t].bytes for t in g) for g in groups]
+    assert all(s >= multiple * T for s in sizes[:-1])
+    assert all(sum(profile.tensors[t].bytes for t in g[:-1]) < multiple * T for g in groups)  # closed at reaching it
+
+
+def test_dear_tries_groups_of_at_least_the_ring_size_only_where_rings_run() -> None:
+    from gradsched.planners.dear import RING_MULTIPLES, candidate_groupings
+
+    profile = _layers_profile([1.5] * 24)
+
+    def names(cluster: Cluster) -> list[str]:
+        return [n for n, _ in candidate_groupings(profile, cluster) if n.startswith("at least")]
+
+    assert names(_cluster()) == [f"at least({k}x 4 MiB)" for k in RING_MULTIPLES]
+    for no_rings in (_cluster("nccl"), _cluster("gloo", 2), _cluster(ring_min_bytes=NO_RING_BYTES)):
+        assert names(no_rings) == []
+
+
+def test_dear_planned_is_no_slower_than_its_ring_sized_candidates() -> None:
+    """Layers of 1.5 MiB at 8 gloo ranks: DeAR's 4 MB threshold makes 3 MiB groups (all-to-alls); groups of three
+    layers (4.5 MiB) go as rings at half the price a byte; the planned grouping takes the fastest candidate."""
+    from gradsched.planners import make_plan
+    from gradsched.planners.dear import at_least_groups, threshold_groups, two_phase_ops
+    from gradsched.plan import Plan
+    from gradsched.sim import simulate
+
+    profile = _layers_profile([1.5] * 24)
+    cluster = _cluster()
+
+    def iteration_s(groups) -> float:
+        plan = Plan("dear", two_phase_ops(groups, profile), profile.fingerprint, profile.model, overlap_forward=True)
+        return simulate(plan, profile, cluster, timeline=False).iteration_s
+
+    ring_sized = iteration_s(at_least_groups(profile, T))
+    assert ring_sized < iteration_s(threshold_groups(profile, 4e6))
+    planned = make_plan("dear", profile, cluster)
+    assert simulate(planned, profile, cluster, timeline=False).iteration_s <= ring_sized + 1e-12

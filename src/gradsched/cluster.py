@@ -325,9 +325,9 @@ class Cluster:
         extra = {k: x for k, x in data.items() if k not in FIELDS and k != "contention"}
         if STREAM in extra:
             stream_figures(extra[STREAM], source)
-        for field in ("derived_phase_ratios", "ring_phase_ratios"):
-            for name, x in v.numbers(extra.get(field, {}), source, field, PER_RANK).items():
-                v.number(x, source, f"{field}.{name}", positive=True)
+        for ratios in ("derived_phase_ratios", "ring_phase_ratios"):
+            for name, x in v.numbers(extra.get(ratios, {}), source, ratios, PER_RANK).items():
+                v.number(x, source, f"{ratios}.{name}", positive=True)
         if "ring_min_bytes" in extra:
             v.integer(extra["ring_min_bytes"], source, "ring_min_bytes", minimum=1)
         return cls(world, collectives, backend, algorithm, extra, contention, topology)

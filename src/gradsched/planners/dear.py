@@ -15,7 +15,10 @@ Groups (``grouping``):
 - ``planned`` (default): the fastest, on the simulator, of the groupings the merge rules of
   ``mgwfbp`` and ``optimal`` give when asked of the reduce-scatter's cost and of the
   two-phase cost (reduce-scatter plus all-gather), DeAR's threshold rule at 1-256 MB (the
-  range its Bayesian search tunes) and the nearby-layers rule (4 layers, and 1), each in list order (fifo) and
+  range its Bayesian search tunes), the nearby-layers rule (4 layers, and 1) and, where the runtime sends a group from
+  a size on as a ring (gloo beyond two ranks, :attr:`~gradsched.cluster.Cluster.ring_min_bytes`), groups of at least
+  1-8 times that size (:func:`at_least_groups`: the ring's half the all-reduce against the all-to-alls' up to twice
+  it), each in list order (fifo) and
   with US-Byte-style priorities over both phases (:func:`prioritized`): the plan keeps
   ``scheduling: priority`` only where the simulator predicts it faster.
 
@@ -32,6 +35,7 @@ from dataclasses import replace
 import numpy as np
 
 from gradsched.cluster import Cluster
+from gradsched.costs import NO_RING_BYTES
 from gradsched.errors import GradschedError
 from gradsched.plan import ALL_GATHER, REDUCE_SCATTER, Operation, Plan, Slice, whole_slices
 from gradsched.planners import _collective as coll
@@ -47,6 +51,10 @@ GROUPINGS = ("planned", "threshold", "nearby")
 DEFAULT_THRESHOLD_MB = 25.0  # DeAR's default (dear_pytorch: 25 MB of fp32 gradients)
 DEFAULT_NEARBY_LAYERS = 4  # DeAR's grouping when no threshold is set
 SEARCH_THRESHOLDS_MB = (1.0, 4.0, 16.0, 25.0, 64.0, 256.0)  # the range DeAR's Bayesian search tunes in
+# groups of at least these multiples of the ring threshold (at 8 emulated hosts, runs10's profiles with rings priced:
+# BERT-Base's dear 834 -> 806 ms at 2x, BERT-Large's 2170 -> 2153 at 6x; VGG-16 and ResNet-50 kept their grouping;
+# benchmarks/dear_rings.py)
+RING_MULTIPLES = (1, 2, 3, 4, 6, 8)
 
 OPTIONS = (
     Option("grouping", str, "planned", doc="planned (simulator), threshold (DeAR's rule) or nearby (every N layers)"),
@@ -86,6 +94,22 @@ def _layer_bytes(profile: Profile) -> list[int]:
         return [sum(tensor_table(profile).nbytes[t] for t in ts) for ts in forward]
     flat = np.fromiter(itertools.chain.from_iterable(forward), dtype=np.int64, count=int(ptr[-1]))
     return np.add.reduceat(np.array(tensor_table(profile).nbytes, dtype=np.int64)[flat], ptr[:-1]).tolist()
+
+
+def at_least_groups(profile: Profile, least_bytes: float) -> list[list[int]]:
+    """Layers in forward order, a group closed once it holds at least ``least_bytes`` (the last may hold less): DeAR's
+    threshold rule turned around, so that each group but the last reaches the size from which the runtime sends
+    it as a ring."""
+    groups: list[list[int]] = []
+    size = 0
+    for layer, nbytes in zip(profile.layer_table.forward, _layer_bytes(profile)):
+        if groups and size < least_bytes:
+            groups[-1] += layer
+            size += nbytes
+        else:
+            groups.append(list(layer))
+            size = nbytes
+    return groups
 
 
 def nearby_groups(profile: Profile, layers: int) -> list[list[int]]:
@@ -132,6 +156,9 @@ def candidate_groupings(profile: Profile, cluster: Cluster) -> list[tuple[str, l
            (f"nearby({DEFAULT_NEARBY_LAYERS})", nearby_groups(profile, DEFAULT_NEARBY_LAYERS)),
            ("nearby(1)", nearby_groups(profile, 1))]  # per layer: where priorities pay most
     out += [(f"threshold({mb:g} MB)", threshold_groups(profile, mb * 1e6)) for mb in SEARCH_THRESHOLDS_MB]
+    least = cluster.ring_min_bytes
+    if cluster.ring_phase_ratio("reducescatter") is not None and least < NO_RING_BYTES:  # rings run
+        out += [(f"at least({k}x {least / 2**20:g} MiB)", at_least_groups(profile, k * least)) for k in RING_MULTIPLES]
     return out
 
 

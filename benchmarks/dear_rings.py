@@ -1,0 +1,113 @@
+"""What ``dear`` and ``auto`` predict at 8 emulated hosts with gloo's two phases priced as the runtime now runs them
+(rings from 4 MiB a group), against ``usbyte``, ``usbyte groups=0``, PyTorch DDP and the bound (issue 36, phase11).
+
+    python benchmarks/dear_rings.py [RUN.json ...] [--json benchmarks/results/dear_rings.json]
+
+For each kept 8-host ``gradsched bench --json`` run (default: runs10's VGG-16, ResNet-50, BERT-Base and BERT-Large,
+whose tables timed the all-reduce only), its profile, probe and cluster read as ``gradsched bench`` prices now
+(``predict_fixes.bench_reading``: the line anchored to the probe, the stream cost, the all-to-alls at the ratios
+measured alone), and the plans made and simulated as ``benchmarks/dear_trials.py`` does (planned on the profile
+with the runtime's costs, simulated on it calibrated to the run's compute-only step), twice: with the phases the
+table did not time priced as all-to-alls at every size ("a2a", the rule before phase11) and by size ("rings":
+:meth:`gradsched.cluster.Cluster.phase_cost`, a ring from ``RING_MIN_BYTES``).  Each plan is made on the pricing it
+is simulated on.  Rows: PyTorch DDP (the ``ddp`` row's buckets), ``usbyte`` (defaults), ``usbyte groups=0``, ``dear``
+planned (its choice named), DeAR's threshold rule at 25 MB and its nearby rule at 4 layers, and ``auto``; the bound
+is :func:`gradsched.calibration.lower_bound_s` on each pricing.  For each ``dear`` plan: its groups and how many
+reach the ring threshold.  No network: about a minute.  Times in emulated seconds (the run's over its dilation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from dear_trials import group_bytes, with_threshold
+from predict_fixes import bench_reading
+
+from gradsched.calibration import calibrate, lower_bound_s, with_runtime_costs
+from gradsched.costs import NO_RING_BYTES, RING_MIN_BYTES
+from gradsched.jobs.bench import ddp_first_bucket_mb
+from gradsched.jobs.results import read_bench_row
+from gradsched.planners import make_plan
+from gradsched.profile import Profile
+from gradsched.sim import simulate
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+DEFAULT_RUNS = [RESULTS / f"emulate_papers_{m}_8h_runs10.json" for m in ("vgg16", "resnet50", "bert_base", "bert_large")]
+PRICINGS = {"a2a": NO_RING_BYTES, "rings": RING_MIN_BYTES}
+PLANS: dict[str, tuple[str, dict[str, Any]]] = {
+    "usbyte": ("usbyte", {}), "usbyte groups=0": ("usbyte", {"groups": 0}), "dear": ("dear", {}),
+    "dear threshold 25 MB": ("dear", {"grouping": "threshold", "threshold_mb": 25.0}),
+    "dear nearby 4": ("dear", {"grouping": "nearby", "nearby_layers": 4}), "auto": ("auto", {})}
+
+
+def analyse(path: Path) -> dict[str, Any]:
+    rows = json.loads(path.read_text())
+    first, dilate = read_bench_row(rows[0])
+    profile = Profile.from_dict(first["profile"]["measured"])
+    probe = first["contention"]
+    planned = with_runtime_costs(profile, probe, False)
+    scaled = with_runtime_costs(calibrate(profile, first["compute_only"]["iteration_s_median"]), probe, False)
+    scaled_ddp = with_runtime_costs(calibrate(profile, first["compute_only"]["iteration_s_median"]), probe, True)
+    ddp_row = next(r for r in rows if r["strategy"] == "ddp")
+    cap = float(ddp_row.get("bucket_cap_mb") or 25.0)
+    reading = bench_reading(first)
+    out: dict[str, Any] = {"run": path.stem, "model": first.get("model"), "dilate": dilate,
+                           "measured_ddp_s": ddp_row["iteration_s_median"],
+                           "measured_auto_s": next(r["iteration_s_median"] for r in rows if r["strategy"] == "auto"),
+                           "pricings": {}}
+    for pricing, least in PRICINGS.items():
+        cluster = with_threshold(reading, least)
+        ddp = make_plan("ddp", profile, cluster, bucket_cap_mb=cap,
+                        first_bucket_mb=ddp_first_bucket_mb({} if cap == 25.0 else {"bucket_cap_mb": cap}, True))
+        predicted = {"ddp": simulate(ddp, scaled_ddp, cluster, timeline=False).iteration_s / dilate}
+        groups: dict[str, Any] = {}
+        chose: dict[str, str] = {}
+        for name, (strategy, options) in PLANS.items():
+            plan = make_plan(strategy, planned, cluster, **options)
+            predicted[name] = simulate(plan, scaled, cluster, timeline=False).iteration_s / dilate
+            if strategy == "dear":
+                sizes = group_bytes(plan, planned)
+                groups[name] = {"groups": len(sizes), "ring_groups": sum(b >= RING_MIN_BYTES for b in sizes),
+                                "ring_bytes_share": sum(b for b in sizes if b >= RING_MIN_BYTES) / max(1, sum(sizes)),
+                                "group_mib": [round(b / 2**20, 2) for b in sizes]}
+                if options == {}:
+                    chose[name] = f"{plan.options.get('planned_grouping')}, {plan.scheduling}"
+            if strategy == "auto":
+                chose[name] = f"{plan.options.get('chose')} ({len(plan.operations)} operations)"
+        bound = lower_bound_s(scaled, cluster)["lower_bound_s"] / dilate
+        out["pricings"][pricing] = {"predicted_s": predicted, "bound_s": bound, "dear_groups": groups, "chose": chose}
+    return out
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    names = ["ddp", *PLANS]
+    print(f"{'run':34s} {'pricing':7s} " + " ".join(f"{n[:14]:>14s}" for n in names) + f" {'bound':>7s}")
+    for r in results:
+        for pricing, p in r["pricings"].items():
+            cells = " ".join(f"{p['predicted_s'][n] * 1e3:14.1f}" for n in names)
+            print(f"{r['run']:34s} {pricing:7s} {cells} {p['bound_s'] * 1e3:7.1f}")
+            print(f"{'':42s} dear: {p['chose'].get('dear')}; auto: {p['chose'].get('auto')}; dear's groups >= 4 MiB: "
+                  + ", ".join(f"{k} {g['ring_groups']}/{g['groups']}" for k, g in p["dear_groups"].items()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="*", type=Path, default=DEFAULT_RUNS)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    results = [analyse(p) for p in args.runs]
+    print_table(results)
+    if args.json:
+        args.json.write_text(json.dumps({"command": " ".join(["python", *sys.argv]),
+                                         "runs": [str(p.resolve().relative_to(ROOT)) for p in args.runs],
+                                         "ring_min_bytes": RING_MIN_BYTES, "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
