@@ -11,7 +11,9 @@ with the runtime's costs, simulated on it calibrated to the run's compute-only s
 table did not time priced as all-to-alls at every size ("a2a", the rule before phase11) and by size ("rings":
 :meth:`gradsched.cluster.Cluster.phase_cost`, a ring from ``RING_MIN_BYTES``).  Each plan is made on the pricing it
 is simulated on.  Rows: PyTorch DDP (the ``ddp`` row's buckets), ``usbyte`` (defaults), ``usbyte groups=0``, ``dear``
-planned (its choice named), DeAR's threshold rule at 25 MB and its nearby rule at 4 layers, and ``auto``; the bound
+planned (its choice named), ``dear`` planned without the groupings of at least the ring threshold (``"dear without
+at-least"``: its candidates before phase11), DeAR's threshold rule at 25 MB and its nearby rule at 4 layers, and
+``auto``; the bound
 is :func:`gradsched.calibration.lower_bound_s` on each pricing.  For each ``dear`` plan: its groups and how many
 reach the ring threshold.  No network: about a minute.  Times in emulated seconds (the run's over its dilation).
 """
@@ -21,8 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from dear_trials import group_bytes, with_threshold
 from predict_fixes import bench_reading
@@ -31,7 +34,7 @@ from gradsched.calibration import calibrate, lower_bound_s, with_runtime_costs
 from gradsched.costs import NO_RING_BYTES, RING_MIN_BYTES
 from gradsched.jobs.bench import ddp_first_bucket_mb
 from gradsched.jobs.results import read_bench_row
-from gradsched.planners import make_plan
+from gradsched.planners import dear, make_plan
 from gradsched.profile import Profile
 from gradsched.sim import simulate
 
@@ -41,6 +44,7 @@ DEFAULT_RUNS = [RESULTS / f"emulate_papers_{m}_8h_runs10.json" for m in ("vgg16"
 PRICINGS = {"a2a": NO_RING_BYTES, "rings": RING_MIN_BYTES}
 PLANS: dict[str, tuple[str, dict[str, Any]]] = {
     "usbyte": ("usbyte", {}), "usbyte groups=0": ("usbyte", {"groups": 0}), "dear": ("dear", {}),
+    "dear without at-least": ("dear", {}),
     "dear threshold 25 MB": ("dear", {"grouping": "threshold", "threshold_mb": 25.0}),
     "dear nearby 4": ("dear", {"grouping": "nearby", "nearby_layers": 4}), "auto": ("auto", {})}
 
@@ -68,20 +72,33 @@ def analyse(path: Path) -> dict[str, Any]:
         groups: dict[str, Any] = {}
         chose: dict[str, str] = {}
         for name, (strategy, options) in PLANS.items():
-            plan = make_plan(strategy, planned, cluster, **options)
+            with _without_at_least(name == "dear without at-least"):
+                plan = make_plan(strategy, planned, cluster, **options)
             predicted[name] = simulate(plan, scaled, cluster, timeline=False).iteration_s / dilate
             if strategy == "dear":
                 sizes = group_bytes(plan, planned)
                 groups[name] = {"groups": len(sizes), "ring_groups": sum(b >= RING_MIN_BYTES for b in sizes),
                                 "ring_bytes_share": sum(b for b in sizes if b >= RING_MIN_BYTES) / max(1, sum(sizes)),
                                 "group_mib": [round(b / 2**20, 2) for b in sizes]}
-                if options == {}:
+                if options == {}:  # planned
                     chose[name] = f"{plan.options.get('planned_grouping')}, {plan.scheduling}"
             if strategy == "auto":
                 chose[name] = f"{plan.options.get('chose')} ({len(plan.operations)} operations)"
         bound = lower_bound_s(scaled, cluster)["lower_bound_s"] / dilate
         out["pricings"][pricing] = {"predicted_s": predicted, "bound_s": bound, "dear_groups": groups, "chose": chose}
     return out
+
+
+@contextmanager
+def _without_at_least(on: bool) -> Iterator[None]:
+    """``dear``'s candidates without the groupings of at least the ring threshold (``on``)."""
+    kept = dear.RING_MULTIPLES
+    if on:
+        dear.RING_MULTIPLES = ()
+    try:
+        yield
+    finally:
+        dear.RING_MULTIPLES = kept
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
@@ -91,7 +108,8 @@ def print_table(results: list[dict[str, Any]]) -> None:
         for pricing, p in r["pricings"].items():
             cells = " ".join(f"{p['predicted_s'][n] * 1e3:14.1f}" for n in names)
             print(f"{r['run']:34s} {pricing:7s} {cells} {p['bound_s'] * 1e3:7.1f}")
-            print(f"{'':42s} dear: {p['chose'].get('dear')}; auto: {p['chose'].get('auto')}; dear's groups >= 4 MiB: "
+            print(f"{'':42s} dear: {p['chose'].get('dear')}; without at-least: "
+                  f"{p['chose'].get('dear without at-least')}; auto: {p['chose'].get('auto')}; dear's groups >= 4 MiB: "
                   + ", ".join(f"{k} {g['ring_groups']}/{g['groups']}" for k, g in p["dear_groups"].items()))
 
 
