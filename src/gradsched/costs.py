@@ -11,7 +11,8 @@ docs/cost-model.md), what the two phases cost where not timed (ratios over the a
 all-to-alls' and, from the runtime's ring threshold, whose home this is, the ring's), the
 arithmetic the two-level model needs (a weighted sum of costs, the cheaper of two costs at every
 size, a step between two lines), and reading a ``collectives``/``points`` pair from a file (the
-top level of gradsched.cluster/1 and each level of its topology share it).  Torch-free and format-free: gradsched.cluster and gradsched.topology build on it.
+top level of gradsched.cluster/1 and each level of its topology share it).  Torch-free and
+format-free: gradsched.cluster and gradsched.topology build on it.
 """
 
 from __future__ import annotations
