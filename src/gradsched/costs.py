@@ -268,9 +268,10 @@ RING_MIN_BYTES_ENV = "GRADSCHED_RING_MIN_BYTES"
 NO_RING_BYTES = 1 << 62  # a threshold no group reaches: all-to-alls at every size (runs made before the rings)
 # What a ring phase costs a byte over half the all-reduce's (the ratios above price the all-to-alls), where the
 # table did not time it: {backend: ((ranks, (reducescatter, allgather)), ...)}, read as those are.  8 ranks: the
-# slopes of the 4-16 MiB rings over half the all-reduce's in the sweep above (1.00, 1.01; benchmarks/two_phase_ratios.py,
-# results/two_phase_ring_ratios.json), its 16 MiB times (1.00, 1.00), and the 8-host VGG-16 bench whose table timed them (0.98 each, emulate_papers_vgg16_8h_ring10.json): 1.0,
-# a ring all-reduce's half, which is also what fewer ranks take (not measured there).
+# slopes of the 4-16 MiB rings over half the all-reduce's in the sweep above (1.00, 1.01:
+# benchmarks/two_phase_ratios.py, results/two_phase_ring_ratios.json), its 16 MiB times (1.00, 1.00), and the 8-host
+# VGG-16 bench whose table timed them (0.98 each, emulate_papers_vgg16_8h_ring10.json): 1.0, a ring all-reduce's
+# half, which is also what fewer ranks take (not measured there).
 RING_PHASE_RATIOS: dict[str, tuple[tuple[int, tuple[float, float]], ...]] = {
     "gloo": ((8, (1.0, 1.0)),),
 }
