@@ -41,7 +41,7 @@ from gradsched.costs import (COLLECTIVES, PER_RANK, CollectiveCost, collectives_
                              ring_phase_ratio, split_envelope, switched_at, with_line)
 from gradsched.errors import FormatError, GradschedError
 from gradsched.plan import ALL_GATHER, HIER, REDUCE_SCATTER
-from gradsched.queued import QueuedRule
+from gradsched.queued import QueuedRule, queue_s_per_byte
 from gradsched.topology import Topology
 
 __all__ = ["COLLECTIVES", "CONTENTION_FIELDS", "Cluster", "CollectiveCost", "Contention", "Topology", "fit_line",
@@ -162,10 +162,20 @@ class Cluster:
     def queued_rule(self, collective: str) -> QueuedRule | None:
         """How several ``collective`` operations (a plan's name, ``reduce-scatter``, or the cluster's,
         ``reducescatter``) in flight at once share the link (:mod:`gradsched.queued`), from the file's optional
-        ``queued`` field (``gradsched netbench --queue-depths``); None where it has none."""
+        ``queued`` field (``gradsched netbench --queue-depths``); None where it has none.  With the file's
+        ``queued_points`` the rule carries the deepest queue's seconds a byte (of a plan operation's whole bytes), so
+        that an operation alone as fast a byte as that queue gains nothing (:meth:`QueuedRule.for_operation`)."""
         name = {REDUCE_SCATTER: "reducescatter", ALL_GATHER: "allgather"}.get(collective, collective)
         raw = (self.extra.get("queued") or {}).get(name)
-        return None if raw is None else QueuedRule.from_dict(raw, "cluster", f"queued.{name}")
+        if raw is None:
+            return None
+        rule = QueuedRule.from_dict(raw, "cluster", f"queued.{name}")
+        points = (self.extra.get("queued_points") or {}).get(name)
+        per_byte = queue_s_per_byte(points) if isinstance(points, dict) else None
+        if per_byte is None:
+            return rule
+        # queued_points are in the table's sizes (a phase's: per rank); a plan operation's bytes are the whole group's
+        return rule.with_queue_rate(per_byte / self.world_size if name in PER_RANK else per_byte)
 
     def _base(self, collective: str) -> CollectiveCost:
         if collective in self.collectives:

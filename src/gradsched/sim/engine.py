@@ -374,7 +374,7 @@ class _Static:
         self.issue_s, self.retire_s = profile.op_host_s()
         self.update_call_s = profile.op_update_call_s()  # charged to overlapping plans only
         self._two_phase(plan, profile, fixed.forward_layer, REDUCE_SCATTER in by_collective)
-        self.rules = queued_rules(ops, cluster)
+        self.rules = queued_rules(ops, cluster, self.cost, self.op_bytes)
         self.arrays: tuple[np.ndarray, ...] | None = None  # the compiled pass's, made on its first use
 
     def _sparse(self, ops: tuple[Operation, ...], sparse: list[int], cluster: Cluster, elem: list[int],
@@ -423,7 +423,8 @@ def _queued(plan: Plan, st: _Static, channels: int) -> list[QueuedRule] | None:
     return st.rules if channels == 1 and plan.credit_bytes is None else None
 
 
-def queued_rules(ops: Sequence[Operation], cluster: Cluster) -> list[QueuedRule] | None:
+def queued_rules(ops: Sequence[Operation], cluster: Cluster, cost: Sequence[float] | None = None,
+                 op_bytes: Sequence[int] | None = None) -> list[QueuedRule] | None:
     """Each operation's queued rule (:mod:`gradsched.queued`), where every operation of the plan is a reduce-scatter
     or an all-gather, the cluster has a rule for each collective it uses, and one of them gains; else None (the
     one-channel pass: all-reduces were measured gaining nothing in a queue, docs/cost-model.md)."""
@@ -435,7 +436,10 @@ def queued_rules(ops: Sequence[Operation], cluster: Cluster) -> list[QueuedRule]
     rules = {name: cluster.queued_rule(name) for name in names}
     if any(r is None for r in rules.values()) or all(r.speedup <= 1.0 for r in rules.values() if r is not None):
         return None
-    return [rules[op.collective] for op in ops]  # type: ignore[misc]
+    out = [rules[op.collective] for op in ops]
+    if cost is not None and op_bytes is not None:  # each capped at the queue's measured rate (QueuedRule.for_operation)
+        out = [r.for_operation(c, nb) for r, c, nb in zip(out, cost, op_bytes)]  # type: ignore[union-attr]
+    return out if any(r.speedup > 1.0 for r in out) else None  # type: ignore[union-attr]
 
 
 def _times_s(cost: CollectiveCost, nbytes: list[int]) -> list[float]:
