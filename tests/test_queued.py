@@ -140,3 +140,41 @@ def test_netbench_times_queues_beside_one_at_a_time_and_writes_the_rule(tmp_path
     points = cluster.extra["queued_points"]["allgather"]
     assert sorted(points) == ["1", "2"] and [b for b, _ in points["2"]] == [1 << 20, 2 << 20]  # 1 MiB a rank up
     assert cluster.queued_rule(ALL_GATHER).slots == 2 and cluster.queued_rule("allreduce") is not None
+
+
+def test_an_operation_alone_as_fast_a_byte_as_the_timed_queue_gains_nothing():
+    rule = QueuedRule(2, 2.0, queue_s_per_byte=1e-3)  # the queue moved an operation's byte in 1 ms
+    assert rule.for_operation(0.5, 1000).speedup == 1.0  # alone 0.5 ms a byte: already faster than the queue
+    assert rule.for_operation(1.5, 1000).speedup == pytest.approx(1.5)  # up to the queue's rate
+    assert rule.for_operation(3.0, 1000).speedup == 2.0  # never past the fitted gain
+    assert QueuedRule(2, 2.0).for_operation(0.5, 1000) == QueuedRule(2, 2.0)  # no queue timing: as before
+
+
+def test_the_cluster_reads_the_queues_rate_per_whole_group_byte(case):
+    _, cluster = case  # 2 ranks: queued_points are per rank bytes, a plan operation's bytes the whole group's
+    points = {"reducescatter": {"1": [[100.0, 0.2]], "4": [[100.0, 0.1], [300.0, 0.2]]}}
+    with_points = dataclasses.replace(queued(cluster), extra={**queued(cluster).extra, "queued_points": points})
+    rule = with_points.queued_rule(REDUCE_SCATTER)
+    assert rule.speedup == 1.5 and rule.queue_s_per_byte == pytest.approx((0.1 / 100 + 0.2 / 300) / 2 / 2)
+    assert with_points.queued_rule(ALL_GATHER).queue_s_per_byte is None  # no points: uncapped, as before
+
+
+def test_queued_phases_gain_only_down_to_the_queues_timed_rate(case):
+    # alone RS/AG(400) = 0.25 s (6.25e-4 s a byte), RS/AG(1200) = 0.65 s (5.4e-4 s a byte)
+    profile, cluster = case
+    plan = two_phase(profile)
+
+    def timed(per_rank_s_per_byte: float) -> Cluster:
+        pts = {"1": [[200.0, 1.0]], "4": [[200.0, 200.0 * per_rank_s_per_byte]]}
+        c = queued(cluster)
+        return dataclasses.replace(c, extra={**c.extra, "queued_points": {"reducescatter": pts, "allgather": pts}})
+
+    alone = simulate(plan, profile, cluster)
+    uncapped = simulate(plan, profile, queued(cluster))
+    # a queue timed as slow a byte as either alone: no operation gains, priced one at a time as without the rule
+    assert simulate(plan, profile, timed(2 * 6.25e-4)).op_end_s == pytest.approx(alone.op_end_s)
+    # a queue timed far faster: the fitted gains, as before
+    assert simulate(plan, profile, timed(1e-9)).op_end_s == pytest.approx(uncapped.op_end_s)
+    # between (4.6e-4 s a whole byte): the 400-byte operations gain 1.36x, the 1200-byte ones 1.18x (<= 1.5, 2.0)
+    between = simulate(plan, profile, timed(2 * 4.6e-4)).iteration_s
+    assert uncapped.iteration_s < between < alone.iteration_s
