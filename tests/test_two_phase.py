@@ -379,3 +379,30 @@ def test_a_phase_of_its_own_slowdown_is_priced_by_the_simulator_and_bounded_by_t
     assert lower_bound_s(profile, lower)["contention_bound_s"] < lower_bound_s(profile, base)["contention_bound_s"]
     assert lower_bound_s(profile, lower)["contention_bound_s"] == \
         lower_bound_s(profile, _slowed(cluster, compute_slowdown=1.0))["contention_bound_s"]
+
+
+def test_auto_ranks_a_decoupled_plan_predicted_under_the_bound_without_its_queued_gain(monkeypatch):
+    # communication-bound: 8 layers of 4 MB, little compute; each phase alone costs a little under half the
+    # all-reduce, and a queued rule (2 slots, 2x) halves dear's prediction, under the lower bound, which prices
+    # every group alone: auto ranks dear as priced one at a time, and so keeps a plan without the phases
+    import gradsched.planners.auto as auto
+
+    profile = Profile("net-bound", tuple(TensorProfile(f"l{i}", 1_000_000, 4_000_000, 0.0002, 0.0001)
+                                         for i in range(8)))
+    phase = CollectiveCost(5e-4, 1.8e-8)
+    alone = dataclasses.replace(Cluster.alpha_beta(1e-3, 5e-9, 8), collectives={
+        "allreduce": CollectiveCost(1e-3, 5e-9), "reducescatter": phase, "allgather": phase})
+    gains = {"slots": 2, "speedup": 2.0}
+    queued = dataclasses.replace(alone, extra={"queued": {"reducescatter": gains, "allgather": gains}})
+    bound = lower_bound_s(profile, queued)["lower_bound_s"]
+    dear = make_plan("dear", profile, queued)
+    predicted = simulate(dear, profile, queued).iteration_s
+    one_at_a_time = simulate(dear, profile, alone).iteration_s
+    assert predicted < 0.6 * bound < bound < one_at_a_time
+    assert auto.under_bound_checked_s(dear, predicted, profile, queued, 1, []) == pytest.approx(one_at_a_time)
+    assert auto.under_bound_checked_s(dear, 1.0, profile, queued, 1, []) == 1.0  # over the bound: as predicted
+    assert auto.under_bound_checked_s(dear, predicted, profile, alone, 1, []) == predicted  # no queued rule
+    chosen = make_plan("auto", profile, queued)
+    assert chosen.options["chose"] != "dear" and chosen.options["predicted_iteration_s"] >= bound
+    monkeypatch.setattr(auto, "under_bound_checked_s", lambda plan, predicted_s, *rest: predicted_s)
+    assert make_plan("auto", profile, queued).options["chose"] == "dear"  # what the check changes

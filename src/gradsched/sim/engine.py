@@ -427,19 +427,22 @@ def queued_rules(ops: Sequence[Operation], cluster: Cluster, cost: Sequence[floa
                  op_bytes: Sequence[int] | None = None) -> list[QueuedRule] | None:
     """Each operation's queued rule (:mod:`gradsched.queued`), where every operation of the plan is a reduce-scatter
     or an all-gather, the cluster has a rule for each collective it uses, and one of them gains; else None (the
-    one-channel pass: all-reduces were measured gaining nothing in a queue, docs/cost-model.md)."""
+    one-channel pass: all-reduces were measured gaining nothing in a queue, docs/cost-model.md).  With each
+    operation's ``cost`` alone and ``op_bytes``, its rule gains at most down to the queue's timed seconds a byte
+    (:meth:`~gradsched.queued.QueuedRule.for_operation`); None too where then none gains."""
     if not ops:
         return None
     names = {op.collective for op in ops}
     if not names <= {REDUCE_SCATTER, ALL_GATHER}:
         return None
-    rules = {name: cluster.queued_rule(name) for name in names}
-    if any(r is None for r in rules.values()) or all(r.speedup <= 1.0 for r in rules.values() if r is not None):
+    found = {name: cluster.queued_rule(name) for name in names}
+    rules = {name: r for name, r in found.items() if r is not None}
+    if len(rules) < len(found) or all(r.speedup <= 1.0 for r in rules.values()):
         return None
     out = [rules[op.collective] for op in ops]
     if cost is not None and op_bytes is not None:  # each capped at the queue's measured rate (QueuedRule.for_operation)
-        out = [r.for_operation(c, nb) for r, c, nb in zip(out, cost, op_bytes)]  # type: ignore[union-attr]
-    return out if any(r.speedup > 1.0 for r in out) else None  # type: ignore[union-attr]
+        out = [r.for_operation(c, nb) for r, c, nb in zip(out, cost, op_bytes)]
+    return out if any(r.speedup > 1.0 for r in out) else None
 
 
 def _times_s(cost: CollectiveCost, nbytes: list[int]) -> list[float]:
