@@ -102,6 +102,26 @@ def test_measured_phases_are_priced_as_measured() -> None:
     assert cluster.operation_cost(ALL_GATHER).time_s(T) == pytest.approx(_derived_s(T, 1.0))  # the other: derived
 
 
+def test_a_phase_timed_only_under_the_threshold_is_priced_as_timed_there_and_as_the_ring_from_it() -> None:
+    # runs11: the table timed each phase as all-to-alls up to 2 MiB a group and extended that line beyond, where the
+    # runtime sends groups of 4 MiB and more as rings (the probe's ring of every gradient: half the all-reduce)
+    table = CollectiveCost(0.001, 1e-8, ((1024.0, 0.0011), (262144.0, 0.02)))  # per rank sizes: to 2 MiB a group
+    timed_to = {"reducescatter": [[1024.0, 0.0011], [262144.0, 0.02]]}
+    cluster = Cluster(8, {"allreduce": AR, "reducescatter": table}, "gloo", extra={"measured_points": timed_to})
+    cost = cluster.operation_cost(REDUCE_SCATTER)
+    assert cluster.timed_to_bytes("reducescatter") == 2 << 20
+    assert cost.time_s(2 << 20) == pytest.approx(0.02)  # as timed
+    assert cost.time_s(T - 1) == pytest.approx(table.time_s((T - 1) / 8))  # the table's line under the threshold
+    for n in (T, 4 * T):
+        assert cost.time_s(n) == pytest.approx(_derived_s(n, 1.0))  # the ring from it
+    no_rings = Cluster(8, {"allreduce": AR, "reducescatter": table}, "gloo",
+                       extra={"measured_points": timed_to, "ring_min_bytes": NO_RING_BYTES})
+    assert no_rings.operation_cost(REDUCE_SCATTER).time_s(4 * T) == pytest.approx(table.time_s(4 * T / 8))
+    far = {"reducescatter": [[1024.0, 0.0011], [T / 8, 0.03]]}  # timed at the threshold and past it: as timed
+    timed = Cluster(8, {"allreduce": AR, "reducescatter": table}, "gloo", extra={"measured_points": far})
+    assert timed.operation_cost(REDUCE_SCATTER).time_s(4 * T) == pytest.approx(table.time_s(4 * T / 8))
+
+
 # ------------------------------------------------------------------ the file's fields
 def test_the_fields_round_trip_and_the_files_ring_ratios_win() -> None:
     cluster = _cluster(ring_min_bytes=1 << 22, ring_phase_ratios={"allgather": 1.5})

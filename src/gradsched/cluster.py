@@ -38,7 +38,7 @@ from typing import Any
 from gradsched import _validate as v
 from gradsched.costs import (COLLECTIVES, PER_RANK, CollectiveCost, collectives_from_dict, collectives_to_dict,
                              derived_phase_ratio, extrapolate, fit_line, monotone_envelope, per_total, ring_min_bytes,
-                             ring_phase_ratio, split_envelope, switched_at, with_line)
+                             ring_phase_ratio, split_envelope, switched_at, table_then_line, with_line)
 from gradsched.errors import FormatError, GradschedError
 from gradsched.plan import ALL_GATHER, HIER, REDUCE_SCATTER
 from gradsched.queued import QueuedRule, queue_s_per_byte
@@ -197,7 +197,10 @@ class Cluster:
 
     def phase_cost(self, collective: str) -> CollectiveCost:
         """What a plan's ``reducescatter`` or ``allgather`` group costs by its whole bytes.  A phase the table timed
-        is priced as timed (the runtime's own functions timed it: rings where they ran).  A derived one follows the
+        is priced as timed (the runtime's own functions timed it: rings where they ran), except that where the file's
+        ``measured_points`` stop under :attr:`ring_min_bytes` (:meth:`timed_to_bytes`) the groups from it are priced
+        as the ring below, not on the timed all-to-alls' line extended (runs11: timed to 2 MiB a group, the line
+        beyond at 82 ns a byte where the probe's ring of every gradient ran at 31).  A derived one follows the
         runtime's choice by size (:func:`gradsched.costs.runs_ring`): under :attr:`ring_min_bytes` the all-to-alls'
         ratio (:meth:`derived_phase_ratio`) over the all-reduce line, from it the ring's (:meth:`ring_phase_ratio`:
         gloo beyond two ranks, 1.0 at 8 against the all-to-alls' 2.0) over the all-reduce's bytes as a step's stream
@@ -206,10 +209,25 @@ class Cluster:
         all-to-alls' ratios were fitted on each reading's line (docs/cost-model.md, "Two phases not measured")."""
         whole = per_total(self.cost(collective), self.world_size)
         ring = self.ring_phase_ratio(collective)
-        if collective in self.collectives or "allreduce" not in self.collectives or ring is None:
+        if "allreduce" not in self.collectives or ring is None:
             return whole
         slope = stream_figures(self.extra[STREAM])[1] if STREAM in self.extra else None
-        return switched_at(whole, per_total(self._derived(ring, slope), self.world_size), self.ring_min_bytes)
+        ring_cost = per_total(self._derived(ring, slope), self.world_size)
+        if collective in self.collectives:
+            timed_to = self.timed_to_bytes(collective)
+            if timed_to is None or timed_to >= self.ring_min_bytes:
+                return whole
+            return table_then_line(whole, ring_cost, self.ring_min_bytes)
+        return switched_at(whole, ring_cost, self.ring_min_bytes)
+
+    def timed_to_bytes(self, collective: str) -> int | None:
+        """The largest whole group the table timed ``collective`` at (the file's ``measured_points``, a phase's
+        sizes per rank times the world size); None where the file does not say (its table trusted at every size)."""
+        points = (self.extra.get("measured_points") or {}).get(collective)
+        if not points:
+            return None
+        largest = max(float(b) for b, _ in points)
+        return int(largest * (self.world_size if collective in PER_RANK else 1))
 
     @property
     def ring_min_bytes(self) -> int:

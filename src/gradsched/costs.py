@@ -315,6 +315,21 @@ def switched_at(below: CollectiveCost, above: CollectiveCost, at_bytes: int) -> 
     return CollectiveCost(above.alpha_s, above.beta_s_per_byte, points)
 
 
+def table_then_line(below: CollectiveCost, above: CollectiveCost, at_bytes: int) -> CollectiveCost:
+    """:func:`switched_at` for a ``below`` that may be a table: ``below`` (its points and its line between them)
+    under ``at_bytes``, the line ``above`` from it.  ``below`` where ``at_bytes`` is 2**62 or more."""
+    if below.points is None:
+        return switched_at(below, above, at_bytes)
+    if at_bytes >= NO_RING_BYTES:
+        return below
+    if at_bytes <= 1:
+        return CollectiveCost(above.alpha_s, above.beta_s_per_byte)
+    under = at_bytes - 0.5
+    kept = [(float(b), float(t)) for b, t in below.points if b < under]
+    points = (*kept, (under, below.time_s(under)), (float(at_bytes), above.time_s(at_bytes)))
+    return CollectiveCost(above.alpha_s, above.beta_s_per_byte, points)
+
+
 def per_total(cost: CollectiveCost, world_size: int) -> CollectiveCost:
     """A per-rank-sized cost (``allgather``, ``reducescatter``: ``s`` is each rank's part) as a cost of
     the whole buffer, ``world_size * s`` bytes: the line's slope and the table's sizes scaled."""
