@@ -14,7 +14,7 @@ operations wait for a slot.  One operation alone costs exactly its table's time.
 The gain is a ratio to one alone at the sizes the queue was timed at; an operation whose table time alone is
 already as fast a byte as that queue moved gains nothing (:meth:`QueuedRule.for_operation`): at 8 emulated
 hosts on 2 cores a reduce-scatter of 2 MiB alone took 0.172 s (0.201 s in the queue's own timing) and four queued
-0.099 s each (2.0x), where one of 1 MiB alone took 0.041 s, 0.80x the queue's seconds a byte: priced at 2.0x,
+0.099 s each (2.0x), where one of 1 MiB alone took 0.041 s, 0.84x the queue's seconds a byte: priced at 2.0x,
 BERT-Large's ``dear`` of about 100 groups under 1 MiB was predicted at 1.603 s against 2.651 s measured.
 
 Torch-free: the simulator and the planners read it from the cluster.
