@@ -7,7 +7,8 @@ BERT-Large (``paper_models.py``, meta profiles at 10 TFLOP/s, a V100-class susta
 rate, DeAR's batch per GPU), each ``gradsched bench --replay`` on the testbed (prefix ``gse``)
 at ``--rate`` (DeAR's 10 GbE), the links shaped at rate / (dilation x byte scale) within
 what this machine moves faithfully: ``SETTINGS`` gives each model's dilation and byte scale
-(``--scale-bytes``: the model's memory; dilation: the links' aggregate rate).  Prints a
+(``--scale-bytes``: the model's memory; dilation: the links' aggregate rate); ``--strategies dear`` adds
+rows beside ``ddp,auto`` (the bench drops bucket rows, then rounds, to fit its 15 minutes).  Prints a
 table (auto against DDP's default and best bucket and the lower bound, the simulator's
 errors, start-up, ``auto``'s warm-up, peak memory, the plan ``auto`` ran) and writes
 ``benchmarks/results/emulate_papers.json`` and each bench's JSON beside it
@@ -38,13 +39,31 @@ SETTINGS = {
 }
 
 
-def _run(model: str, args: argparse.Namespace) -> dict:
+DEFAULT_STRATEGIES = ("ddp", "auto")
+
+
+def strategies(extra: str) -> str:
+    """The bench's ``--strategies``: ``ddp,auto`` and then ``extra``'s (comma-separated) not among them, in the
+    order given; the bench adds DDP's bucket sweep beside them (and drops its largest caps first where the rows
+    would not fit its 15 minutes: ``gradsched.jobs.budget``)."""
+    out = list(DEFAULT_STRATEGIES)
+    out += [s for s in dict.fromkeys(x.strip() for x in extra.split(",")) if s and s not in out]
+    return ",".join(out)
+
+
+def bench_command(model: str, args: argparse.Namespace, out: Path) -> list[str]:
+    """The ``gradsched bench --replay`` command of one model (``SETTINGS``), its JSON written to ``out``."""
     profile, dilate, scale = SETTINGS[model]
+    return ["gradsched", "bench", "--replay", str(HERE / "profiles" / f"{profile}.profile.json"), "--hosts",
+            str(args.hosts), "--rate", args.rate, "--dilate", str(dilate), "--scale-bytes", str(scale), "--prefix",
+            args.prefix, "--strategies", strategies(args.strategies),
+            *(["--rounds", str(args.rounds)] if args.rounds else []), "-q", "--json", str(out)]
+
+
+def _run(model: str, args: argparse.Namespace) -> dict:
+    _, dilate, scale = SETTINGS[model]
     out = RESULTS / f"emulate_papers_{model.replace('-', '_')}_{args.hosts}h{_tag(args)}.json"
-    cmd = ["gradsched", "bench", "--replay", str(HERE / "profiles" / f"{profile}.profile.json"), "--hosts",
-           str(args.hosts), "--rate", args.rate, "--dilate", str(dilate), "--scale-bytes", str(scale), "--prefix",
-           args.prefix, "--strategies", "ddp,auto", *(["--rounds", str(args.rounds)] if args.rounds else []), "-q",
-           "--json", str(out)]
+    cmd = bench_command(model, args, out)
     t0, load = time.time(), os.getloadavg()[0]
     done = subprocess.run([sys.executable, "-m", "gradsched.cli", *cmd[1:]], capture_output=True, text=True)
     wall = time.time() - t0
@@ -74,11 +93,18 @@ def summary(path: Path) -> dict:
             "compute_s": rows[0]["lower_bound"]["compute_s"],
             "allreduce_all_s": rows[0]["lower_bound"]["allreduce_all_s"],
             "errors": {r["strategy"]: r["prediction_error"] for r in rows},
+            "rows": {r["strategy"]: _row(r) for r in rows},
             "phases_s": phases_s, "stopping": rows[0].get("stopping"), "trimmed": rows[0].get("trimmed"),
             "allreduce_anchor": (rows[0].get("contention") or {}).get("allreduce_anchor"),
             "auto_ran": auto_ran(auto),
             "auto_warmup": {"mode": warmup.get("mode"), "estimated_s": warmup.get("estimated_s"),
                             "short": bool(warmup.get("shortened")), "took_s": phases_s.get("auto warm-up")}}
+
+
+def _row(r: dict) -> dict:
+    """One row's median step and prediction (emulated seconds), against DDP and the bound, and its operations."""
+    return {"median_s": r["iteration_s_median"], "predicted_s": r["predicted_iteration_s"],
+            "vs_ddp": r["speedup_vs_ddp"], "vs_lower_bound": r["vs_lower_bound"], "operations": r.get("operations")}
 
 
 def auto_ran(auto: dict) -> str:
@@ -95,7 +121,7 @@ def _tag(args: argparse.Namespace) -> str:
     return f"_{args.tag}" if args.tag else ""
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=",".join(SETTINGS))
     p.add_argument("--hosts", type=int, default=8)
@@ -107,7 +133,14 @@ def main() -> int:
                    "(a new run beside the stored ones)")
     p.add_argument("--resummarize", action="store_true", help="run nothing: the summary's figures of --models "
                    "again from their benches' JSONs (command, wall time and load as recorded)")
-    args = p.parse_args()
+    p.add_argument("--strategies", default="", help="more rows beside ddp,auto and the bucket sweep, e.g. dear "
+                   "(comma-separated gradsched strategies; the bench drops bucket rows, the largest cap first, "
+                   "then rounds, to fit its 15 minutes)")
+    return p
+
+
+def main() -> int:
+    args = parser().parse_args()
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"emulate_papers{_tag(args)}.json"
     runs = json.loads(path.read_text())["runs"] if path.exists() else {}
@@ -130,6 +163,10 @@ def main() -> int:
               f"{r['auto_vs_lower_bound']:7.2f}x {r['median_abs_error'] * 100:7.1f}% {r['worst_abs_error'] * 100:5.1f}% "
               f"{r['startup_s']:8.0f} {r['phases_s'].get('auto warm-up', 0.0):8.0f} {r['wall_s']:7.0f} "
               f"{r['peak_rss_bytes'] / 1e9:8.2f} {r.get('auto_ran', '')}")
+        for name, row in r.get("rows", {}).items():
+            if name not in DEFAULT_STRATEGIES and not name.startswith("ddp-"):
+                print(f"{'':13s} {name}: {row['median_s'] * 1e3:.0f} ms, predicted {row['predicted_s'] * 1e3:.0f}, "
+                      f"{row['vs_ddp']:.2f}x DDP, {row['vs_lower_bound']:.2f}x the bound")
     print(f"wrote {path}")
     return 0
 
