@@ -4,6 +4,7 @@
     python benchmarks/predict_fixes.py --implied        # the 8-host runs: the start-up each DDP row implies
     python benchmarks/predict_fixes.py --choose         # the DDP rows with each start-up figure and exponent
     python benchmarks/predict_fixes.py --table [RUN.json ...] [--out FILE]   # per row, before and after err10
+    python benchmarks/predict_fixes.py --variants [RUN.json ...] [--out FILE]  # err11's start-up readings, by row kind
 
 Per run, the median and worst |prediction error| over its rows in four readings: as the
 job's own table and contention figures give them (``benchmarks/resimulate.py``'s plans),
@@ -21,6 +22,10 @@ alone (:func:`gradsched.jobs.bench.with_phase_ratios`).
 its counted rounds' medians and the error as run, "blend" and "err10", whether the prediction lies within its
 rounds' range, and whether it ran today's runtime (:data:`PIECES_SINCE`); summaries over all rows, per model, and
 over the runs :data:`CHOSEN_ON` and the others; writes ``benchmarks/results/predict_fixes_rows.json`` (or ``--out``).
+``--variants``: every row of the 2-, 4- and 8-host runs (or the runs given) in the readings of :data:`VARIANTS` (err11:
+the queued start-up against the table's, the blend against the longer), summarised by hosts and row kind (``ddp-1mb``,
+``ddp-5mb``, PyTorch DDP's other rows, gradsched's); writes ``benchmarks/results/predict_fixes_err11.json`` (or
+``--out``).
 Writes ``benchmarks/results/predict_fixes.json``, with the median and worst over the 8-host runs
 of the papers' models apart (``emulate_papers_*_8h*.json``), per model, over PyTorch DDP's rows alone,
 and over the runs the exponent was chosen on (:data:`CHOSEN_ON`) and those held out.
@@ -137,13 +142,15 @@ def errors(path: Path, anchor: bool, first: bool, stream: bool = False, exponent
 def _start_up_figures(row0: dict, cluster: Cluster) -> dict[str, float]:
     """What the bench measured at start-up of a tiny all-reduce's cost (run seconds): the stream cost's start-up (the
     table's envelope at 4 KiB), the median of the table's measured times up to 32 KiB, and the contention probe's
-    8 all-reduces of 4 KiB issued at once, per operation, alone and while compute runs."""
+    8 all-reduces of 4 KiB issued at once, per operation, alone (the median and the least of its samples, at
+    start-up and between the rounds) and while compute runs."""
     probe, points = row0["contention"], cluster.extra.get("measured_points", {}).get("allreduce", [])
     small = [t for b, t in points if b <= 32768]
     n = probe["small_ops"]
     return {"table_start_up_s": cluster.extra[STREAM]["latency_s"],
             "table_small_median_s": statistics.median(small) if small else float("nan"),
             "queued_small_s": statistics.median(probe["samples"]["small_ops_alone_s"]) / n,
+            "queued_small_least_s": min(probe["samples"]["small_ops_alone_s"]) / n,
             "queued_small_busy_s": statistics.median(probe["samples"]["small_ops_busy_s"]) / n}
 
 
@@ -298,6 +305,73 @@ def tables(paths: list[Path]) -> int:
     return 0
 
 
+# err11's readings (exponent, start-up figure of :func:`_start_up_figures`), all with err10's probe anchor (its least
+# sample) and phase ratios.  "queued": the start-up a queued tiny all-reduce costs (the probe's 8 all-reduces of 4 KiB
+# issued at once, the least sample per operation, as err10 reads the probe's all-gradients all-reduce) in place of the
+# blocking table's 4 KiB time: a training step queues its all-reduces.  Named before runs11's runs were read.
+VARIANTS = {"err10": (STREAM_EXPONENT, "table_start_up_s"), "longer": (None, "table_start_up_s"),
+            "queued": (STREAM_EXPONENT, "queued_small_least_s"), "queued longer": (None, "queued_small_least_s")}
+
+
+def _kind(row: dict) -> str:
+    if row["runs"] != "torch DDP":
+        return "gradsched"
+    return row["strategy"] if row["strategy"] in ("ddp-1mb", "ddp-5mb") else "ddp other"
+
+
+def _hosts(run: str) -> str:
+    match = re.search(r"_(\d+)h(?:_|$)", run)
+    return f"{match.group(1)}h" if match else "?"
+
+
+def variant_rows(path: Path) -> list[dict]:
+    """Per row of a run (that ran today's runtime, :data:`PIECES_SINCE`): its kind, hosts and error in each reading of
+    :data:`VARIANTS` (a run whose ranks do not outnumber the cores prices no stream: every reading as err10's)."""
+    found: list[dict] = []
+    for name, (exponent, start_up) in VARIANTS.items():
+        rows = list(predicted_rows(path, True, True, True, exponent, start_up=start_up, least=True))
+        if not found:
+            for row, plan, _ in rows:
+                two_phase = any(op.collective != "allreduce" for op in plan.operations)
+                found.append({"run": path.stem, "row": row["strategy"], "kind": _kind(row), "hosts": _hosts(path.stem),
+                              "operations": len(plan.operations),
+                              "runtime_as_today": not (two_phase and row["date"] < PIECES_SINCE), "errors": {}})
+        for out, (row, _, predicted) in zip(found, rows, strict=True):
+            out["errors"][name] = (predicted - row["iteration_s_median"]) / row["iteration_s_median"]
+    return found
+
+
+def variants(paths: list[Path]) -> int:
+    """:func:`variant_rows` over ``paths``, summarised (median / worst |error|, rows over 8%) by hosts, by row kind
+    and, on 8 hosts, for runs10's runs and the others; writes ``benchmarks/results/predict_fixes_err11.json`` (or
+    ``--out FILE``)."""
+    rows = [r for p in paths for r in variant_rows(p) if r["runtime_as_today"]]
+    subsets: dict[str, list[dict]] = {}
+    for r in rows:
+        keys = [f"{r['hosts']}", f"{r['hosts']} {r['kind']}"]
+        if r["hosts"] == "8h":
+            era = "runs10" if r["run"].endswith("_runs10") else "before runs10"
+            keys += [f"8h {era}", f"8h {era} {r['kind']}"]
+        for k in keys:
+            subsets.setdefault(k, []).append(r)
+    summary = {}
+    print(f"{'rows':28s} {'n':>3s} " + " ".join(f"{v:>20s}" for v in VARIANTS))
+    for key in sorted(subsets):
+        cells = {}
+        for v in VARIANTS:
+            e = [abs(r["errors"][v]) for r in subsets[key]]
+            cells[v] = {"median_abs": statistics.median(e), "worst_abs": max(e), "over_8pct": sum(x > 0.08 for x in e),
+                        "rows": len(e)}
+        summary[key] = cells
+        print(f"{key:28s} {len(subsets[key]):3d} " + " ".join(
+            f"{c['median_abs']:6.1%}/{c['worst_abs']:6.1%} ({c['over_8pct']:2d})" for c in cells.values()))
+    out = Path(_option("--out") or RESULTS / "predict_fixes_err11.json")
+    out.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "variants": {
+        k: {"exponent": e, "start_up": s} for k, (e, s) in VARIANTS.items()}, "runs": sorted({r["run"] for r in rows}),
+        "summary": summary, "rows": rows}, indent=1))
+    return 0
+
+
 def _model(run: str) -> str:
     return run.removeprefix("emulate_papers_").split("_8h")[0]
 
@@ -312,6 +386,10 @@ def main() -> int:
     given = [a for i, a in enumerate(sys.argv[1:]) if not a.startswith("--") and sys.argv[i] != "--out"]
     if "--table" in sys.argv[1:]:
         return tables([Path(p) for p in given] or sorted(RESULTS.glob("emulate_papers_*_8h*.json")))
+    if "--variants" in sys.argv[1:]:
+        return variants([Path(p) for p in given] or sorted(
+            p for pattern in ("bench_replay_*_*h*.json", "bench_startup_*.json", "emulate_papers_*_8h*.json",
+                              "bench_*_8h_*.json") for p in RESULTS.glob(pattern)))
     paths = [Path(p) for p in given] or sorted(
         p for pattern in ("bench_replay_*_*h*.json", "bench_startup_*.json", "emulate_papers_*_8h*.json",
                         "bench_*_8h_*.json")
