@@ -24,8 +24,8 @@ rounds' range, and whether it ran today's runtime (:data:`PIECES_SINCE`); summar
 over the runs :data:`CHOSEN_ON` and the others; writes ``benchmarks/results/predict_fixes_rows.json`` (or ``--out``).
 ``--variants``: every row of the 2-, 4- and 8-host runs (or the runs given) in the readings of :data:`VARIANTS` (err11:
 the queued start-up against the table's, the blend against the longer), summarised by hosts and row kind (``ddp-1mb``,
-``ddp-5mb``, PyTorch DDP's other rows, gradsched's); writes ``benchmarks/results/predict_fixes_err11.json`` (or
-``--out``).
+``ddp-5mb``, PyTorch DDP's other rows, gradsched's) and, on 8 hosts, by the load the job ran beside (quiet: the
+1-minute load at most :data:`QUIET_LOAD` after it); writes ``benchmarks/results/predict_fixes_err11.json`` (or ``--out``).
 Writes ``benchmarks/results/predict_fixes.json``, with the median and worst over the 8-host runs
 of the papers' models apart (``emulate_papers_*_8h*.json``), per model, over PyTorch DDP's rows alone,
 and over the runs the exponent was chosen on (:data:`CHOSEN_ON`) and those held out.
@@ -341,16 +341,40 @@ def variant_rows(path: Path) -> list[dict]:
     return found
 
 
+# the 1-minute load at a job's end above which it ran beside other sessions' work: runs10's and runs11's 8-host jobs,
+# made with the machine otherwise idle, ended at 1.5-5.4 (their own 8 ranks); the next recorded is 6.8
+QUIET_LOAD = 5.5
+
+
+def job_loads(paths: list[Path]) -> dict[str, tuple[float, float]]:
+    """The load before and after each 8-host job, as the summaries of ``benchmarks/emulate_papers.py`` record them
+    (``emulate_papers_*.json`` beside the runs, keyed by the run's file name)."""
+    loads: dict[str, tuple[float, float]] = {}
+    for folder in {RESULTS, *(p.parent for p in paths)}:
+        for summary in folder.glob("emulate_papers_*.json"):
+            data = json.loads(summary.read_text())
+            if "_8h" in summary.stem or not isinstance(data, dict):
+                continue
+            for run in (data.get("runs") or {}).values():
+                name = re.search(r"--json \S*?([^/\s]+)\.json", run.get("command", ""))
+                if name and run.get("load_after") is not None:
+                    loads[name.group(1)] = (run.get("load_before"), run["load_after"])
+    return loads
+
+
 def variants(paths: list[Path]) -> int:
     """:func:`variant_rows` over ``paths``, summarised (median / worst |error|, rows over 8%) by hosts, by row kind
-    and, on 8 hosts, for runs10's runs and the others; writes ``benchmarks/results/predict_fixes_err11.json`` (or
-    ``--out FILE``)."""
+    and, on 8 hosts, by the job's load (:func:`job_loads`: at most :data:`QUIET_LOAD` after it, above it, not recorded);
+    writes ``benchmarks/results/predict_fixes_err11.json`` (or ``--out FILE``)."""
     rows = [r for p in paths for r in variant_rows(p) if r["runtime_as_today"]]
+    loads = job_loads(paths)
     subsets: dict[str, list[dict]] = {}
     for r in rows:
         keys = [f"{r['hosts']}", f"{r['hosts']} {r['kind']}"]
         if r["hosts"] == "8h":
-            era = "runs10" if r["run"].endswith("_runs10") else "before runs10"
+            r["load"] = loads.get(r["run"])
+            era = ("load not recorded" if r["load"] is None else
+                   "quiet" if r["load"][1] <= QUIET_LOAD else "loaded")
             keys += [f"8h {era}", f"8h {era} {r['kind']}"]
         for k in keys:
             subsets.setdefault(k, []).append(r)
