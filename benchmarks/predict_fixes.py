@@ -100,12 +100,11 @@ def _reading(row0: dict, job: Cluster, anchor: bool, stream: bool, exponent: flo
     return cluster
 
 
-def bench_reading(row0: dict, start_up: str = "queued_small_least_s") -> Cluster:
+def bench_reading(row0: dict) -> Cluster:
     """The cluster of a run's first row (:func:`gradsched.jobs.results.read_bench_row`'s) as ``gradsched bench`` prices
-    now: the reading "err10" (:func:`_reading`) with the probe's queued start-up (err11,
-    :func:`gradsched.jobs.bench.queued_start_up_s`; ``start_up="table_start_up_s"``: err10's, the table's 4 KiB)."""
+    now: the reading "err10" (:func:`_reading`)."""
     job = _without_stream(Cluster.from_dict(row0["cluster"]))
-    return _reading(row0, job, True, True, STREAM_EXPONENT, start_up, True)
+    return _reading(row0, job, True, True, STREAM_EXPONENT, "table_start_up_s", True)
 
 
 def predicted_rows(path: Path, anchor: bool, first: bool, stream: bool = False, exponent: float | None = None,
@@ -250,7 +249,7 @@ def row_table(path: Path) -> list[dict]:
     before = [x for _, _, x in predicted_rows(path, True, True, True, STREAM_EXPONENT)]
     after = list(predicted_rows(path, True, True, True, STREAM_EXPONENT, least=True))  # the same rows, in order
     rows = json.loads(path.read_text())
-    stream = bench_reading(read_bench_row(rows[0])[0], "table_start_up_s").extra.get(STREAM, {})
+    stream = bench_reading(read_bench_row(rows[0])[0]).extra.get(STREAM, {})
     out = []
     for (row, plan, predicted), old in zip(after, before, strict=True):
         measured, rounds = row["iteration_s_median"], _round_medians(row)
@@ -309,8 +308,7 @@ def tables(paths: list[Path]) -> int:
 # err11's readings (exponent, start-up figure of :func:`_start_up_figures`), all with err10's probe anchor (its least
 # sample) and phase ratios.  "queued": the start-up a queued tiny all-reduce costs (the probe's 8 all-reduces of 4 KiB
 # issued at once, the least sample per operation, as err10 reads the probe's all-gradients all-reduce) in place of the
-# blocking table's 4 KiB time: a training step queues its all-reduces.  Named before runs11's runs were read; the bench
-# prices with it since err11 (:func:`bench_reading`).
+# blocking table's 4 KiB time: a training step queues its all-reduces.  Named before runs11's runs were read.
 VARIANTS = {"err10": (STREAM_EXPONENT, "table_start_up_s"), "longer": (None, "table_start_up_s"),
             "queued": (STREAM_EXPONENT, "queued_small_least_s"), "queued longer": (None, "queued_small_least_s")}
 

@@ -27,21 +27,6 @@ def test_the_bench_reading_anchors_on_the_least_sample_and_measured_ratios() -> 
     assert cluster.extra["derived_phase_ratios"] == {"reducescatter": 1.56, "allgather": 1.75}
 
 
-def test_the_bench_reading_takes_the_probes_queued_start_up_and_err10s_the_tables() -> None:
-    """err11: a queued all-reduce's start-up is the probe's 8 queued all-reduces of 4 KiB, the least sample per
-    operation; err10's reading keeps the table's 4 KiB time."""
-    from gradsched.cluster import STREAM
-
-    first = _first("inception_v4_8h_runs10")
-    probe = first["contention"]
-    queued = min(probe["samples"]["small_ops_alone_s"]) / probe["small_ops"]
-    now = predict_fixes.bench_reading(first).extra[STREAM]
-    before = predict_fixes.bench_reading(first, "table_start_up_s").extra[STREAM]
-    assert now["latency_s"] == pytest.approx(queued, rel=1e-9) and now["exponent"] == before["exponent"] == 2.0
-    assert before["latency_s"] == pytest.approx(first["cluster"]["points"]["allreduce"][0][1], rel=1e-3)  # anchored
-    assert now["latency_s"] < 0.8 * before["latency_s"]  # 16.2 ms against 21.5 in this quiet job
-
-
 def test_the_table_flags_rows_by_their_rounds_and_runtime() -> None:
     rows = predict_fixes.row_table(RESULTS / "emulate_papers_bert_large_8h.json")
     for r in rows:

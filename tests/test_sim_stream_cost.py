@@ -141,18 +141,6 @@ def test_the_bench_takes_the_tables_start_up_and_the_probes_seconds_a_byte_where
     assert with_stream_cost(cluster, 0, 0.63, cores=2) is cluster and with_stream_cost(cluster, 1, 0.0, 2) is cluster
 
 
-def test_the_bench_takes_the_probes_queued_start_up_where_it_has_one():
-    from gradsched.jobs.bench import queued_start_up_s
-
-    cluster = _table()
-    assert queued_start_up_s([0.16, 0.12, 0.2], 8) == pytest.approx(0.015) and queued_start_up_s([], 8) == 0.0
-    out = with_stream_cost(cluster, 10 << 20, 0.63, cores=2, start_up_s=0.015)
-    assert out.extra[STREAM]["latency_s"] == 0.015 and out.extra[STREAM]["s_per_byte"] == pytest.approx(0.63 / (10 << 20))
-    table = with_stream_cost(cluster, 10 << 20, 0.63, cores=2, start_up_s=0.0)  # none measured: the table's 4 KiB
-    assert table.extra[STREAM]["latency_s"] == pytest.approx(cluster.cost("allreduce").time_s(4096))
-    assert with_stream_cost(cluster, 10 << 20, 0.63, cores=8, start_up_s=0.015) is cluster  # a rank per core
-
-
 def test_bert_larges_many_operation_ddp_rows_on_8_hosts_are_predicted_within_a_few_percent():
     """The kept run (issue 35): DDP at 1/16 MB buckets, 99 operations, ran 2303 ms and was predicted 30% slow: the
     table's start-up on top of each operation's bytes.  The longer of the two: within 5%; the bench's blend

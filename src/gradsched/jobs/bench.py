@@ -231,18 +231,8 @@ def anchored_to_probe(cluster: Cluster, nbytes: int, measured_s: float) -> tuple
 STREAM_EXPONENT = 2.0
 
 
-def queued_start_up_s(samples: Collection[float], operations: int) -> float:
-    """A queued tiny all-reduce's start-up (run seconds), from the contention probe's samples of ``operations``
-    all-reduces of 4 KiB issued at once (``small_ops_alone_s``): the least sample, per operation (as
-    :func:`probe_alone_s` reads the probe where ranks outnumber cores); 0 where there are none.  A training step
-    queues its all-reduces, and the table's 4 KiB time, timed in a blocking stream, adds each operation's wait and
-    re-issue: on 8 emulated hosts sharing 2 cores the probe's queued figure was 0.56-0.95x the table's in the quiet
-    8-host jobs (docs/notes/2026-12-err11.md)."""
-    return min(samples) / operations if samples and operations > 0 else 0.0
-
-
 def with_stream_cost(cluster: Cluster, nbytes: int, measured_s: float, cores: int,
-                     exponent: float | None = STREAM_EXPONENT, start_up_s: float = 0.0) -> Cluster:
+                     exponent: float | None = STREAM_EXPONENT) -> Cluster:
     """``cluster`` with its ``allreduce_stream`` where its ranks share this machine's ``cores`` (more ranks than
     cores): a plan's all-reduce costs its start-up or its bytes, blended (``exponent``, below)
     (:meth:`Cluster.operation_cost`; docs/cost-model.md, "Start-up or bytes"), the latency the all-reduce table's
@@ -258,16 +248,13 @@ def with_stream_cost(cluster: Cluster, nbytes: int, measured_s: float, cores: in
     Near the knee (start-up and bytes alike) neither hides the other: ``exponent`` p costs an operation
     ``(L**p + (b*B)**p)**(1/p)`` (None: the longer of the two); at p = 2 the DDP rows of the stored 8-host runs
     of the papers' models come within 14.2% (the longer of the two: 23.7%, Inception-v4's 29 all-reduces of 378 KB).
-    ``start_up_s`` (> 0) is taken for the start-up instead of the table's: the bench gives the probe's queued figure
-    (:func:`queued_start_up_s`; quiet 8-host jobs' rows at median |error| 1.6%, worst 7.2%, against 1.9% and 17.1%
-    on the table's, loaded ones' 2.8% / 29.9% against 2.4% / 30.8%: docs/notes/2026-12-err11.md).
     Unchanged where either figure is missing."""
     import dataclasses
 
     from gradsched.cluster import STREAM
 
     cost = cluster.cost("allreduce")
-    latency_s = start_up_s if start_up_s > 0 else (cost.time_s(cost.points[0][0]) if cost.points else cost.alpha_s)
+    latency_s = cost.time_s(cost.points[0][0]) if cost.points else cost.alpha_s
     if cluster.world_size <= cores or not (nbytes > 0 and measured_s > 0 and latency_s > 0
                                             and math.isfinite(measured_s / nbytes)):
         return cluster

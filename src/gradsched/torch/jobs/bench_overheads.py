@@ -19,8 +19,7 @@ import torch
 import torch.distributed as dist
 
 from gradsched.calibration import calibrate, phase_costs, runtime_name, with_runtime_costs
-from gradsched.jobs.bench import (anchored_to_probe, probe_alone_s, queued_start_up_s, with_phase_ratios,
-                                  with_stream_cost)
+from gradsched.jobs.bench import anchored_to_probe, probe_alone_s, with_phase_ratios, with_stream_cost
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.startup import overhead_probe_s, probe_floor, runtime_steps_s
 from gradsched.jobs.results import Contention as ProbeFigures  # the probe's figures (the cluster's Contention below)
@@ -29,7 +28,7 @@ from gradsched.profile import Profile
 from gradsched.torch.jobs.bench_rows import _build_entry, _burst, _ComputeOnly, _predict, _rotated_rounds
 from gradsched.torch.jobs.replay import fast_forward
 from gradsched.torch.jobs.shared_model import SharedModel
-from gradsched.torch.measure.probe import PROBE_BUDGET_S, SMALL_OPS, ContentionProbe, slowest, slowest_median
+from gradsched.torch.measure.probe import PROBE_BUDGET_S, ContentionProbe, slowest, slowest_median
 
 
 OVERHEAD_BUDGET_S = 12.0  # the runtimes' overhead probe takes about this long (by default) ...
@@ -52,9 +51,7 @@ def _startup_probe(contention: ContentionProbe, cluster: Cluster, cfg: BenchConf
     contention.measure(reps)
     alone_s = probe_alone_s(contention.samples["allreduce_alone_s"], cluster.world_size, os.cpu_count() or 1)
     cluster, anchor = anchored_to_probe(cluster, contention.total_bytes, alone_s)
-    queued_s = queued_start_up_s(contention.samples.get("small_ops_alone_s", ()), SMALL_OPS)
-    cluster = with_phase_ratios(with_stream_cost(cluster, contention.total_bytes, alone_s, os.cpu_count() or 1,
-                                                 start_up_s=queued_s))
+    cluster = with_phase_ratios(with_stream_cost(cluster, contention.total_bytes, alone_s, os.cpu_count() or 1))
     copy_s, scale_s = contention.bucket_pass_s(reps)
     return {**contention.figures(cluster.cost("allreduce"), phase_costs(cluster)), "startup_reps": reps,
             "startup_anchor": anchor,

@@ -76,8 +76,7 @@ import torch.distributed as dist
 
 from gradsched.constants import REPLAY_PREFIX
 from gradsched.calibration import calibrate, lower_bound_s, phase_costs, runtime_name, this_machine, with_runtime_costs
-from gradsched.jobs.bench import (anchored_to_probe, probe_alone_s, queued_start_up_s, with_phase_ratios,
-                                  with_stream_cost)
+from gradsched.jobs.bench import anchored_to_probe, probe_alone_s, with_phase_ratios, with_stream_cost
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.results import BenchResult, BenchRow, pooled_contention
 from gradsched.jobs.rounds import StoppingRule
@@ -98,7 +97,6 @@ from gradsched.torch.jobs.bench_rows import (_EXPLICIT_CAP_NO_FIRST_BUCKET as _E
                                              _ddp_cap_mb as _ddp_cap_mb, _fast_steps as _fast_steps,
                                              prime_steps as prime_steps)
 from gradsched.torch.jobs.phases import Phases
-from gradsched.torch.measure.probe import SMALL_OPS
 from gradsched.torch.jobs.replay import fast_forward, restart_clocks
 from gradsched.torch.jobs.shared_model import SharedModel
 from gradsched.torch.jobs.worker import run_worker
@@ -229,9 +227,7 @@ def _pooled(start: _Start, cfg: BenchConfig) -> tuple[ProbeFigures | None, Clust
     network = start.network.pooled()
     alone_s = probe_alone_s(start.contention.samples["allreduce_alone_s"], network.world_size, os.cpu_count() or 1)
     pooled, anchor = anchored_to_probe(network, start.contention.total_bytes, alone_s)
-    queued_s = queued_start_up_s(start.contention.samples.get("small_ops_alone_s", ()), SMALL_OPS)
-    pooled = with_phase_ratios(with_stream_cost(pooled, start.contention.total_bytes, alone_s, os.cpu_count() or 1,
-                                                start_up_s=queued_s))
+    pooled = with_phase_ratios(with_stream_cost(pooled, start.contention.total_bytes, alone_s, os.cpu_count() or 1))
     probe = {**probe, **start.contention.figures(pooled.cost("allreduce"), phase_costs(pooled)),
              "allreduce_anchor": anchor,
              "startup_fitted": probe["fitted"],
