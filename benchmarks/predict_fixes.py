@@ -405,19 +405,21 @@ def _option(name: str) -> str | None:
     return args[args.index(name) + 1] if name in args and args.index(name) + 1 < len(args) else None
 
 
+def _kept_runs() -> list[Path]:
+    """The stored bench runs these readings cover, each once (a file two patterns match, e.g. an 8-host
+    ``bench_replay_*``, was read twice before err11)."""
+    return sorted({p for pattern in ("bench_replay_*_*h*.json", "bench_startup_*.json", "emulate_papers_*_8h*.json",
+                                     "bench_*_8h_*.json") for p in RESULTS.glob(pattern)})
+
+
 def main() -> int:
     implied, choose = "--implied" in sys.argv[1:], "--choose" in sys.argv[1:]
     given = [a for i, a in enumerate(sys.argv[1:]) if not a.startswith("--") and sys.argv[i] != "--out"]
     if "--table" in sys.argv[1:]:
         return tables([Path(p) for p in given] or sorted(RESULTS.glob("emulate_papers_*_8h*.json")))
     if "--variants" in sys.argv[1:]:
-        return variants([Path(p) for p in given] or sorted(
-            p for pattern in ("bench_replay_*_*h*.json", "bench_startup_*.json", "emulate_papers_*_8h*.json",
-                              "bench_*_8h_*.json") for p in RESULTS.glob(pattern)))
-    paths = [Path(p) for p in given] or sorted(
-        p for pattern in ("bench_replay_*_*h*.json", "bench_startup_*.json", "emulate_papers_*_8h*.json",
-                        "bench_*_8h_*.json")
-        for p in RESULTS.glob(pattern))
+        return variants([Path(p) for p in given] or _kept_runs())
+    paths = [Path(p) for p in given] or _kept_runs()
     if implied:
         found = {path.stem: implied_start_up(path) for path in paths if "_8h" in path.stem}
         for name, run in found.items():
