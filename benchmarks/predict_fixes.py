@@ -14,8 +14,8 @@ table's bandwidth term through the contention probe's all-gradients all-reduce
 (:func:`gradsched.jobs.bench.anchored_to_probe`, the contention figures refitted on it), both,
 both with each all-reduce costing its start-up or its bytes, whichever is longer
 (:func:`gradsched.jobs.bench.with_stream_cost` with ``exponent=None``, issue 35), and both with the two blended,
-``(L**p + (b*B)**p)**(1/p)`` at p = :data:`gradsched.jobs.bench.STREAM_EXPONENT` (before err10), and "err10" (what
-the bench predicts with now): the blend with the probe's all-reduce at the least of its samples
+``(L**p + (b*B)**p)**(1/p)`` at p = :data:`BLEND_EXPONENT` (before err10), and "err10" (what
+the bench predicted with from err10 to err11): the blend with the probe's all-reduce at the least of its samples
 (:func:`gradsched.jobs.bench.probe_alone_s`) and the phases the table did not time at the ratios netbench measured
 alone (:func:`gradsched.jobs.bench.with_phase_ratios`).
 ``--table``: per row of the 8-host runs of the papers' models (or the runs given), its operations, measured median,
@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import resimulate  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
+BLEND_EXPONENT = 2.0  # err9's blend, the bench's exponent until err11 (its STREAM_EXPONENT is None since: the longer)
 READINGS = {"as run": (False, False, False), "first bucket": (False, True, False), "anchored": (True, False, False),
             "both": (True, True, False), "stream": (True, True, True), "blend": (True, True, True),
             "err10": (True, True, True)}
@@ -100,11 +101,12 @@ def _reading(row0: dict, job: Cluster, anchor: bool, stream: bool, exponent: flo
     return cluster
 
 
-def bench_reading(row0: dict) -> Cluster:
+def bench_reading(row0: dict, exponent: float | None = STREAM_EXPONENT) -> Cluster:
     """The cluster of a run's first row (:func:`gradsched.jobs.results.read_bench_row`'s) as ``gradsched bench`` prices
-    now: the reading "err10" (:func:`_reading`)."""
+    now: the reading "err10" (:func:`_reading`) with the longer of start-up and bytes (err11's
+    :data:`gradsched.jobs.bench.STREAM_EXPONENT`; ``exponent=BLEND_EXPONENT``: err10's own)."""
     job = _without_stream(Cluster.from_dict(row0["cluster"]))
-    return _reading(row0, job, True, True, STREAM_EXPONENT, "table_start_up_s", True)
+    return _reading(row0, job, True, True, exponent, "table_start_up_s", True)
 
 
 def predicted_rows(path: Path, anchor: bool, first: bool, stream: bool = False, exponent: float | None = None,
@@ -246,8 +248,8 @@ def row_table(path: Path) -> list[dict]:
     readings "blend" (before err10) and "err10" predict it; ``in_rounds``: whether the prediction lies within the
     range of the row's rounds' medians (a miss its own rounds spread as much as); ``runtime_as_today``: False for
     a two-phase plan run before its phases ran in pieces (:data:`PIECES_SINCE`)."""
-    before = [x for _, _, x in predicted_rows(path, True, True, True, STREAM_EXPONENT)]
-    after = list(predicted_rows(path, True, True, True, STREAM_EXPONENT, least=True))  # the same rows, in order
+    before = [x for _, _, x in predicted_rows(path, True, True, True, BLEND_EXPONENT)]
+    after = list(predicted_rows(path, True, True, True, BLEND_EXPONENT, least=True))  # the same rows, in order
     rows = json.loads(path.read_text())
     stream = bench_reading(read_bench_row(rows[0])[0]).extra.get(STREAM, {})
     out = []
@@ -309,8 +311,8 @@ def tables(paths: list[Path]) -> int:
 # sample) and phase ratios.  "queued": the start-up a queued tiny all-reduce costs (the probe's 8 all-reduces of 4 KiB
 # issued at once, the least sample per operation, as err10 reads the probe's all-gradients all-reduce) in place of the
 # blocking table's 4 KiB time: a training step queues its all-reduces.  Named before runs11's runs were read.
-VARIANTS = {"err10": (STREAM_EXPONENT, "table_start_up_s"), "longer": (None, "table_start_up_s"),
-            "queued": (STREAM_EXPONENT, "queued_small_least_s"), "queued longer": (None, "queued_small_least_s")}
+VARIANTS = {"err10": (BLEND_EXPONENT, "table_start_up_s"), "longer": (None, "table_start_up_s"),
+            "queued": (BLEND_EXPONENT, "queued_small_least_s"), "queued longer": (None, "queued_small_least_s")}
 
 
 def _kind(row: dict) -> str:
@@ -432,7 +434,7 @@ def main() -> int:
         return choose_blend([p for p in paths if "_8h" in p.stem or "_4h" in p.stem])
     out: Errors = {}
     for path in paths:
-        out[path.stem] = {name: errors(path, *flags, exponent=STREAM_EXPONENT if name in ("blend", "err10") else None,
+        out[path.stem] = {name: errors(path, *flags, exponent=BLEND_EXPONENT if name in ("blend", "err10") else None,
                                        least=name == "err10") for name, flags in READINGS.items()}
         print(f"{path.stem[:50]:50s}", "  ".join(f"{statistics.median(abs(x) for _, x in e):6.1%}/"
                                                  f"{max(abs(x) for _, x in e):6.1%}" for e in out[path.stem].values()))
@@ -446,7 +448,7 @@ def main() -> int:
               "ddp_by_hosts": {h: _summary(r, True) for h, r in hosts.items()},
               "ddp_8h_chosen_on": _summary({k: r for k, r in out.items() if k in CHOSEN_ON}, True),
               "ddp_8h_held_out": _summary({k: r for k, r in hosts["8h"].items() if k not in CHOSEN_ON}, True),
-              "chosen_on": list(CHOSEN_ON), "stream_exponent": STREAM_EXPONENT,
+              "chosen_on": list(CHOSEN_ON), "stream_exponent": BLEND_EXPONENT,
               "runs": {k: {name: [x for _, x in e] for name, e in r.items()} for k, r in out.items()}}
     print("readings (median/worst |error|):", ", ".join(READINGS))
     for key in ("summary", "papers_8h", "papers_8h_ddp", "ddp_8h_chosen_on", "ddp_8h_held_out"):
