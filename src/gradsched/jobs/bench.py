@@ -236,7 +236,8 @@ STREAM_EXPONENT: float | None = None
 def with_stream_cost(cluster: Cluster, nbytes: int, measured_s: float, cores: int,
                      exponent: float | None = STREAM_EXPONENT) -> Cluster:
     """``cluster`` with its ``allreduce_stream`` where its ranks share this machine's ``cores`` (more ranks than
-    cores): a plan's all-reduce costs its start-up or its bytes, blended (``exponent``, below)
+    cores): a plan's all-reduce costs its start-up or its bytes, whichever is longer (or the two blended: ``exponent``,
+    below)
     (:meth:`Cluster.operation_cost`; docs/cost-model.md, "Start-up or bytes"), the latency the all-reduce table's
     time at its smallest size (sampled again between the rounds where the bench resamples the table) and the
     seconds a byte those of the contention probe's all-reduce of every gradient, alone (``measured_s`` for
@@ -250,7 +251,7 @@ def with_stream_cost(cluster: Cluster, nbytes: int, measured_s: float, cores: in
     ``exponent`` p costs an operation ``(L**p + (b*B)**p)**(1/p)``, the two blended near the knee (None, the bench's
     :data:`STREAM_EXPONENT`: the longer of the two).  The longer predicts the quiet 8-host jobs (median |error| 1.2%,
     worst 10.9%); in jobs run beside other sessions' work the small operations cost more than either figure, and p = 2
-    came nearer there (2.4% / 30.8% against 3.2% / 24.7%, rows over 8% 7 against 13: docs/notes/2026-12-err11.md).
+    left fewer rows over 8% there (7 against 13; median 2.4% against 3.2%: docs/notes/2026-12-err11.md).
     Unchanged where either figure is missing."""
     import dataclasses
 
