@@ -229,7 +229,7 @@ def anchored_to_probe(cluster: Cluster, nbytes: int, measured_s: float) -> tuple
 # None: the longer of the two, as the queue measured alone, allreduce_queue_stream_8h.json).  p = 2 from err9 to err10,
 # chosen on the first 8-host run of each of the papers' models (their load not recorded); in the quiet 8-host jobs since
 # (the 1-minute load at most 5.5 at their end) the longer predicts their rows at 1.2% / 10.9% against 1.9% / 17.1%,
-# runs11's first four (held out; their 23 rows but three two-phase ones) 1.4% / 8.8% against 3.2% / 18.1%
+# runs11's first five (held out; their 29 rows but four two-phase ones) 1.4% / 8.8% against 3.2% / 18.1%
 # (docs/notes/2026-12-err11.md).
 STREAM_EXPONENT: float | None = None
 
