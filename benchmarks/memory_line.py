@@ -53,7 +53,7 @@ def summary(path: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
     line = COPIES * model_bytes + LINE_BASE_BYTES
     phases = {p["phase"]: p["peak_rss_bytes"] for p in first["phases"]}
     two_phase = bool(strategies & {*TWO_PHASE_ROWS, "auto"})
-    estimate = peak_bytes(model_bytes, largest, first["world_size"], two_phase, profile.get("tensors"))
+    estimate = peak_bytes(model_bytes, largest, first["world_size"], two_phase)
     return {"file": path.name, "model": Path(str(first["model"]).split(":", 1)[-1]).name.split(".")[0],
             "hosts": first["hosts"], "scale_bytes": first.get("scale_bytes", 1), "strategies": sorted(strategies),
             "date": first.get("date"), "model_bytes": model_bytes, "largest_bytes": largest,

@@ -4,6 +4,7 @@
     python benchmarks/predict_fixes.py --implied        # the 8-host runs: the start-up each DDP row implies
     python benchmarks/predict_fixes.py --choose         # the DDP rows with each start-up figure and exponent
     python benchmarks/predict_fixes.py --table [RUN.json ...] [--out FILE]   # per row, before and after err10
+    python benchmarks/predict_fixes.py --variants [RUN.json ...] [--out FILE]  # err11's start-up readings, by row kind
 
 Per run, the median and worst |prediction error| over its rows in four readings: as the
 job's own table and contention figures give them (``benchmarks/resimulate.py``'s plans),
@@ -13,14 +14,18 @@ table's bandwidth term through the contention probe's all-gradients all-reduce
 (:func:`gradsched.jobs.bench.anchored_to_probe`, the contention figures refitted on it), both,
 both with each all-reduce costing its start-up or its bytes, whichever is longer
 (:func:`gradsched.jobs.bench.with_stream_cost` with ``exponent=None``, issue 35), and both with the two blended,
-``(L**p + (b*B)**p)**(1/p)`` at p = :data:`gradsched.jobs.bench.STREAM_EXPONENT` (before err10), and "err10" (what
-the bench predicts with now): the blend with the probe's all-reduce at the least of its samples
+``(L**p + (b*B)**p)**(1/p)`` at p = :data:`BLEND_EXPONENT` (before err10), and "err10" (what
+the bench predicted with from err10 to err11): the blend with the probe's all-reduce at the least of its samples
 (:func:`gradsched.jobs.bench.probe_alone_s`) and the phases the table did not time at the ratios netbench measured
 alone (:func:`gradsched.jobs.bench.with_phase_ratios`).
 ``--table``: per row of the 8-host runs of the papers' models (or the runs given), its operations, measured median,
 its counted rounds' medians and the error as run, "blend" and "err10", whether the prediction lies within its
 rounds' range, and whether it ran today's runtime (:data:`PIECES_SINCE`); summaries over all rows, per model, and
 over the runs :data:`CHOSEN_ON` and the others; writes ``benchmarks/results/predict_fixes_rows.json`` (or ``--out``).
+``--variants``: every row of the 2-, 4- and 8-host runs (or the runs given) in the readings of :data:`VARIANTS` (err11:
+the queued start-up against the table's, the blend against the longer), summarised by hosts and row kind (``ddp-1mb``,
+``ddp-5mb``, PyTorch DDP's other rows, gradsched's) and, on 8 hosts, by the load the job ran beside (quiet: the
+1-minute load at most :data:`QUIET_LOAD` after it); writes ``benchmarks/results/predict_fixes_err11.json`` (or ``--out``).
 Writes ``benchmarks/results/predict_fixes.json``, with the median and worst over the 8-host runs
 of the papers' models apart (``emulate_papers_*_8h*.json``), per model, over PyTorch DDP's rows alone,
 and over the runs the exponent was chosen on (:data:`CHOSEN_ON`) and those held out.
@@ -49,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import resimulate  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
+BLEND_EXPONENT = 2.0  # err9's blend, the bench's exponent until err11 (its STREAM_EXPONENT is None since: the longer)
 READINGS = {"as run": (False, False, False), "first bucket": (False, True, False), "anchored": (True, False, False),
             "both": (True, True, False), "stream": (True, True, True), "blend": (True, True, True),
             "err10": (True, True, True)}
@@ -95,11 +101,12 @@ def _reading(row0: dict, job: Cluster, anchor: bool, stream: bool, exponent: flo
     return cluster
 
 
-def bench_reading(row0: dict) -> Cluster:
+def bench_reading(row0: dict, exponent: float | None = STREAM_EXPONENT) -> Cluster:
     """The cluster of a run's first row (:func:`gradsched.jobs.results.read_bench_row`'s) as ``gradsched bench`` prices
-    now: the reading "err10" (:func:`_reading`)."""
+    now: the reading "err10" (:func:`_reading`) with the longer of start-up and bytes (err11's
+    :data:`gradsched.jobs.bench.STREAM_EXPONENT`; ``exponent=BLEND_EXPONENT``: err10's own)."""
     job = _without_stream(Cluster.from_dict(row0["cluster"]))
-    return _reading(row0, job, True, True, STREAM_EXPONENT, "table_start_up_s", True)
+    return _reading(row0, job, True, True, exponent, "table_start_up_s", True)
 
 
 def predicted_rows(path: Path, anchor: bool, first: bool, stream: bool = False, exponent: float | None = None,
@@ -137,13 +144,15 @@ def errors(path: Path, anchor: bool, first: bool, stream: bool = False, exponent
 def _start_up_figures(row0: dict, cluster: Cluster) -> dict[str, float]:
     """What the bench measured at start-up of a tiny all-reduce's cost (run seconds): the stream cost's start-up (the
     table's envelope at 4 KiB), the median of the table's measured times up to 32 KiB, and the contention probe's
-    8 all-reduces of 4 KiB issued at once, per operation, alone and while compute runs."""
+    8 all-reduces of 4 KiB issued at once, per operation, alone (the median and the least of its samples, at
+    start-up and between the rounds) and while compute runs."""
     probe, points = row0["contention"], cluster.extra.get("measured_points", {}).get("allreduce", [])
     small = [t for b, t in points if b <= 32768]
     n = probe["small_ops"]
     return {"table_start_up_s": cluster.extra[STREAM]["latency_s"],
             "table_small_median_s": statistics.median(small) if small else float("nan"),
             "queued_small_s": statistics.median(probe["samples"]["small_ops_alone_s"]) / n,
+            "queued_small_least_s": min(probe["samples"]["small_ops_alone_s"]) / n,
             "queued_small_busy_s": statistics.median(probe["samples"]["small_ops_busy_s"]) / n}
 
 
@@ -239,8 +248,8 @@ def row_table(path: Path) -> list[dict]:
     readings "blend" (before err10) and "err10" predict it; ``in_rounds``: whether the prediction lies within the
     range of the row's rounds' medians (a miss its own rounds spread as much as); ``runtime_as_today``: False for
     a two-phase plan run before its phases ran in pieces (:data:`PIECES_SINCE`)."""
-    before = [x for _, _, x in predicted_rows(path, True, True, True, STREAM_EXPONENT)]
-    after = list(predicted_rows(path, True, True, True, STREAM_EXPONENT, least=True))  # the same rows, in order
+    before = [x for _, _, x in predicted_rows(path, True, True, True, BLEND_EXPONENT)]
+    after = list(predicted_rows(path, True, True, True, BLEND_EXPONENT, least=True))  # the same rows, in order
     rows = json.loads(path.read_text())
     stream = bench_reading(read_bench_row(rows[0])[0]).extra.get(STREAM, {})
     out = []
@@ -298,6 +307,97 @@ def tables(paths: list[Path]) -> int:
     return 0
 
 
+# err11's readings (exponent, start-up figure of :func:`_start_up_figures`), all with err10's probe anchor (its least
+# sample) and phase ratios.  "queued": the start-up a queued tiny all-reduce costs (the probe's 8 all-reduces of 4 KiB
+# issued at once, the least sample per operation, as err10 reads the probe's all-gradients all-reduce) in place of the
+# blocking table's 4 KiB time: a training step queues its all-reduces.  Named before runs11's runs were read.
+VARIANTS = {"err10": (BLEND_EXPONENT, "table_start_up_s"), "longer": (None, "table_start_up_s"),
+            "queued": (BLEND_EXPONENT, "queued_small_least_s"), "queued longer": (None, "queued_small_least_s")}
+
+
+def _kind(row: dict) -> str:
+    if row["runs"] != "torch DDP":
+        return "gradsched"
+    return row["strategy"] if row["strategy"] in ("ddp-1mb", "ddp-5mb") else "ddp other"
+
+
+def _hosts(run: str) -> str:
+    match = re.search(r"_(\d+)h(?:_|$)", run)
+    return f"{match.group(1)}h" if match else "?"
+
+
+def variant_rows(path: Path) -> list[dict]:
+    """Per row of a run (that ran today's runtime, :data:`PIECES_SINCE`): its kind, hosts and error in each reading of
+    :data:`VARIANTS` (a run whose ranks do not outnumber the cores prices no stream: every reading as err10's)."""
+    found: list[dict] = []
+    for name, (exponent, start_up) in VARIANTS.items():
+        rows = list(predicted_rows(path, True, True, True, exponent, start_up=start_up, least=True))
+        if not found:
+            for row, plan, _ in rows:
+                two_phase = any(op.collective != "allreduce" for op in plan.operations)
+                found.append({"run": path.stem, "row": row["strategy"], "kind": _kind(row), "hosts": _hosts(path.stem),
+                              "operations": len(plan.operations),
+                              "runtime_as_today": not (two_phase and row["date"] < PIECES_SINCE), "errors": {}})
+        for out, (row, _, predicted) in zip(found, rows, strict=True):
+            out["errors"][name] = (predicted - row["iteration_s_median"]) / row["iteration_s_median"]
+    return found
+
+
+# the 1-minute load at a job's end above which it ran beside other sessions' work: runs10's and runs11's 8-host jobs,
+# made with the machine otherwise idle, ended at 1.5-5.4 (their own 8 ranks); the next recorded is 6.8
+QUIET_LOAD = 5.5
+
+
+def job_loads(paths: list[Path]) -> dict[str, tuple[float, float]]:
+    """The load before and after each 8-host job, as the summaries of ``benchmarks/emulate_papers.py`` record them
+    (``emulate_papers_*.json`` beside the runs, keyed by the run's file name)."""
+    loads: dict[str, tuple[float, float]] = {}
+    for folder in {RESULTS, *(p.parent for p in paths)}:
+        for summary in folder.glob("emulate_papers_*.json"):
+            data = json.loads(summary.read_text())
+            if "_8h" in summary.stem or not isinstance(data, dict):
+                continue
+            for run in (data.get("runs") or {}).values():
+                name = re.search(r"--json \S*?([^/\s]+)\.json", run.get("command", ""))
+                if name and run.get("load_after") is not None:
+                    loads[name.group(1)] = (run.get("load_before"), run["load_after"])
+    return loads
+
+
+def variants(paths: list[Path]) -> int:
+    """:func:`variant_rows` over ``paths``, summarised (median / worst |error|, rows over 8%) by hosts, by row kind
+    and, on 8 hosts, by the job's load (:func:`job_loads`: at most :data:`QUIET_LOAD` after it, above it, not recorded);
+    writes ``benchmarks/results/predict_fixes_err11.json`` (or ``--out FILE``)."""
+    rows = [r for p in paths for r in variant_rows(p) if r["runtime_as_today"]]
+    loads = job_loads(paths)
+    subsets: dict[str, list[dict]] = {}
+    for r in rows:
+        keys = [f"{r['hosts']}", f"{r['hosts']} {r['kind']}"]
+        if r["hosts"] == "8h":
+            r["load"] = loads.get(r["run"])
+            era = ("load not recorded" if r["load"] is None else
+                   "quiet" if r["load"][1] <= QUIET_LOAD else "loaded")
+            keys += [f"8h {era}", f"8h {era} {r['kind']}"]
+        for k in keys:
+            subsets.setdefault(k, []).append(r)
+    summary = {}
+    print(f"{'rows':28s} {'n':>3s} " + " ".join(f"{v:>20s}" for v in VARIANTS))
+    for key in sorted(subsets):
+        cells = {}
+        for v in VARIANTS:
+            e = [abs(r["errors"][v]) for r in subsets[key]]
+            cells[v] = {"median_abs": statistics.median(e), "worst_abs": max(e), "over_8pct": sum(x > 0.08 for x in e),
+                        "rows": len(e)}
+        summary[key] = cells
+        print(f"{key:28s} {len(subsets[key]):3d} " + " ".join(
+            f"{c['median_abs']:6.1%}/{c['worst_abs']:6.1%} ({c['over_8pct']:2d})" for c in cells.values()))
+    out = Path(_option("--out") or RESULTS / "predict_fixes_err11.json")
+    out.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "variants": {
+        k: {"exponent": e, "start_up": s} for k, (e, s) in VARIANTS.items()}, "runs": sorted({r["run"] for r in rows}),
+        "summary": summary, "rows": rows}, indent=1))
+    return 0
+
+
 def _model(run: str) -> str:
     return run.removeprefix("emulate_papers_").split("_8h")[0]
 
@@ -307,15 +407,21 @@ def _option(name: str) -> str | None:
     return args[args.index(name) + 1] if name in args and args.index(name) + 1 < len(args) else None
 
 
+def _kept_runs() -> list[Path]:
+    """The stored bench runs these readings cover, each once (a file two patterns match, e.g. an 8-host
+    ``bench_replay_*``, was read twice before err11)."""
+    return sorted({p for pattern in ("bench_replay_*_*h*.json", "bench_startup_*.json", "emulate_papers_*_8h*.json",
+                                     "bench_*_8h_*.json") for p in RESULTS.glob(pattern)})
+
+
 def main() -> int:
     implied, choose = "--implied" in sys.argv[1:], "--choose" in sys.argv[1:]
     given = [a for i, a in enumerate(sys.argv[1:]) if not a.startswith("--") and sys.argv[i] != "--out"]
     if "--table" in sys.argv[1:]:
         return tables([Path(p) for p in given] or sorted(RESULTS.glob("emulate_papers_*_8h*.json")))
-    paths = [Path(p) for p in given] or sorted(
-        p for pattern in ("bench_replay_*_*h*.json", "bench_startup_*.json", "emulate_papers_*_8h*.json",
-                        "bench_*_8h_*.json")
-        for p in RESULTS.glob(pattern))
+    if "--variants" in sys.argv[1:]:
+        return variants([Path(p) for p in given] or _kept_runs())
+    paths = [Path(p) for p in given] or _kept_runs()
     if implied:
         found = {path.stem: implied_start_up(path) for path in paths if "_8h" in path.stem}
         for name, run in found.items():
@@ -328,7 +434,7 @@ def main() -> int:
         return choose_blend([p for p in paths if "_8h" in p.stem or "_4h" in p.stem])
     out: Errors = {}
     for path in paths:
-        out[path.stem] = {name: errors(path, *flags, exponent=STREAM_EXPONENT if name in ("blend", "err10") else None,
+        out[path.stem] = {name: errors(path, *flags, exponent=BLEND_EXPONENT if name in ("blend", "err10") else None,
                                        least=name == "err10") for name, flags in READINGS.items()}
         print(f"{path.stem[:50]:50s}", "  ".join(f"{statistics.median(abs(x) for _, x in e):6.1%}/"
                                                  f"{max(abs(x) for _, x in e):6.1%}" for e in out[path.stem].values()))
@@ -342,7 +448,7 @@ def main() -> int:
               "ddp_by_hosts": {h: _summary(r, True) for h, r in hosts.items()},
               "ddp_8h_chosen_on": _summary({k: r for k, r in out.items() if k in CHOSEN_ON}, True),
               "ddp_8h_held_out": _summary({k: r for k, r in hosts["8h"].items() if k not in CHOSEN_ON}, True),
-              "chosen_on": list(CHOSEN_ON), "stream_exponent": STREAM_EXPONENT,
+              "chosen_on": list(CHOSEN_ON), "stream_exponent": BLEND_EXPONENT,
               "runs": {k: {name: [x for _, x in e] for name, e in r.items()} for k, r in out.items()}}
     print("readings (median/worst |error|):", ", ".join(READINGS))
     for key in ("summary", "papers_8h", "papers_8h_ddp", "ddp_8h_chosen_on", "ddp_8h_held_out"):

@@ -112,14 +112,34 @@ def test_memory_check_does_not_count_rows_and_names_its_margin(model_mb, largest
     model, largest = int(model_mb * 1e6), int(largest_mb * 1e6)
     if fits:
         assert check_memory(model, largest, ranks, have) == pytest.approx(ranks * rank_bytes(model, largest)
-                                                                          + planning_bytes(None))
+                                                                          + planning_bytes())
     else:
         with pytest.raises(GradschedError, match=f"on {ranks} ranks needs about .*{COPIES}x the parameters.* "
                                                  "80% of the available .* the rest is the margin"):
             check_memory(model, largest, ranks, have)
 
 
-# stored runs of the current design (shared model, the probe's buffers cut, numba below 256 tensors left out):
+def test_memory_check_counts_numbas_kernels_only_where_gradsched_jit_loads_them(monkeypatch):
+    """The bench plans without numba's kernels unless GRADSCHED_JIT is given (bench_startup._kernels_where_they_pay),
+    whatever the model: check_memory counts rank 0's 0.1 GB of kernels only where it is given, not 0."""
+    import importlib.util
+
+    from gradsched.bench_memory import KERNELS_BYTES, check_memory, rank_bytes
+
+    model, largest, have = int(40e6), int(4e6), int(100e9)
+    plain = 8 * rank_bytes(model, largest, 8)
+    for jit in (None, "0"):
+        if jit is None:
+            monkeypatch.delenv("GRADSCHED_JIT", raising=False)
+        else:
+            monkeypatch.setenv("GRADSCHED_JIT", jit)
+        assert check_memory(model, largest, 8, have) == pytest.approx(plain)
+    monkeypatch.setenv("GRADSCHED_JIT", "1")
+    numba = importlib.util.find_spec("numba") is not None
+    assert check_memory(model, largest, 8, have) == pytest.approx(plain + (KERNELS_BYTES if numba else 0.0))
+
+
+# stored runs of the current design (shared model, the probe's buffers cut, numba left out: googlenet-k80's 128 tensors):
 # the default job verbatim (6 rows, run-time auto among them), and 12 rows (8 strategies, DDP's 4 bucket sizes)
 MEMORY_RUNS = ["bench_main_job_mem7.json", "bench_rows_mem7_googlenet_k80_2h_nodear.json", "bench_main_job_mem8.json"]
 
@@ -137,7 +157,7 @@ def test_the_memory_estimate_matches_the_stored_runs_peaks(name, monkeypatch):
     tensors = rows[0]["profile"]["measured"]["tensors"]
     two_phase = any(r["strategy"] in ("dear", "auto") for r in rows)  # auto: dear among its candidates
     estimate = peak_bytes(rows[0]["profile"]["total_bytes"], max(t["bytes"] for t in tensors), rows[0]["world_size"],
-                          two_phase, len(tensors))
+                          two_phase)
     measured = rows[0]["peak_rss_bytes"]
     assert 0.97 * measured <= estimate <= 1.10 * measured, (estimate, measured)
 
@@ -169,7 +189,7 @@ def test_memory_check_counts_a_two_phase_rows_buffers_and_names_them():
     model, largest = int(100e6), int(10e6)
     assert two_phase_bytes(model, 2) == model / 2 and two_phase_bytes(model, 4) == model * 1.25
     assert rank_bytes(model, largest, 4, two_phase=True) == RANK_BASE_BYTES + COPIES * model + largest + model * 1.25
-    plain = 4 * rank_bytes(model, largest, 4) + planning_bytes(None)
+    plain = 4 * rank_bytes(model, largest, 4) + planning_bytes()
     have = int(plain / 0.8) + 1  # fits without the two phases, not with them
     assert check_memory(model, largest, 4, have) == pytest.approx(plain)
     with pytest.raises(GradschedError, match=r"125 MB for the two phases' buffers \(dear\).* the rest is the "

@@ -37,3 +37,23 @@ def test_the_table_flags_rows_by_their_rounds_and_runtime() -> None:
     assert all(r["runtime_as_today"] for r in rows if r["plan"] != "dear")
     later = predict_fixes.row_table(RESULTS / "emulate_papers_bert_large_8h_start8.json")
     assert all(r["runtime_as_today"] for r in later)
+
+
+def test_err11s_readings_take_the_queued_start_up_only_where_ranks_share_cores() -> None:
+    """--variants: the probe's queued start-up (least sample, per operation) is below the table's 4 KiB time in this
+    quiet 8-host job, so its 95-operation ddp-1mb row is predicted faster; at 2 hosts (a rank per core) no reading
+    prices a stream, so all agree; the job's load is read from the runs' summary."""
+    first = _first("inception_v4_8h_runs10")
+    probe = first["contention"]
+    figures = predict_fixes._start_up_figures(first, predict_fixes.bench_reading(first))
+    assert figures["queued_small_least_s"] == pytest.approx(min(probe["samples"]["small_ops_alone_s"]) / 8)
+    assert figures["queued_small_least_s"] < 0.8 * figures["table_start_up_s"]
+    rows = {r["row"]: r for r in predict_fixes.variant_rows(RESULTS / "emulate_papers_inception_v4_8h_runs10.json")}
+    small = rows["ddp-1mb"]
+    assert small["kind"] == "ddp-1mb" and small["hosts"] == "8h" and small["operations"] == 95
+    assert small["errors"]["queued"] < small["errors"]["err10"] and small["errors"]["longer"] < small["errors"]["err10"]
+    assert rows["auto"]["kind"] == "gradsched" and rows["ddp-all"]["kind"] == "ddp other"
+    two = predict_fixes.variant_rows(RESULTS / "bench_replay_resnet50_2h_1gbit_sweep.json")
+    assert two and all(r["hosts"] == "2h" and len(set(r["errors"].values())) == 1 for r in two)
+    loads = predict_fixes.job_loads([RESULTS / "emulate_papers_inception_v4_8h_runs10.json"])
+    assert loads["emulate_papers_inception_v4_8h_runs10"][1] <= predict_fixes.QUIET_LOAD

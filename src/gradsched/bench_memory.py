@@ -9,8 +9,8 @@ over, and its own torch, gloo and gradsched (``RANK_BASE_BYTES``).  A two-phase 
 (``dear``, or run-time ``auto`` trying it) holds more while it runs: each group's shard
 beside the arena, and beyond two ranks the all-to-all's buffer as large as the group
 (:func:`two_phase_bytes`, :mod:`gradsched.torch.runtime.decoupled`).  Rank 0, which plans
-for every rank, also holds numba's kernels where the model has ``JIT_MIN_TENSORS``
-tensors or more (:func:`planning_bytes`; below that the bench plans without them).
+for every rank, holds numba's kernels only where ``GRADSCHED_JIT`` is given (:func:`planning_bytes`): else the
+bench plans without them, as fast on its clusters.
 Measured with ``gradsched bench --json`` (``peak_rss_bytes``, the largest rank's VmHWM;
 ``tests/test_bench.py`` checks the estimate against the stored runs): docs/bench.md, "Memory".
 """
@@ -29,7 +29,6 @@ RANK_BASE_BYTES = 400e6  # one rank's torch, gloo and gradsched, and the heap's 
 COPIES = 3  # parameters, momentum, one row's buckets (gradients are views of them), per byte of parameters
 PROBE_COPIES = 3  # parameters, momentum, the contention probe's all-gradients buffer (its step's gradients: views)
 KERNELS_BYTES = 100e6  # numba's code and LLVM, resident on the rank that plans (rank 0) once it has loaded them
-JIT_MIN_TENSORS = 256  # fewer tensors: a bench plans without numba's kernels (the same plans, as fast)
 MEMORY_SHARE = 0.8  # of the available memory, what a replay may plan to use (the rest: the estimate's error, the OS)
 
 
@@ -48,26 +47,23 @@ def rank_bytes(model_bytes: int, largest_bytes: int, ranks: int = 2, two_phase: 
     return RANK_BASE_BYTES + largest_bytes + max(PROBE_COPIES * model_bytes, COPIES * model_bytes + extra)
 
 
-def kernels_load(tensors: int | None) -> bool:
-    """Whether a bench's planning rank loads numba's kernels for a model of ``tensors`` tensors (None: unknown,
-    counted): numba installed, ``GRADSCHED_JIT`` not ``0``, and as many tensors as :data:`JIT_MIN_TENSORS`
-    unless ``GRADSCHED_JIT`` is set (:func:`gradsched.torch.jobs.bench_startup._kernels_where_they_pay`)."""
+def kernels_load() -> bool:
+    """Whether a bench's planning rank loads numba's kernels: numba installed and ``GRADSCHED_JIT`` given, not ``0``
+    (the bench's workers set it to ``0`` where it is not given:
+    :func:`gradsched.torch.jobs.bench_startup._kernels_where_they_pay`)."""
     jit = os.environ.get("GRADSCHED_JIT")
-    if jit == "0" or importlib.util.find_spec("numba") is None:
-        return False
-    return jit is not None or tensors is None or tensors >= JIT_MIN_TENSORS
+    return jit not in (None, "0") and importlib.util.find_spec("numba") is not None
 
 
-def planning_bytes(tensors: int | None) -> float:
+def planning_bytes() -> float:
     """What rank 0 holds beyond :func:`rank_bytes`: numba's kernels where it loads them (:func:`kernels_load`)."""
-    return KERNELS_BYTES if kernels_load(tensors) else 0.0
+    return KERNELS_BYTES if kernels_load() else 0.0
 
 
-def peak_bytes(model_bytes: int, largest_bytes: int, ranks: int = 2, two_phase: bool = False,
-               tensors: int | None = None) -> float:
+def peak_bytes(model_bytes: int, largest_bytes: int, ranks: int = 2, two_phase: bool = False) -> float:
     """The largest rank's peak resident bytes (a bench's ``peak_rss_bytes``): :func:`rank_bytes` and rank 0's
     :func:`planning_bytes`."""
-    return rank_bytes(model_bytes, largest_bytes, ranks, two_phase) + planning_bytes(tensors)
+    return rank_bytes(model_bytes, largest_bytes, ranks, two_phase) + planning_bytes()
 
 
 def available_bytes() -> int:
@@ -77,13 +73,13 @@ def available_bytes() -> int:
 
 
 def check_memory(model_bytes: int, largest_bytes: int, ranks: int, have: int | None = None,
-                 two_phase: bool = False, tensors: int | None = None) -> float:
+                 two_phase: bool = False) -> float:
     """Refuse a replay whose ranks would not fit in ``MEMORY_SHARE`` of the available memory; returns the need.
     ``two_phase``: a row runs reduce-scatters and all-gathers (``dear``, or ``auto`` with it among its candidates);
-    ``tensors``: the model's (None: rank 0's kernels counted, :func:`planning_bytes`)."""
+    rank 0's kernels are counted where ``GRADSCHED_JIT`` loads them (:func:`planning_bytes`)."""
     have = available_bytes() if have is None else have
     per_rank = rank_bytes(model_bytes, largest_bytes, ranks, two_phase)
-    kernels = planning_bytes(tensors)
+    kernels = planning_bytes()
     need = per_rank * ranks + kernels
     if need > MEMORY_SHARE * have:
         extra = (f", {two_phase_bytes(model_bytes, ranks) / 1e6:.0f} MB for the two phases' buffers (dear)"

@@ -94,8 +94,7 @@ def pick_scale(profile: Profile, ranks: int, given: int | None, shaped: bool, tw
 
     def need(scale: int) -> None:
         scaled = scale_profile(profile, scale)
-        check_memory(scaled.total_bytes, max(t.bytes for t in scaled.tensors), ranks, two_phase=two_phase,
-                     tensors=len(scaled.tensors))
+        check_memory(scaled.total_bytes, max(t.bytes for t in scaled.tensors), ranks, two_phase=two_phase)
 
     def fits(scale: int) -> bool:
         try:

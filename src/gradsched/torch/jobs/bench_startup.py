@@ -14,7 +14,6 @@ import time
 import torch
 import torch.distributed as dist
 
-from gradsched.bench_memory import JIT_MIN_TENSORS
 from gradsched.calibration import calibrate
 from gradsched.jobs.config import BenchConfig
 from gradsched.jobs.results import contention_to_run, pooled_contention
@@ -77,23 +76,22 @@ class _Start:
     auto_warmups: dict[str, AutoWarmup] = dataclasses.field(default_factory=dict)  # per auto row's label
 
 
-def _kernels_where_they_pay(profile: Profile) -> bool:
-    """Whether this rank may load gradsched's numba kernels (``GRADSCHED_JIT``): not for a model of fewer than
-    :data:`~gradsched.bench_memory.JIT_MIN_TENSORS` tensors, unless ``GRADSCHED_JIT`` is set.  Rank 0 plans for
-    every rank (run-time ``auto``'s tuner, the rows' predictions); numba's code and LLVM cost it about 0.1 GB
-    resident (:data:`~gradsched.bench_memory.KERNELS_BYTES`), a fifth of a rank's 0.5 GB beside the model, and
-    there the Python pass and searches, which give the same plans and times, take as long: googlenet-k80's 128
-    tensors, ``auto``'s ranking 0.4-1.4 s either way, 4 s where numba loads (docs/notes/2026-12-bench-runs.md,
-    "The default job's peak placed and cut").  Returns whether they may load."""
-    if len(profile.tensors) < JIT_MIN_TENSORS:
-        os.environ.setdefault("GRADSCHED_JIT", "0")
-    return os.environ.get("GRADSCHED_JIT", "1") != "0"
+def _kernels_where_they_pay() -> bool:
+    """Whether this rank may load gradsched's numba kernels (``GRADSCHED_JIT``): only where ``GRADSCHED_JIT`` is
+    given; else it is set to ``0``.  Rank 0 plans for every rank (run-time ``auto``'s tuner, the rows' predictions),
+    and numba's code and LLVM cost it about 0.1 GB resident (:data:`~gradsched.bench_memory.KERNELS_BYTES`), a fifth
+    of a rank's 0.5 GB beside the model, for no time on the bench's clusters: their contention figures keep the
+    simulator on its Python pass and their measured table keeps usbyte's search on its own, so ``auto``'s ranking
+    takes as long either way, whatever the model (DenseNet-201's 604 tensors at 8 ranks: 3.3-4.4 s without, 3.6-4.5
+    s with, +105 MiB VmHWM; docs/notes/2026-12-err11.md).  Returns whether they may load."""
+    os.environ.setdefault("GRADSCHED_JIT", "0")
+    return os.environ["GRADSCHED_JIT"] != "0"
 
 
 def _start(cfg: BenchConfig, shared: SharedModel, phases: Phases) -> _Start:
     """Steps 1-3 of the module docstring: profile, network table, contention and overhead probes."""
     profile = _measure_profile(cfg, shared)
-    _kernels_where_they_pay(profile)
+    _kernels_where_they_pay()
     phases.end("profiling")
     cluster = _measure_cluster(profile, cfg)
     phases.end("network table")
