@@ -36,6 +36,14 @@ def start(strategy: str, destroy: bool) -> subprocess.Popen:
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
 
 
+CAUSE_CUES = ("terminate called", "what():", "Traceback", "Error", "Fatal Python error")
+
+
+def cause_lines(err: str, most: int = 6) -> str:
+    """The ranks' own lines that say why a job failed (torchrun's summary, the tail, names only the signal)."""
+    return "\n".join([line for line in err.splitlines() if any(c in line for c in CAUSE_CUES)][:most])
+
+
 def run_jobs(runs: int, lanes: int, cases: tuple[tuple[str, bool], ...] = CASES) -> list[dict]:
     """``runs`` jobs cycling through ``cases``, ``lanes`` at a time; one record per job (case, exit
     status, abort seen)."""
@@ -47,7 +55,8 @@ def run_jobs(runs: int, lanes: int, cases: tuple[tuple[str, bool], ...] = CASES)
             _, err = proc.communicate(timeout=300)
             records.append({"strategy": strategy, "destroy": destroy, "exit": proc.returncode,
                             "aborted": "terminate called" in err,
-                            "stderr_tail": err[-600:] if proc.returncode or "terminate called" in err else ""})
+                            "stderr_tail": (cause_lines(err) + "\n...\n" + err[-600:]
+                                            if proc.returncode or "terminate called" in err else "")})
     return records
 
 
