@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
+from typing import Callable
 
 import numpy as np
 
@@ -72,11 +73,16 @@ def layers_forward(profile: Profile) -> list[list[int]]:
 def threshold_groups(profile: Profile, threshold_bytes: float) -> list[list[int]]:
     """DeAR's rule: layers in forward order, a layer joins the open group while the group stays
     within ``threshold_bytes`` (a layer larger than that is a group of its own)."""
+    return _forward_groups(profile, lambda size, nbytes: size + nbytes <= threshold_bytes)
+
+
+def _forward_groups(profile: Profile, joins: Callable[[int, int], bool]) -> list[list[int]]:
+    """Layers in forward order, each joining the open group where ``joins(group's bytes, layer's bytes)``, else
+    opening the next."""
     groups: list[list[int]] = []
     size = 0
-    forward = profile.layer_table.forward
-    for layer, nbytes in zip(forward, _layer_bytes(profile)):
-        if groups and size + nbytes <= threshold_bytes:
+    for layer, nbytes in zip(profile.layer_table.forward, _layer_bytes(profile)):
+        if groups and joins(size, nbytes):
             groups[-1] += layer
             size += nbytes
         else:
@@ -100,16 +106,7 @@ def at_least_groups(profile: Profile, least_bytes: float) -> list[list[int]]:
     """Layers in forward order, a group closed once it holds at least ``least_bytes`` (the last may hold less): DeAR's
     threshold rule turned around, so that each group but the last reaches the size from which the runtime sends
     it as a ring."""
-    groups: list[list[int]] = []
-    size = 0
-    for layer, nbytes in zip(profile.layer_table.forward, _layer_bytes(profile)):
-        if groups and size < least_bytes:
-            groups[-1] += layer
-            size += nbytes
-        else:
-            groups.append(list(layer))
-            size = nbytes
-    return groups
+    return _forward_groups(profile, lambda size, _nbytes: size < least_bytes)
 
 
 def nearby_groups(profile: Profile, layers: int) -> list[list[int]]:
