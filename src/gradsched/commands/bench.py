@@ -40,11 +40,12 @@ from gradsched.jobs.bench import FAITHFUL_AGGREGATE_BPS, replay_model, shaped_ra
 from gradsched.jobs.budget import BENCH_TARGET_S, TRIMMED_STEPS, Trim
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.launch import PREFIXES
-from gradsched.jobs.results import UNITS, BenchJsonRow, BenchResult, BenchRow, Contention
+from gradsched.jobs.results import UNITS, BenchJsonRow, BenchResult, BenchRow, Contention, TrialDecision
 from gradsched.jobs.rounds import MIN_COUNTED_ROUNDS, ROUND_TOL
 from gradsched.jobs.results import to_emulated as undilate  # the old name
 from gradsched.jobs.startup import AutoWarmup
 from gradsched.testbed import check_ranks_per_host
+from gradsched.tuning.candidates import TORCH_DDP
 
 DEFAULT_MODEL = "vgg"
 DEFAULT_STRATEGIES = "ddp,auto"
@@ -359,7 +360,26 @@ def _auto_lines(rows: list[BenchRow]) -> list[str]:
     warmup = AutoWarmup.from_dict(dict(auto["auto_warmup"])) if auto.get("auto_warmup") else None
     if warmup is not None and (not warmup.in_situ or warmup.shortened):  # planned at start-up, or a short warm-up
         lines.append(f"  ({warmup.describe()})")
-    return lines
+    return lines + _trial_lines((tune or {}).get("trial_decision"))
+
+
+def _trial_lines(decision: TrialDecision | None) -> list[str]:
+    """Run-time ``auto``'s trials, fastest first: each plan's label with its planner options (two ``usbyte``
+    candidates, grouped or not, differ only there; PyTorch DDP's label names its bucket size) and its median."""
+    measured = (decision or {}).get("measured") or {}
+    if not decision or not measured:
+        return []
+    plans, options = decision.get("plans") or {}, decision.get("options") or {}
+
+    def named(h: str) -> str:
+        label, opts = plans.get(h, h), options.get(h)
+        if not opts or label.startswith(TORCH_DDP):
+            return label
+        return f"{label} ({', '.join(f'{k}={v}' for k, v in sorted(opts.items()))})"
+
+    return ["  trials (median ms): " + "; ".join(
+        f"{named(h)} {s * 1e3:.1f}{' kept' if h == decision.get('kept') else ''}"
+        for h, s in sorted(measured.items(), key=lambda x: x[1]))]
 
 
 def _contention_lines(c: Contention | None) -> list[str]:

@@ -136,7 +136,8 @@ class TrialDecision(TypedDict, total=False):
     baseline: str | None
     kept: str | None
     resized: list[str]
-    plans: dict[str, str]
+    plans: dict[str, str]  # per plan hash: its label (strategy; PyTorch DDP's with its bucket size)
+    options: dict[str, dict[str, Any]]  # per plan hash: the planner options that made it (autotune.trial_options)
     runoff: list[Any]
     paired: dict[str, Any]
     dropped: list[str]
