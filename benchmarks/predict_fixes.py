@@ -4,7 +4,7 @@
     python benchmarks/predict_fixes.py --implied        # the 8-host runs: the start-up each DDP row implies
     python benchmarks/predict_fixes.py --choose         # the DDP rows with each start-up figure and exponent
     python benchmarks/predict_fixes.py --table [RUN.json ...] [--out FILE]   # per row, before and after err10
-    python benchmarks/predict_fixes.py --variants [RUN.json ...] [--out FILE]  # err11's start-up readings, by row kind
+    python benchmarks/predict_fixes.py --variants [RUN.json ...] [--out FILE]  # err11's start-up readings, by row kind and load
 
 Per run, the median and worst |prediction error| over its rows in four readings: as the
 job's own table and contention figures give them (``benchmarks/resimulate.py``'s plans),
@@ -24,8 +24,11 @@ rounds' range, and whether it ran today's runtime (:data:`PIECES_SINCE`); summar
 over the runs :data:`CHOSEN_ON` and the others; writes ``benchmarks/results/predict_fixes_rows.json`` (or ``--out``).
 ``--variants``: every row of the 2-, 4- and 8-host runs (or the runs given) in the readings of :data:`VARIANTS` (err11:
 the queued start-up against the table's, the blend against the longer), summarised by hosts and row kind (``ddp-1mb``,
-``ddp-5mb``, PyTorch DDP's other rows, gradsched's) and, on 8 hosts, by the load the job ran beside (quiet: the
-1-minute load at most :data:`QUIET_LOAD` after it); writes ``benchmarks/results/predict_fixes_err11.json`` (or ``--out``).
+``ddp-5mb``, PyTorch DDP's other rows, gradsched's all-reduce plans, and since err12 the two-phase rows apart: ``dear``,
+``fsdp2``, an ``auto`` that ran a decoupled plan) and, on 8 hosts, by the load the job ran beside (quiet: no counted
+round above the job's ``loaded_above`` where it recorded its load per round, since err12; else the 1-minute load at most
+:data:`QUIET_LOAD` after it, from its summary); writes ``benchmarks/results/predict_fixes_err12.json`` (or ``--out``;
+err11's run of it: ``predict_fixes_err11.json``).
 Writes ``benchmarks/results/predict_fixes.json``, with the median and worst over the 8-host runs
 of the papers' models apart (``emulate_papers_*_8h*.json``), per model, over PyTorch DDP's rows alone,
 and over the runs the exponent was chosen on (:data:`CHOSEN_ON`) and those held out.
@@ -46,6 +49,7 @@ from gradsched.cluster import STREAM, Cluster
 from gradsched.jobs.bench import (STREAM_EXPONENT, anchored_to_probe, ddp_first_bucket_mb, probe_alone_s,
                                   with_phase_ratios, with_stream_cost)
 from gradsched.jobs.results import read_bench_row
+from gradsched.jobs.rounds import loaded_rounds
 from gradsched.planners import make_plan
 from gradsched.profile import Profile
 from gradsched.sim import simulate
@@ -315,7 +319,12 @@ VARIANTS = {"err10": (BLEND_EXPONENT, "table_start_up_s"), "longer": (None, "tab
             "queued": (BLEND_EXPONENT, "queued_small_least_s"), "queued longer": (None, "queued_small_least_s")}
 
 
-def _kind(row: dict) -> str:
+def _kind(row: dict, two_phase: bool) -> str:
+    """A row's kind: ``two-phase`` (it ran reduce-scatters and all-gathers: ``dear``, ``fsdp2``, an ``auto`` that ran
+    a decoupled plan; priced by other rules than the all-reduces', phase11/12), ``gradsched`` (gradsched's runtime,
+    all-reduces only), PyTorch DDP's ``ddp-1mb`` and ``ddp-5mb`` (many small buckets) and its other rows."""
+    if two_phase or row["runs"] == "torch FSDP2":
+        return "two-phase"
     if row["runs"] != "torch DDP":
         return "gradsched"
     return row["strategy"] if row["strategy"] in ("ddp-1mb", "ddp-5mb") else "ddp other"
@@ -327,19 +336,27 @@ def _hosts(run: str) -> str:
 
 
 def variant_rows(path: Path) -> list[dict]:
-    """Per row of a run (that ran today's runtime, :data:`PIECES_SINCE`): its kind, hosts and error in each reading of
-    :data:`VARIANTS` (a run whose ranks do not outnumber the cores prices no stream: every reading as err10's)."""
+    """Per row of a run (that ran today's runtime, :data:`PIECES_SINCE`): its kind (:func:`_kind`), hosts, the error
+    the bench itself reported (``error_as_run``) and the error in each reading of :data:`VARIANTS` (a run whose ranks
+    do not outnumber the cores prices no stream: every reading as err10's), whether each prediction lies within the
+    range of its counted rounds' medians (``in_rounds``), their spread, and the counted rounds that ran under load
+    where the job recorded its load per round (``rounds_loaded``; None before err12)."""
     found: list[dict] = []
     for name, (exponent, start_up) in VARIANTS.items():
         rows = list(predicted_rows(path, True, True, True, exponent, start_up=start_up, least=True))
         if not found:
             for row, plan, _ in rows:
                 two_phase = any(op.collective != "allreduce" for op in plan.operations)
-                found.append({"run": path.stem, "row": row["strategy"], "kind": _kind(row), "hosts": _hosts(path.stem),
-                              "operations": len(plan.operations),
-                              "runtime_as_today": not (two_phase and row["date"] < PIECES_SINCE), "errors": {}})
+                found.append({"run": path.stem, "row": row["strategy"], "kind": _kind(row, two_phase),
+                              "hosts": _hosts(path.stem), "operations": len(plan.operations),
+                              "runtime_as_today": not (two_phase and row["date"] < PIECES_SINCE),
+                              "rounds_loaded": loaded_rounds(row.get("load"), row.get("warmup_rounds") or 0),
+                              "rounds_spread": _spread(_round_medians(row)), "errors": {}})
         for out, (row, _, predicted) in zip(found, rows, strict=True):
             out["errors"][name] = (predicted - row["iteration_s_median"]) / row["iteration_s_median"]
+            medians = _round_medians(row)
+            out.setdefault("in_rounds", {})[name] = min(medians) <= predicted <= max(medians)
+            out["error_as_run"] = row.get("prediction_error")
     return found
 
 
@@ -364,10 +381,42 @@ def job_loads(paths: list[Path]) -> dict[str, tuple[float, float]]:
     return loads
 
 
+def _era(row: dict) -> str:
+    """Whether a row's rounds ran quiet or loaded: by the job's own load per round where it recorded one (a counted
+    round ending above its ``loaded_above``: :func:`gradsched.jobs.rounds.loaded_rounds`), else by the load at the
+    job's end in its summary (:data:`QUIET_LOAD`), else "load not recorded"."""
+    if row.get("rounds_loaded") is not None:
+        return "loaded" if row["rounds_loaded"] else "quiet"
+    if row.get("load") is None:
+        return "load not recorded"
+    return "quiet" if row["load"][1] <= QUIET_LOAD else "loaded"
+
+
+def _spread(medians: list[float]) -> float:
+    """(largest - least) / median of a row's counted rounds' medians."""
+    return (max(medians) - min(medians)) / statistics.median(medians) if medians else float("nan")
+
+
+ROWS_SHOWN = 80  # --variants prints each row where the runs given have at most this many
+
+
+def _show_rows(rows: list[dict]) -> None:
+    """Each row: run, row, kind, operations, the bench's own error, each reading's (``*``: outside its rounds'
+    medians), the rounds' spread and their load."""
+    print(f"{'run':40s} {'row':9s} {'kind':10s} {'ops':>4s} {'as run':>7s} " +
+          " ".join(f"{v[:13]:>14s}" for v in VARIANTS) + f" {'spread':>6s} load")
+    for r in rows:
+        cells = " ".join(f"{r['errors'][v]:+13.1%}{' ' if r['in_rounds'][v] else '*'}" for v in VARIANTS)
+        load = (f"loaded rounds {r['rounds_loaded']}" if r.get("rounds_loaded") is not None else
+                f"at the job's end {r['load'][1]:.1f}" if r.get("load") else "-")
+        print(f"{r['run'][-40:]:40s} {r['row']:9s} {r['kind']:10s} {r['operations']:4d} "
+              f"{r['error_as_run'] or 0:+7.1%} {cells} {r['rounds_spread']:6.1%} {load}")
+
+
 def variants(paths: list[Path]) -> int:
     """:func:`variant_rows` over ``paths``, summarised (median / worst |error|, rows over 8%) by hosts, by row kind
-    and, on 8 hosts, by the job's load (:func:`job_loads`: at most :data:`QUIET_LOAD` after it, above it, not recorded);
-    writes ``benchmarks/results/predict_fixes_err11.json`` (or ``--out FILE``)."""
+    and, on 8 hosts, by the load its rounds ran under (:func:`_era`); writes ``benchmarks/results/predict_fixes_err12.json``
+    (or ``--out FILE``)."""
     rows = [r for p in paths for r in variant_rows(p) if r["runtime_as_today"]]
     loads = job_loads(paths)
     subsets: dict[str, list[dict]] = {}
@@ -375,11 +424,13 @@ def variants(paths: list[Path]) -> int:
         keys = [f"{r['hosts']}", f"{r['hosts']} {r['kind']}"]
         if r["hosts"] == "8h":
             r["load"] = loads.get(r["run"])
-            era = ("load not recorded" if r["load"] is None else
-                   "quiet" if r["load"][1] <= QUIET_LOAD else "loaded")
-            keys += [f"8h {era}", f"8h {era} {r['kind']}"]
+            keys += [f"8h {_era(r)}", f"8h {_era(r)} {r['kind']}"]
+            if r["kind"] != "two-phase":
+                keys += ["8h all-reduce rows", f"8h {_era(r)} all-reduce rows"]
         for k in keys:
             subsets.setdefault(k, []).append(r)
+    if len(rows) <= ROWS_SHOWN:  # a few runs given: each row, as the bench predicted it and in each reading
+        _show_rows(rows)
     summary = {}
     print(f"{'rows':28s} {'n':>3s} " + " ".join(f"{v:>20s}" for v in VARIANTS))
     for key in sorted(subsets):
@@ -391,7 +442,7 @@ def variants(paths: list[Path]) -> int:
         summary[key] = cells
         print(f"{key:28s} {len(subsets[key]):3d} " + " ".join(
             f"{c['median_abs']:6.1%}/{c['worst_abs']:6.1%} ({c['over_8pct']:2d})" for c in cells.values()))
-    out = Path(_option("--out") or RESULTS / "predict_fixes_err11.json")
+    out = Path(_option("--out") or RESULTS / "predict_fixes_err12.json")
     out.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "variants": {
         k: {"exponent": e, "start_up": s} for k, (e, s) in VARIANTS.items()}, "runs": sorted({r["run"] for r in rows}),
         "summary": summary, "rows": rows}, indent=1))

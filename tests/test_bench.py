@@ -597,3 +597,24 @@ def test_run_time_autos_settings_reach_the_auto_row_typed_and_checked():
                                                                                 "channels": 2}
     with pytest.raises(GradschedError, match="--opt auto.trial_iterations"):
         entries("ddp,auto", "none", None, ["auto.trial_iterations=0"])
+
+
+def test_the_auto_line_tells_two_trials_of_one_strategy_apart_by_their_options():
+    from gradsched.commands.bench import table
+
+    decision = {"measured": {"a": 0.2112, "b": 0.1913, "c": 0.2177}, "kept": "b", "baseline": "c",
+                "plans": {"a": "usbyte", "b": "usbyte", "c": "torch-ddp 3.125 MB"},
+                "options": {"a": {"unit_bytes": 262144, "merge_bytes": 262144},
+                            "b": {"groups": 0, "unit_bytes": 524288, "merge_bytes": 0},
+                            "c": {"bucket_cap_mb": 3.125}}}
+    switches = [{"strategy": "ddp", "reason": "initial"}, {"strategy": "usbyte", "reason": "fastest"}]
+    rows = [_row("ddp", 400.0), _row("auto", 191.3, plan_options={"groups": 0},
+                                     autotune={"switches": switches, "replans": 0, "trial_decision": decision})]
+    text = table({"rows": rows, "lower_bound": {"lower_bound_s": 0.15, "compute_s": 0.1, "allreduce_all_s": 0.15},
+                  "best_ddp": "ddp"})
+    line = next(x for x in text.splitlines() if x.startswith("  trials"))
+    assert line == ("  trials (median ms): usbyte (groups=0, merge_bytes=0, unit_bytes=524288) 191.3 kept; "
+                    "usbyte (merge_bytes=262144, unit_bytes=262144) 211.2; torch-ddp 3.125 MB 217.7")
+    del decision["options"]  # a record from before the options: the labels alone, as they were
+    assert "usbyte 191.3 kept; usbyte 211.2" in table({"rows": rows, "lower_bound": {
+        "lower_bound_s": 0.15, "compute_s": 0.1, "allreduce_all_s": 0.15}, "best_ddp": "ddp"})

@@ -80,6 +80,27 @@ def test_the_json_rows_say_their_units_and_read_back_as_the_workers_measured():
     assert back["compute_only"] == raw["compute_only"] and back["lower_bound"] == raw["lower_bound"]
 
 
+def test_the_load_per_round_is_in_every_json_row_and_reads_back_as_recorded():
+    """The machine's load (a count of tasks, not a duration) is kept as recorded under a dilation, declared, and
+    read back by the quiet/loaded split (gradsched.jobs.rounds.loaded_rounds)."""
+    from gradsched.commands.bench import rows_for_json
+    from gradsched.jobs.rounds import RoundLoads, loaded_rounds
+
+    reads = iter([4.0, 3.0, 6.5, 5.9])
+    loads = RoundLoads(read=lambda: next(reads))
+    loads.at_startup_end()
+    for _ in range(3):
+        loads.after_round()
+    raw = {**_result(FITTED), "load": loads.record(ranks=8, cores=2)}
+    rows = rows_for_json(finish(json.loads(json.dumps(raw)), 2.5), {"dilate": 2.5})
+    assert all(undeclared(r, BenchJsonRow) == [] for r in rows)
+    back, _ = read_bench_row(json.loads(json.dumps(rows[0])))
+    assert back["load"] == {"source": "/proc/loadavg, 1-minute", "startup_end": 4.0, "rounds": [3.0, 6.5, 5.9],
+                            "ranks": 8, "cores": 2, "loaded_above": 6.0}
+    assert loaded_rounds(back["load"], warmup_rounds=1) == [1] and loaded_rounds(back["load"], 2) == []
+    assert loaded_rounds(None) is None and loaded_rounds({**back["load"], "rounds": [None, None]}) is None
+
+
 # ----------------------------------------------------------------------------- --contention-from with --dilate
 def test_contention_from_a_dilated_job_pools_in_the_workers_seconds(tmp_path):
     """Two jobs of one replay at --dilate 2 that measured the same: the pooled figures are that job's.

@@ -57,3 +57,32 @@ def test_err11s_readings_take_the_queued_start_up_only_where_ranks_share_cores()
     assert two and all(r["hosts"] == "2h" and len(set(r["errors"].values())) == 1 for r in two)
     loads = predict_fixes.job_loads([RESULTS / "emulate_papers_inception_v4_8h_runs10.json"])
     assert loads["emulate_papers_inception_v4_8h_runs10"][1] <= predict_fixes.QUIET_LOAD
+
+
+def test_two_phase_rows_are_their_own_kind_not_gradscheds() -> None:
+    """err12: a row that ran reduce-scatters and all-gathers (dear here) is counted apart from gradsched's all-reduce
+    plans; each row says whether its prediction lies within its rounds' medians and their spread."""
+    rows = {r["row"]: r for r in predict_fixes.variant_rows(RESULTS / "emulate_papers_resnet50_8h_runs11dear.json")}
+    assert rows["dear"]["kind"] == "two-phase" and rows["auto"]["kind"] == "gradsched"
+    assert rows["ddp-1mb"]["kind"] == "ddp-1mb" and rows["ddp-all"]["kind"] == "ddp other"
+    assert all(r["rounds_loaded"] is None for r in rows.values())  # a run from before the load per round
+    assert all(r["rounds_spread"] >= 0 and set(r["in_rounds"]) == set(predict_fixes.VARIANTS) for r in rows.values())
+    assert rows["dear"]["error_as_run"] == pytest.approx(-0.2403, abs=1e-3)  # what the bench itself printed
+
+
+def test_the_quiet_loaded_split_takes_the_jobs_own_load_per_round_where_it_has_one(tmp_path) -> None:
+    """A run with ``load`` is split by its counted rounds (one above ``loaded_above``: loaded), whatever its summary
+    says; one without falls back to the summary's load at the job's end."""
+    rows = json.loads((RESULTS / "emulate_papers_inception_v4_8h_runs10.json").read_text())
+    load = {"source": "/proc/loadavg, 1-minute", "startup_end": 3.0, "ranks": 8, "cores": 2, "loaded_above": 6.0}
+    warm = rows[0].get("warmup_rounds") or 0
+    counted = len(rows[0]["step_s"]) - warm
+    for name, rounds in (("quiet", [9.0] * warm + [5.0] * counted), ("loaded", [1.0] * warm + [5.0, 6.5] +
+                                                                      [5.0] * (counted - 2))):
+        path = tmp_path / f"emulate_papers_inception_v4_8h_{name}.json"
+        path.write_text(json.dumps([{**r, "load": {**load, "rounds": rounds}} for r in rows]))
+        found = predict_fixes.variant_rows(path)
+        assert {predict_fixes._era(r) for r in found} == {name}
+    summary = {**found[0], "rounds_loaded": None, "load": (1.0, 6.8)}
+    assert predict_fixes._era(summary) == "loaded" and predict_fixes._era({**summary, "load": None}) == \
+        "load not recorded"

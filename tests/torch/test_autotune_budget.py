@@ -8,6 +8,7 @@ longer on the tracer's clock), so which plan wins, and what the trials cost, is 
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable
 
 import pytest
@@ -23,7 +24,8 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from gradsched.torch import DistributedDataParallel  # noqa: E402
-from gradsched.torch.runtime.autotune import PREDICTED_FAR_SLOWER, AutoTuneConfig, not_clearly_slower  # noqa: E402
+from gradsched.torch.runtime.autotune import (PREDICTED_FAR_SLOWER, AutoTuneConfig, not_clearly_slower,  # noqa: E402
+                                               trial_options)
 from gradsched.torch.runtime.torch_ddp import TORCH_DDP, is_torch_ddp  # noqa: E402
 
 from tests.torch.test_autotune_torch_ddp import _inputs, _net, _train, delay  # noqa: E402
@@ -157,6 +159,44 @@ def test_a_candidate_window_waits_until_the_trials_fit_their_share(world_of_one)
     base_s = tuner.trial_decision["measured"][tuner.trial_decision["baseline"]]
     assert spent <= 0.5 * elapsed + (tuner.trial_window + 1) * (10.0 + base_s)
     assert is_torch_ddp(model.plan)  # PyTorch's DDP stays (at the user's bucket size or another as fast)
+
+
+def test_the_trial_record_keeps_each_plans_planner_options(world_of_one):
+    """Each measured plan's options in the record beside its label: two candidates of one strategy (grouped and
+    ungrouped ``usbyte``) share a label, and are told apart by these."""
+    model = _budgeted(lambda plan, t: 0.5 if is_torch_ddp(plan) or _profiling(t) else 1.0, {"trial_share": 0.99})
+    tuner = model.autotuner
+    decision = tuner.trial_decision
+    assert set(decision["options"]) == set(decision["measured"]) == set(decision["plans"])
+    for h, options in decision["options"].items():
+        plan = tuner._tried[h][1]
+        assert options == trial_options(plan) and "chose" not in options and "predicted_iteration_s" not in options
+        if is_torch_ddp(plan):
+            assert options["bucket_cap_mb"] == plan.options["bucket_cap_mb"]
+    labels = [decision["plans"][h] for h in decision["options"]]
+    for label in set(labels):  # the same label, different plans: their options differ
+        same = [json.dumps(decision["options"][h], sort_keys=True) for h in decision["options"]
+                if decision["plans"][h] == label]
+        assert len(same) == len(set(same))
+    assert tuner.summary()["trial_decision"]["options"] == decision["options"]
+
+
+def test_trial_options_are_the_planners_own_and_an_auto_plans_chosen_ones():
+    from gradsched.cluster import Cluster
+    from gradsched.costs import CollectiveCost
+    from gradsched.planners import make_plan
+    from gradsched.planners.auto import Ranked, as_auto
+    from gradsched.profile import Profile, TensorProfile
+
+    profile = Profile("m", tuple(TensorProfile(f"t{i}", 1000 * (i + 1), 4000 * (i + 1), 1e-3, 2e-3)
+                                 for i in range(6)))
+    cluster = Cluster(4, {"allreduce": CollectiveCost(1e-4, 1e-9)})
+    grouped = make_plan("usbyte", profile, cluster, groups=0)
+    units = make_plan("usbyte", profile, cluster, unit_bytes=8192)
+    assert trial_options(grouped) == grouped.options and trial_options(grouped)["groups"] == 0
+    assert trial_options(grouped) != trial_options(units)
+    chosen = as_auto(Ranked(0.1, "usbyte", grouped), tried=3)
+    assert trial_options(chosen) == grouped.options  # not auto's record of its choice
 
 
 def test_a_clearly_faster_plan_is_still_found_and_kept(world_of_one):

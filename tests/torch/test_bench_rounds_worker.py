@@ -9,6 +9,7 @@ import pytest
 from gradsched.byte_scaling import scale_profile
 from gradsched.constants import REPLAY_PREFIX
 from gradsched.jobs.config import BenchConfig
+from gradsched.jobs.rounds import RoundLoads, loaded_rounds
 from gradsched.replayable import load_profile
 from gradsched.torch.jobs.bench_worker import _ComputeOnly, _startup_probe, _timed_rounds
 from gradsched.torch.jobs.shared_model import SharedModel
@@ -37,9 +38,9 @@ def replay(tmp_path_factory, world_of_one):
 
 def test_the_rounds_stop_by_the_rule_and_say_so(replay):
     model, runs, loss_fn, batches = replay
-    times, record = _timed_rounds(_cfg(model, 5, 0.5), runs, loss_fn, batches, None)  # any move within 50%
+    times, record = _timed_rounds(_cfg(model, 5, 0.5), runs, loss_fn, batches, None, RoundLoads())  # within 50%
     assert [len(t) for t in times] == [3, 3] and record["rounds_run"] == 3 and record["stopped_early"]
-    times, record = _timed_rounds(_cfg(model, 4, 0.0), runs, loss_fn, batches, None)  # tol 0: every round
+    times, record = _timed_rounds(_cfg(model, 4, 0.0), runs, loss_fn, batches, None, RoundLoads())  # every round
     assert [len(t) for t in times] == [4, 4] and not record["stopped_early"] and len(record["moves"]) == 2
 
 
@@ -57,7 +58,7 @@ def test_a_replays_warm_up_round_skips_its_compute(replay, monkeypatch):
 
     monkeypatch.setattr(replay_mod._Clock, "wait_until", recorded)
     model, runs, loss_fn, batches = replay
-    _timed_rounds(_cfg(model, 2, 0.0), runs, loss_fn, batches, None)
+    _timed_rounds(_cfg(model, 2, 0.0), runs, loss_fn, batches, None, RoundLoads())
     first = scales.index(1.0)
     assert first > 0 and set(scales[:first]) == {0.0} and set(scales[first:]) == {1.0}
 
@@ -68,8 +69,20 @@ def test_a_trimmed_warm_up_round_runs_its_own_steps(replay):
 
     model, runs, loss_fn, batches = replay
     cfg = dataclasses.replace(_cfg(model, 3, 0.0), steps=2, warmup_steps=1)
-    times, _ = _timed_rounds(cfg, runs, loss_fn, batches, None)
+    times, _ = _timed_rounds(cfg, runs, loss_fn, batches, None, RoundLoads())
     assert [[len(r) for r in t] for t in times] == [[1, 2, 2]] * 2
+
+
+def test_the_load_is_read_as_the_rounds_begin_and_after_each_round(replay):
+    """A fake loadavg that counts its reads: one as the rounds begin, then one per round (the warm-up round's
+    included), in order; the record flags the counted rounds above 6 (8 ranks on 2 cores)."""
+    model, runs, loss_fn, batches = replay
+    reads = iter([1.0, 2.0, 7.5, 3.0])
+    loads = RoundLoads(read=lambda: next(reads))
+    times, _ = _timed_rounds(_cfg(model, 3, 0.0), runs, loss_fn, batches, None, loads)
+    assert [len(t) for t in times] == [3, 3] and loads.startup_end == 1.0 and loads.rounds == [2.0, 7.5, 3.0]
+    record = loads.record(ranks=8, cores=2)
+    assert record["loaded_above"] == 6.0 and loaded_rounds(record, warmup_rounds=1) == [1]
 
 
 def test_plans_are_made_from_the_table_anchored_to_the_probe():
@@ -186,7 +199,7 @@ def test_the_progress_bar_names_the_model_as_the_user_gave_it(replay, capsys):
     model, runs, loss_fn, batches = replay
     cfg = dataclasses.replace(_cfg(model, 2, 0.0), progress=True, label="googlenet-k80",
                               entries=[BenchEntry(label="a", strategy="sync", torch_ddp=False)])  # and compute only
-    _timed_rounds(cfg, runs, loss_fn, batches, None)
+    _timed_rounds(cfg, runs, loss_fn, batches, None, RoundLoads())
     err = capsys.readouterr().err
     assert "bench googlenet-k80 x1" in err and "replay.profile.json" not in err
 

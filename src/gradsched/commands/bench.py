@@ -40,11 +40,12 @@ from gradsched.jobs.bench import FAITHFUL_AGGREGATE_BPS, replay_model, shaped_ra
 from gradsched.jobs.budget import BENCH_TARGET_S, TRIMMED_STEPS, Trim
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.launch import PREFIXES
-from gradsched.jobs.results import UNITS, BenchJsonRow, BenchResult, BenchRow, Contention
-from gradsched.jobs.rounds import MIN_COUNTED_ROUNDS, ROUND_TOL
+from gradsched.jobs.results import UNITS, BenchJsonRow, BenchResult, BenchRow, Contention, Load, TrialDecision
+from gradsched.jobs.rounds import LOADED_SHARE, MIN_COUNTED_ROUNDS, ROUND_TOL, loaded_rounds
 from gradsched.jobs.results import to_emulated as undilate  # the old name
 from gradsched.jobs.startup import AutoWarmup
 from gradsched.testbed import check_ranks_per_host
+from gradsched.tuning.candidates import TORCH_DDP
 
 DEFAULT_MODEL = "vgg"
 DEFAULT_STRATEGIES = "ddp,auto"
@@ -295,7 +296,7 @@ def rows_for_json(result: BenchResult, meta: dict[str, Any]) -> list[BenchJsonRo
               "lower_bound": result["lower_bound"], "contention": result["contention"],
               "compute_only": result.get("compute_only"), "best_ddp": result["best_ddp"], "job_s": result["job_s"],
               "peak_rss_bytes": result.get("peak_rss_bytes"), "phases": result.get("phases"),
-              "stopping": result.get("stopping")}
+              "stopping": result.get("stopping"), "load": result.get("load")}
     return [{**row, **shared} for row in result["rows"]]  # type: ignore[typeddict-item]
 
 
@@ -306,11 +307,13 @@ def _x(ratio: float | None, width: int) -> str:
 def table(result: BenchResult) -> str:
     lines = [f"{'strategy':14s} {'median ms':>10s} {'vs ddp':>7s} {'vs best ddp':>11s} {'/ lower bd':>10s} "
              f"{'predicted ms':>12s} {'error':>7s}"]
+    load = result.get("load")
     for r in result["rows"]:
         below = "!" if r.get("below_bound") else " "  # explained under the table
+        loaded = "~" if loaded_rounds(load, r.get("warmup_rounds") or 0) else ""  # explained under the table
         lines.append(f"{r['strategy']:14s} {r['iteration_s_median'] * 1e3:10.1f} {_x(r['speedup_vs_ddp'], 6)} "
                      f"{_x(r['speedup_vs_best_ddp'], 10)} {_x(r['vs_lower_bound'], 9)}{below}"
-                     f"{r['predicted_iteration_s'] * 1e3:12.1f} {r['prediction_error'] * 100:+6.1f}%")
+                     f"{r['predicted_iteration_s'] * 1e3:12.1f} {r['prediction_error'] * 100:+6.1f}%{loaded}")
     lb = result["lower_bound"]
     ref = result.get("compute_only")
     if ref:
@@ -322,6 +325,7 @@ def table(result: BenchResult) -> str:
                  f"best DDP: {result['best_ddp']}")
     lines += [f"! {r['strategy']} ran below the lower bound ({r['below_bound']['assumption']}), "
               f"{r['below_bound']['reason']}" for r in result["rows"] if r.get("below_bound")]
+    lines += _load_lines(load, result["rows"])
     if "contention_bound_s" in lb and lb["contention_bound_s"] > lb["lower_bound_s"] * 1.001:
         best = min(result["rows"], key=lambda r: r["iteration_s_median"])
         cb = lb["contention_bound_s"]
@@ -330,6 +334,20 @@ def table(result: BenchResult) -> str:
     lines += _auto_lines(result["rows"]) + _contention_lines(result.get("contention"))
     lines += phase_lines(result.get("phases"), result.get("profile", {}).get("total_bytes"))
     return "\n".join(lines)
+
+
+def _load_lines(load: Load | None, rows: list[BenchRow]) -> list[str]:
+    """Under the table: the rounds whose 1-minute load at their end was above the job's ``loaded_above``
+    (:func:`gradsched.jobs.rounds.loaded_rounds`), the rows marked ``~``; nothing where none was."""
+    warm = (rows[0].get("warmup_rounds") or 0) if rows else 0
+    loaded = loaded_rounds(load, warm)
+    if not loaded or load is None:
+        return []
+    counted = [x for x in load["rounds"][warm:] if x is not None]
+    return [f"~ {len(loaded)} of {len(counted)} counted rounds ended with the 1-minute load above "
+            f"{load['loaded_above']:g} ({load['ranks']} ranks on {load['cores']} cores: a replay's own ranks keep it "
+            f"under {LOADED_SHARE:.0%} of their number); loads {', '.join(f'{x:.1f}' for x in counted)}: the rows' "
+            f"times include other work's, and their predictions are not the job's alone"]
 
 
 def auto_strategy(row: dict[str, Any]) -> str | None:
@@ -359,7 +377,26 @@ def _auto_lines(rows: list[BenchRow]) -> list[str]:
     warmup = AutoWarmup.from_dict(dict(auto["auto_warmup"])) if auto.get("auto_warmup") else None
     if warmup is not None and (not warmup.in_situ or warmup.shortened):  # planned at start-up, or a short warm-up
         lines.append(f"  ({warmup.describe()})")
-    return lines
+    return lines + _trial_lines((tune or {}).get("trial_decision"))
+
+
+def _trial_lines(decision: TrialDecision | None) -> list[str]:
+    """Run-time ``auto``'s trials, fastest first: each plan's label with its planner options (two ``usbyte``
+    candidates, grouped or not, differ only there; PyTorch DDP's label names its bucket size) and its median."""
+    measured = (decision or {}).get("measured") or {}
+    if not decision or not measured:
+        return []
+    plans, options = decision.get("plans") or {}, decision.get("options") or {}
+
+    def named(h: str) -> str:
+        label, opts = plans.get(h, h), options.get(h)
+        if not opts or label.startswith(TORCH_DDP):
+            return label
+        return f"{label} ({', '.join(f'{k}={v}' for k, v in sorted(opts.items()))})"
+
+    return ["  trials (median ms): " + "; ".join(
+        f"{named(h)} {s * 1e3:.1f}{' kept' if h == decision.get('kept') else ''}"
+        for h, s in sorted(measured.items(), key=lambda x: x[1]))]
 
 
 def _contention_lines(c: Contention | None) -> list[str]:

@@ -136,7 +136,8 @@ class TrialDecision(TypedDict, total=False):
     baseline: str | None
     kept: str | None
     resized: list[str]
-    plans: dict[str, str]
+    plans: dict[str, str]  # per plan hash: its label (strategy; PyTorch DDP's with its bucket size)
+    options: dict[str, dict[str, Any]]  # per plan hash: the planner options that made it (autotune.trial_options)
     runoff: list[Any]
     paired: dict[str, Any]
     dropped: list[str]
@@ -256,6 +257,18 @@ class Stopping(TypedDict, total=False):
     stopped_early: bool
 
 
+class Load(TypedDict, total=False):
+    """The machine's 1-minute load average through the job (:class:`gradsched.jobs.rounds.RoundLoads`): a count of
+    tasks, not a duration; None where ``/proc/loadavg`` could not be read."""
+
+    source: str  # "/proc/loadavg, 1-minute"
+    startup_end: float | None  # as the rounds begin (rows built, run-time auto's warm-up done)
+    rounds: list[float | None]  # at each round's end, warm-up rounds included (the rows' step_s rounds)
+    ranks: int  # the job's ranks on the machine, and its cores: what loaded_above is taken from
+    cores: int
+    loaded_above: float  # a round whose load at its end is above this ran beside others' work (rounds.loaded_above)
+
+
 class Trimmed(TypedDict, total=False):
     """A replay's default rounds cut to fit its wall-time target (:meth:`gradsched.jobs.budget.Trim.to_dict`):
     wall seconds (the job's own time, not emulated) and counts."""
@@ -291,6 +304,7 @@ class BenchResult(TypedDict, total=False):
     peak_rss_bytes: int | None
     phases: list[Phase]
     stopping: Stopping  # when the rounds stopped, and by which rule
+    load: Load  # the 1-minute load at start-up's end and each round's end; absent in files before err12
     job_s: float  # the job's own duration
     dilate: float  # present when the times were converted (dilation other than 1)
     trimmed: Trimmed  # a replay on the testbed: the rows, steps and rounds fitted to the budget after start-up
@@ -316,6 +330,7 @@ class BenchJsonRow(BenchRow, total=False):
     peak_rss_bytes: int | None
     phases: list[Phase] | None
     stopping: Stopping | None  # absent in files from before the stopping rule
+    load: Load | None  # absent in files from before err12 (2026-12-07)
     units: str  # UNITS: the file's durations are as declared here; absent in files before it (read_bench_row)
     scale_bytes: int
     model: str

@@ -79,7 +79,7 @@ from gradsched.calibration import calibrate, lower_bound_s, phase_costs, runtime
 from gradsched.jobs.bench import anchored_to_probe, probe_alone_s, with_phase_ratios, with_stream_cost
 from gradsched.jobs.config import BenchConfig, BenchEntry
 from gradsched.jobs.results import BenchResult, BenchRow, pooled_contention
-from gradsched.jobs.rounds import StoppingRule
+from gradsched.jobs.rounds import RoundLoads, StoppingRule
 from gradsched.jobs.startup import AUTO_WARMUP_PHASE, AutoWarmup
 from gradsched.jobs.results import Contention as ProbeFigures  # the probe's figures
 from gradsched.cluster import Cluster
@@ -161,9 +161,10 @@ def _budget_after_startup(cfg: BenchConfig, start: _Start, phases: Phases) -> tu
 
 
 def _timed_rounds(cfg: BenchConfig, runs: list[tuple[Any, Any]], loss_fn: Any, batches: list[Any],
-                  samplers: _Resampling | None) -> tuple[list[list[list[float]]], dict[str, Any]]:
+                  samplers: _Resampling | None, loads: RoundLoads) -> tuple[list[list[list[float]]], dict[str, Any]]:
     """Step 5: every run's step times, per round, until ``--rounds`` or the stopping rule
     (:class:`gradsched.jobs.rounds.StoppingRule`, the same decision on every rank); and the rule's record.
+    Rank 0 reads the machine's load as the rounds begin and after each (``loads``).
     A replay's warm-up rounds skip their compute (:func:`_warm_up_round`).  Rank 0 shows a progress bar."""
     labels = [e.label for e in cfg.entries] + [_ComputeOnly.label]
     bar = None
@@ -182,6 +183,9 @@ def _timed_rounds(cfg: BenchConfig, runs: list[tuple[Any, Any]], loss_fn: Any, b
     times: list[list[list[float]]] = [[] for _ in runs]
     if samplers is not None:
         samplers.start()
+    root = dist.get_rank() == 0
+    if root:
+        loads.at_startup_end()
     for r in range(cfg.rounds):
         steps = cfg.warmup_steps or cfg.steps if r < cfg.warmup_rounds else cfg.steps  # fewer: gradsched.jobs.budget
         with _warm_up_round(runs, r < cfg.warmup_rounds and cfg.model.startswith(REPLAY_PREFIX)):
@@ -189,6 +193,8 @@ def _timed_rounds(cfg: BenchConfig, runs: list[tuple[Any, Any]], loss_fn: Any, b
                                      samplers.after_round if samplers is not None else None, first=r)
         for run_times, new in zip(times, step_s.tolist()):
             run_times.append(new)
+        if root:
+            loads.after_round()
         settled = torch.tensor([1 if rule.settled(times) else 0])
         dist.broadcast(settled, 0)  # rank 0's decision: every rank stops at the same round
         if settled.item():
@@ -333,12 +339,14 @@ def run_bench(cfg: BenchConfig) -> BenchResult | None:
         phases.end_apart("rows (built, primed)", AUTO_WARMUP_PHASE, warmup_s)
     else:
         phases.end("rows (built, primed)")
-    times, stopping = _timed_rounds(cfg, runs, shared.spec.loss_fn, batches, start.samplers)
+    loads = RoundLoads()
+    times, stopping = _timed_rounds(cfg, runs, shared.spec.loss_fn, batches, start.samplers, loads)
     phases.end("rounds")  # its peak RSS is the largest rank's over the whole job: what check_memory allows for
     if dist.get_rank() != 0:
         return None
     result = _result(cfg, start, runs, times, phases)
     result["stopping"] = stopping  # type: ignore[typeddict-item]
+    result["load"] = loads.record(dist.get_world_size(), os.cpu_count() or 1)  # type: ignore[typeddict-item]
     if trimmed is not None:  # what the rows and rounds ran, fitted after start-up
         result["trimmed"] = {**trimmed.to_dict(), "at": "start-up"}  # type: ignore[typeddict-item]
     result["job_s"] = time.time() - t_start

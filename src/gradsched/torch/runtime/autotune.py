@@ -117,7 +117,21 @@ logger = logging.getLogger("gradsched.autotune")
 
 __all__ = ["KEEP_POINTS", "MAX_TRIAL_WINDOW", "MIN_SIZES", "OFFLINE_TRIALS", "PLANNER_KEYS", "PREDICTED_FAR_SLOWER",
            "PREDICTED_SLOWER", "PROBE_BYTES", "RUNOFF_PLANS", "SAMPLES_KEPT", "TRIALS", "AutoTuneConfig",
-           "AutoTuner", "Check", "Switch", "TunedModel", "not_clearly_slower", "trials_option"]
+           "AutoTuner", "Check", "Switch", "TunedModel", "not_clearly_slower", "trial_options", "trials_option"]
+
+# what a plan's options carry beside the planner's own: offline auto's record of its choice (its ``chosen_options``
+# are the planner's), and the prediction
+_NOT_PLANNER_OPTIONS = frozenset({"chose", "chosen_options", "candidates", "predicted_iteration_s"})
+
+
+def trial_options(plan: Plan) -> dict[str, Any]:
+    """The planner options that made a trial's ``plan`` (offline ``auto``'s choice: the chosen planner's), as the
+    trial record keeps them beside its label: two candidates of one strategy (``usbyte`` with ``groups=0``, whole
+    groups in forward-order priority, and ``usbyte`` in 256 KiB units) share a label and differ only here."""
+    opts = plan.options
+    if isinstance(opts.get("chosen_options"), dict):
+        return dict(opts["chosen_options"])
+    return {k: v for k, v in opts.items() if k not in _NOT_PLANNER_OPTIONS}
 
 
 # --------------------------------------------------------------------------- the tuner
@@ -400,6 +414,7 @@ class AutoTuner:
             best = fastest(taken, baseline, self.config.min_gain, rounds, resized, self.config.resize_min_gain)
             self.trial_decision = {"measured": dict(taken), "rounds": rounds, "baseline": baseline, "kept": best,
                                    "resized": sorted(resized), "plans": {h: _label(*self._tried[h][:2]) for h in taken},
+                                   "options": {h: trial_options(self._tried[h][1]) for h in taken},
                                    "runoff": list(self._runoff or [])}
         self._keep(step, self._broadcast(best), measured_before)
 
@@ -519,6 +534,7 @@ class AutoTuner:
                        self.measurements.paired)
         self.trial_decision = {"measured": dict(taken), "rounds": rounds, "baseline": base, "kept": best,
                                "resized": sorted(resized), "plans": {h: _label(*self._tried[h][:2]) for h in taken},
+                               "options": {h: trial_options(self._tried[h][1]) for h in taken},
                                "runoff": list(self._runoff or []), "paired": dict(self.measurements.paired),
                                "dropped": list(self._dropped),
                                "cost_s": self._budget.spent_s(self._budget_base_s(base)),
