@@ -56,7 +56,7 @@ from torch import nn
 from gradsched.errors import GradschedError, InternalError
 from gradsched.plan import REDUCE_SCATTER, Plan
 from gradsched.torch.runtime.decoupled import DecoupledAllReduce, retire_alone
-from gradsched.torch.runtime.groups import side_group, uses_nccl
+from gradsched.torch.runtime.groups import gloo_thread_group, side_group, uses_nccl
 from gradsched.torch.runtime.hier import Sequencer
 from gradsched.torch.runtime.hosttime import HostTimer
 from gradsched.torch.runtime.inflight import unwrap
@@ -88,13 +88,14 @@ def private_group(group: dist.ProcessGroup, timeout_s: float, owner: object,
     GAN's generator and discriminator, a teacher and a student), could otherwise
     interleave with them in a different order on different ranks.  One per ``owner``
     (the wrapped model; made when its first such plan starts) and ``gloo_threads``
-    (:func:`gradsched.torch.runtime.groups.side_group`'s), held here, not by the
+    (gloo's worker threads: :func:`gradsched.torch.runtime.groups.gloo_thread_group`), held here, not by the
     owner, so that it is never held into finalisation (gradsched.torch.runtime.shutdown).
     Entered by ``group``'s members only (:func:`gradsched.torch.runtime.groups.side_group`)."""
     release_at_exit(_PRIVATE_GROUPS.clear)
     mine = _PRIVATE_GROUPS.setdefault(owner, {})
     if gloo_threads not in mine:
-        mine[gloo_threads] = side_group(group, timeout_s, gloo_threads)
+        mine[gloo_threads] = (side_group(group, timeout_s) if gloo_threads is None
+                              else gloo_thread_group(group, timeout_s, gloo_threads))
     return mine[gloo_threads]
 
 
