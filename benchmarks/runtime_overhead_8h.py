@@ -17,8 +17,10 @@ ranks on loopback, no shaping.  Rows, each built once per rank, take turns in ``
   (a ddp row's bucket size; all ddp rows: ``--bucket-mb``), ``gs-usbyte:groups=0+threads=1`` (an overlapping
   plan's operations on a private group of one gloo thread: ``$GRADSCHED_OVERLAP_GLOO_THREADS``).
 
-Each step starts with a barrier.  Per step and rank: wall time of the step, of its backward and of its
-optimizer step; CPU of the training thread (``time.thread_time``) and of the whole process (all threads,
+Each step starts with a barrier (``--burst``: each round's ``--steps`` back to back, timed together, so that an
+overlapping plan's operations stay in flight into the next forward).  Per step and rank: wall time of the step,
+of its backward and of its optimizer step; CPU of the training thread (``time.thread_time``) and of the whole
+process (all threads,
 gloo's included) per phase.  Reported per row: the median step of the slowest rank, and per-rank means.
 """
 
@@ -184,6 +186,32 @@ def timed_steps(m: Any, opt: Any, steps: int, skip_compute: bool) -> dict[str, l
     return out
 
 
+def burst_steps(m: Any, opt: Any, steps: int) -> dict[str, list[float]]:
+    """One burst: a synchronised step, a barrier, then ``steps`` steps back to back and a final synchronize;
+    ``wall`` is the burst's time per step.  No barrier or synchronize between its steps, so an overlapping
+    plan's operations stay in flight into the next forward, as in training (``timed_steps`` synchronizes
+    every step, which waits them out before the next forward)."""
+    from gradsched.torch.jobs.replay import restart_clocks
+
+    x = torch.ones(4, 8)
+    restart_clocks(m.module if hasattr(m, "module") else m)
+    opt.zero_grad()
+    m(x).sum().backward()
+    opt.step()
+    m.synchronize()
+    dist.barrier()
+    t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
+    for _ in range(steps):
+        opt.zero_grad()
+        m(x).sum().backward()
+        opt.step()
+    m.synchronize()
+    t1, c1, p1 = time.perf_counter(), time.thread_time(), time.process_time()
+    out: dict[str, list[float]] = {k: [0.0] for k in PHASES}
+    out.update(wall=[(t1 - t0) / steps], cpu_main=[(c1 - c0) / steps], cpu_proc=[(p1 - p0) / steps])
+    return out
+
+
 def worker(rank: int, world: int, args: argparse.Namespace, prof: Any, cluster: Any) -> None:
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(args.port)
@@ -199,7 +227,9 @@ def worker(rank: int, world: int, args: argparse.Namespace, prof: Any, cluster: 
         order = names[r % len(names):] + names[:r % len(names)]
         for c in order:
             m, opt = rows[c]
-            for k, v in timed_steps(m, opt, args.steps, args.skip_compute).items():
+            steps = (burst_steps(m, opt, args.steps) if args.burst
+                     else timed_steps(m, opt, args.steps, args.skip_compute))
+            for k, v in steps.items():
                 res[c].setdefault(k, []).extend(v)
     everyone: list[Any] = [None] * world
     dist.all_gather_object(everyone, res)
@@ -220,7 +250,7 @@ def worker(rank: int, world: int, args: argparse.Namespace, prof: Any, cluster: 
             doc = {"command": " ".join(sys.argv), "load_average": os.getloadavg(), "world": world,
                    "profile": args.profile, "scale": args.scale, "dilate": args.dilate, "steps": args.steps,
                    "rounds": args.rounds, "bucket_mb": args.bucket_mb or 25 / args.scale, "alpha_s": args.alpha,
-                   "skip_compute": args.skip_compute, "tag": args.tag, "rows": summary}
+                   "skip_compute": args.skip_compute, "burst": args.burst, "tag": args.tag, "rows": summary}
             path = Path(args.json)
             runs = json.loads(path.read_text())["runs"] if path.exists() else []
             path.write_text(json.dumps({"runs": runs + [doc]}, indent=1) + "\n")
@@ -243,6 +273,8 @@ def main() -> None:
     ap.add_argument("--rows", default="torch-ddp,gs-ddp")
     ap.add_argument("--bucket-mb", type=float, default=0.0,
                     help="the ddp rows' bucket_cap_mb (default 25 / --scale, the bench's ddp row)")
+    ap.add_argument("--burst", action="store_true",
+                    help="time each row's --steps back to back, per step, without a barrier between them")
     ap.add_argument("--alpha", type=float, default=2e-3, help="the planning cluster's start-up, seconds")
     ap.add_argument("--skip-compute", action="store_true", help="emulated compute skipped (communication alone)")
     ap.add_argument("--port", type=int, default=0, help="default: a random port")
