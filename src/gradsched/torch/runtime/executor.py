@@ -101,7 +101,12 @@ def private_group(group: dist.ProcessGroup, timeout_s: float, owner: object,
 
 def overlap_gloo_threads() -> int | None:
     """gloo worker threads of the private group a plan that overlaps the next forward issues on
-    (``$GRADSCHED_OVERLAP_GLOO_THREADS``); None (unset): the user's group, as every fifo plan."""
+    (``$GRADSCHED_OVERLAP_GLOO_THREADS``); None (unset, the default): the user's group, as every fifo plan.
+
+    An experiment switch: gloo's two threads finish queued operations in pairs, which could delay the
+    operation the next forward waits for first; one thread did not help (DenseNet-201's ``usbyte`` with
+    ``groups=0`` at 8 emulated hosts, back to back: 762 ms a step against 755 on the user's group,
+    docs/notes/2026-12-q12.md), so it stays off."""
     value = os.environ.get(OVERLAP_THREADS_ENV, "").strip()
     return int(value) if value else None
 
