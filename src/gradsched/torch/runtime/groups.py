@@ -78,8 +78,9 @@ def side_group(group: dist.ProcessGroup, timeout_s: float, gloo_threads: int | N
 
     Call it on every member at the same point (after the start-up check agreed on
     :func:`group_count`).  On the whole world the ordinary collective form is used.
-    ``gloo_threads``: where gloo is the group's only backend, the new group runs that many of its
-    queued collectives at once (``ProcessGroupGloo``'s worker threads; its default is two)."""
+    ``gloo_threads``: where gloo is the group's only backend, passed to ``new_group`` as gloo's options
+    (``ProcessGroupGloo``'s worker threads; its default is two), which torch 2.13 drops: the group runs
+    two whatever is asked (:func:`gloo_thread_group` gives the threads asked for)."""
     ranks = dist.get_process_group_ranks(group)
     config = str(dist.get_backend_config(group))
     timeout = timedelta(seconds=timeout_s)
