@@ -11,10 +11,16 @@ ranks on loopback, no shaping.  Rows, each built once per rank, take turns in ``
 - ``torch-ddp``: PyTorch's DDP at ``bucket_cap_mb`` 25/S (the bench's ``ddp`` row);
 - ``gs-ddp``: the ``ddp`` planner's buckets at the same size, run by gradsched's executor (the same
   all-reduces);
-- ``gs-optimal``: the ``optimal`` plan for an 8-rank 10 Gbit/s cluster (as the bench's run-time auto tried).
+- ``gs-optimal``: the ``optimal`` plan for an 8-rank 10 Gbit/s cluster (as the bench's run-time auto tried);
+  ``gs-NAME`` any strategy on gradsched's executor, ``bare-ddp``/``bare-optimal`` the same all-reduces on a bare
+  hook runner (below).  A row may carry plan options: ``gs-usbyte:groups=0+unit_bytes=524288``, ``torch-ddp:mb=0.125``
+  (a ddp row's bucket size; all ddp rows: ``--bucket-mb``), ``gs-usbyte:groups=0+threads=1`` (an overlapping
+  plan's operations on a private group of one gloo thread: ``$GRADSCHED_OVERLAP_GLOO_THREADS``).
 
-Each step starts with a barrier.  Per step and rank: wall time of the step, of its backward and of its
-optimizer step; CPU of the training thread (``time.thread_time``) and of the whole process (all threads,
+Each step starts with a barrier (``--burst``: each round's ``--steps`` back to back, timed together, so that an
+overlapping plan's operations stay in flight into the next forward).  Per step and rank: wall time of the step,
+of its backward and of its optimizer step; CPU of the training thread (``time.thread_time``) and of the whole
+process (all threads,
 gloo's included) per phase.  Reported per row: the median step of the slowest rank, and per-rank means.
 """
 
@@ -105,27 +111,48 @@ class BareRunner(torch.nn.Module):
         pass
 
 
-def build(name: str, prof: Any, cluster: Any, scale: int) -> tuple[Any, Any]:
+def row_options(row: str) -> tuple[str, dict[str, Any]]:
+    """``"gs-usbyte:groups=0+unit_bytes=524288"`` -> ``("gs-usbyte", {"groups": 0, "unit_bytes": 524288})``: a row's
+    name and its plan options (values read as JSON, else kept as text); ``mb=X`` sets a ddp row's bucket size."""
+    name, _, rest = row.partition(":")
+    opts: dict[str, Any] = {}
+    for item in filter(None, rest.split("+")):
+        key, _, value = item.partition("=")
+        try:
+            opts[key] = json.loads(value)
+        except ValueError:
+            opts[key] = value
+    return name, opts
+
+
+def build(row: str, prof: Any, cluster: Any, bucket_mb: float) -> tuple[Any, Any]:
     import gradsched.torch as gt
     from gradsched.torch.jobs.replay import ReplayModel
+    from gradsched.torch.runtime.executor import OVERLAP_THREADS_ENV
     from gradsched.torch.runtime.optim import DistributedOptimizer
     from gradsched.torch.runtime.planning import resolve_plan
 
+    name, opts = row_options(row)
+    bucket_mb = float(opts.pop("mb", bucket_mb))
+    # threads=N: an overlapping plan's operations on a private group of N gloo threads (the executor's switch)
+    threads = opts.pop("threads", None)
+    os.environ[OVERLAP_THREADS_ENV] = "" if threads is None else str(threads)
     torch.manual_seed(0)
     m = ReplayModel(prof)
     if name.startswith("bare-"):
         strategy = name.removeprefix("bare-")
-        opts = {"bucket_cap_mb": 25 / scale} if strategy == "ddp" else None
-        b = BareRunner(m, resolve_plan(strategy, prof, cluster, opts))
+        plan_opts = {"bucket_cap_mb": bucket_mb} if strategy == "ddp" else (opts or None)
+        b = BareRunner(m, resolve_plan(strategy, prof, cluster, plan_opts))
         return b, torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
     common = {"profile": prof, "cluster": cluster, "init_sync": False, "gradient_as_bucket_view": True,
               "timeout_s": 300}
     if name == "torch-ddp":
-        w = gt.DistributedDataParallel(m, "ddp", ddp_kwargs={"bucket_cap_mb": 25 / scale}, **common)
+        w = gt.DistributedDataParallel(m, "ddp", ddp_kwargs={"bucket_cap_mb": bucket_mb}, **common)
     elif name == "gs-ddp":
-        w = gt.DistributedDataParallel(m, "ddp", use_torch_ddp=False, bucket_cap_mb=25 / scale, **common)
+        w = gt.DistributedDataParallel(m, "ddp", use_torch_ddp=False, bucket_cap_mb=bucket_mb, **common)
     else:
-        w = gt.DistributedDataParallel(m, name.removeprefix("gs-"), use_torch_ddp=False, **common)
+        w = gt.DistributedDataParallel(m, name.removeprefix("gs-"), use_torch_ddp=False, plan_options=opts or None,
+                                       **common)
     opt = DistributedOptimizer(torch.optim.SGD(w.parameters(), lr=1e-3, momentum=0.9), w)
     return w, opt
 
@@ -159,13 +186,40 @@ def timed_steps(m: Any, opt: Any, steps: int, skip_compute: bool) -> dict[str, l
     return out
 
 
+def burst_steps(m: Any, opt: Any, steps: int) -> dict[str, list[float]]:
+    """One burst: a synchronised step, a barrier, then ``steps`` steps back to back and a final synchronize;
+    ``wall`` is the burst's time per step.  No barrier or synchronize between its steps, so an overlapping
+    plan's operations stay in flight into the next forward, as in training (``timed_steps`` synchronizes
+    every step, which waits them out before the next forward)."""
+    from gradsched.torch.jobs.replay import restart_clocks
+
+    x = torch.ones(4, 8)
+    restart_clocks(m.module if hasattr(m, "module") else m)
+    opt.zero_grad()
+    m(x).sum().backward()
+    opt.step()
+    m.synchronize()
+    dist.barrier()
+    t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
+    for _ in range(steps):
+        opt.zero_grad()
+        m(x).sum().backward()
+        opt.step()
+    m.synchronize()
+    t1, c1, p1 = time.perf_counter(), time.thread_time(), time.process_time()
+    out: dict[str, list[float]] = {k: [0.0] for k in PHASES}
+    out.update(wall=[(t1 - t0) / steps], cpu_main=[(c1 - c0) / steps], cpu_proc=[(p1 - p0) / steps])
+    return out
+
+
 def worker(rank: int, world: int, args: argparse.Namespace, prof: Any, cluster: Any) -> None:
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(args.port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     names = args.rows.split(",")
-    rows = {c: build(c, prof, cluster, args.scale) for c in names}
+    bucket_mb = args.bucket_mb if args.bucket_mb > 0 else 25 / args.scale
+    rows = {c: build(c, prof, cluster, bucket_mb) for c in names}
     for m, opt in rows.values():  # warm-up: DDP rebuilds its buckets, first allocations
         timed_steps(m, opt, 2, skip_compute=True)
     res: dict[str, dict[str, list[float]]] = {c: {} for c in names}
@@ -173,7 +227,9 @@ def worker(rank: int, world: int, args: argparse.Namespace, prof: Any, cluster: 
         order = names[r % len(names):] + names[:r % len(names)]
         for c in order:
             m, opt = rows[c]
-            for k, v in timed_steps(m, opt, args.steps, args.skip_compute).items():
+            steps = (burst_steps(m, opt, args.steps) if args.burst
+                     else timed_steps(m, opt, args.steps, args.skip_compute))
+            for k, v in steps.items():
                 res[c].setdefault(k, []).extend(v)
     everyone: list[Any] = [None] * world
     dist.all_gather_object(everyone, res)
@@ -193,7 +249,8 @@ def worker(rank: int, world: int, args: argparse.Namespace, prof: Any, cluster: 
         if args.json:
             doc = {"command": " ".join(sys.argv), "load_average": os.getloadavg(), "world": world,
                    "profile": args.profile, "scale": args.scale, "dilate": args.dilate, "steps": args.steps,
-                   "rounds": args.rounds, "skip_compute": args.skip_compute, "tag": args.tag, "rows": summary}
+                   "rounds": args.rounds, "bucket_mb": args.bucket_mb or 25 / args.scale, "alpha_s": args.alpha,
+                   "skip_compute": args.skip_compute, "burst": args.burst, "tag": args.tag, "rows": summary}
             path = Path(args.json)
             runs = json.loads(path.read_text())["runs"] if path.exists() else []
             path.write_text(json.dumps({"runs": runs + [doc]}, indent=1) + "\n")
@@ -214,6 +271,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rows", default="torch-ddp,gs-ddp")
+    ap.add_argument("--bucket-mb", type=float, default=0.0,
+                    help="the ddp rows' bucket_cap_mb (default 25 / --scale, the bench's ddp row)")
+    ap.add_argument("--burst", action="store_true",
+                    help="time each row's --steps back to back, per step, without a barrier between them")
+    ap.add_argument("--alpha", type=float, default=2e-3, help="the planning cluster's start-up, seconds")
     ap.add_argument("--skip-compute", action="store_true", help="emulated compute skipped (communication alone)")
     ap.add_argument("--port", type=int, default=0, help="default: a random port")
     ap.add_argument("--tag", default="")
@@ -231,7 +293,7 @@ def main() -> None:
                                                backward_s=t.backward_s * args.dilate) for t in prof.tensors))
     names = [n for n, _ in ReplayModel(prof).named_parameters()]  # the replay's names, for the wrapper's check
     prof = replace(prof, tensors=tuple(replace(t, name=n) for t, n in zip(prof.tensors, names)))
-    cluster = Cluster.alpha_beta(2e-3, 8 / 10e9 * args.scale * args.dilate, args.world)
+    cluster = Cluster.alpha_beta(args.alpha, 8 / 10e9 * args.scale * args.dilate, args.world)
     if args.rank >= 0:
         os.environ["MASTER_ADDR"] = "198.18.0.1"
         worker(args.rank, args.world, args, prof, cluster)

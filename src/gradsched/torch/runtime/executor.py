@@ -42,6 +42,7 @@ operation each, like a dense one.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections import deque
@@ -55,7 +56,7 @@ from torch import nn
 from gradsched.errors import GradschedError, InternalError
 from gradsched.plan import REDUCE_SCATTER, Plan
 from gradsched.torch.runtime.decoupled import DecoupledAllReduce, retire_alone
-from gradsched.torch.runtime.groups import side_group, uses_nccl
+from gradsched.torch.runtime.groups import gloo_thread_group, side_group, uses_nccl
 from gradsched.torch.runtime.hier import Sequencer
 from gradsched.torch.runtime.hosttime import HostTimer
 from gradsched.torch.runtime.inflight import unwrap
@@ -73,10 +74,12 @@ NCCL_POLL_S = 0.001  # NCCL futures complete at enqueue, not at the end: the pro
 IDLE_CHECK_S = 1.0  # an idle progress thread checks this often whether its executor is gone (no leak)
 CLOSE_WAIT_S = 30.0  # closing waits at most this long for each operation in flight (peers may be gone)
 
-_PRIVATE_GROUPS: "weakref.WeakKeyDictionary[object, dist.ProcessGroup]" = weakref.WeakKeyDictionary()
+_PRIVATE_GROUPS: "weakref.WeakKeyDictionary[object, dict[int | None, dist.ProcessGroup]]" = weakref.WeakKeyDictionary()
+OVERLAP_THREADS_ENV = "GRADSCHED_OVERLAP_GLOO_THREADS"
 
 
-def private_group(group: dist.ProcessGroup, timeout_s: float, owner: object) -> dist.ProcessGroup:
+def private_group(group: dist.ProcessGroup, timeout_s: float, owner: object,
+                  gloo_threads: int | None = None) -> dist.ProcessGroup:
     """``owner``'s private copy of ``group`` (a collective: every rank of ``group`` calls it at the same point).
 
     Plans whose issue times depend on timing (a credit window: a completion frees
@@ -84,13 +87,28 @@ def private_group(group: dist.ProcessGroup, timeout_s: float, owner: object) -> 
     logged loss all-reduce between steps), or another wrapped model's operations (a
     GAN's generator and discriminator, a teacher and a student), could otherwise
     interleave with them in a different order on different ranks.  One per ``owner``
-    (the wrapped model; made when its first such plan starts), held here, not by the
+    (the wrapped model; made when its first such plan starts) and ``gloo_threads``
+    (gloo's worker threads: :func:`gradsched.torch.runtime.groups.gloo_thread_group`), held here, not by the
     owner, so that it is never held into finalisation (gradsched.torch.runtime.shutdown).
     Entered by ``group``'s members only (:func:`gradsched.torch.runtime.groups.side_group`)."""
     release_at_exit(_PRIVATE_GROUPS.clear)
-    if owner not in _PRIVATE_GROUPS:
-        _PRIVATE_GROUPS[owner] = side_group(group, timeout_s)
-    return _PRIVATE_GROUPS[owner]
+    mine = _PRIVATE_GROUPS.setdefault(owner, {})
+    if gloo_threads not in mine:
+        mine[gloo_threads] = (side_group(group, timeout_s) if gloo_threads is None
+                              else gloo_thread_group(group, timeout_s, gloo_threads))
+    return mine[gloo_threads]
+
+
+def overlap_gloo_threads() -> int | None:
+    """gloo worker threads of the private group a plan that overlaps the next forward issues on
+    (``$GRADSCHED_OVERLAP_GLOO_THREADS``); None (unset, the default): the user's group, as every fifo plan.
+
+    An experiment switch: gloo's two threads finish queued operations in pairs, which could delay the
+    operation the next forward waits for first; one thread did not help (DenseNet-201's ``usbyte`` with
+    ``groups=0`` at 8 emulated hosts, back to back: 762 ms a step against 755 on the user's group,
+    docs/notes/2026-12-q12.md), so it stays off."""
+    value = os.environ.get(OVERLAP_THREADS_ENV, "").strip()
+    return int(value) if value else None
 
 
 class _Wake:
@@ -223,7 +241,11 @@ class Executor:
         self._wake: _Wake | None = None
         self._thread: threading.Thread | None = None
         if self.credit_bytes is not None:  # issue times depend on completions: a group of its own
-            self.group = group = private_group(group, timeout_s, owner)
+            self.group = private_group(group, timeout_s, owner)
+        elif plan.overlap_forward and overlap_gloo_threads() is not None:
+            self.group = private_group(group, timeout_s, owner, overlap_gloo_threads())
+        if self.group is not group:
+            group = self.group
             for r in self.runners:
                 r.group = group
         if progress_thread and self.credit_bytes is not None:

@@ -78,8 +78,9 @@ def side_group(group: dist.ProcessGroup, timeout_s: float, gloo_threads: int | N
 
     Call it on every member at the same point (after the start-up check agreed on
     :func:`group_count`).  On the whole world the ordinary collective form is used.
-    ``gloo_threads``: where gloo is the group's only backend, the new group runs that many of its
-    queued collectives at once (``ProcessGroupGloo``'s worker threads; its default is two)."""
+    ``gloo_threads``: where gloo is the group's only backend, passed to ``new_group`` as gloo's options
+    (``ProcessGroupGloo``'s worker threads; its default is two), which torch 2.13 drops: the group runs
+    two whatever is asked (:func:`gloo_thread_group` gives the threads asked for)."""
     ranks = dist.get_process_group_ranks(group)
     config = str(dist.get_backend_config(group))
     timeout = timedelta(seconds=timeout_s)
@@ -100,3 +101,39 @@ def gloo_only(config: str) -> bool:
     """Whether a backend configuration (``"gloo"``, ``"cpu:gloo"``, ``"cpu:gloo,cuda:nccl"``) names gloo alone."""
     names = {part.partition(":")[2].strip() if ":" in part else part.strip() for part in config.split(",")}
     return names == {"gloo"}
+
+
+def gloo_thread_group(group: dist.ProcessGroup, timeout_s: float, threads: int) -> dist.ProcessGroup:
+    """Like :func:`side_group`, on a gloo of ``threads`` worker threads where gloo is ``group``'s only backend
+    (else :func:`side_group`'s copy).
+
+    ``new_group`` in torch 2.13 builds gloo without its ``pg_options`` (``_new_process_group_helper``
+    passes the timeout alone), so ``side_group``'s ``gloo_threads`` gives gloo's default two threads
+    whatever it asks; a backend registered under its own name (:func:`threaded_gloo`) builds
+    ``ProcessGroupGloo`` with the options itself."""
+    config = str(dist.get_backend_config(group))
+    if not gloo_only(config):
+        return side_group(group, timeout_s)
+    ranks = dist.get_process_group_ranks(group)
+    timeout = timedelta(seconds=timeout_s)
+    name = threaded_gloo(threads)
+    if is_whole_world(group):
+        return dist.new_group(ranks, backend=name, timeout=timeout)
+    return dist.new_group(ranks, backend=name, timeout=timeout, use_local_synchronization=True)
+
+
+def threaded_gloo(threads: int) -> str:
+    """The name of a CPU backend, registered with ``torch.distributed`` on first use: gloo with ``threads``
+    worker threads (its queued collectives run that many at a time)."""
+    name = f"gloo_threads{threads}"
+    if name not in dist.Backend.backend_list:
+        def make(store: dist.Store, rank: int, size: int, timeout: timedelta) -> dist.ProcessGroupGloo:
+            opts = dist.ProcessGroupGloo._Options()
+            opts._timeout = timeout
+            opts._threads = threads
+            opts._devices = [dist.ProcessGroupGloo.create_default_device()]
+            return dist.ProcessGroupGloo(store, rank, size, opts)
+
+        dist.Backend.register_backend(name, make, devices=["cpu"])
+    return name
+
