@@ -292,7 +292,7 @@ def with_phase_ratios(cluster: Cluster) -> Cluster:
     line, anchored to its probe, is the reading those ratios are taken against; with them the six stored 8-host
     ``dear`` plans re-predict at median |error| 7.3%, worst 17.3% (2.0 on the same reading: 24.4%, worst 38.4%;
     docs/notes/2026-12-err10.md); where the ratio is known by the group's size (gloo at 8 ranks: 0.74-0.81 at
-    256 KiB to 1.8-2.1 at 2 MiB, :data:`gradsched.costs.MEASURED_PHASE_RATIO_POINTS`) also
+    256 KiB, 1.21-1.28 at 1 MiB, the flat ratios from 2 MiB: :data:`gradsched.costs.MEASURED_PHASE_RATIO_POINTS`) also
     ``derived_phase_ratio_points``, which this version prices by (older ones keep the flat ratios).  Those ratios
     price the all-to-alls; where rings run (gloo beyond two ranks) the
     cluster also records ``ring_min_bytes``, the runtime's threshold as this job runs it
