@@ -1,6 +1,7 @@
 """gloo's two phases over the testbed: the runtime's all-to-all form against rings of point-to-point messages (root).
 
-    sudo python benchmarks/gloo_ring_phases.py [--hosts 8] [--rate 250mbit] [--mib 0.25,0.5,1,2,4,16] [--reps 5] [--queue-mib 0.25,1,2] [--tag T]
+    sudo python benchmarks/gloo_ring_phases.py [--hosts 8] [--rate 250mbit] [--mib 0.25,0.5,1,2,4,16] [--reps 5] \
+        [--queue-mib 0.25,1,2] [--tag T]
 
 For each size (MiB a rank's buffer holds), in every repetition and in turn: one ``all_reduce`` of the buffer; the
 runtime's reduce-scatter and all-gather as all-to-alls (``gradsched.torch.runtime.decoupled.reduce_scatter`` /

@@ -38,7 +38,7 @@ from typing import Any
 from gradsched import _validate as v
 from gradsched.costs import (COLLECTIVES, PER_RANK, CollectiveCost, collectives_from_dict, collectives_to_dict,
                              derived_phase_ratio, extrapolate, fit_line, monotone_envelope, per_total, ring_min_bytes,
-                             ring_phase_ratio, split_envelope, switched_at, table_then_line, with_line)
+                             ring_phase_ratio, split_envelope, table_then_line, with_line)
 from gradsched.errors import FormatError, GradschedError
 from gradsched.plan import ALL_GATHER, HIER, REDUCE_SCATTER
 from gradsched.queued import QueuedRule, queue_s_per_byte
