@@ -1,7 +1,7 @@
 """runs11's two ``dear`` rows predicted again (issue 36, phase12): the queued gain capped at the queue's timed rate and
 a timed phase priced as the ring from the threshold where its table stops under it, against the pricing before.
 
-    python benchmarks/dear_queued.py [RUN.json ...] [--json benchmarks/results/dear_queued.json]
+    python benchmarks/dear_queued.py [RUN.json ...] [--json benchmarks/results/dear_queued.json] [--no-queue]
 
 For each kept 8-host ``gradsched bench --json`` run with a ``dear`` row whose table timed the phases (default:
 runs11's BERT-Large and BERT-Base), the bench's reading (``predict_fixes.bench_reading``) twice: "before", the file's
@@ -12,6 +12,7 @@ and ``auto`` on each pricing (with and without its check of a decoupled plan und
 ``auto.under_bound_checked_s``), PyTorch DDP (the ``ddp`` row's buckets) and the bound (``lower_bound_s``).  Planned on
 the profile with the runtime's costs, simulated on it calibrated to the run's compute-only step, as
 ``benchmarks/dear_rings.py``.  No network: seconds.  Times in emulated seconds (the run's over its dilation).
+``--no-queue`` (a2a12): also "no queue", the file as it is without its queued rule (each operation one at a time).
 """
 
 from __future__ import annotations
@@ -49,7 +50,16 @@ def before(first: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def analyse(path: Path) -> dict[str, Any]:
+def without_queue(first: dict[str, Any]) -> dict[str, Any]:
+    """``first`` without its queued rule (``queued``, ``queued_points``): each operation one at a time, what the
+    bench's table leaves where it stops under the queue's sizes (a2a12)."""
+    out = copy.deepcopy(first)
+    for key in ("queued", "queued_points"):
+        out["cluster"].pop(key, None)
+    return out
+
+
+def analyse(path: Path, no_queue: bool = False) -> dict[str, Any]:
     rows = json.loads(path.read_text())
     first, dilate = read_bench_row(rows[0])
     profile = Profile.from_dict(first["profile"]["measured"])
@@ -61,6 +71,8 @@ def analyse(path: Path) -> dict[str, Any]:
     dear_row = next(r for r in rows if r["strategy"] == "dear")
     cap = float(ddp_row.get("bucket_cap_mb") or 25.0)
     readings = {"before": bench_reading(before(first)), "now": bench_reading(first)}
+    if no_queue:
+        readings["no queue"] = bench_reading(without_queue(first))
     ran = make_plan("dear", planned, readings["before"])
     sizes = group_bytes(ran, planned)
     out: dict[str, Any] = {
@@ -106,7 +118,7 @@ def print_table(results: list[dict[str, Any]]) -> None:
     for r in results:
         m = r["measured"]["dear"]
         for name, p in r["pricings"].items():
-            print(f"{r['run']:36s} {name:7s} {p['dear_ran_s']:9.3f} {m:9.3f} {100 * (p['dear_ran_s'] / m - 1):+6.1f}% "
+            print(f"{r['run']:36s} {name:8s} {p['dear_ran_s']:9.3f} {m:9.3f} {100 * (p['dear_ran_s'] / m - 1):+6.1f}% "
                   f"{p['dear_planned_s']:9.3f} {p['auto_s']:7.3f} {p['ddp_s']:7.3f} {p['bound_s']:7.3f}  "
                   f"{p['auto_chose']} / {p['dear_planned']}; without the bound check: "
                   f"{p['auto_without_bound_check_chose']} {p['auto_without_bound_check_s']:.3f}")
@@ -120,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="*", type=Path, default=DEFAULT_RUNS)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--no-queue", action="store_true", help="also the file without its queued rule (a2a12)")
     args = ap.parse_args(argv)
-    results = [analyse(p) for p in args.runs]
+    results = [analyse(p, args.no_queue) for p in args.runs]
     print_table(results)
     if args.json:
         args.json.write_text(json.dumps({"command": " ".join(["python", *sys.argv]),

@@ -1,6 +1,7 @@
 """gloo's two phases over the testbed: the runtime's all-to-all form against rings of point-to-point messages (root).
 
-    sudo python benchmarks/gloo_ring_phases.py [--hosts 8] [--rate 250mbit] [--mib 0.25,0.5,1,2,4,16] [--reps 5]
+    sudo python benchmarks/gloo_ring_phases.py [--hosts 8] [--rate 250mbit] [--mib 0.25,0.5,1,2,4,16] [--reps 5] \
+        [--queue-mib 0.25,1,2] [--tag T]
 
 For each size (MiB a rank's buffer holds), in every repetition and in turn: one ``all_reduce`` of the buffer; the
 runtime's reduce-scatter and all-gather as all-to-alls (``gradsched.torch.runtime.decoupled.reduce_scatter`` /
@@ -23,9 +24,10 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
 CASES = ("allreduce", "a2a_rs", "a2a_ag", "ring_rs", "ring_ag")
+QUEUE_DEPTH = 4  # the bench's (gradsched.torch.jobs.bench_network.QUEUE_DEPTH)
 
 
-def worker(mibs: list[float], reps: int, out: str) -> None:
+def worker(mibs: list[float], reps: int, out: str, queue_mibs: list[float]) -> None:
     from datetime import timedelta
 
     import torch
@@ -74,9 +76,16 @@ def worker(mibs: list[float], reps: int, out: str) -> None:
         half = med["allreduce"] / 2
         rows.append({"mib_per_rank": mib, "median_s": med, "samples_s": samples,
                      "vs_half_allreduce": {c: med[c] / half for c in CASES if c != "allreduce"}})
+    queued = {}
+    if queue_mibs:  # as the bench's table times the queue (QUEUE_DEPTH issued together against one at a time)
+        from gradsched.torch.measure.netbench import measure_queued
+
+        per_rank = [int(m * (1 << 20)) // p // 4 * 4 for m in queue_mibs]
+        queued = {name: measure_queued(name, per_rank, (QUEUE_DEPTH,), reps=reps, warmup=1)
+                  for name in ("reducescatter", "allgather")}
     if dist.get_rank() == 0:
-        Path(out).write_text(json.dumps({"ranks": p, "reps": reps, "rows": rows, "load_1min": os.getloadavg()[0]},
-                                        indent=1) + "\n")
+        Path(out).write_text(json.dumps({"ranks": p, "reps": reps, "rows": rows, "queued_points": queued,
+                                         "load_1min": os.getloadavg()[0]}, indent=1) + "\n")
     dist.destroy_process_group()
 
 
@@ -87,19 +96,25 @@ def main() -> int:
     ap.add_argument("--mib", default="0.25,0.5,1,2,4,16")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--prefix", default="gsl")
+    ap.add_argument("--queue-mib", default="", help="group sizes (MiB a rank's buffer holds) at which each phase is "
+                    "also timed in a queue of 4 against one at a time, as the bench's table does (queued_points, "
+                    "sizes a rank)")
+    ap.add_argument("--tag", default="", help="suffix of the result file's name (keeps a stored sweep)")
     ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     mibs = [float(x) for x in args.mib.split(",")]
+    queue_mibs = [float(x) for x in args.queue_mib.split(",") if x]
     if "RANK" in os.environ:  # launched by torchrun on a testbed host
-        worker(mibs, args.reps, args.worker_out)
+        worker(mibs, args.reps, args.worker_out, queue_mibs)
         return 0
     from gradsched.testbed import Testbed
 
-    out = RESULTS / f"gloo_ring_phases_{args.hosts}h_{args.rate}.json"
+    tag = f"_{args.tag}" if args.tag else ""
+    out = RESULTS / f"gloo_ring_phases_{args.hosts}h_{args.rate}{tag}.json"
     load0 = os.getloadavg()[0]
     with Testbed(hosts=args.hosts, rate=args.rate, prefix=args.prefix) as tb:
         job = tb.launch([os.path.abspath(__file__), "--mib", args.mib, "--reps", str(args.reps),
-                         "--worker-out", str(out.resolve())])
+                         "--queue-mib", args.queue_mib, "--worker-out", str(out.resolve())])
         codes = job.wait()
     if max(codes):
         return max(codes)
@@ -112,6 +127,10 @@ def main() -> int:
         m, v = r["median_s"], r["vs_half_allreduce"]
         print(f"{r['mib_per_rank']:5g} {m['allreduce'] * 1e3:11.1f} "
               + " ".join(f"{m[c] * 1e3:9.1f} ({v[c]:.2f})" for c in CASES[1:]))
+    for name, depths in result.get("queued_points", {}).items():
+        for (b, alone), (_, queued) in zip(depths["1"], depths[str(QUEUE_DEPTH)]):
+            print(f"{name:13s} {b * args.hosts / (1 << 20):5g} MiB a group: {alone * 1e3:7.1f} ms alone, "
+                  f"{queued * 1e3:7.1f} per operation {QUEUE_DEPTH} queued ({alone / queued:.2f}x)")
     return 0
 
 

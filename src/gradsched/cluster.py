@@ -38,7 +38,7 @@ from typing import Any
 from gradsched import _validate as v
 from gradsched.costs import (COLLECTIVES, PER_RANK, CollectiveCost, collectives_from_dict, collectives_to_dict,
                              derived_phase_ratio, extrapolate, fit_line, monotone_envelope, per_total, ring_min_bytes,
-                             ring_phase_ratio, split_envelope, switched_at, table_then_line, with_line)
+                             ring_phase_ratio, split_envelope, table_then_line, with_line)
 from gradsched.errors import FormatError, GradschedError
 from gradsched.plan import ALL_GATHER, HIER, REDUCE_SCATTER
 from gradsched.queued import QueuedRule, queue_s_per_byte
@@ -56,7 +56,7 @@ FIELDS = ("format", "world_size", "backend", "algorithm", "collectives", "points
 # known, so that a misspelling of one is caught (_validate.check_fields).
 OPTIONAL_FIELDS = ("contention", "topk_selection_s_per_nlogn", "source", "measured_by", "device", "reps", "host",
                    "measured_points", "startup_measured_points", "samples", "allreduce_stream",
-                   "derived_phase_ratios", "ring_phase_ratios", "ring_min_bytes")
+                   "derived_phase_ratios", "derived_phase_ratio_points", "ring_phase_ratios", "ring_min_bytes")
 # Optional: an all-reduce of a training step's stream costs max(latency_s, s_per_byte * bytes), its start-up
 # overlapping its bytes, instead of the table's time (docs/cost-model.md, "Start-up or bytes"); with an
 # ``exponent`` p, (latency_s**p + (s_per_byte * bytes)**p) ** (1/p): the two overlap partly near where they are equal.
@@ -184,16 +184,25 @@ class Cluster:
             # A ring all-reduce is a reduce-scatter plus an all-gather of the same
             # total size: each, of s bytes per rank, costs half the start-up
             # and (P/2) times the per-byte cost of an all-reduce of s bytes; the per-byte
-            # part times what the runtime's phase measured against that half (derived_phase_ratio).
-            return self._derived(self.derived_phase_ratio(collective))
+            # part times what the runtime's phase measured against that half (derived_phase_ratio), by the group's
+            # size where the file gives the ratio so (derived_phase_ratio_points).
+            return self._derived(self.derived_phase_ratio(collective), points=self.derived_phase_ratio_points(collective))
         raise GradschedError(f"cluster has no cost model for {collective!r}; it knows {sorted(self.collectives)}")
 
-    def _derived(self, ratio: float, slope: float | None = None) -> CollectiveCost:
+    def _derived(self, ratio: float, slope: float | None = None,
+                 points: tuple[tuple[float, float], ...] | None = None) -> CollectiveCost:
         """A phase derived from the all-reduce line, per rank byte: half its start-up, ``P/2`` times its slope (or
-        ``slope``, an all-reduce's seconds a byte) times ``ratio``."""
+        ``slope``, an all-reduce's seconds a byte) times ``ratio``; with ``points`` (``(group bytes, ratio)``) the
+        ratio by the group's size instead: a table at a group of 1 byte and those sizes, the last ratio's line
+        beyond."""
         ar = self.collectives["allreduce"]
         beta = ar.beta_s_per_byte if slope is None else slope
-        return CollectiveCost(ar.alpha_s / 2, beta * self.world_size / 2 * ratio)
+        p = self.world_size
+        if not points:
+            return CollectiveCost(ar.alpha_s / 2, beta * p / 2 * ratio)
+        sizes = [(1.0 / p, points[0][1]), *((b / p, r) for b, r in points if b > 1.0)]  # from a group of 1 byte
+        table = tuple((s, ar.alpha_s / 2 + beta * p / 2 * r * s) for s, r in sizes)
+        return CollectiveCost(ar.alpha_s / 2, beta * p / 2 * points[-1][1], table)
 
     def phase_cost(self, collective: str) -> CollectiveCost:
         """What a plan's ``reducescatter`` or ``allgather`` group costs by its whole bytes.  A phase the table timed
@@ -218,7 +227,7 @@ class Cluster:
             if timed_to is None or timed_to >= self.ring_min_bytes:
                 return whole
             return table_then_line(whole, ring_cost, self.ring_min_bytes)
-        return switched_at(whole, ring_cost, self.ring_min_bytes)
+        return table_then_line(whole, ring_cost, self.ring_min_bytes)
 
     def timed_to_bytes(self, collective: str) -> int | None:
         """The largest whole group the table timed ``collective`` at (the file's ``measured_points``, a phase's
@@ -253,6 +262,18 @@ class Cluster:
         half each priced the stored dear plans 26-48% too fast), else 1 (half each, as a ring all-reduce splits)."""
         given = (self.extra.get("derived_phase_ratios") or {}).get(collective)
         return float(given) if given is not None else derived_phase_ratio(self.backend, self.world_size, collective)
+
+    def derived_phase_ratio_points(self, collective: str) -> tuple[tuple[float, float], ...] | None:
+        """That ratio as a function of the group's size, where the file gives it (optional
+        ``derived_phase_ratio_points``: ``{name: [[group bytes, ratio], ...]}``, linear in log2 of the bytes between
+        its sizes, the end's ratio beyond; it wins over ``derived_phase_ratios``); None where it does not.  At 8 ranks
+        on gloo the all-to-alls measured 0.74-0.81x half the all-reduce a byte at 256 KiB and 1.21-1.28x at 1 MiB,
+        where the flat 1.56 and 1.75 priced them too slow (:data:`gradsched.costs.MEASURED_PHASE_RATIO_POINTS`, which
+        ``gradsched bench`` writes)."""
+        given = (self.extra.get("derived_phase_ratio_points") or {}).get(collective)
+        if not given:
+            return None
+        return tuple(sorted((float(b), float(r)) for b, r in given))
 
     def selection_s(self, numel: int) -> float:
         """Seconds to pick the top-k of ``numel`` gradient elements on the compute device.
@@ -358,6 +379,7 @@ class Cluster:
                 v.number(x, source, f"{ratios}.{name}", positive=True)
         if "ring_min_bytes" in extra:
             v.integer(extra["ring_min_bytes"], source, "ring_min_bytes", minimum=1)
+        _check_ratio_points(extra.get("derived_phase_ratio_points", {}), source)
         return cls(world, collectives, backend, algorithm, extra, contention, topology)
 
     @classmethod
@@ -412,3 +434,23 @@ def stream_cost(latency_s: float, s_per_byte: float, exponent: float | None = No
     sizes = [1.0] + [x for x in (low * (high / low) ** (i / 96) for i in range(97)) if x > 1.0]
     table = tuple((x, (latency_s ** exponent + (s_per_byte * x) ** exponent) ** (1.0 / exponent)) for x in sizes)
     return CollectiveCost(table[-1][1] - s_per_byte * table[-1][0], s_per_byte, table)  # the line meets the table
+
+
+def _check_ratio_points(raw: Any, source: str) -> None:
+    """``derived_phase_ratio_points``: ``{reducescatter|allgather: [[group bytes > 0, ratio > 0], ...]}``, at least
+    one pair a phase, no size twice."""
+    where = "derived_phase_ratio_points"
+    if not isinstance(raw, dict):
+        raise FormatError(source, where, "must be a JSON object of [bytes, ratio] lists by collective")
+    v.check_fields(raw, PER_RANK, source, where)
+    for name, pairs in raw.items():
+        sizes = []
+        for j, pair in enumerate(v.array(pairs, source, f"{where}.{name}")):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise FormatError(source, f"{where}.{name}[{j}]", "must be a [bytes, ratio] pair")
+            sizes.append(v.number(pair[0], source, f"{where}.{name}[{j}][0]", positive=True, maximum=v.MAX_BYTES))
+            v.number(pair[1], source, f"{where}.{name}[{j}][1]", positive=True)
+        if not sizes:
+            raise FormatError(source, f"{where}.{name}", "needs at least one [bytes, ratio] pair")
+        if len(set(sizes)) != len(sizes):
+            raise FormatError(source, f"{where}.{name}", "has two pairs for the same size")

@@ -236,6 +236,39 @@ MEASURED_PHASE_RATIOS: dict[str, tuple[tuple[int, tuple[float, float]], ...]] = 
 }
 
 
+# The measured ratios as a function of the group's size (its whole bytes; between the sizes linear in log2 of the
+# bytes, beyond them the end's ratio), where one ratio is wrong: {backend: ((ranks, {collective: ((bytes, ratio),
+# ...)}), ...)}, read at the largest rank count at or below the cluster's (none below the smallest).  8 ranks: the
+# all-to-alls at 8 testbed hosts at 250 Mbit/s, operations one after another, each waited for (as the bench's table
+# and netbench time them), over half the same sweep's all-reduce line from 256 KiB (3.6 ms, 60.6 ns/B): 0.74-0.81 at
+# 256 KiB, 1.07 at 512 KiB, 1.21-1.28 at 1 MiB (medians of 11, benchmarks/results/gloo_ring_phases_8h_250mbit_a2a12.json);
+# from 2 MiB the flat 1.56 and 1.75 (the sweep bracketed them there: 1.80-2.10 one after another, 1.32-1.43 after a
+# barrier).  Against the five stored 8-host bench tables that timed the phases, groups of 512 KiB-1 MiB priced so err
+# by a median 19.8% (the flat ratios 58.6%), of 64-256 KiB 47.7% (93.3%): benchmarks/phase_ratio_points.py,
+# docs/notes/2026-12-a2a12.md.  `gradsched bench` writes them (``derived_phase_ratio_points``,
+# gradsched.jobs.bench.with_phase_ratios); a file without the field keeps its flat ratios.
+MEASURED_PHASE_RATIO_POINTS: dict[str, tuple[tuple[int, dict[str, tuple[tuple[int, float], ...]]], ...]] = {
+    "gloo": ((8, {"reducescatter": ((256 << 10, 0.81), (512 << 10, 1.07), (1 << 20, 1.28), (2 << 20, 1.56)),
+                  "allgather": ((256 << 10, 0.74), (512 << 10, 1.07), (1 << 20, 1.21), (2 << 20, 1.75))}),),
+}
+
+
+def measured_phase_ratio_points(backend: str, world_size: int,
+                                collective: str) -> tuple[tuple[int, float], ...] | None:
+    """:data:`MEASURED_PHASE_RATIO_POINTS`' ``(group bytes, ratio)`` for ``collective`` on ``backend`` at the
+    largest listed rank count at or below ``world_size``; None where none is listed (fewer ranks: the flat
+    ratio)."""
+    below = [points for p, points in MEASURED_PHASE_RATIO_POINTS.get(backend, ()) if p <= world_size]
+    return below[-1].get(collective) if below else None
+
+
+def ratio_at_size(points: Sequence[tuple[float, float]], group_bytes: float) -> float:
+    """The ratio of ``points`` (``(group bytes, ratio)``, sorted by bytes) at ``group_bytes``: linear in log2 of the
+    bytes between two sizes, the end's ratio beyond them."""
+    xs = np.log2([float(b) for b, _ in points])
+    return float(np.interp(math.log2(max(group_bytes, 1.0)), xs, [float(r) for _, r in points]))
+
+
 def _ratio_at(table: tuple[tuple[int, tuple[float, float]], ...], world_size: int, collective: str) -> float:
     below = [r for p, r in table if p <= world_size]
     ratios = below[-1] if below else table[0][1]

@@ -130,7 +130,11 @@ def two_phase_sizes(top: int, largest: int, seconds_of: Callable[[int], float],
 def queue_sizes(top: int, seconds_of: Callable[[int], float], budget_s: float = QUEUE_BUDGET_S) -> list[int]:
     """The sizes a rank at which the queued rule is measured: those of :data:`QUEUE_SIZES` within the two phases'
     table (``top``, a rank's part), smallest first while timing them (``seconds_of``) fits ``budget_s`` (the
-    smallest always); ``[top]`` where the table stops below all of them."""
+    smallest always); none where the table stops below all of them (no rule: one at a time).  There the groups are
+    latency-bound and a queue gains little: on 8 testbed hosts at 250 Mbit/s four queued took 0.96-1.13x one at a
+    time at 256 KiB-1 MiB groups (benchmarks/results/gloo_ring_phases_8h_250mbit_a2a12.json), and without the rule
+    runs11's four 8-host ``dear`` rows re-predict at median |error| 4.0% against 5.3% with it, while timing it at
+    the table's top (256 KiB a rank) took 6-9 s of their start-ups (docs/notes/2026-12-a2a12.md)."""
     sizes: list[int] = []
     total = 0.0
     for size in (b for b in QUEUE_SIZES if b <= top):
@@ -138,7 +142,7 @@ def queue_sizes(top: int, seconds_of: Callable[[int], float], budget_s: float = 
         if sizes and total > budget_s:
             break
         sizes.append(size)
-    return sizes or [top]
+    return sizes
 
 
 def run_for(nbytes: int, max_run: int = MAX_RUN) -> int:

@@ -291,13 +291,16 @@ def with_phase_ratios(cluster: Cluster) -> Cluster:
     each at 8 ranks, fitted on lines refitted below 2 MiB, 22-33% less a byte than the bench's).  The bench's
     line, anchored to its probe, is the reading those ratios are taken against; with them the six stored 8-host
     ``dear`` plans re-predict at median |error| 7.3%, worst 17.3% (2.0 on the same reading: 24.4%, worst 38.4%;
-    docs/notes/2026-12-err10.md).  Those ratios price the all-to-alls; where rings run (gloo beyond two ranks) the
+    docs/notes/2026-12-err10.md); where the ratio is known by the group's size (gloo at 8 ranks: 0.74-0.81 at
+    256 KiB, 1.21-1.28 at 1 MiB, the flat ratios from 2 MiB: :data:`gradsched.costs.MEASURED_PHASE_RATIO_POINTS`) also
+    ``derived_phase_ratio_points``, which this version prices by (older ones keep the flat ratios).  Those ratios
+    price the all-to-alls; where rings run (gloo beyond two ranks) the
     cluster also records ``ring_min_bytes``, the runtime's threshold as this job runs it
     (:func:`gradsched.costs.ring_min_bytes`), so that it is re-read as run if the default moves.  Unchanged on a
     backend with none measured."""
     import dataclasses
 
-    from gradsched.costs import PER_RANK, measured_phase_ratio, ring_min_bytes
+    from gradsched.costs import PER_RANK, measured_phase_ratio, measured_phase_ratio_points, ring_min_bytes
 
     given = dict(cluster.extra.get("derived_phase_ratios") or {})
     derived = [name for name in PER_RANK if name not in cluster.collectives]
@@ -305,6 +308,10 @@ def with_phase_ratios(cluster: Cluster) -> Cluster:
               for name in derived if name not in given}
     found = {name: r for name, r in ratios.items() if r is not None}
     extra = {**cluster.extra, "derived_phase_ratios": {**given, **found}} if found else dict(cluster.extra)
+    by_size = {name: [[b, r] for b, r in points] for name in found
+               if (points := measured_phase_ratio_points(cluster.backend, cluster.world_size, name))}
+    if by_size and "derived_phase_ratio_points" not in extra:
+        extra["derived_phase_ratio_points"] = by_size
     if "ring_min_bytes" not in extra and any(cluster.ring_phase_ratio(name) is not None for name in derived):
         extra["ring_min_bytes"] = ring_min_bytes()
     return dataclasses.replace(cluster, extra=extra) if extra != cluster.extra else cluster
