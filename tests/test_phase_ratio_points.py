@@ -9,8 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradsched.cluster import Cluster, CollectiveCost
-from gradsched.costs import (MEASURED_PHASE_RATIO_POINTS, NO_RING_BYTES, measured_phase_ratio_points,
-                             ratio_at_size)
+from gradsched.costs import (MEASURED_PHASE_RATIO_POINTS, NO_RING_BYTES, measured_phase_ratio_points)
 from gradsched.errors import FormatError
 from gradsched.plan import ALL_GATHER, REDUCE_SCATTER
 
@@ -28,15 +27,6 @@ def _cluster(world: int = 8, ring_min: int = 4 * MIB, **extra) -> Cluster:
 def _priced(n: float, r: float) -> float:
     """What a group of ``n`` bytes costs at ratio ``r``: half the start-up, ``r`` times half the slope."""
     return AR.alpha_s / 2 + r * AR.beta_s_per_byte / 2 * n
-
-
-def test_the_ratio_is_linear_in_log_bytes_between_the_sizes_and_the_ends_beyond() -> None:
-    points = [(1024.0, 1.0), (4096.0, 2.0)]
-    assert ratio_at_size(points, 1024) == 1.0
-    assert ratio_at_size(points, 2048) == pytest.approx(1.5)
-    assert ratio_at_size(points, 4096) == 2.0
-    assert ratio_at_size(points, 10) == 1.0
-    assert ratio_at_size(points, 1 << 30) == 2.0
 
 
 @pytest.mark.parametrize("n, ratio", [(MIB // 4, 0.8), (MIB, 1.2), (2 * MIB, 2.0), (3 * MIB, 2.0)])

@@ -236,8 +236,8 @@ MEASURED_PHASE_RATIOS: dict[str, tuple[tuple[int, tuple[float, float]], ...]] = 
 }
 
 
-# The measured ratios as a function of the group's size (its whole bytes; between the sizes linear in log2 of the
-# bytes, beyond them the end's ratio), where one ratio is wrong: {backend: ((ranks, {collective: ((bytes, ratio),
+# The measured ratios as a function of the group's size (its whole bytes; the phase's time at each size, linear in
+# the bytes between them, the end's ratio beyond), where one ratio is wrong: {backend: ((ranks, {collective: ((bytes, ratio),
 # ...)}), ...)}, read at the largest rank count at or below the cluster's (none below the smallest).  8 ranks: the
 # all-to-alls at 8 testbed hosts at 250 Mbit/s, operations one after another, each waited for (as the bench's table
 # and netbench time them), over half the same sweep's all-reduce line from 256 KiB (3.6 ms, 60.6 ns/B): 0.74-0.81 at
@@ -260,13 +260,6 @@ def measured_phase_ratio_points(backend: str, world_size: int,
     ratio)."""
     below = [points for p, points in MEASURED_PHASE_RATIO_POINTS.get(backend, ()) if p <= world_size]
     return below[-1].get(collective) if below else None
-
-
-def ratio_at_size(points: Sequence[tuple[float, float]], group_bytes: float) -> float:
-    """The ratio of ``points`` (``(group bytes, ratio)``, sorted by bytes) at ``group_bytes``: linear in log2 of the
-    bytes between two sizes, the end's ratio beyond them."""
-    xs = np.log2([float(b) for b, _ in points])
-    return float(np.interp(math.log2(max(group_bytes, 1.0)), xs, [float(r) for _, r in points]))
 
 
 def _ratio_at(table: tuple[tuple[int, tuple[float, float]], ...], world_size: int, collective: str) -> float:
