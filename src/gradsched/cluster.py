@@ -265,11 +265,11 @@ class Cluster:
 
     def derived_phase_ratio_points(self, collective: str) -> tuple[tuple[float, float], ...] | None:
         """That ratio as a function of the group's size, where the file gives it (optional
-        ``derived_phase_ratio_points``: ``{name: [[group bytes, ratio], ...]}``: the phase's time at each size, linear
-        in the bytes between them, the end's ratio beyond; it wins over ``derived_phase_ratios``); None where it does
-        not.  At 8 ranks on gloo the all-to-alls measured 0.74-0.81x half the all-reduce a byte at 256 KiB and
-        1.21-1.28x at 1 MiB, where the flat 1.56 and 1.75 priced them too slow (:data:`gradsched.costs.MEASURED_PHASE_RATIO_POINTS`, which
-        ``gradsched bench`` writes)."""
+        ``derived_phase_ratio_points``: ``{name: [[group bytes, ratio], ...]}``: the phase's time at each size,
+        linear in the bytes between them, the end's ratio beyond; it wins over ``derived_phase_ratios``); None where
+        it does not.  At 8 ranks on gloo the all-to-alls measured 0.74-0.81x half the all-reduce a byte at 256 KiB
+        and 1.21-1.28x at 1 MiB, where the flat 1.56 and 1.75 priced them too slow
+        (:data:`gradsched.costs.MEASURED_PHASE_RATIO_POINTS`, which ``gradsched bench`` writes)."""
         given = (self.extra.get("derived_phase_ratio_points") or {}).get(collective)
         if not given:
             return None
