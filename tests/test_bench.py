@@ -618,3 +618,21 @@ def test_the_auto_line_tells_two_trials_of_one_strategy_apart_by_their_options()
     del decision["options"]  # a record from before the options: the labels alone, as they were
     assert "usbyte 191.3 kept; usbyte 211.2" in table({"rows": rows, "lower_bound": {
         "lower_bound_s": 0.15, "compute_s": 0.1, "allreduce_all_s": 0.15}, "best_ddp": "ddp"})
+
+
+def test_auto_line_flags_plan_switches_inside_the_rounds_not_in_the_warm_up():
+    from gradsched.commands.bench import table
+
+    warmup = {"mode": "run-time (warm-up off the clock)", "estimated_s": 100.0, "iterations": 108, "budget_s": 300.0}
+    switches = [{"strategy": "ddp", "reason": "initial", "iteration": 0},
+                {"strategy": "usbyte", "reason": "fastest", "iteration": 50}]
+    rows = [_row("ddp", 400.0), _row("auto", 390.0, plan_options={"groups": 0}, auto_warmup=warmup,
+                                     autotune={"switches": switches, "replans": 0})]
+    bound = {"lower_bound_s": 0.3, "compute_s": 0.28, "allreduce_all_s": 0.29}
+    assert "switched plans during the rounds" not in table({"rows": rows, "lower_bound": bound, "best_ddp": "ddp"})
+    switches += [{"strategy": "usbyte", "reason": "replan", "iteration": 128},
+                 {"strategy": "usbyte", "reason": "revert", "iteration": 134}]
+    text = table({"rows": rows, "lower_bound": bound, "best_ddp": "ddp"})
+    assert "! auto switched plans during the rounds (replan at iteration 128, revert at iteration 134" in text
+    rows[1]["auto_warmup"] = {**warmup, "mode": "planned at start-up"}  # no in-situ warm-up: nothing to tell apart
+    assert "switched plans during the rounds" not in table({"rows": rows, "lower_bound": bound, "best_ddp": "ddp"})

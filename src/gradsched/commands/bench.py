@@ -377,7 +377,21 @@ def _auto_lines(rows: list[BenchRow]) -> list[str]:
     warmup = AutoWarmup.from_dict(dict(auto["auto_warmup"])) if auto.get("auto_warmup") else None
     if warmup is not None and (not warmup.in_situ or warmup.shortened):  # planned at start-up, or a short warm-up
         lines.append(f"  ({warmup.describe()})")
-    return lines + _trial_lines((tune or {}).get("trial_decision"))
+    return lines + _trial_lines((tune or {}).get("trial_decision")) + _late_switch_lines(tune, warmup)
+
+
+def _late_switch_lines(tune: dict[str, Any] | None, warmup: AutoWarmup | None) -> list[str]:
+    """Run-time ``auto``'s plan switches after its in-situ warm-up, so inside the timed rounds (a check that
+    re-planned, a revert): the row's median then mixes plans while its prediction is the plan it ended on (runs12's
+    ResNet-50: a re-plan and a revert in the counted rounds, -12.1%)."""
+    if not tune or warmup is None or not warmup.in_situ:
+        return []
+    late = [s for s in tune.get("switches") or [] if (s.get("iteration") or 0) > warmup.iterations]
+    if not late:
+        return []
+    when = ", ".join(f"{s.get('reason')} at iteration {s.get('iteration')}" for s in late)
+    return [f"  ! auto switched plans during the rounds ({when}, after its {warmup.iterations}-iteration warm-up): "
+            f"its median mixes plans, its prediction is the plan it ended on"]
 
 
 def _trial_lines(decision: TrialDecision | None) -> list[str]:
