@@ -24,15 +24,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dear_trials import group_bytes
+from dear_trials import StoredBench, group_bytes
 from predict_fixes import bench_reading
 
-from gradsched.calibration import calibrate, lower_bound_s, with_runtime_costs
+from gradsched.calibration import lower_bound_s
 from gradsched.costs import RING_MIN_BYTES
-from gradsched.jobs.bench import ddp_first_bucket_mb
-from gradsched.jobs.results import read_bench_row
 from gradsched.planners import auto, make_plan
-from gradsched.profile import Profile
 from gradsched.sim import simulate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,16 +57,10 @@ def without_queue(first: dict[str, Any]) -> dict[str, Any]:
 
 
 def analyse(path: Path, no_queue: bool = False) -> dict[str, Any]:
-    rows = json.loads(path.read_text())
-    first, dilate = read_bench_row(rows[0])
-    profile = Profile.from_dict(first["profile"]["measured"])
-    probe = first["contention"]
-    planned = with_runtime_costs(profile, probe, False)
-    scaled = with_runtime_costs(calibrate(profile, first["compute_only"]["iteration_s_median"]), probe, False)
-    scaled_ddp = with_runtime_costs(calibrate(profile, first["compute_only"]["iteration_s_median"]), probe, True)
+    run = StoredBench.read(path)
+    rows, first, dilate, planned, scaled = run.rows, run.first, run.dilate, run.planned, run.scaled
     ddp_row = next(r for r in rows if r["strategy"] == "ddp")
     dear_row = next(r for r in rows if r["strategy"] == "dear")
-    cap = float(ddp_row.get("bucket_cap_mb") or 25.0)
     readings = {"before": bench_reading(before(first)), "now": bench_reading(first)}
     if no_queue:
         readings["no queue"] = bench_reading(without_queue(first))
@@ -85,8 +76,7 @@ def analyse(path: Path, no_queue: bool = False) -> dict[str, Any]:
                      "groups_from_ring_threshold": sum(b >= RING_MIN_BYTES for b in sizes)},
         "pricings": {}}
     for name, cluster in readings.items():
-        ddp = make_plan("ddp", profile, cluster, bucket_cap_mb=cap,
-                        first_bucket_mb=ddp_first_bucket_mb({} if cap == 25.0 else {"bucket_cap_mb": cap}, True))
+        ddp = run.ddp_plan(cluster)
         dear = make_plan("dear", planned, cluster)
         chosen = make_plan("auto", planned, cluster)
         kept, auto.under_bound_checked_s = auto.under_bound_checked_s, _unchecked
@@ -102,7 +92,7 @@ def analyse(path: Path, no_queue: bool = False) -> dict[str, Any]:
             "auto_chose": f"{chosen.options.get('chose')} ({len(chosen.operations)} operations)",
             "auto_without_bound_check_s": simulate(unchecked, scaled, cluster, timeline=False).iteration_s / dilate,
             "auto_without_bound_check_chose": f"{unchecked.options.get('chose')} ({len(unchecked.operations)} operations)",
-            "ddp_s": simulate(ddp, scaled_ddp, cluster, timeline=False).iteration_s / dilate,
+            "ddp_s": simulate(ddp, run.scaled_ddp, cluster, timeline=False).iteration_s / dilate,
             "bound_s": lower_bound_s(scaled, cluster)["lower_bound_s"] / dilate}
     return out
 

@@ -27,15 +27,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from dear_trials import group_bytes, with_threshold
+from dear_trials import StoredBench, group_bytes, with_threshold
 from predict_fixes import bench_reading
 
-from gradsched.calibration import calibrate, lower_bound_s, with_runtime_costs
+from gradsched.calibration import lower_bound_s
 from gradsched.costs import NO_RING_BYTES, RING_MIN_BYTES
-from gradsched.jobs.bench import ddp_first_bucket_mb
-from gradsched.jobs.results import read_bench_row
 from gradsched.planners import dear, make_plan
-from gradsched.profile import Profile
 from gradsched.sim import simulate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,15 +47,9 @@ PLANS: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 def analyse(path: Path) -> dict[str, Any]:
-    rows = json.loads(path.read_text())
-    first, dilate = read_bench_row(rows[0])
-    profile = Profile.from_dict(first["profile"]["measured"])
-    probe = first["contention"]
-    planned = with_runtime_costs(profile, probe, False)
-    scaled = with_runtime_costs(calibrate(profile, first["compute_only"]["iteration_s_median"]), probe, False)
-    scaled_ddp = with_runtime_costs(calibrate(profile, first["compute_only"]["iteration_s_median"]), probe, True)
+    run = StoredBench.read(path)
+    rows, first, dilate, planned, scaled = run.rows, run.first, run.dilate, run.planned, run.scaled
     ddp_row = next(r for r in rows if r["strategy"] == "ddp")
-    cap = float(ddp_row.get("bucket_cap_mb") or 25.0)
     reading = bench_reading(first)
     out: dict[str, Any] = {"run": path.stem, "model": first.get("model"), "dilate": dilate,
                            "measured_ddp_s": ddp_row["iteration_s_median"],
@@ -66,9 +57,7 @@ def analyse(path: Path) -> dict[str, Any]:
                            "pricings": {}}
     for pricing, least in PRICINGS.items():
         cluster = with_threshold(reading, least)
-        ddp = make_plan("ddp", profile, cluster, bucket_cap_mb=cap,
-                        first_bucket_mb=ddp_first_bucket_mb({} if cap == 25.0 else {"bucket_cap_mb": cap}, True))
-        predicted = {"ddp": simulate(ddp, scaled_ddp, cluster, timeline=False).iteration_s / dilate}
+        predicted = {"ddp": simulate(run.ddp_plan(cluster), run.scaled_ddp, cluster, timeline=False).iteration_s / dilate}
         groups: dict[str, Any] = {}
         chose: dict[str, str] = {}
         for name, (strategy, options) in PLANS.items():

@@ -38,6 +38,7 @@ import dataclasses
 import json
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,9 @@ from resimulate import dear_as_run, reread_cluster, refit_contention
 from gradsched.calibration import calibrate, with_runtime_costs
 from gradsched.cluster import Cluster
 from gradsched.costs import NO_RING_BYTES, PER_RANK
+from gradsched.jobs.bench import ddp_first_bucket_mb
 from gradsched.jobs.results import read_bench_row
+from gradsched.plan import Plan
 from gradsched.planners import make_plan
 from gradsched.profile import Profile
 from gradsched.sim import simulate
@@ -59,6 +62,40 @@ DEFAULT_RUNS = [RESULTS / f"emulate_papers_{name}.json" for name in
 # Stored runs whose dear ran rings (the runtime's threshold then, bytes); every other ran the all-to-alls at every size.
 RING_RUNS = {"emulate_papers_vgg16_8h_ring10": 4 << 20}
 RING_DEFAULT_RUNS = [*DEFAULT_RUNS, RESULTS / "emulate_papers_vgg16_8h_ring10.json"]
+
+
+@dataclass(frozen=True)
+class StoredBench:
+    """A stored 8-host bench read back for re-prediction: its rows, its first row (the job's shared figures), the
+    profile as planned (``planned``: the runtime's costs on the measured profile) and as simulated (``scaled``:
+    calibrated to the compute-only row; ``scaled_ddp``: with PyTorch DDP's costs), and the ``ddp`` row's bucket size."""
+
+    rows: list[dict[str, Any]]
+    first: dict[str, Any]
+    dilate: float
+    profile: Profile
+    planned: Profile
+    scaled: Profile
+    scaled_ddp: Profile
+    ddp_cap_mb: float
+
+    @classmethod
+    def read(cls, path: Path) -> "StoredBench":
+        rows = json.loads(path.read_text())
+        first, dilate = read_bench_row(rows[0])
+        profile = Profile.from_dict(first["profile"]["measured"])
+        probe = first["contention"]
+        calibrated = calibrate(profile, first["compute_only"]["iteration_s_median"])
+        ddp_row = next(r for r in rows if r["strategy"] == "ddp")
+        return cls(rows, first, dilate, profile, with_runtime_costs(profile, probe, False),
+                   with_runtime_costs(calibrated, probe, False), with_runtime_costs(calibrated, probe, True),
+                   float(ddp_row.get("bucket_cap_mb") or 25.0))
+
+    def ddp_plan(self, cluster: Cluster) -> Plan:
+        """The ``ddp`` row's plan: its bucket size, PyTorch's first bucket as torch 2.13 makes it."""
+        cap = self.ddp_cap_mb
+        return make_plan("ddp", self.profile, cluster, bucket_cap_mb=cap,
+                         first_bucket_mb=ddp_first_bucket_mb({} if cap == 25.0 else {"bucket_cap_mb": cap}, True))
 
 
 def dear_runs(rows: list[dict[str, Any]]) -> list[tuple[str, float, float]]:

@@ -304,7 +304,7 @@ class BenchResult(TypedDict, total=False):
     peak_rss_bytes: int | None
     phases: list[Phase]
     stopping: Stopping  # when the rounds stopped, and by which rule
-    load: Load  # the 1-minute load at start-up's end and each round's end; absent in files before err12
+    load: Load  # the 1-minute load at start-up's end and each round's end; absent in older files
     job_s: float  # the job's own duration
     dilate: float  # present when the times were converted (dilation other than 1)
     trimmed: Trimmed  # a replay on the testbed: the rows, steps and rounds fitted to the budget after start-up
@@ -330,7 +330,7 @@ class BenchJsonRow(BenchRow, total=False):
     peak_rss_bytes: int | None
     phases: list[Phase] | None
     stopping: Stopping | None  # absent in files from before the stopping rule
-    load: Load | None  # absent in files from before err12 (2026-12-07)
+    load: Load | None  # absent in files written before the bench recorded load
     units: str  # UNITS: the file's durations are as declared here; absent in files before it (read_bench_row)
     scale_bytes: int
     model: str
