@@ -615,9 +615,34 @@ def test_the_auto_line_tells_two_trials_of_one_strategy_apart_by_their_options()
     line = next(x for x in text.splitlines() if x.startswith("  trials"))
     assert line == ("  trials (median ms): usbyte (groups=0, merge_bytes=0, unit_bytes=524288) 191.3 kept; "
                     "usbyte (merge_bytes=262144, unit_bytes=262144) 211.2; torch-ddp 3.125 MB 217.7")
-    del decision["options"]  # a record from before the options: the labels alone, as they were
-    assert "usbyte 191.3 kept; usbyte 211.2" in table({"rows": rows, "lower_bound": {
+    del decision["options"]  # a record from before the options: the labels, told apart by their hashes
+    assert "usbyte [plan b] 191.3 kept; usbyte [plan a] 211.2" in table({"rows": rows, "lower_bound": {
         "lower_bound_s": 0.15, "compute_s": 0.1, "allreduce_all_s": 0.15}, "best_ddp": "ddp"})
+
+
+def test_the_auto_line_tells_two_trials_of_one_strategy_and_options_apart_by_their_origin():
+    """The README job's two ``usbyte`` ``groups=0`` plans with the same options (the measured profile's and the
+    bench's): what each was planned on and its operations, or its hash in a record from before those."""
+    from gradsched.commands.bench import _trial_lines
+
+    opts = {"groups": 0, "unit_bytes": 4194304, "merge_bytes": 0}
+    decision = {"measured": {"f836caf90e027d7a": 0.4640, "2f6ecab9f12bdc84": 0.4645, "70a820fc603fdcef": 0.6624},
+                "kept": "f836caf90e027d7a", "baseline": "70a820fc603fdcef",
+                "plans": {"f836caf90e027d7a": "usbyte", "2f6ecab9f12bdc84": "usbyte",
+                          "70a820fc603fdcef": "torch-ddp default"},
+                "options": {"f836caf90e027d7a": opts, "2f6ecab9f12bdc84": opts,
+                            "70a820fc603fdcef": {"bucket_cap_mb": 25.0, "default": True}},
+                "planned_on": {"f836caf90e027d7a": "given", "2f6ecab9f12bdc84": "measured",
+                               "70a820fc603fdcef": "start-up"},
+                "operations": {"f836caf90e027d7a": 13, "2f6ecab9f12bdc84": 11, "70a820fc603fdcef": 4}}
+    usbyte = "usbyte (groups=0, merge_bytes=0, unit_bytes=4194304)"
+    assert _trial_lines(decision) == [  # torch-ddp's label alone: no other plan shares it
+        f"  trials (median ms): {usbyte} [planned on the given profile, 13 operations] 464.0 kept; "
+        f"{usbyte} [planned on the measured profile, 11 operations] 464.5; torch-ddp default 662.4"]
+    del decision["planned_on"], decision["operations"]
+    assert _trial_lines(decision) == [
+        f"  trials (median ms): {usbyte} [plan f836caf9] 464.0 kept; {usbyte} [plan 2f6ecab9] 464.5; "
+        "torch-ddp default 662.4"]
 
 
 def test_auto_line_flags_plan_switches_inside_the_rounds_not_in_the_warm_up():

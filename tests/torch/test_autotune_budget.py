@@ -179,6 +179,22 @@ def test_the_trial_record_keeps_each_plans_planner_options(world_of_one):
                 if decision["plans"][h] == label]
         assert len(same) == len(set(same))
     assert tuner.summary()["trial_decision"]["options"] == decision["options"]
+    # what each was planned on, and its operations: the plan the job started on at start-up, the others on the
+    # measured profile (no profile given)
+    assert set(decision["planned_on"]) == set(decision["operations"]) == set(decision["measured"])
+    for h, on in decision["planned_on"].items():
+        assert on == ("start-up" if h == tuner.switches[0].plan_hash else "measured")
+        assert decision["operations"][h] == len(tuner._tried[h][1].operations)
+
+
+def test_planned_on_keeps_a_plans_first_origin():
+    """The chosen plan and the trials in the order they join the turns: a plan reached again (one of the given
+    profile's best plans that the measured profile planned too) is measured once, under its first origin."""
+    from gradsched.torch.runtime.autotune import planned_on
+
+    assert planned_on("a", [("b", False), ("c", True), ("a", True), ("c", False)]) == {
+        "a": "measured", "b": "measured", "c": "given"}
+    assert planned_on("a", []) == {"a": "measured"}
 
 
 def test_trial_options_are_the_planners_own_and_an_auto_plans_chosen_ones():

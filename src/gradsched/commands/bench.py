@@ -396,7 +396,10 @@ def _late_switch_lines(tune: dict[str, Any] | None, warmup: AutoWarmup | None) -
 
 def _trial_lines(decision: TrialDecision | None) -> list[str]:
     """Run-time ``auto``'s trials, fastest first: each plan's label with its planner options (two ``usbyte``
-    candidates, grouped or not, differ only there; PyTorch DDP's label names its bucket size) and its median."""
+    candidates, grouped or not, differ only there; PyTorch DDP's label names its bucket size) and its median.  Plans
+    that share both are told apart by what they were planned on and their operations (the README job's two
+    ``usbyte`` ``groups=0`` plans: the measured profile's and the bench's), or, in a record from before those, by
+    their hashes."""
     measured = (decision or {}).get("measured") or {}
     if not decision or not measured:
         return []
@@ -408,8 +411,20 @@ def _trial_lines(decision: TrialDecision | None) -> list[str]:
             return label
         return f"{label} ({', '.join(f'{k}={v}' for k, v in sorted(opts.items()))})"
 
+    names = {h: named(h) for h in measured}
+    shared = {n for n in names.values() if list(names.values()).count(n) > 1}
+    planned_on, operations = decision.get("planned_on") or {}, decision.get("operations") or {}
+
+    def told_apart(h: str) -> str:
+        if names[h] not in shared:
+            return names[h]
+        if h not in planned_on:
+            return f"{names[h]} [plan {h[:8]}]"
+        on = "at start-up" if planned_on[h] == "start-up" else f"on the {planned_on[h]} profile"
+        return f"{names[h]} [planned {on}, {operations.get(h, '?')} operations]"
+
     return ["  trials (median ms): " + "; ".join(
-        f"{named(h)} {s * 1e3:.1f}{' kept' if h == decision.get('kept') else ''}"
+        f"{told_apart(h)} {s * 1e3:.1f}{' kept' if h == decision.get('kept') else ''}"
         for h, s in sorted(measured.items(), key=lambda x: x[1]))]
 
 

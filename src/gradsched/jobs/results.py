@@ -138,6 +138,8 @@ class TrialDecision(TypedDict, total=False):
     resized: list[str]
     plans: dict[str, str]  # per plan hash: its label (strategy; PyTorch DDP's with its bucket size)
     options: dict[str, dict[str, Any]]  # per plan hash: the planner options that made it (autotune.trial_options)
+    planned_on: dict[str, str]  # per plan hash: "measured", "given" or "start-up" (autotune.planned_on)
+    operations: dict[str, int]  # per plan hash: its operations
     runoff: list[Any]
     paired: dict[str, Any]
     dropped: list[str]

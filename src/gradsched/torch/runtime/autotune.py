@@ -117,7 +117,8 @@ logger = logging.getLogger("gradsched.autotune")
 
 __all__ = ["KEEP_POINTS", "MAX_TRIAL_WINDOW", "MIN_SIZES", "OFFLINE_TRIALS", "PLANNER_KEYS", "PREDICTED_FAR_SLOWER",
            "PREDICTED_SLOWER", "PROBE_BYTES", "RUNOFF_PLANS", "SAMPLES_KEPT", "TRIALS", "AutoTuneConfig",
-           "AutoTuner", "Check", "Switch", "TunedModel", "not_clearly_slower", "trial_options", "trials_option"]
+           "AutoTuner", "Check", "Switch", "TunedModel", "not_clearly_slower", "planned_on", "trial_options",
+           "trials_option"]
 
 # what a plan's options carry beside the planner's own: offline auto's record of its choice (its ``chosen_options``
 # are the planner's), and the prediction
@@ -132,6 +133,26 @@ def trial_options(plan: Plan) -> dict[str, Any]:
     if isinstance(opts.get("chosen_options"), dict):
         return dict(opts["chosen_options"])
     return {k: v for k, v in opts.items() if k not in _NOT_PLANNER_OPTIONS}
+
+
+# what a trial's plan was planned on (the trial record's ``planned_on``)
+MEASURED = "measured"  # the profile of the iterations measured in training (the plan chosen, runners-up, defaults)
+GIVEN = "given"  # the profile and cluster passed to the wrapper (as ``gradsched bench`` passes its own)
+START_UP = "start-up"  # the plan the job started on
+
+
+def planned_on(planned: str, trials: list[tuple[str, bool]]) -> dict[str, str]:
+    """Per plan hash, what the trial candidates were planned on: the plan chosen (hash ``planned``) and the
+    ``trials`` (hash, whether it is one of the given profile's best plans) in the order they join the turns; a plan
+    reached twice keeps its first origin, as the trials measure it once under its first name.  Two candidates of one
+    strategy and options differ here: the README job's two ``usbyte`` ``groups=0`` plans (464.5 and 464.0 ms,
+    ``benchmarks/results/bench_main_job_googlenet_k80_2h.json``) were the one chosen from the measured profile and
+    offline ``auto``'s from the bench's: the same options, other operations (each search cut its groups on its own
+    profile's times)."""
+    out = {planned: MEASURED}
+    for h, from_given in trials:
+        out.setdefault(h, GIVEN if from_given else MEASURED)
+    return out
 
 
 # --------------------------------------------------------------------------- the tuner
@@ -182,6 +203,7 @@ class AutoTuner:
         self.rejected: list[str] = []
         # rank 0, once the trials end: what they measured per plan hash, the baseline and the plan kept
         self.trial_decision: dict[str, Any] | None = None
+        self._planned_on: dict[str, str] = {}  # rank 0: what each trial candidate was planned on (planned_on)
         self.profile: Profile | None = None  # what the current plan was planned with
         self.cluster: Cluster | None = None
         self._model = model
@@ -413,8 +435,7 @@ class AutoTuner:
             resized = self._resized(baseline, taken)
             best = fastest(taken, baseline, self.config.min_gain, rounds, resized, self.config.resize_min_gain)
             self.trial_decision = {"measured": dict(taken), "rounds": rounds, "baseline": baseline, "kept": best,
-                                   "resized": sorted(resized), "plans": {h: _label(*self._tried[h][:2]) for h in taken},
-                                   "options": {h: trial_options(self._tried[h][1]) for h in taken},
+                                   "resized": sorted(resized), **self._plans_record(taken),
                                    "runoff": list(self._runoff or [])}
         self._keep(step, self._broadcast(best), measured_before)
 
@@ -533,13 +554,22 @@ class AutoTuner:
         best = fastest(taken, base, self.config.min_gain, rounds, resized, self.config.resize_min_gain,
                        self.measurements.paired)
         self.trial_decision = {"measured": dict(taken), "rounds": rounds, "baseline": base, "kept": best,
-                               "resized": sorted(resized), "plans": {h: _label(*self._tried[h][:2]) for h in taken},
-                               "options": {h: trial_options(self._tried[h][1]) for h in taken},
+                               "resized": sorted(resized), **self._plans_record(taken),
                                "runoff": list(self._runoff or []), "paired": dict(self.measurements.paired),
                                "dropped": list(self._dropped),
                                "cost_s": self._budget.spent_s(self._budget_base_s(base)),
                                "switches_s": list(self._budget.switches)}
         return best
+
+    def _plans_record(self, taken: dict[str, float]) -> dict[str, dict[str, Any]]:
+        """Rank 0, the trial record's part per measured plan: its label, the planner options that made it
+        (:func:`trial_options`), what it was planned on (:func:`planned_on`; the initial plan: at start-up) and its
+        operations, so that two plans of one label and options can be told apart."""
+        tried = {h: self._tried[h][:2] for h in taken}
+        return {"plans": {h: _label(name, plan) for h, (name, plan) in tried.items()},
+                "options": {h: trial_options(plan) for h, (_, plan) in tried.items()},
+                "planned_on": {h: self._planned_on.get(h, START_UP) for h in tried},
+                "operations": {h: len(plan.operations) for h, (_, plan) in tried.items()}}
 
     def _runoff_plans(self) -> list[str] | None:
         """Rank 0 (others: None), when the rounds end: the plans that take ``runoff_rounds`` more turns
@@ -665,14 +695,19 @@ class AutoTuner:
             return Ranked(simulate(default, profile, cluster, timeline=False).iteration_s, strategy, default)
 
         trials: list[Ranked] = []
+        given: list[Ranked] = []  # the given profile's best plans among the trials
         if reason == "profiled" and self.config.trials > 1:
             offline = runs(ranked(*self._offline, **opts)) if self._offline is not None else None
             trials = trial_candidates(results, self.config, with_defaults, offline)
+            given = (offline or [])[:OFFLINE_TRIALS]
             trials += self._torch_ddp_trials(profile, cluster)
             trials = not_clearly_slower(results[0], trials,
                                         PREDICTED_SLOWER if self.config.budgeted else PREDICTED_FAR_SLOWER)
         trial_plans = [(r.strategy, r.plan if r.strategy == TORCH_DDP else as_auto(r, len(results)), r.predicted_s)
                        for r in trials]
+        if trials:  # the trial record's
+            self._planned_on = planned_on(plan.hash, [(tp.hash, any(r is g for g in given))
+                                                      for r, (_, tp, _) in zip(trials, trial_plans)])
         # the initial plan takes turns too (trials come only at the first plan, which leaves the initial one)
         initial_s = measured_plan_s if trials else None
         logger.info("auto: planned %s (%s) from %d measured iterations in %.0f ms: predicted %.2f ms per "
