@@ -28,7 +28,9 @@ the queued start-up against the table's, the blend against the longer), summaris
 ``fsdp2``, an ``auto`` that ran a decoupled plan) and, on 8 hosts, by the load the job ran beside (quiet: no counted
 round above the job's ``loaded_above`` where it recorded its load per round, since err12; else the 1-minute load at most
 :data:`QUIET_LOAD` after it, from its summary); writes ``benchmarks/results/predict_fixes_err12.json`` (or ``--out``;
-err11's run of it: ``predict_fixes_err11.json``).
+err11's run of it: ``predict_fixes_err11.json``).  Since tidy13 a gradsched row is read on the plan it ran, made again
+from its JSON and checked against its ``plan_hash`` (:func:`plan_as_run`), or left out with the reason (``skipped`` in
+the JSON): run-time ``auto`` planned from its own measured profile, and re-planned rows were off by 500-1000% (q12).
 Writes ``benchmarks/results/predict_fixes.json``, with the median and worst over the 8-host runs
 of the papers' models apart (``emulate_papers_*_8h*.json``), per model, over PyTorch DDP's rows alone,
 and over the runs the exponent was chosen on (:data:`CHOSEN_ON`) and those held out.
@@ -46,10 +48,12 @@ from pathlib import Path
 
 from gradsched.calibration import calibrate, with_runtime_costs
 from gradsched.cluster import STREAM, Cluster
+from gradsched.errors import GradschedError
 from gradsched.jobs.bench import (STREAM_EXPONENT, anchored_to_probe, ddp_first_bucket_mb, probe_alone_s,
                                   with_phase_ratios, with_stream_cost)
 from gradsched.jobs.results import read_bench_row
 from gradsched.jobs.rounds import loaded_rounds
+from gradsched.plan import Plan
 from gradsched.planners import make_plan
 from gradsched.profile import Profile
 from gradsched.sim import simulate
@@ -67,8 +71,44 @@ CHOSEN_ON = tuple(f"emulate_papers_{m}_8h" for m in ("resnet50", "densenet201", 
                                                       "bert_large"))
 
 
-def _plan(row: dict, profile: Profile, probe: dict, job: Cluster, first: bool):
+# what a gradsched row's plan_options hold beside its planner's options (dear's record of its grouping, a prediction)
+NOT_PLANNER_OPTIONS = frozenset({"predicted_iteration_s", "planned_grouping"})
+
+
+class NotAsRun(Exception):
+    """A gradsched row whose plan could not be made again from what its JSON records: the reason."""
+
+
+def plan_as_run(row: dict, profile: Profile, probe: dict, job: Cluster) -> Plan:
+    """The plan a gradsched row ran, made again from what its JSON records and checked against its ``plan_hash``:
+    ``resimulate.plan_as_run``'s (offline ``auto``'s choice, ``dear``'s grouping), else, for a row of one planner, that
+    planner with the row's ``plan_options`` (its planner's options, as ``gradsched bench`` scaled them: rows carry no
+    ``options``, which ``resimulate.plan_as_run`` reads, so it plans them at their defaults).  Raises
+    :class:`NotAsRun` where neither is the plan run: run-time ``auto`` planned from its own measured profile, and a
+    search of today's code may order or cut otherwise; predicted, such a plan is another plan's figure (q12's
+    DenseNet-201 at byte scale 8: ``threshold`` re-planned into 1 operation where it ran 52, ``usbyte`` into 402
+    where it ran 4, 500-1000% off)."""
+    made = [resimulate.plan_as_run(row, profile, probe, job)]
+    options = {k: v for k, v in (row.get("plan_options") or {}).items() if k not in NOT_PLANNER_OPTIONS}
+    if row["strategy"] != "auto" and options:
+        try:
+            made.append(make_plan(row["strategy"], with_runtime_costs(profile, probe, False), job, **options))
+        except GradschedError:  # options of another version of the planner
+            pass
+    for plan in made:
+        if row.get("plan_hash") in (plan.hash, dataclasses.replace(plan, strategy="auto").hash):  # auto's: relabelled
+            return plan
+    ran = "run-time auto's plan, from its own measured profile" if row.get("autotune") else "the plan made again"
+    raise NotAsRun(f"{ran} is not the one recorded: made again, {len(made[-1].operations)} operations and another "
+                   f"hash, where it ran {row.get('operations')} ({row.get('plan_hash')})")
+
+
+def _plan(row: dict, profile: Profile, probe: dict, job: Cluster, first: bool, as_run: bool = False):
+    """The plan a row is predicted on: PyTorch DDP's buckets, or a gradsched row's plan made again
+    (``resimulate.plan_as_run``; with ``as_run``, only where it is the plan run: :func:`plan_as_run`)."""
     if row["runs"] != "torch DDP":
+        if as_run and row["runs"] == "gradsched":
+            return plan_as_run(row, profile, probe, job)
         return resimulate.plan_as_run(row, profile, probe, job)
     cap = float(row.get("bucket_cap_mb", 25.0))
     default = row["strategy"] == "ddp" and (row.get("scale_bytes") or 1) == 1  # no bucket_cap_mb given to DDP
@@ -114,12 +154,14 @@ def bench_reading(row0: dict, exponent: float | None = STREAM_EXPONENT) -> Clust
 
 
 def predicted_rows(path: Path, anchor: bool, first: bool, stream: bool = False, exponent: float | None = None,
-                   ddp_only: bool = False, start_up: str = "table_start_up_s", least: bool = False) -> Iterable[tuple]:
+                   ddp_only: bool = False, start_up: str = "table_start_up_s", least: bool = False,
+                   not_as_run: list[tuple[dict, str]] | None = None) -> Iterable[tuple]:
     """Per row (an ``auto`` row without its plan left out; only PyTorch DDP's with ``ddp_only``): the row, the plan
     it is simulated on and the prediction (emulated seconds).  ``least`` (the reading "err10"): the probe's all-reduce
     taken at the least of its samples (:func:`gradsched.jobs.bench.probe_alone_s`) and the phases the table did not
     time at the ratios measured alone (:func:`gradsched.jobs.bench.with_phase_ratios`), as ``gradsched bench`` prices
-    now."""
+    now.  ``not_as_run`` (a list): gradsched rows whose plan is not made again as run (:func:`plan_as_run`) are left
+    out and added to it with the reason; without it they are predicted on the plan made again."""
     rows = json.loads(path.read_text())
     row0, dilate = read_bench_row(rows[0])
     profile, probe = Profile.from_dict(row0["profile"]["measured"]), row0["contention"]
@@ -130,8 +172,12 @@ def predicted_rows(path: Path, anchor: bool, first: bool, stream: bool = False, 
         if ddp_only and row["runs"] != "torch DDP":
             continue
         try:
-            plan = _plan(row, profile, probe, job, first)
+            plan = _plan(row, profile, probe, job, first, as_run=not_as_run is not None)
         except KeyError:  # an auto row that kept no chosen plan (planned at start-up before it was recorded)
+            continue
+        except NotAsRun as reason:
+            if not_as_run is not None:
+                not_as_run.append((row, str(reason)))
             continue
         scaled = with_runtime_costs(calibrate(profile, compute_s), probe, row["runs"] == "torch DDP")
         yield row, plan, simulate(plan, scaled, cluster, timeline=False).iteration_s / dilate
@@ -340,24 +386,38 @@ def variant_rows(path: Path) -> list[dict]:
     the bench itself reported (``error_as_run``) and the error in each reading of :data:`VARIANTS` (a run whose ranks
     do not outnumber the cores prices no stream: every reading as err10's), whether each prediction lies within the
     range of its counted rounds' medians (``in_rounds``), their spread, and the counted rounds that ran under load
-    where the job recorded its load per round (``rounds_loaded``; None before err12)."""
+    where the job recorded its load per round (``rounds_loaded``; None before err12).  A gradsched row is read on
+    the plan it ran (:func:`plan_as_run`), or not at all: then ``skipped`` says why (None for the rows read), its
+    ``errors`` and ``in_rounds`` empty, after the others."""
     found: list[dict] = []
+    not_as_run: list[tuple[dict, str]] = []
     for name, (exponent, start_up) in VARIANTS.items():
-        rows = list(predicted_rows(path, True, True, True, exponent, start_up=start_up, least=True))
+        left_out: list[tuple[dict, str]] = []
+        rows = list(predicted_rows(path, True, True, True, exponent, start_up=start_up, least=True,
+                                   not_as_run=left_out))
         if not found:
+            not_as_run = left_out
             for row, plan, _ in rows:
                 two_phase = any(op.collective != "allreduce" for op in plan.operations)
-                found.append({"run": path.stem, "row": row["strategy"], "kind": _kind(row, two_phase),
-                              "hosts": _hosts(path.stem), "operations": len(plan.operations),
-                              "runtime_as_today": not (two_phase and row["date"] < PIECES_SINCE),
-                              "rounds_loaded": loaded_rounds(row.get("load"), row.get("warmup_rounds") or 0),
-                              "rounds_spread": _spread(_round_medians(row)), "errors": {}})
+                found.append(_variant_row(path, row, two_phase, len(plan.operations)))
         for out, (row, _, predicted) in zip(found, rows, strict=True):
             out["errors"][name] = (predicted - row["iteration_s_median"]) / row["iteration_s_median"]
             medians = _round_medians(row)
             out.setdefault("in_rounds", {})[name] = min(medians) <= predicted <= max(medians)
-            out["error_as_run"] = row.get("prediction_error")
+    for row, reason in not_as_run:
+        chose = (row.get("plan_options") or {}).get("chose") or row["strategy"]
+        found.append({**_variant_row(path, row, chose == "dear", row.get("operations")), "in_rounds": {},
+                      "skipped": reason})
     return found
+
+
+def _variant_row(path: Path, row: dict, two_phase: bool, operations: int | None) -> dict:
+    """:func:`variant_rows`' record of ``row`` before its readings."""
+    return {"run": path.stem, "row": row["strategy"], "kind": _kind(row, two_phase), "hosts": _hosts(path.stem),
+            "operations": operations, "runtime_as_today": not (two_phase and row["date"] < PIECES_SINCE),
+            "rounds_loaded": loaded_rounds(row.get("load"), row.get("warmup_rounds") or 0),
+            "rounds_spread": _spread(_round_medians(row)), "errors": {},
+            "error_as_run": row.get("prediction_error"), "skipped": None}
 
 
 # the 1-minute load at a job's end above which it ran beside other sessions' work: runs10's and runs11's 8-host jobs,
@@ -406,10 +466,11 @@ def _show_rows(rows: list[dict]) -> None:
     print(f"{'run':40s} {'row':9s} {'kind':10s} {'ops':>4s} {'as run':>7s} " +
           " ".join(f"{v[:13]:>14s}" for v in VARIANTS) + f" {'spread':>6s} load")
     for r in rows:
-        cells = " ".join(f"{r['errors'][v]:+13.1%}{' ' if r['in_rounds'][v] else '*'}" for v in VARIANTS)
+        cells = (" ".join(f"{r['errors'][v]:+13.1%}{' ' if r['in_rounds'][v] else '*'}" for v in VARIANTS)
+                 if r["skipped"] is None else f"skipped: {r['skipped']}")
         load = (f"loaded rounds {r['rounds_loaded']}" if r.get("rounds_loaded") is not None else
                 f"at the job's end {r['load'][1]:.1f}" if r.get("load") else "-")
-        print(f"{r['run'][-40:]:40s} {r['row']:9s} {r['kind']:10s} {r['operations']:4d} "
+        print(f"{r['run'][-40:]:40s} {r['row']:9s} {r['kind']:10s} {r['operations'] or 0:4d} "
               f"{r['error_as_run'] or 0:+7.1%} {cells} {r['rounds_spread']:6.1%} {load}")
 
 
@@ -417,7 +478,8 @@ def variants(paths: list[Path]) -> int:
     """:func:`variant_rows` over ``paths``, summarised (median / worst |error|, rows over 8%) by hosts, by row kind
     and, on 8 hosts, by the load its rounds ran under (:func:`_era`); writes ``benchmarks/results/predict_fixes_err12.json``
     (or ``--out FILE``)."""
-    rows = [r for p in paths for r in variant_rows(p) if r["runtime_as_today"]]
+    found = [r for p in paths for r in variant_rows(p) if r["runtime_as_today"]]
+    rows, skipped = [r for r in found if r["skipped"] is None], [r for r in found if r["skipped"] is not None]
     loads = job_loads(paths)
     subsets: dict[str, list[dict]] = {}
     for r in rows:
@@ -429,8 +491,11 @@ def variants(paths: list[Path]) -> int:
                 keys += ["8h all-reduce rows", f"8h {_era(r)} all-reduce rows"]
         for k in keys:
             subsets.setdefault(k, []).append(r)
-    if len(rows) <= ROWS_SHOWN:  # a few runs given: each row, as the bench predicted it and in each reading
-        _show_rows(rows)
+    if len(found) <= ROWS_SHOWN:  # a few runs given: each row, as the bench predicted it and in each reading
+        _show_rows(found)
+    if skipped:
+        print(f"{len(skipped)} gradsched rows left out, their plans not made again as run (plan_as_run): "
+              + ", ".join(sorted({f"{r['run']} {r['row']}" for r in skipped})))
     summary = {}
     print(f"{'rows':28s} {'n':>3s} " + " ".join(f"{v:>20s}" for v in VARIANTS))
     for key in sorted(subsets):
@@ -445,7 +510,7 @@ def variants(paths: list[Path]) -> int:
     out = Path(_option("--out") or RESULTS / "predict_fixes_err12.json")
     out.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "variants": {
         k: {"exponent": e, "start_up": s} for k, (e, s) in VARIANTS.items()}, "runs": sorted({r["run"] for r in rows}),
-        "summary": summary, "rows": rows}, indent=1))
+        "summary": summary, "rows": rows, "skipped": skipped}, indent=1))
     return 0
 
 
