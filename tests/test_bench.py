@@ -243,11 +243,27 @@ def test_ranks_per_host_on_loopback_start_one_launcher_per_node(monkeypatch, tmp
                for argv in started)
 
 
+# the end-to-end test's testbed (as root): not the bench's default `gsb`, which a user's (or the README's) bench may
+# hold while the tests run, nor a prefix another test brings up (test_testbed.py's gst, gsq, gsr, gsf, ...)
+END_TO_END_PREFIX = "gsbt"
+
+
+def test_the_end_to_end_benchs_testbed_is_its_own():
+    from pathlib import Path
+
+    from gradsched.jobs.launch import PREFIXES
+    from gradsched.testbed import _check_prefix
+
+    assert _check_prefix(END_TO_END_PREFIX) == END_TO_END_PREFIX and END_TO_END_PREFIX not in PREFIXES.values()
+    here = Path(__file__).resolve()
+    assert not [f.name for f in here.parent.rglob("*.py") if f != here and f'"{END_TO_END_PREFIX}"' in f.read_text()]
+
+
 @pytest.mark.slow
 def test_short_benchmark_end_to_end_writes_valid_json(tmp_path, capsys):
-    """2 hosts (testbed as root, else loopback), tiny model, 3 strategies: valid JSON and table."""
+    """2 hosts (testbed as root, its own prefix; else loopback), tiny model, 3 strategies: valid JSON and table."""
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
-    net = ["--rate", "1gbit"] if os.geteuid() == 0 else ["--loopback"]
+    net = ["--rate", "1gbit", "--prefix", END_TO_END_PREFIX] if os.geteuid() == 0 else ["--loopback"]
     code = main(["bench", "--model", "mlp", "--hosts", "2", *net, "--strategies", "ddp,wfbp,auto",
                  "--ddp-buckets", "1", "--steps", "2", "--rounds", "3", "--profile-iterations", "3",
                  "--net-reps", "1", "--no-probe", "-q", "--timeout-s", "120", "--json", str(out), "--plot", str(png)])
