@@ -23,7 +23,6 @@ paper's.  Writes ``benchmarks/results/paper_mgwfbp_testbed.json`` (and each run'
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -144,11 +143,7 @@ def table(results: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    earlier, command = None, " ".join(["python", f"benchmarks/{Path(__file__).name}", *(argv or sys.argv[1:])])
-    if args.table_only:
-        old = json.loads(args.out.read_text()) if args.out.exists() else {"runs": []}
-        earlier = {r["raw"]: r for r in old["runs"]}
-        command = old.get("command", command)  # the command that ran them
+    earlier, command = pt.earlier_runs(args.out, args.table_only, Path(__file__).name, argv)
     results = pt.run_all(plans(args), summarise, earlier)
     print("MG-WFBP's GoogLeNet (K80 compute replayed, real gloo on testbed links at MPI's 10 GbE rate / K); "
           "medians of interleaved rounds, emulated ms; sim = the simulator on the run's own measured profile and "

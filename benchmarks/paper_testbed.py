@@ -145,6 +145,18 @@ def write(path: Path, result: dict[str, Any]) -> None:
     print(f"wrote {path}")
 
 
+def earlier_runs(out: Path, table_only: bool, script: str, argv: list[str] | None
+                 ) -> tuple[dict[str, dict[str, Any]] | None, str]:
+    """What a paper script's ``main`` summarises from, and the command its JSON records: with ``--table-only`` the runs
+    of the summary it wrote before (``out``; :func:`run_all`'s ``earlier``, by raw path) and the command that ran
+    them; else None (run them) and this command (``benchmarks/SCRIPT`` with ``argv``, else the process's)."""
+    command = " ".join(["python", f"benchmarks/{script}", *(argv or sys.argv[1:])])
+    if not table_only:
+        return None, command
+    old = json.loads(out.read_text()) if out.exists() else {"runs": []}
+    return {r["raw"]: r for r in old["runs"]}, old.get("command", command)
+
+
 def run_all(plans: list[dict[str, Any]], summarise: Callable[[dict[str, Any], list[dict[str, Any]]], dict[str, Any]],
             earlier: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Each planned run (``argv``, ``raw`` JSON path, facts), then its summary; a refused or failed run is a row too.

@@ -89,3 +89,14 @@ def test_usbyte_runs_parse_and_refuse_bad_input() -> None:
             us.parse(bad)
         assert exc.value.code == 2
     assert pt.speedups({"usbyte": 100.0, "wfbp": 156.0}, "usbyte", us.OTHERS) == {"usbyte_over_wfbp": 1.56}
+
+
+def test_table_only_reads_the_runs_and_command_of_the_summary_written_before(tmp_path) -> None:
+    """Both scripts' ``--table-only`` (:func:`paper_testbed.earlier_runs`): the rows of the JSON written before, by
+    raw path, and the command that ran them; without it, nothing earlier and this command."""
+    out = tmp_path / "paper.json"
+    assert pt.earlier_runs(out, False, "paper_x.py", ["--quick"]) == (None, "python benchmarks/paper_x.py --quick")
+    assert pt.earlier_runs(out, True, "paper_x.py", ["--table-only"]) == ({}, "python benchmarks/paper_x.py --table-only")
+    out.write_text('{"command": "python benchmarks/paper_x.py --quick", "runs": [{"raw": "a.json", "exit_status": 2}]}')
+    earlier, command = pt.earlier_runs(out, True, "paper_x.py", ["--table-only"])
+    assert earlier == {"a.json": {"raw": "a.json", "exit_status": 2}} and command == "python benchmarks/paper_x.py --quick"
