@@ -279,6 +279,11 @@ def test_trials_include_the_best_plan_for_a_given_profile_and_cluster(results):
         assert d["baseline"] == r["torch_ddp_hash"] and d["baseline"] in d["measured"]
         assert d["kept"] == fastest(d["measured"], d["baseline"], 0.03, d["rounds"], d["resized"], 0.01)
         assert r["plan_hash"] == d["kept"] or r["switches"][-1][3] in ("replan", "revert")
+        # the record says what each plan was planned on: the given profile's best (OFFLINE_TRIALS = 1) alone "given"
+        # (unless the measured profile planned it too), the plan profiling ran "start-up", the others "measured"
+        assert {h for h, on in d["planned_on"].items() if on == "given"} <= {r["offline_hash"]}
+        assert list(d["planned_on"].values()).count("start-up") <= 1
+        assert set(d["operations"]) == set(d["measured"]) and all(n >= 1 for n in d["operations"].values())
     assert results[1]["trials-offline/sgd"]["switches"] == r["switches"]
 
 

@@ -179,8 +179,8 @@ def test_the_trial_record_keeps_each_plans_planner_options(world_of_one):
                 if decision["plans"][h] == label]
         assert len(same) == len(set(same))
     assert tuner.summary()["trial_decision"]["options"] == decision["options"]
-    # what each was planned on, and its operations: the plan the job started on at start-up, the others on the
-    # measured profile (no profile given)
+    # what each was planned on, and its operations: the plan profiling ran (not deferred: the first) at start-up, the
+    # others on the measured profile (no profile given)
     assert set(decision["planned_on"]) == set(decision["operations"]) == set(decision["measured"])
     for h, on in decision["planned_on"].items():
         assert on == ("start-up" if h == tuner.switches[0].plan_hash else "measured")

@@ -138,7 +138,7 @@ def trial_options(plan: Plan) -> dict[str, Any]:
 # what a trial's plan was planned on (the trial record's ``planned_on``)
 MEASURED = "measured"  # the profile of the iterations measured in training (the plan chosen, runners-up, defaults)
 GIVEN = "given"  # the profile and cluster passed to the wrapper (as ``gradsched bench`` passes its own)
-START_UP = "start-up"  # the plan the job started on
+START_UP = "start-up"  # the plan made at start-up that profiling ran (deferred: after PyTorch's DDP)
 
 
 def planned_on(planned: str, trials: list[tuple[str, bool]]) -> dict[str, str]:
@@ -563,12 +563,13 @@ class AutoTuner:
 
     def _plans_record(self, taken: dict[str, float]) -> dict[str, dict[str, Any]]:
         """Rank 0, the trial record's part per measured plan: its label, the planner options that made it
-        (:func:`trial_options`), what it was planned on (:func:`planned_on`; the initial plan: at start-up) and its
-        operations, so that two plans of one label and options can be told apart."""
+        (:func:`trial_options`), what it was planned on (:func:`planned_on`; the plan profiling ran: at start-up, as the
+        turns keep it under its first name where a trial plans it again) and its operations, so that two plans of one
+        label and options can be told apart."""
         tried = {h: self._tried[h][:2] for h in taken}
         return {"plans": {h: _label(name, plan) for h, (name, plan) in tried.items()},
                 "options": {h: trial_options(plan) for h, (_, plan) in tried.items()},
-                "planned_on": {h: self._planned_on.get(h, START_UP) for h in tried},
+                "planned_on": {h: START_UP if h == self._initial else self._planned_on.get(h, START_UP) for h in tried},
                 "operations": {h: len(plan.operations) for h, (_, plan) in tried.items()}}
 
     def _runoff_plans(self) -> list[str] | None:
