@@ -147,8 +147,8 @@ def planned_on(planned: str, trials: list[tuple[str, bool]]) -> dict[str, str]:
     reached twice keeps its first origin, as the trials measure it once under its first name.  Two candidates of one
     strategy and options differ here: the README job's two ``usbyte`` ``groups=0`` plans (464.5 and 464.0 ms,
     ``benchmarks/results/bench_main_job_googlenet_k80_2h.json``) were the one chosen from the measured profile and
-    offline ``auto``'s from the bench's: the same options, other operations (each search cut its groups on its own
-    profile's times)."""
+    offline ``auto``'s from the bench's: the same options, other operations (each ``groups=0`` search ran on its own
+    profile)."""
     out = {planned: MEASURED}
     for h, from_given in trials:
         out.setdefault(h, GIVEN if from_given else MEASURED)
