@@ -314,11 +314,12 @@ def test_a_drift_the_control_plan_shares_is_the_machines_one_it_does_not_is_the_
     assert not shared_drift(0.227, 0.175, 0.200, 0.0, 0.15)  # nothing to compare the control with
 
 
-def test_the_control_is_the_fastest_other_plan_measured_on_gradscheds_executor():
+def test_the_control_is_the_fastest_other_plan_the_trials_measured_on_gradscheds_executor():
     from gradsched.tuning.rules import control_of
 
     tried = {"cur": ("usbyte", _plan("usbyte")), "wf": ("wfbp", _plan("wfbp")), "bs": ("bytescheduler", _plan("bs")),
              "torch": ("torch-ddp", _plan("torch-ddp", bucket_cap_mb=25.0))}
-    compared = {"cur": 0.17, "wf": 0.21, "bs": 0.19, "torch": 0.18}
-    assert control_of(compared, "cur", tried) == "bs"  # PyTorch's DDP (released once the trials end) is not one
+    settled = {"cur": 0.17, "wf": 0.21, "bs": 0.19, "torch": 0.18}  # what each measured in the trials' turns
+    assert control_of(settled, "cur", tried) == "bs"  # PyTorch's DDP (released once the trials end) is not one
     assert control_of({"cur": 0.17, "torch": 0.18}, "cur", tried) is None
+    assert control_of({}, "cur", tried) is None  # no trials: none

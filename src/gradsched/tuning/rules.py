@@ -119,12 +119,13 @@ def next_window(turns: list[str], base: str | None, taken: Mapping[str, float], 
     return {"kind": "window", "plan": nxt, "iterations": window, "turns": turns[1:], "runoff": runoff}
 
 
-def control_of(compared: Mapping[str, float], current: str, tried: Mapping[str, tuple[str, Plan]]) -> str | None:
-    """The plan a drifting check measures beside the current one (:func:`shared_drift`): the fastest other plan
-    measured so far (``compared``: :meth:`~gradsched.tuning.records.PlanMeasurements.compared`) that runs on
-    gradsched's executor, which switches plans without building anything (PyTorch's DDPs other than the one
-    running are released once the trials are decided); None where there is none (the check then acts alone)."""
-    others = {h: t for h, t in compared.items() if h != current and h in tried and not is_torch_ddp(tried[h][1])}
+def control_of(settled: Mapping[str, float], current: str, tried: Mapping[str, tuple[str, Plan]]) -> str | None:
+    """The plan a drifting check measures beside the current one (:func:`shared_drift`): the fastest other plan the
+    trials measured taking turns (``settled``: :attr:`~gradsched.tuning.records.PlanMeasurements.settled`, what it is
+    expected to measure again, untraced) that runs on gradsched's executor, which switches plans without building
+    anything (PyTorch's DDPs other than the one running are released once the trials are decided); None where there
+    is none (no trials: the initial plan's only measurement was traced in full; the check then acts alone)."""
+    others = {h: t for h, t in settled.items() if h != current and h in tried and not is_torch_ddp(tried[h][1])}
     return min(others, key=others.__getitem__) if others else None
 
 

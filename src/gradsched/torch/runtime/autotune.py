@@ -53,7 +53,7 @@
    trial, so at its checks it must measure faster than every plan measured so far by
    ``min_gain`` (the trials' rule against PyTorch's DDP), or ``auto`` reverts to the
    fastest of them.  Before a check re-plans a plan the trials measured, the fastest other
-   plan measured on gradsched's executor (the *control*) runs ``patience`` iterations: if it
+   plan they measured on gradsched's executor (the *control*) runs ``patience`` iterations: if it
    is off what it measured by the same factor, within ``replan_threshold``, the drift is the
    machine's (every plan slowed alike: nothing to gain by re-planning), the plan stays and is
    expected to run at the check's pace from then on; otherwise the re-plan goes ahead.
@@ -372,7 +372,8 @@ class AutoTuner:
             decision = decide(current, measured, expected, self.measurements.compared(), self.config.replan_threshold,
                               untried)
             decision = capped(decision, self.replans, self.config.max_replans)
-            control = control_of(self.measurements.compared(), current, {h: t[:2] for h, t in self._tried.items()})
+            # (controls: plans the trials measured taking turns, untraced; none without trials)
+            control = control_of(self.measurements.settled, current, {h: t[:2] for h, t in self._tried.items()})
             if decision[0] == "replan" and untried is None and control is not None:
                 decision = ("control", control)  # first see whether the control plan drifted alike
                 self._control_from = (current, self.predicted_iteration_s, measured, expected)
@@ -427,7 +428,7 @@ class AutoTuner:
         shared = None
         if self._is_root:
             control = self._model.plan().hash
-            control_expected = self.measurements.compared().get(control, 0.0) * self._pace
+            control_expected = self.measurements.settled.get(control, 0.0) * self._pace
             if window:
                 self._record(control, window)
             shared = measured_before is not None and shared_drift(check_s, expected_s, measured_before,
