@@ -400,7 +400,7 @@ class AutoTuner:
 
     def _control(self, step: int, target: str, window: list[StepRecord]) -> None:
         """Every rank, at a check off what was expected: run the control plan ``target`` (the fastest other plan
-        measured, :func:`~gradsched.tuning.rules.control_of`) for ``patience`` iterations, then decide
+        the trials measured, :func:`~gradsched.tuning.rules.control_of`) for ``patience`` iterations, then decide
         (:meth:`_control_done`).  A drift every plan shares (the machine slowed: other work on its cores, a
         slower network for all) is no reason to re-plan; a plan measured beside it, at the same time, tells
         the two apart where the check alone cannot."""
