@@ -677,3 +677,23 @@ def test_auto_line_flags_plan_switches_inside_the_rounds_not_in_the_warm_up():
     assert "! auto switched plans during the rounds (replan at iteration 128, revert at iteration 134" in text
     rows[1]["auto_warmup"] = {**warmup, "mode": "planned at start-up"}  # no in-situ warm-up: nothing to tell apart
     assert "switched plans during the rounds" not in table({"rows": rows, "lower_bound": bound, "best_ddp": "ddp"})
+
+
+def test_auto_line_counts_the_rounds_from_where_the_checks_were_held():
+    """A decision under way at the warm-up's end ends off the clock, past the warm-up's estimated iterations: the
+    switches before ``held_from`` (where the rounds began) are the warm-up's, those from it on the rounds'."""
+    from gradsched.commands.bench import table
+
+    warmup = {"mode": "run-time (warm-up off the clock)", "estimated_s": 100.0, "iterations": 108, "budget_s": 300.0}
+    switches = [{"strategy": "ddp", "reason": "initial", "iteration": 0},
+                {"strategy": "usbyte", "reason": "fastest", "iteration": 50},
+                {"strategy": "wfbp", "reason": "control", "iteration": 110},
+                {"strategy": "usbyte", "reason": "back", "iteration": 121}]
+    tune = {"switches": switches, "replans": 0, "held_from": 122}
+    rows = [_row("ddp", 400.0), _row("auto", 390.0, plan_options={"groups": 0}, auto_warmup=warmup, autotune=tune)]
+    bound = {"lower_bound_s": 0.3, "compute_s": 0.28, "allreduce_all_s": 0.29}
+    assert "switched plans during the rounds" not in table({"rows": rows, "lower_bound": bound, "best_ddp": "ddp"})
+    switches.append({"strategy": "usbyte", "reason": "replan", "iteration": 122})
+    text = table({"rows": rows, "lower_bound": bound, "best_ddp": "ddp"})
+    assert "! auto switched plans during the rounds (replan at iteration 122, its checks held from iteration 122)" \
+        in text

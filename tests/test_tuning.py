@@ -299,3 +299,27 @@ def test_capped_candidates_shorten_the_schedule_and_one_is_refused():
     assert AutoTuneConfig.from_options({"candidates": 20}).tuning_iterations == AutoTuneConfig().tuning_iterations
     with pytest.raises(GradschedError, match="candidates must be 0"):
         AutoTuneConfig.from_options({"candidates": 1})
+
+
+def test_a_drift_the_control_plan_shares_is_the_machines_one_it_does_not_is_the_plans():
+    """runs12's ResNet-50: a check measured 227 ms against 175 expected (x1.30) while other work loaded the machine.
+    A control plan off its own measurement alike (x1.2-1.45: within 15%) makes it the machine's; one that ran as
+    measured (x1.0) makes it the plan's own."""
+    from gradsched.tuning.rules import shared_drift
+
+    assert shared_drift(0.227, 0.175, 0.240, 0.200, 0.15)  # x1.30 against x1.20
+    assert shared_drift(0.227, 0.175, 0.290, 0.200, 0.15)  # x1.30 against x1.45
+    assert not shared_drift(0.227, 0.175, 0.200, 0.200, 0.15)  # the control ran as before: the plan's own
+    assert not shared_drift(0.227, 0.175, 0.320, 0.200, 0.15)  # the control slowed far more: not alike either
+    assert not shared_drift(0.227, 0.175, 0.200, 0.0, 0.15)  # nothing to compare the control with
+
+
+def test_the_control_is_the_fastest_other_plan_the_trials_measured_on_gradscheds_executor():
+    from gradsched.tuning.rules import control_of
+
+    tried = {"cur": ("usbyte", _plan("usbyte")), "wf": ("wfbp", _plan("wfbp")), "bs": ("bytescheduler", _plan("bs")),
+             "torch": ("torch-ddp", _plan("torch-ddp", bucket_cap_mb=25.0))}
+    settled = {"cur": 0.17, "wf": 0.21, "bs": 0.19, "torch": 0.18}  # what each measured in the trials' turns
+    assert control_of(settled, "cur", tried) == "bs"  # PyTorch's DDP (released once the trials end) is not one
+    assert control_of({"cur": 0.17, "torch": 0.18}, "cur", tried) is None
+    assert control_of({}, "cur", tried) is None  # no trials: none

@@ -262,13 +262,44 @@ def test_autos_warm_up_stops_once_the_tuner_has_nothing_left_to_decide(replay, d
     counted = _Counted(run)
 
     class Tuner:  # AutoTuner as the warm-up reads it
-        config, tuning_iterations = SimpleNamespace(switch_iteration=2), 12
+        config, tuning_iterations = SimpleNamespace(switch_iteration=2, patience=3), 12
         done = property(lambda _: done_at is not None and counted.steps >= done_at)
+        held = 0
+
+        def hold_checks(self) -> None:
+            self.held += 1
 
     tuner = Tuner()
     with fast_forward(run.module):
         auto_warm_up(tuner, lambda steps, until: _burst(counted, run, loss_fn, batches, steps, 0, until))
-    assert counted.steps == (done_at if done_at is not None else 12 + 4)  # 3 + 2, then 9 + 2: as before
+    # 3 + 2, then 9 + 2, then (not done: a decision under way) at most 3 windows of patience + 1, + 2
+    assert counted.steps == (done_at if done_at is not None else 12 + 4 + 12 + 2)
+    assert tuner.held == (1 if done_at is not None else 2)  # held; again where the rounds begin if it went on
+
+
+def test_autos_warm_up_ends_a_decision_under_way_then_holds_the_checks(replay):
+    """A control window or re-plan under way when the warm-up's schedule ends runs to its end off the clock, no
+    further: the rounds then time one plan (bench_autowarmup.hold_checks)."""
+    from types import SimpleNamespace
+
+    from gradsched.torch.jobs.bench_worker import _burst, auto_warm_up
+    from gradsched.torch.jobs.replay import fast_forward
+
+    _, runs, loss_fn, batches = replay
+    run = runs[0][0]
+    counted = _Counted(run)
+
+    class Tuner:
+        config, tuning_iterations = SimpleNamespace(switch_iteration=2, patience=3), 12
+        held_at: list[int] = []
+        done = property(lambda _: bool(Tuner.held_at) and counted.steps >= 16 + 3)  # ends 3 steps into the hold
+
+        def hold_checks(self) -> None:
+            Tuner.held_at.append(counted.steps)
+
+    with fast_forward(run.module):
+        auto_warm_up(Tuner(), lambda steps, until: _burst(counted, run, loss_fn, batches, steps, 0, until))
+    assert Tuner.held_at == [16, 19] and counted.steps == 19
 
 
 def test_the_workers_fit_the_budget_again_after_start_up(world_of_one):

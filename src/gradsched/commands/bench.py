@@ -386,11 +386,16 @@ def _late_switch_lines(tune: dict[str, Any] | None, warmup: AutoWarmup | None) -
     ResNet-50: a re-plan and a revert in the counted rounds, -12.1%)."""
     if not tune or warmup is None or not warmup.in_situ:
         return []
-    late = [s for s in tune.get("switches") or [] if (s.get("iteration") or 0) > warmup.iterations]
+    held = tune.get("held_from")  # the checks held from there: the rounds' start (files before it: the warm-up's end)
+    late = [s for s in tune.get("switches") or []
+            if (s.get("iteration") or 0) >= held] if held is not None else [
+        s for s in tune.get("switches") or [] if (s.get("iteration") or 0) > warmup.iterations]
     if not late:
         return []
     when = ", ".join(f"{s.get('reason')} at iteration {s.get('iteration')}" for s in late)
-    return [f"  ! auto switched plans during the rounds ({when}, after its {warmup.iterations}-iteration warm-up): "
+    start = f"its checks held from iteration {held}" if held is not None else \
+        f"after its {warmup.iterations}-iteration warm-up"
+    return [f"  ! auto switched plans during the rounds ({when}, {start}): "
             f"its median mixes plans, its prediction is the plan it ended on"]
 
 

@@ -128,6 +128,7 @@ class Check(TypedDict, total=False):
     predicted_s: Emulated[float]
     expected_s: Emulated[float]
     replan: bool
+    action: str  # keep, replan, revert, or control: a control plan measured beside it (shared drift: kept)
 
 
 class TrialDecision(TypedDict, total=False):
@@ -156,6 +157,7 @@ class Autotune(TypedDict, total=False):
     profiled_at: int | None
     measured_iteration_s: Emulated[float | None]
     replans: int
+    held_from: int | None  # iteration from which checks were held (the bench's counted rounds), None: never
     trial_decision: TrialDecision | None
     switches: list[Switch]
     checks: list[Check]

@@ -21,7 +21,7 @@ class Switch:
     plan_hash: str
     predicted_iteration_s: float | None  # None for the initial, unplanned default
     measured_before_s: float | None  # median measured under the previous plan
-    reason: str  # "initial" | "profiled" | "trial" | "fastest" | "replan" | "revert"
+    reason: str  # "initial" | "profiled" | "trial" | "fastest" | "replan" | "revert" | "control" | "back"
 
     def to_dict(self) -> dict[str, Any]:
         return {"iteration": self.iteration, "strategy": self.strategy, "plan_hash": self.plan_hash,
@@ -36,8 +36,9 @@ class Check:
     iteration: int
     measured_s: float
     predicted_s: float  # the simulator's prediction for the current plan
-    replan: bool
+    replan: bool  # the check re-planned or reverted
     expected_s: float | None = None  # what the measurement was compared with (see AutoTuner._expected_s)
+    action: str = ""  # "keep" | "replan" | "revert" | "control" (a control plan measured next: AutoTuner._control)
 
 
 @dataclass(slots=True)

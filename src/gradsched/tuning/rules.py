@@ -117,3 +117,27 @@ def next_window(turns: list[str], base: str | None, taken: Mapping[str, float], 
             return {"kind": "rest", "plan": base, "iterations": max(needed, window), "turns": turns,
                     "runoff": runoff}
     return {"kind": "window", "plan": nxt, "iterations": window, "turns": turns[1:], "runoff": runoff}
+
+
+def control_of(settled: Mapping[str, float], current: str, tried: Mapping[str, tuple[str, Plan]]) -> str | None:
+    """The plan a drifting check measures beside the current one (:func:`shared_drift`): the fastest other plan the
+    trials measured taking turns (``settled``: :attr:`~gradsched.tuning.records.PlanMeasurements.settled`, what it is
+    expected to measure again, untraced) that runs on gradsched's executor, which switches plans without building
+    anything (PyTorch's DDPs other than the one running are released once the trials are decided); None where there
+    is none (no trials: the initial plan's only measurement was traced in full; the check then acts alone)."""
+    others = {h: t for h, t in settled.items() if h != current and h in tried and not is_torch_ddp(tried[h][1])}
+    return min(others, key=others.__getitem__) if others else None
+
+
+def shared_drift(measured_s: float, expected_s: float, control_s: float, control_expected_s: float,
+                 threshold: float) -> bool:
+    """Whether a check's drift is the machine's, not the plan's: the control plan, measured right after the check,
+    is off what it measured before (``control_expected_s``) by the same factor, within ``threshold``, as the current
+    plan is off what was expected of it.  Then the plan keeps its measured lead over the control and a re-plan has
+    nothing to gain: every plan slowed alike.  On 8 emulated hosts (runs12, ResNet-50) a check measured 227 ms
+    against 175 expected while other sessions' tests loaded the machine; it re-planned, and the re-plan's plan was
+    reverted 12 iterations later (docs/notes/2026-12-err12.md)."""
+    if not (expected_s > 0 and control_s > 0 and control_expected_s > 0):
+        return False
+    own = (measured_s / expected_s) / (control_s / control_expected_s)
+    return abs(own - 1) <= threshold

@@ -2,7 +2,7 @@
 
 Whether it runs in situ or ``auto`` is planned at start-up, and how long it takes (:func:`_auto_warmup`, from
 the start-up's profile and cluster: :func:`_warmup_s`, :func:`_simulated_s`), and the warm-up itself, off the
-clock (:func:`auto_warm_up`).
+clock (:func:`auto_warm_up`), after which its drift checks are held through the counted rounds (:func:`hold_checks`).
 """
 
 from __future__ import annotations
@@ -83,3 +83,17 @@ def auto_warm_up(tuner: Any, burst: Callable[[int, Callable[[], bool] | None], A
     first = tuner.config.switch_iteration + 1
     burst(first, None)
     burst(tuner.tuning_iterations - first, lambda: tuner.done)
+    hold_checks(tuner, burst)
+
+
+def hold_checks(tuner: Any, burst: Callable[[int, Callable[[], bool] | None], Any]) -> None:
+    """No drift check in the counted rounds, which time the plan the warm-up settled on: one plan in the row
+    (:meth:`~gradsched.torch.runtime.autotune.AutoTuner.hold_checks`).  A decision under way (a control window, a
+    re-plan's measuring window and its plan's check: at most three windows of ``patience`` + 1 iterations) ends
+    off the clock first.  runs12's ResNet-50 re-planned at iteration 128 and reverted at 134, inside its counted
+    rounds (a check had measured 227 ms against 175 while other work loaded the machine): its median mixed two
+    plans and a switch, -12.1% (docs/notes/2026-12-err12.md)."""
+    tuner.hold_checks()
+    if not tuner.done:
+        burst(3 * (tuner.config.patience + 1), lambda: tuner.done)
+        tuner.hold_checks()  # again: ``held_from``, where the rounds begin (the bench flags switches from there)

@@ -118,7 +118,8 @@ def _build_rows(cfg: BenchConfig, start: _Start, shared: SharedModel, loss_fn: A
         runs.append((model, opt))
         # Run-time ``auto`` (gradsched.torch.runtime.autotune) profiles itself under a safe default for its
         # first iterations, then switches plans: let it do so off the clock, so that the rounds
-        # measure the plan it settled on (later re-plans, if any, are part of what it costs).
+        # measure the plan it settled on; its drift checks are then held (bench_autowarmup.hold_checks):
+        # a row is one plan's timing.
         tuner = getattr(model, "autotuner", None)
         if tuner is not None:
             t0 = time.perf_counter()

@@ -52,7 +52,13 @@
    made, but for one check of the last re-plan's plan.  A re-plan's plan runs in no
    trial, so at its checks it must measure faster than every plan measured so far by
    ``min_gain`` (the trials' rule against PyTorch's DDP), or ``auto`` reverts to the
-   fastest of them.
+   fastest of them.  Before a check re-plans a plan the trials measured, the fastest other
+   plan they measured on gradsched's executor (the *control*) runs ``patience`` iterations: if it
+   is off what it measured by the same factor, within ``replan_threshold``, the drift is the
+   machine's (every plan slowed alike: nothing to gain by re-planning), the plan stays and is
+   expected to run at the check's pace from then on; otherwise the re-plan goes ahead.
+   ``gradsched bench`` holds the checks once its warm-up ends (:meth:`AutoTuner.hold_checks`),
+   so that its counted rounds time one plan.
 
 Only the profiling window and a re-plan's measuring window stamp every operation's
 completion (:attr:`~gradsched.torch.runtime.trace.Tracer.completions`): the stamp is a Python
@@ -106,8 +112,8 @@ from gradsched.tuning.config import (KEEP_POINTS, MAX_TRIAL_WINDOW, MIN_SIZES, O
                                      PREDICTED_FAR_SLOWER, PREDICTED_SLOWER, PROBE_BYTES, RUNOFF_PLANS, SAMPLES_KEPT,
                                      TRIALS, AutoTuneConfig, not_clearly_slower, trials_option)
 from gradsched.tuning.records import Check, PlanMeasurements, Switch
-from gradsched.tuning.rules import (baseline_of, capped, next_check, next_window, replan_at, resized_of, runnable,
-                                    trial_candidates)
+from gradsched.tuning.rules import (baseline_of, capped, control_of, next_check, next_window, replan_at, resized_of,
+                                    runnable, shared_drift, trial_candidates)
 
 if TYPE_CHECKING:
     from gradsched.planners.auto import Ranked
@@ -215,6 +221,15 @@ class AutoTuner:
         self._points: dict[int, deque[float]] = {}
         self._next_check: int | None = None
         self._next_replan: int | None = None  # where a re-plan's measuring window ends
+        self._next_control: int | None = None  # where a control plan's window ends (a drifting check's: _control)
+        # every rank: the plan a control window left, its prediction; rank 0 also: the check's median and expectation
+        # (its drift: the ratio of the two)
+        self._control_from: tuple[str, float | None, float, float] | None = None
+        self.held_from: int | None = None  # iteration from which no drift check is made (hold_checks)
+        self._checking_replan = False  # the check scheduled is a re-plan's plan's (it may revert it)
+        # rank 0: the machine's pace against the trials' (a shared drift's factor: _control_done); a control plan is
+        # expected to run at what it measured in the trials times this, as the current plan at _expected_s
+        self._pace = 1.0
         # What a check compares its measurement with (rank 0): after the trials, what the winner
         # measured in them; after a plan, its prediction times the simulator's error on the plan
         # just measured (both from the same measurements).  The simulator's own error on this
@@ -314,6 +329,8 @@ class AutoTuner:
         elif step == self._next_replan:
             self._next_replan = None
             self._retune(step, self._window(self.config.patience), "replan")
+        elif step == self._next_control:
+            self._control_done(step)
         else:
             acted = False
         self._steps.append(StepRecord(step, self._tracer.iteration, now, measured=not acted))
@@ -377,12 +394,21 @@ class AutoTuner:
             decision = decide(current, measured, expected, self.measurements.compared(), self.config.replan_threshold,
                               untried)
             decision = capped(decision, self.replans, self.config.max_replans)
-            self.checks.append(Check(step, measured, predicted, decision[0] != "keep", expected))
+            # (controls: plans the trials measured taking turns, untraced; none without trials)
+            control = control_of(self.measurements.settled, current, {h: t[:2] for h, t in self._tried.items()})
+            if decision[0] == "replan" and untried is None and control is not None:
+                decision = ("control", control)  # first see whether the control plan drifted alike
+                self._control_from = (current, self.predicted_iteration_s, measured, expected)
+            self.checks.append(Check(step, measured, predicted, decision[0] in ("replan", "revert"), expected,
+                                     decision[0]))
             logger.debug("auto: iteration %d: measured %.2f ms, expected %.2f ms (predicted %.2f ms): %s", step,
                          measured * 1e3, expected * 1e3, predicted * 1e3, decision[0])
         action, target = self._broadcast(decision)
         if action == "keep":
             self._schedule_check(step)
+            return
+        if action == "control":
+            self._control(step, target, window)
             return
         self.replans += 1
         if action == "revert":
@@ -394,6 +420,68 @@ class AutoTuner:
             self._next_check = None
             self._next_replan = replan_at(step, self.config)
 
+    def _control(self, step: int, target: str, window: list[StepRecord]) -> None:
+        """Every rank, at a check off what was expected: run the control plan ``target`` (the fastest other plan
+        the trials measured, :func:`~gradsched.tuning.rules.control_of`) for ``patience`` iterations, then decide
+        (:meth:`_control_done`).  A drift every plan shares (the machine slowed: other work on its cores, a
+        slower network for all) is no reason to re-plan; a plan measured beside it, at the same time, tells
+        the two apart where the check alone cannot."""
+        current = self._model.plan().hash
+        if not self._is_root:  # rank 0 set it at the check, with its measurement
+            self._control_from = (current, self.predicted_iteration_s, 0.0, 0.0)
+        strategy, plan, order, predicted = self._tried[target]
+        measured_before = statistics.median(s.duration_s for s in window) if window else None
+        self._switch(step, strategy, plan, order, predicted, measured_before, "control")
+        self._next_check = None
+        self._next_control = step + self.config.patience + 1
+
+    def _control_done(self, step: int) -> None:
+        """Every rank, at the end of a control window: back to the plan it left; rank 0 decides whether the check's
+        drift was shared (:func:`~gradsched.tuning.rules.shared_drift`): then the plan stays and is expected to
+        run as the check measured it from now on (the machine's new pace); otherwise the plan is re-planned, as a
+        check does (its ``patience`` iterations measured in full first)."""
+        self._model.synchronize()
+        self._next_control = None
+        assert self._control_from is not None
+        back, back_predicted, check_s, expected_s = self._control_from
+        self._control_from = None
+        window = self._window(self.config.patience)
+        measured_before = statistics.median(s.duration_s for s in window) if window else None
+        shared = None
+        if self._is_root:
+            control = self._model.plan().hash
+            control_expected = self.measurements.settled.get(control, 0.0) * self._pace
+            if window:
+                self._record(control, window)
+            shared = measured_before is not None and shared_drift(check_s, expected_s, measured_before,
+                                                                  control_expected, self.config.replan_threshold)
+            logger.info("auto: iteration %d: the check measured %.2f ms against %.2f expected, the control plan %s "
+                        "ms against %.2f: %s", step, check_s * 1e3, expected_s * 1e3,
+                        "-" if measured_before is None else f"{measured_before * 1e3:.2f}", control_expected * 1e3,
+                        "the machine's drift, the plan stays" if shared else "the plan's own drift, re-plan")
+        shared = self._broadcast(shared)
+        strategy, plan, order, _ = self._tried[back]
+        self._switch(step, strategy, plan, order, back_predicted, measured_before, "back")
+        if shared:
+            if self._is_root:  # the plan's pace on the machine as it is now, and the machine's for the next control
+                self._pace *= check_s / expected_s
+                self._expected_s = check_s
+            self._schedule_check(step)
+            return
+        self.replans += 1  # (below the cap: the check capped its decision)
+        self._tracer.completions = True
+        self._next_check = None
+        self._next_replan = replan_at(step, self.config)
+
+    def hold_checks(self, step: int | None = None) -> None:
+        """Every rank alike: no drift check from now on (``gradsched bench``'s counted rounds, which time the plan
+        ``auto`` settled on, one plan in a row).  What is under way ends as it would: a control window, a
+        re-plan's measuring window and the check of a re-plan's plan (which may revert it); :attr:`done` says
+        when nothing is left.  ``held_from``: the iteration of the latest call (``step``, else the next to start)."""
+        self.held_from = self.iteration if step is None else step
+        if self._next_control is None and self._next_replan is None and not self._checking_replan:
+            self._next_check = None
+
     def _revert(self, step: int, target: str, window: list[StepRecord]) -> None:
         """Every rank: go back to plan ``target`` (measured faster) and exclude the current strategy."""
         strategy, plan, order, predicted = self._tried[target]
@@ -403,6 +491,7 @@ class AutoTuner:
         predicted = self._broadcast(self.measurements.compared().get(target, predicted) if self._is_root else predicted)
         self._switch(step, strategy, plan, order, predicted, measured_before, "revert")
         self._expected_s = predicted
+        self._pace = 1.0  # (rank 0) expected as it measured in the trials, as every control plan
         logger.info("auto: iteration %d: %s measured slower than %s did; back to %s, %s excluded from now on", step,
                     self.rejected[-1], strategy, strategy, self.rejected[-1])
 
@@ -646,7 +735,12 @@ class AutoTuner:
             self._schedule_check(step, after_replan=reason == "replan")
 
     def _schedule_check(self, step: int, after_replan: bool = False) -> None:
-        # on PyTorch's DDP the checks (and their broadcasts) stop: what runs costs DDP's time alone
+        # on PyTorch's DDP the checks (and their broadcasts) stop: what runs costs DDP's time alone; held
+        # (hold_checks), only a re-plan's plan, which ran in no trial, is checked
+        self._checking_replan = after_replan  # the next check is a re-plan's plan's
+        if self.held_from is not None and not after_replan:
+            self._next_check = None
+            return
         self._next_check = next_check(step, self.config, self.replans, after_replan, is_torch_ddp(self._model.plan()))
 
     @property
@@ -891,7 +985,8 @@ class AutoTuner:
         """Nothing is left to decide: the trials are over and no check or re-plan is scheduled (the same on
         every rank).  On PyTorch's DDP the wrapper then stops calling :meth:`on_iteration_start`, so that
         what runs costs DDP's time alone."""
-        return self.trials_done and self._next_check is None and self._next_replan is None
+        return (self.trials_done and self._next_check is None and self._next_replan is None
+                and self._next_control is None)
 
     @property
     def measured_iteration_s(self) -> float | None:
@@ -903,7 +998,8 @@ class AutoTuner:
         return {"predicted_iteration_s": self.predicted_iteration_s, "expected_iteration_s": self._expected_s,
                 "settled_at": self.settled_at, "profiling_from": self._profile_from, "profiled_at": self._profiled_at,
                 "measured_iteration_s": self.measured_iteration_s, "replans": self.replans,
-                "trial_decision": self.trial_decision,
+                "held_from": self.held_from, "trial_decision": self.trial_decision,
                 "switches": [s.to_dict() for s in self.switches],
                 "checks": [{"iteration": c.iteration, "measured_s": c.measured_s, "predicted_s": c.predicted_s,
-                            "expected_s": c.expected_s, "replan": c.replan} for c in self.checks]}
+                            "expected_s": c.expected_s, "replan": c.replan, "action": c.action}
+                           for c in self.checks]}
