@@ -46,8 +46,8 @@ from pathlib import Path
 
 from gradsched.calibration import calibrate, with_runtime_costs
 from gradsched.cluster import STREAM, Cluster
-from gradsched.jobs.bench import (STREAM_EXPONENT, anchored_to_probe, ddp_first_bucket_mb, probe_alone_s,
-                                  with_phase_ratios, with_stream_cost)
+from gradsched.jobs.bench import (STREAM_EXPONENT, STREAM_QUEUE_GAIN, anchored_to_probe, ddp_first_bucket_mb,
+                                  probe_alone_s, with_phase_ratios, with_stream_cost)
 from gradsched.jobs.results import read_bench_row
 from gradsched.jobs.rounds import loaded_rounds
 from gradsched.planners import make_plan
@@ -77,7 +77,12 @@ def _plan(row: dict, profile: Profile, probe: dict, job: Cluster, first: bool):
 
 
 def _without_stream(cluster: Cluster) -> Cluster:
-    return dataclasses.replace(cluster, extra={k: x for k, x in cluster.extra.items() if k != STREAM})
+    """``cluster`` without its stream cost and its all-reduces' queued rule (the readings add them, or not)."""
+    extra = {k: x for k, x in cluster.extra.items() if k != STREAM}
+    queued = {k: x for k, x in (extra.get("queued") or {}).items() if k != "allreduce"}
+    if "queued" in extra:
+        extra["queued"] = queued
+    return dataclasses.replace(cluster, extra=extra)
 
 
 def _cores(row: dict) -> int:
@@ -87,8 +92,9 @@ def _cores(row: dict) -> int:
 
 
 def _reading(row0: dict, job: Cluster, anchor: bool, stream: bool, exponent: float | None, start_up: str,
-             least: bool) -> Cluster:
-    """The cluster a reading predicts with (see :func:`errors`)."""
+             least: bool, gain: float = 1.0) -> Cluster:
+    """The cluster a reading predicts with (see :func:`errors`); ``gain``: queued all-reduces' below the knee
+    (:data:`gradsched.jobs.bench.STREAM_QUEUE_GAIN`; 1: none)."""
     probe, cluster = row0["contention"], job
     if anchor and probe and "samples" in probe:
         samples = probe["samples"]["allreduce_alone_s"]
@@ -96,7 +102,7 @@ def _reading(row0: dict, job: Cluster, anchor: bool, stream: bool, exponent: flo
         cluster, _ = anchored_to_probe(job, probe["allreduce_bytes"], alone_s)
         cluster = resimulate.refit_contention(cluster, probe, bool(probe.get("history")))
         if stream:
-            cluster = with_stream_cost(cluster, probe["allreduce_bytes"], alone_s, _cores(row0), exponent)
+            cluster = with_stream_cost(cluster, probe["allreduce_bytes"], alone_s, _cores(row0), exponent, gain)
             if STREAM in cluster.extra and start_up != "table_start_up_s":
                 figures = {**cluster.extra[STREAM], "latency_s": _start_up_figures(row0, cluster)[start_up]}
                 cluster = dataclasses.replace(cluster, extra={**cluster.extra, STREAM: figures})
@@ -110,11 +116,12 @@ def bench_reading(row0: dict, exponent: float | None = STREAM_EXPONENT) -> Clust
     now: the reading "err10" (:func:`_reading`) with the longer of start-up and bytes (err11's
     :data:`gradsched.jobs.bench.STREAM_EXPONENT`; ``exponent=BLEND_EXPONENT``: err10's own)."""
     job = _without_stream(Cluster.from_dict(row0["cluster"]))
-    return _reading(row0, job, True, True, exponent, "table_start_up_s", True)
+    return _reading(row0, job, True, True, exponent, "table_start_up_s", True, STREAM_QUEUE_GAIN)
 
 
 def predicted_rows(path: Path, anchor: bool, first: bool, stream: bool = False, exponent: float | None = None,
-                   ddp_only: bool = False, start_up: str = "table_start_up_s", least: bool = False) -> Iterable[tuple]:
+                   ddp_only: bool = False, start_up: str = "table_start_up_s", least: bool = False,
+                   gain: float = 1.0) -> Iterable[tuple]:
     """Per row (an ``auto`` row without its plan left out; only PyTorch DDP's with ``ddp_only``): the row, the plan
     it is simulated on and the prediction (emulated seconds).  ``least`` (the reading "err10"): the probe's all-reduce
     taken at the least of its samples (:func:`gradsched.jobs.bench.probe_alone_s`) and the phases the table did not
@@ -124,7 +131,7 @@ def predicted_rows(path: Path, anchor: bool, first: bool, stream: bool = False, 
     row0, dilate = read_bench_row(rows[0])
     profile, probe = Profile.from_dict(row0["profile"]["measured"]), row0["contention"]
     job = _without_stream(Cluster.from_dict(row0["cluster"]))  # runs since issue 35 carry it: readings add it
-    cluster = _reading(row0, job, anchor, stream, exponent, start_up, least)
+    cluster = _reading(row0, job, anchor, stream, exponent, start_up, least, gain)
     compute_s = row0["compute_only"]["iteration_s_median"]
     for row in rows:
         if ddp_only and row["runs"] != "torch DDP":
@@ -153,7 +160,8 @@ def _start_up_figures(row0: dict, cluster: Cluster) -> dict[str, float]:
     probe, points = row0["contention"], cluster.extra.get("measured_points", {}).get("allreduce", [])
     small = [t for b, t in points if b <= 32768]
     n = probe["small_ops"]
-    return {"table_start_up_s": cluster.extra[STREAM]["latency_s"],
+    stream = cluster.extra[STREAM]  # its start-up the table's over the queue's gain, where it has one (ops13)
+    return {"table_start_up_s": stream["latency_s"] * stream.get("queue_gain", 1.0),
             "table_small_median_s": statistics.median(small) if small else float("nan"),
             "queued_small_s": statistics.median(probe["samples"]["small_ops_alone_s"]) / n,
             "queued_small_least_s": min(probe["samples"]["small_ops_alone_s"]) / n,
@@ -315,8 +323,8 @@ def tables(paths: list[Path]) -> int:
 # sample) and phase ratios.  "queued": the start-up a queued tiny all-reduce costs (the probe's 8 all-reduces of 4 KiB
 # issued at once, the least sample per operation, as err10 reads the probe's all-gradients all-reduce) in place of the
 # blocking table's 4 KiB time: a training step queues its all-reduces.  Named before runs11's runs were read.
-VARIANTS = {"err10": (BLEND_EXPONENT, "table_start_up_s"), "longer": (None, "table_start_up_s"),
-            "queued": (BLEND_EXPONENT, "queued_small_least_s"), "queued longer": (None, "queued_small_least_s")}
+VARIANTS = {"err10": (BLEND_EXPONENT, "table_start_up_s", 1.0), "longer": (None, "table_start_up_s", 1.0),
+            "queued": (BLEND_EXPONENT, "queued_small_least_s", 1.0), "queued longer": (None, "queued_small_least_s", 1.0)}
 
 
 def _kind(row: dict, two_phase: bool) -> str:
@@ -342,8 +350,8 @@ def variant_rows(path: Path) -> list[dict]:
     range of its counted rounds' medians (``in_rounds``), their spread, and the counted rounds that ran under load
     where the job recorded its load per round (``rounds_loaded``; None before err12)."""
     found: list[dict] = []
-    for name, (exponent, start_up) in VARIANTS.items():
-        rows = list(predicted_rows(path, True, True, True, exponent, start_up=start_up, least=True))
+    for name, (exponent, start_up, gain) in VARIANTS.items():
+        rows = list(predicted_rows(path, True, True, True, exponent, start_up=start_up, least=True, gain=gain))
         if not found:
             for row, plan, _ in rows:
                 two_phase = any(op.collective != "allreduce" for op in plan.operations)
@@ -444,7 +452,7 @@ def variants(paths: list[Path]) -> int:
             f"{c['median_abs']:6.1%}/{c['worst_abs']:6.1%} ({c['over_8pct']:2d})" for c in cells.values()))
     out = Path(_option("--out") or RESULTS / "predict_fixes_err12.json")
     out.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "variants": {
-        k: {"exponent": e, "start_up": s} for k, (e, s) in VARIANTS.items()}, "runs": sorted({r["run"] for r in rows}),
+        k: {"exponent": e, "start_up": s, "queue_gain": g} for k, (e, s, g) in VARIANTS.items()}, "runs": sorted({r["run"] for r in rows}),
         "summary": summary, "rows": rows}, indent=1))
     return 0
 
