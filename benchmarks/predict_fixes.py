@@ -27,8 +27,9 @@ the queued start-up against the table's, the blend against the longer), summaris
 ``ddp-5mb``, PyTorch DDP's other rows, gradsched's all-reduce plans, and since err12 the two-phase rows apart: ``dear``,
 ``fsdp2``, an ``auto`` that ran a decoupled plan) and, on 8 hosts, by the load the job ran beside (quiet: no counted
 round above the job's ``loaded_above`` where it recorded its load per round, since err12; else the 1-minute load at most
-:data:`QUIET_LOAD` after it, from its summary); writes ``benchmarks/results/predict_fixes_err12.json`` (or ``--out``;
-err11's run of it: ``predict_fixes_err11.json``).
+:data:`QUIET_LOAD` after it, from its summary); writes ``benchmarks/results/predict_fixes_ops13.json`` (or ``--out``;
+err11's and err12's runs of it: ``predict_fixes_err11.json``, ``predict_fixes_err12.json``); since ops13 with the reading
+"queue gain", the bench's pricing since ops13: the table's start-up over :data:`gradsched.jobs.bench.STREAM_QUEUE_GAIN`.
 Writes ``benchmarks/results/predict_fixes.json``, with the median and worst over the 8-host runs
 of the papers' models apart (``emulate_papers_*_8h*.json``), per model, over PyTorch DDP's rows alone,
 and over the runs the exponent was chosen on (:data:`CHOSEN_ON`) and those held out.
@@ -323,8 +324,11 @@ def tables(paths: list[Path]) -> int:
 # sample) and phase ratios.  "queued": the start-up a queued tiny all-reduce costs (the probe's 8 all-reduces of 4 KiB
 # issued at once, the least sample per operation, as err10 reads the probe's all-gradients all-reduce) in place of the
 # blocking table's 4 KiB time: a training step queues its all-reduces.  Named before runs11's runs were read.
+# ops13's "queue gain": the longer of start-up and bytes, the start-up the table's over the queue's gain (the bench's
+# pricing since ops13, gradsched.jobs.bench.STREAM_QUEUE_GAIN); "longer" is the bench's from err11 to it.
 VARIANTS = {"err10": (BLEND_EXPONENT, "table_start_up_s", 1.0), "longer": (None, "table_start_up_s", 1.0),
-            "queued": (BLEND_EXPONENT, "queued_small_least_s", 1.0), "queued longer": (None, "queued_small_least_s", 1.0)}
+            "queued": (BLEND_EXPONENT, "queued_small_least_s", 1.0), "queued longer": (None, "queued_small_least_s", 1.0),
+            "queue gain": (None, "table_start_up_s", STREAM_QUEUE_GAIN)}
 
 
 def _kind(row: dict, two_phase: bool) -> str:
@@ -423,7 +427,7 @@ def _show_rows(rows: list[dict]) -> None:
 
 def variants(paths: list[Path]) -> int:
     """:func:`variant_rows` over ``paths``, summarised (median / worst |error|, rows over 8%) by hosts, by row kind
-    and, on 8 hosts, by the load its rounds ran under (:func:`_era`); writes ``benchmarks/results/predict_fixes_err12.json``
+    and, on 8 hosts, by the load its rounds ran under (:func:`_era`); writes ``benchmarks/results/predict_fixes_ops13.json``
     (or ``--out FILE``)."""
     rows = [r for p in paths for r in variant_rows(p) if r["runtime_as_today"]]
     loads = job_loads(paths)
@@ -450,7 +454,7 @@ def variants(paths: list[Path]) -> int:
         summary[key] = cells
         print(f"{key:28s} {len(subsets[key]):3d} " + " ".join(
             f"{c['median_abs']:6.1%}/{c['worst_abs']:6.1%} ({c['over_8pct']:2d})" for c in cells.values()))
-    out = Path(_option("--out") or RESULTS / "predict_fixes_err12.json")
+    out = Path(_option("--out") or RESULTS / "predict_fixes_ops13.json")
     out.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "variants": {
         k: {"exponent": e, "start_up": s, "queue_gain": g} for k, (e, s, g) in VARIANTS.items()}, "runs": sorted({r["run"] for r in rows}),
         "summary": summary, "rows": rows}, indent=1))
