@@ -456,8 +456,8 @@ def variants(paths: list[Path]) -> int:
             f"{c['median_abs']:6.1%}/{c['worst_abs']:6.1%} ({c['over_8pct']:2d})" for c in cells.values()))
     out = Path(_option("--out") or RESULTS / "predict_fixes_ops13.json")
     out.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "variants": {
-        k: {"exponent": e, "start_up": s, "queue_gain": g} for k, (e, s, g) in VARIANTS.items()}, "runs": sorted({r["run"] for r in rows}),
-        "summary": summary, "rows": rows}, indent=1))
+        k: {"exponent": e, "start_up": s, "queue_gain": g} for k, (e, s, g) in VARIANTS.items()},
+        "runs": sorted({r["run"] for r in rows}), "summary": summary, "rows": rows}, indent=1))
     return 0
 
 
