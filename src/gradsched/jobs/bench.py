@@ -260,7 +260,9 @@ def with_stream_cost(cluster: Cluster, nbytes: int, measured_s: float, cores: in
     :data:`STREAM_EXPONENT`: the longer of the two).  The longer predicts the quiet 8-host jobs (median |error| 1.2%,
     worst 10.9%); in jobs run beside other sessions' work the small operations cost more than either figure, and p = 2
     left fewer rows over 8% there (7 against 13; median 2.4% against 3.2%: docs/notes/2026-12-err11.md).
-    Unchanged where either figure is missing."""
+    ``queue_gain`` (the bench's :data:`STREAM_QUEUE_GAIN`, recorded in the stream): the latency is the table's
+    divided by it, what a queued all-reduce's start-up costs (on runs12's DenseNet-201 its 52 all-reduces of 153 KB
+    went from 14.1% to 4.0% over).  Unchanged where either figure is missing."""
     import dataclasses
 
     from gradsched.cluster import STREAM
