@@ -27,10 +27,12 @@ the queued start-up against the table's, the blend against the longer), summaris
 ``ddp-5mb``, PyTorch DDP's other rows, gradsched's all-reduce plans, and since err12 the two-phase rows apart: ``dear``,
 ``fsdp2``, an ``auto`` that ran a decoupled plan) and, on 8 hosts, by the load the job ran beside (quiet: no counted
 round above the job's ``loaded_above`` where it recorded its load per round, since err12; else the 1-minute load at most
-:data:`QUIET_LOAD` after it, from its summary); writes ``benchmarks/results/predict_fixes_err12.json`` (or ``--out``;
-err11's run of it: ``predict_fixes_err11.json``).  Since tidy13 a gradsched row is read on the plan it ran, made again
-from its JSON and checked against its ``plan_hash`` (:func:`plan_as_run`), or left out with the reason (``skipped`` in
-the JSON): run-time ``auto`` planned from its own measured profile, and re-planned rows were off by up to 1048% (q12).
+:data:`QUIET_LOAD` after it, from its summary); writes ``benchmarks/results/predict_fixes_ops13.json`` (or ``--out``;
+err11's and err12's runs of it: ``predict_fixes_err11.json``, ``predict_fixes_err12.json``); since ops13 with the reading
+"queue gain", the bench's pricing since ops13: the table's start-up over :data:`gradsched.jobs.bench.STREAM_QUEUE_GAIN`.
+Since tidy13 a gradsched row is read on the plan it ran, made again from its JSON and checked against its ``plan_hash``
+(:func:`plan_as_run`), or left out with the reason (``skipped`` in the JSON): run-time ``auto`` planned from its own
+measured profile, and re-planned rows were off by up to 1048% (q12).
 Writes ``benchmarks/results/predict_fixes.json``, with the median and worst over the 8-host runs
 of the papers' models apart (``emulate_papers_*_8h*.json``), per model, over PyTorch DDP's rows alone,
 and over the runs the exponent was chosen on (:data:`CHOSEN_ON`) and those held out.
@@ -49,8 +51,8 @@ from pathlib import Path
 from gradsched.calibration import calibrate, with_runtime_costs
 from gradsched.cluster import STREAM, Cluster
 from gradsched.errors import GradschedError
-from gradsched.jobs.bench import (STREAM_EXPONENT, anchored_to_probe, ddp_first_bucket_mb, probe_alone_s,
-                                  with_phase_ratios, with_stream_cost)
+from gradsched.jobs.bench import (STREAM_EXPONENT, STREAM_QUEUE_GAIN, anchored_to_probe, ddp_first_bucket_mb,
+                                  probe_alone_s, with_phase_ratios, with_stream_cost)
 from gradsched.jobs.results import read_bench_row
 from gradsched.jobs.rounds import loaded_rounds
 from gradsched.plan import Plan
@@ -117,7 +119,12 @@ def _plan(row: dict, profile: Profile, probe: dict, job: Cluster, first: bool, a
 
 
 def _without_stream(cluster: Cluster) -> Cluster:
-    return dataclasses.replace(cluster, extra={k: x for k, x in cluster.extra.items() if k != STREAM})
+    """``cluster`` without its stream cost and its all-reduces' queued rule (the readings add them, or not)."""
+    extra = {k: x for k, x in cluster.extra.items() if k != STREAM}
+    queued = {k: x for k, x in (extra.get("queued") or {}).items() if k != "allreduce"}
+    if "queued" in extra:
+        extra["queued"] = queued
+    return dataclasses.replace(cluster, extra=extra)
 
 
 def _cores(row: dict) -> int:
@@ -127,8 +134,9 @@ def _cores(row: dict) -> int:
 
 
 def _reading(row0: dict, job: Cluster, anchor: bool, stream: bool, exponent: float | None, start_up: str,
-             least: bool) -> Cluster:
-    """The cluster a reading predicts with (see :func:`errors`)."""
+             least: bool, gain: float = 1.0) -> Cluster:
+    """The cluster a reading predicts with (see :func:`errors`); ``gain``: queued all-reduces' below the knee
+    (:data:`gradsched.jobs.bench.STREAM_QUEUE_GAIN`; 1: none)."""
     probe, cluster = row0["contention"], job
     if anchor and probe and "samples" in probe:
         samples = probe["samples"]["allreduce_alone_s"]
@@ -136,7 +144,7 @@ def _reading(row0: dict, job: Cluster, anchor: bool, stream: bool, exponent: flo
         cluster, _ = anchored_to_probe(job, probe["allreduce_bytes"], alone_s)
         cluster = resimulate.refit_contention(cluster, probe, bool(probe.get("history")))
         if stream:
-            cluster = with_stream_cost(cluster, probe["allreduce_bytes"], alone_s, _cores(row0), exponent)
+            cluster = with_stream_cost(cluster, probe["allreduce_bytes"], alone_s, _cores(row0), exponent, gain)
             if STREAM in cluster.extra and start_up != "table_start_up_s":
                 figures = {**cluster.extra[STREAM], "latency_s": _start_up_figures(row0, cluster)[start_up]}
                 cluster = dataclasses.replace(cluster, extra={**cluster.extra, STREAM: figures})
@@ -150,12 +158,12 @@ def bench_reading(row0: dict, exponent: float | None = STREAM_EXPONENT) -> Clust
     now: the reading "err10" (:func:`_reading`) with the longer of start-up and bytes (err11's
     :data:`gradsched.jobs.bench.STREAM_EXPONENT`; ``exponent=BLEND_EXPONENT``: err10's own)."""
     job = _without_stream(Cluster.from_dict(row0["cluster"]))
-    return _reading(row0, job, True, True, exponent, "table_start_up_s", True)
+    return _reading(row0, job, True, True, exponent, "table_start_up_s", True, STREAM_QUEUE_GAIN)
 
 
 def predicted_rows(path: Path, anchor: bool, first: bool, stream: bool = False, exponent: float | None = None,
                    ddp_only: bool = False, start_up: str = "table_start_up_s", least: bool = False,
-                   not_as_run: list[tuple[dict, str]] | None = None) -> Iterable[tuple]:
+                   not_as_run: list[tuple[dict, str]] | None = None, gain: float = 1.0) -> Iterable[tuple]:
     """Per row (an ``auto`` row without its plan left out; only PyTorch DDP's with ``ddp_only``): the row, the plan
     it is simulated on and the prediction (emulated seconds).  ``least`` (the reading "err10"): the probe's all-reduce
     taken at the least of its samples (:func:`gradsched.jobs.bench.probe_alone_s`) and the phases the table did not
@@ -166,7 +174,7 @@ def predicted_rows(path: Path, anchor: bool, first: bool, stream: bool = False, 
     row0, dilate = read_bench_row(rows[0])
     profile, probe = Profile.from_dict(row0["profile"]["measured"]), row0["contention"]
     job = _without_stream(Cluster.from_dict(row0["cluster"]))  # runs since issue 35 carry it: readings add it
-    cluster = _reading(row0, job, anchor, stream, exponent, start_up, least)
+    cluster = _reading(row0, job, anchor, stream, exponent, start_up, least, gain)
     compute_s = row0["compute_only"]["iteration_s_median"]
     for row in rows:
         if ddp_only and row["runs"] != "torch DDP":
@@ -199,7 +207,8 @@ def _start_up_figures(row0: dict, cluster: Cluster) -> dict[str, float]:
     probe, points = row0["contention"], cluster.extra.get("measured_points", {}).get("allreduce", [])
     small = [t for b, t in points if b <= 32768]
     n = probe["small_ops"]
-    return {"table_start_up_s": cluster.extra[STREAM]["latency_s"],
+    stream = cluster.extra[STREAM]  # its start-up the table's over the queue's gain, where it has one (ops13)
+    return {"table_start_up_s": stream["latency_s"] * stream.get("queue_gain", 1.0),
             "table_small_median_s": statistics.median(small) if small else float("nan"),
             "queued_small_s": statistics.median(probe["samples"]["small_ops_alone_s"]) / n,
             "queued_small_least_s": min(probe["samples"]["small_ops_alone_s"]) / n,
@@ -361,8 +370,11 @@ def tables(paths: list[Path]) -> int:
 # sample) and phase ratios.  "queued": the start-up a queued tiny all-reduce costs (the probe's 8 all-reduces of 4 KiB
 # issued at once, the least sample per operation, as err10 reads the probe's all-gradients all-reduce) in place of the
 # blocking table's 4 KiB time: a training step queues its all-reduces.  Named before runs11's runs were read.
-VARIANTS = {"err10": (BLEND_EXPONENT, "table_start_up_s"), "longer": (None, "table_start_up_s"),
-            "queued": (BLEND_EXPONENT, "queued_small_least_s"), "queued longer": (None, "queued_small_least_s")}
+# ops13's "queue gain": the longer of start-up and bytes, the start-up the table's over the queue's gain (the bench's
+# pricing since ops13, gradsched.jobs.bench.STREAM_QUEUE_GAIN); "longer" is the bench's from err11 to it.
+VARIANTS = {"err10": (BLEND_EXPONENT, "table_start_up_s", 1.0), "longer": (None, "table_start_up_s", 1.0),
+            "queued": (BLEND_EXPONENT, "queued_small_least_s", 1.0), "queued longer": (None, "queued_small_least_s", 1.0),
+            "queue gain": (None, "table_start_up_s", STREAM_QUEUE_GAIN)}
 
 
 def _kind(row: dict, two_phase: bool) -> str:
@@ -391,10 +403,10 @@ def variant_rows(path: Path) -> list[dict]:
     ``errors`` and ``in_rounds`` empty, after the others."""
     found: list[dict] = []
     not_as_run: list[tuple[dict, str]] = []
-    for name, (exponent, start_up) in VARIANTS.items():
+    for name, (exponent, start_up, gain) in VARIANTS.items():
         left_out: list[tuple[dict, str]] = []
         rows = list(predicted_rows(path, True, True, True, exponent, start_up=start_up, least=True,
-                                   not_as_run=left_out))
+                                   not_as_run=left_out, gain=gain))
         if not found:
             not_as_run = left_out
             for row, plan, _ in rows:
@@ -476,7 +488,7 @@ def _show_rows(rows: list[dict]) -> None:
 
 def variants(paths: list[Path]) -> int:
     """:func:`variant_rows` over ``paths``, summarised (median / worst |error|, rows over 8%) by hosts, by row kind
-    and, on 8 hosts, by the load its rounds ran under (:func:`_era`); writes ``benchmarks/results/predict_fixes_err12.json``
+    and, on 8 hosts, by the load its rounds ran under (:func:`_era`); writes ``benchmarks/results/predict_fixes_ops13.json``
     (or ``--out FILE``)."""
     found = [r for p in paths for r in variant_rows(p) if r["runtime_as_today"]]
     rows, skipped = [r for r in found if r["skipped"] is None], [r for r in found if r["skipped"] is not None]
@@ -507,10 +519,10 @@ def variants(paths: list[Path]) -> int:
         summary[key] = cells
         print(f"{key:28s} {len(subsets[key]):3d} " + " ".join(
             f"{c['median_abs']:6.1%}/{c['worst_abs']:6.1%} ({c['over_8pct']:2d})" for c in cells.values()))
-    out = Path(_option("--out") or RESULTS / "predict_fixes_err12.json")
+    out = Path(_option("--out") or RESULTS / "predict_fixes_ops13.json")
     out.write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "variants": {
-        k: {"exponent": e, "start_up": s} for k, (e, s) in VARIANTS.items()}, "runs": sorted({r["run"] for r in rows}),
-        "summary": summary, "rows": rows, "skipped": skipped}, indent=1))
+        k: {"exponent": e, "start_up": s, "queue_gain": g} for k, (e, s, g) in VARIANTS.items()},
+        "runs": sorted({r["run"] for r in rows}), "summary": summary, "rows": rows, "skipped": skipped}, indent=1))
     return 0
 
 

@@ -13,12 +13,14 @@ import statistics
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gradsched import Cluster, Profile, TensorProfile
 from gradsched.cluster import STREAM, stream_cost
 from gradsched.costs import CollectiveCost
 from gradsched.errors import FormatError
-from gradsched.jobs.bench import STREAM_EXPONENT, anchored_to_probe, with_stream_cost
+from gradsched.jobs.bench import STREAM_EXPONENT, STREAM_QUEUE_GAIN, anchored_to_probe, with_stream_cost
 from gradsched.plan import Plan, whole_tensor_ops
 from gradsched.planners import make_plan
 from gradsched.planners._collective import planning_cost
@@ -133,13 +135,42 @@ def _table() -> Cluster:
 
 def test_the_bench_takes_the_tables_start_up_and_the_probes_seconds_a_byte_where_ranks_share_cores():
     cluster = _table()
-    out = with_stream_cost(cluster, 10 << 20, 0.63, cores=2)
+    out = with_stream_cost(cluster, 10 << 20, 0.63, cores=2, queue_gain=1.0)
     assert STREAM_EXPONENT is None  # the longer of start-up and bytes (err11)
     assert out.extra[STREAM] == {"latency_s": pytest.approx(cluster.cost("allreduce").time_s(4096)),
                                  "s_per_byte": pytest.approx(0.63 / (10 << 20))}
     assert with_stream_cost(cluster, 10 << 20, 0.63, cores=2, exponent=2.0).extra[STREAM]["exponent"] == 2.0
     assert with_stream_cost(cluster, 10 << 20, 0.63, cores=8) is cluster  # a rank per core: the table as it is
     assert with_stream_cost(cluster, 0, 0.63, cores=2) is cluster and with_stream_cost(cluster, 1, 0.0, 2) is cluster
+
+
+def test_the_bench_divides_the_start_up_by_the_queues_gain_and_records_it():
+    """A step's all-reduces are queued on gloo's two threads, which overlap their start-ups (ops13): the stream's
+    start-up is the table's 4 KiB time over the gain, its seconds a byte the probe's; recorded, read back."""
+    cluster = _table()
+    table_s = cluster.cost("allreduce").time_s(4096)
+    assert STREAM_QUEUE_GAIN > 1.0
+    out = with_stream_cost(cluster, 10 << 20, 0.63, cores=2)
+    assert out.extra[STREAM] == {"latency_s": pytest.approx(table_s / STREAM_QUEUE_GAIN),
+                                 "s_per_byte": pytest.approx(0.63 / (10 << 20)), "queue_gain": STREAM_QUEUE_GAIN}
+    again = Cluster.from_dict(out.to_dict())
+    assert again.operation_cost("allreduce").time_s(4096) == pytest.approx(table_s / STREAM_QUEUE_GAIN, rel=1e-3)
+    assert again.operation_cost("allreduce").time_s(4 << 20) == pytest.approx(0.63 / (10 << 20) * (4 << 20), rel=1e-3)
+    assert with_stream_cost(cluster, 10 << 20, 0.63, cores=8) is cluster  # a rank per core: no stream, no gain
+    with pytest.raises(FormatError, match="queue_gain"):
+        Cluster.from_dict({**out.to_dict(), STREAM: {**out.extra[STREAM], "queue_gain": 0.5}})
+
+
+@given(gains=st.lists(st.floats(1.0, 2.0), min_size=2, max_size=2), latency_s=st.floats(0.01, 1.0))
+def test_a_larger_queue_gain_never_predicts_a_slower_step_and_spares_bytes_bound_plans(gains, latency_s):
+    """The three-tensor case (module docstring): a larger gain never slows the step; where every operation's bytes
+    (0.4 s and more at 1 ms a byte) outlast the table's start-up, the gain changes nothing."""
+    plain = Cluster.alpha_beta(latency_s, 1e-3, 8)
+    low, high = sorted(gains)
+    step = {g: _iteration(with_stream_cost(plain, 1000, 1.0, cores=2, queue_gain=g))[0] for g in (low, high)}
+    assert step[high] <= step[low] + 1e-9
+    if latency_s <= 0.4:  # no start-up above the least bytes
+        assert step[high] == pytest.approx(step[low])
 
 
 def test_bert_larges_many_operation_ddp_rows_on_8_hosts_are_predicted_within_a_few_percent():
@@ -156,8 +187,8 @@ def test_bert_larges_many_operation_ddp_rows_on_8_hosts_are_predicted_within_a_f
     profile = Profile.from_dict(first["profile"]["measured"])
     alone_s = statistics.median(probe["samples"]["allreduce_alone_s"])
     before, _ = anchored_to_probe(Cluster.from_dict(first["cluster"]), probe["allreduce_bytes"], alone_s)
-    after = with_stream_cost(before, probe["allreduce_bytes"], alone_s, cores=2, exponent=None)
-    blended = with_stream_cost(before, probe["allreduce_bytes"], alone_s, cores=2, exponent=2.0)
+    after = with_stream_cost(before, probe["allreduce_bytes"], alone_s, cores=2, exponent=None, queue_gain=1.0)
+    blended = with_stream_cost(before, probe["allreduce_bytes"], alone_s, cores=2, exponent=2.0, queue_gain=1.0)
     scaled = with_runtime_costs(calibrate(profile, first["compute_only"]["iteration_s_median"]), probe, True)
     errors = {}
     for row in rows:
@@ -191,6 +222,6 @@ def test_near_the_knee_the_blend_predicts_the_kept_ddp_rows_closer_than_the_long
     row = next(r for r in rows if r["strategy"] == strategy)
     cap = float(row["bucket_cap_mb"])
     plan = make_plan("ddp", profile, job, bucket_cap_mb=cap, first_bucket_mb=ddp_first_bucket_mb({"bucket_cap_mb": cap}, True))
-    longer, blend = (simulate(plan, scaled, with_stream_cost(anchored, probe["allreduce_bytes"], alone_s, 2, p),
+    longer, blend = (simulate(plan, scaled, with_stream_cost(anchored, probe["allreduce_bytes"], alone_s, 2, p, 1.0),
                               timeline=False).iteration_s / dilate / row["iteration_s_median"] - 1 for p in (None, 2.0))
     assert longer < -0.15 and abs(blend) < 0.15 and abs(blend) < abs(longer) - 0.05, (longer, blend)

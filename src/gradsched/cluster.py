@@ -60,8 +60,10 @@ OPTIONAL_FIELDS = ("contention", "topk_selection_s_per_nlogn", "source", "measur
 # Optional: an all-reduce of a training step's stream costs max(latency_s, s_per_byte * bytes), its start-up
 # overlapping its bytes, instead of the table's time (docs/cost-model.md, "Start-up or bytes"); with an
 # ``exponent`` p, (latency_s**p + (s_per_byte * bytes)**p) ** (1/p): the two overlap partly near where they are equal.
+# ``queue_gain`` (optional, at least 1) is recorded only: latency_s is the table's start-up divided by it (a step's
+# queued all-reduces overlap their start-ups: gradsched.jobs.bench.STREAM_QUEUE_GAIN).
 STREAM = "allreduce_stream"
-STREAM_FIELDS = ("latency_s", "s_per_byte", "exponent")
+STREAM_FIELDS = ("latency_s", "s_per_byte", "exponent", "queue_gain")
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,6 +409,8 @@ def stream_figures(data: Any, source: str = "<dict>") -> tuple[float, float, flo
     v.check_fields(data, STREAM_FIELDS, source, STREAM)
     figures = [v.number(v.require(data, k, source, STREAM), source, f"{STREAM}.{k}", positive=True, maximum=1e3)
                for k in ("latency_s", "s_per_byte")]
+    if "queue_gain" in data and v.number(data["queue_gain"], source, f"{STREAM}.queue_gain", maximum=64.0) < 1.0:
+        raise FormatError(source, f"{STREAM}.queue_gain", f"must be at least 1, got {data['queue_gain']}")
     exponent = None
     if "exponent" in data:
         exponent = v.number(data["exponent"], source, f"{STREAM}.exponent", maximum=64.0)
