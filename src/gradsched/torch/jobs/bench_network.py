@@ -13,7 +13,7 @@ import dataclasses
 import math
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch.distributed as dist
 
@@ -122,10 +122,8 @@ def _two_phase_rates(cluster: Cluster | None, names: list[str]) -> dict[str, tup
 def _time_two_phase(cluster: Cluster | None, measured_max: int, profile: Profile,
                     cfg: BenchConfig) -> dict[str, list[tuple[float, float]]]:
     """Where the table times reduce-scatters and all-gathers: those two also at the sizes a rank beyond the
-    table's top up to the model's largest group (:func:`~gradsched.net_extend.two_phase_sizes`, within
-    :data:`~gradsched.net_extend.TWO_PHASE_BUDGET_S`, estimated at the largest measured size's rate), as the
-    table times them; ``{name: [(bytes a rank, s), ...]}``.  Every rank calls it."""
-    from gradsched.net_extend import two_phase_sizes
+    table's top up to the model's largest group, or short of the groups the runtime sends as rings
+    (:func:`beyond_sizes`), as the table times them; ``{name: [(bytes a rank, s), ...]}``.  Every rank calls it."""
     from gradsched.planners.dear import largest_group_bytes
     from gradsched.torch.measure.netbench import measure_points, operations_for
 
@@ -135,13 +133,31 @@ def _time_two_phase(cluster: Cluster | None, measured_max: int, profile: Profile
     world = dist.get_world_size()
     rates = _two_phase_rates(cluster, names)
     sizes = None
-    if rates is not None:
-        top = min(b for b, _ in rates.values())
-        largest = -(-largest_group_bytes(profile) // world)
-        sizes = two_phase_sizes(top, largest, lambda b: operations_for(b * world, cfg.net_reps + 1)
-                                * sum(rate * b for _, rate in rates.values()))
+    if rates is not None and cluster is not None:
+        sizes = beyond_sizes(min(b for b, _ in rates.values()), largest_group_bytes(profile), world,
+                             cluster.backend == "nccl", lambda b: operations_for(b * world, cfg.net_reps + 1)
+                             * sum(rate * b for _, rate in rates.values()))
     sizes = _broadcast(sizes)
     return {n: measure_points(n, sizes, reps=cfg.net_reps, warmup=1) for n in names} if sizes else {}
+
+
+def beyond_sizes(top: int, group_bytes: int, world: int, nccl: bool, seconds_of: Callable[[int], float]) -> list[int]:
+    """The sizes a rank (ascending) above the phases' table's ``top`` at which :func:`_time_two_phase` times them:
+    :func:`~gradsched.net_extend.two_phase_sizes` up to the part of the model's largest group (``group_bytes``), within
+    :data:`~gradsched.net_extend.TWO_PHASE_BUDGET_S` (``seconds_of`` a size, both phases), but no size whose groups
+    the runtime sends as rings (:func:`~gradsched.costs.runs_ring`: gloo beyond two ranks, from 4 MiB a group).
+    Those the cluster prices as the ring over the all-reduce (:meth:`~gradsched.cluster.Cluster.phase_cost`, where
+    the table stops under the threshold): at 8 hosts timing them (512 KiB-2 MiB a rank) took 3.5-10 s of a ``dear``
+    row's start-up, the ring derived and the one timed were within 2% at 8-16 MiB a group, and the stored rows'
+    ``dear`` plans re-predict without them at -1.8% and +2.6% against -5.9% and -3.9% with them
+    (``benchmarks/dear_no_beyond.py``; docs/notes/2026-12-dear13.md)."""
+    from gradsched.costs import ring_min_bytes, runs_ring
+    from gradsched.net_extend import two_phase_sizes
+
+    largest = -(-group_bytes // world)
+    if runs_ring(world, largest * world, nccl):  # the largest power of two a rank whose groups go as all-to-alls
+        largest = min(largest, 1 << max(0, ((ring_min_bytes() - 1) // world).bit_length() - 1))
+    return [b for b in two_phase_sizes(top, largest, seconds_of) if not runs_ring(world, b * world, nccl)]
 
 
 def _measure_queued(cluster: Cluster | None, cfg: BenchConfig) -> dict[str, Any]:
