@@ -5,10 +5,11 @@
 
 For each kept 8-host ``gradsched bench --json`` run with a ``dear`` row whose table timed the two phases beyond its
 top (``two_phase_beyond_bytes``, :func:`gradsched.torch.jobs.bench_network._time_two_phase`), the bench's reading
-(``predict_fixes.bench_reading``) twice: "as run" (the file as it is) and "no rings timed" (the phases' points at sizes
-whose groups the runtime sends as rings left out, the table's line beyond its top refitted as the bench fits it:
+(``predict_fixes.bench_reading``) three times: "as run" (the file as it is), "no rings timed" (the phases' points at
+sizes whose groups the runtime sends as rings left out, the table's line beyond its top refitted as the bench fits it:
 :func:`gradsched.net_extend.extended_costs`; :meth:`gradsched.cluster.Cluster.phase_cost` then prices those groups
-as the ring derived from the all-reduce).  The ``dear`` plan that ran is ``dear`` planned on "as run" (its hash
+as the ring derived from the all-reduce) and "smallest ring timed" (of those points, the smallest size's kept: the
+line beyond it at its rate).  The ``dear`` plan that ran is ``dear`` planned on "as run" (its hash
 checked against the row's); it is simulated on both, beside ``dear`` planned anew on each.  The seconds those points
 took to time are estimated from their own times (the table's operations per size, as
 :func:`gradsched.torch.measure.netbench._time_collective` issues them).  No network: seconds.  Times in emulated
@@ -36,14 +37,13 @@ from gradsched.sim import simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-DEFAULT_RUNS = [RESULTS / f"emulate_papers_{m}.json" for m in (
-    "bert_base_8h_runs11", "bert_large_8h_runs11", "bert_large_8h_lead12", "bert_base_8h_a2a12")] + [
-    RESULTS / "bench_replay_bert_base_8h_dear13.json"]
+DEFAULT_RUNS = [RESULTS / "emulate_papers_bert_base_8h_a2a12.json", RESULTS / "bench_replay_bert_base_8h_dear13.json"]
 PHASES = ("reducescatter", "allgather")
 
 
-def without_rings(first: dict[str, Any]) -> tuple[dict[str, Any], float]:
-    """``first`` as if its table had not timed the phases at ring sizes, and the seconds timing them took (est.)."""
+def without_rings(first: dict[str, Any], keep_least: bool = False) -> tuple[dict[str, Any], float]:
+    """``first`` as if its table had not timed the phases at ring sizes (``keep_least``: but the smallest), and the
+    seconds timing those left out took (est.)."""
     cluster = Cluster.from_dict(first["cluster"])
     world, extra = cluster.world_size, cluster.extra
     points = {k: list(v) for k, v in extra["measured_points"].items()}
@@ -52,7 +52,10 @@ def without_rings(first: dict[str, Any]) -> tuple[dict[str, Any], float]:
     took = 0.0
     for name in PHASES:
         ring = [(b, t) for b, t in points[name] if runs_ring(world, float(b) * world, False)]
-        points[name] = [[b, t] for b, t in points[name] if not runs_ring(world, float(b) * world, False)]
+        least = min((b for b, _ in ring), default=None) if keep_least else None
+        ring = [(b, t) for b, t in ring if b != least]
+        points[name] = [[b, t] for b, t in points[name]
+                        if b == least or not runs_ring(world, float(b) * world, False)]
         took += sum(t * (1 + operations_for(int(b) * world, reps, run)) for b, t in ring)  # a warm-up, the reps' runs
     top = 2 << max(12, math.ceil(math.log2(max(first["profile"]["total_bytes"], 4096))))
     refit = extended_costs(points, list(PHASES), top)
@@ -67,14 +70,17 @@ def analyse(path: Path) -> dict[str, Any]:
     first, dilate = run.first, run.dilate
     dear_row = next(r for r in run.rows if r["strategy"] == "dear")
     stripped, took = without_rings(first)
-    readings = {"as run": bench_reading(first), "no rings timed": bench_reading(stripped)}
+    least, took_least = without_rings(first, keep_least=True)
+    readings = {"as run": bench_reading(first), "no rings timed": bench_reading(stripped),
+                "smallest ring timed": bench_reading(least)}
     ran = make_plan("dear", run.planned, readings["as run"])
     measured = dear_row["iteration_s_median"]
     out: dict[str, Any] = {"run": path.stem, "model": first.get("model"), "dilate": dilate, "measured_dear_s": measured,
                            "dear_ran": {"plan_hash": ran.hash, "row_plan_hash": dear_row["plan_hash"],
                                         "operations": len(ran.operations)},
                            "beyond_bytes": first["cluster"].get("two_phase_beyond_bytes"),
-                           "ring_points_took_s_est": took, "pricings": {}}
+                           "ring_points_took_s_est": took, "ring_points_but_smallest_took_s_est": took_least,
+                           "pricings": {}}
     for name, cluster in readings.items():
         dear = make_plan("dear", run.planned, cluster)
         ran_s = simulate(ran, run.scaled, cluster, timeline=False).iteration_s / dilate
@@ -98,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{100 * p['error']:+6.1f}% {p['dear_planned_s']:9.3f}  {p['dear_planned']}")
         d = r["dear_ran"]
         print(f"{'':40s} ran: hash {d['plan_hash']} (row's {d['row_plan_hash']}), {d['operations']} operations; "
-              f"beyond the table {r['beyond_bytes']} B a rank; the ring points took about {r['ring_points_took_s_est']:.1f} s")
+              f"beyond the table {r['beyond_bytes']} B a rank; the ring points took about {r['ring_points_took_s_est']:.1f} s, "
+              f"all but the smallest {r['ring_points_but_smallest_took_s_est']:.1f} s")
     if args.json:
         args.json.write_text(json.dumps({"command": " ".join(["python", *sys.argv]),
                                          "runs": [str(p.resolve().relative_to(ROOT)) for p in args.runs],

@@ -135,14 +135,15 @@ def test_the_bench_times_no_queue_where_its_groups_go_as_rings():
     assert phase_queue_sizes(rates, 3, False, 3) == [1 << 20]  # 3 MiB groups: all-to-alls; 12 MiB: rings
 
 
-def test_the_bench_times_no_phase_beyond_its_table_where_the_groups_go_as_rings():
-    """Groups from the ring threshold are priced as the ring over the all-reduce (dear13): beyond the table the
-    phases are timed only at sizes whose groups go as all-to-alls."""
+def test_the_bench_times_one_ring_size_beyond_its_table():
+    """A ring's seconds a byte are flat (dear13): beyond the table the phases are timed at sizes whose groups go as
+    all-to-alls and at the smallest whose groups go as rings, not at the larger ones."""
     from gradsched.torch.jobs.bench_network import beyond_sizes
 
     cheap = lambda b: 0.0  # noqa: E731  (every size fits the budget)
     group = 64 << 20  # the model's largest group: 8 MiB a rank on 8 ranks
-    assert beyond_sizes(256 << 10, group, 8, False, cheap) == []  # 8 ranks: 2 MiB groups on, all rings
-    assert beyond_sizes(128 << 10, group, 8, False, cheap) == [256 << 10]  # 2 MiB groups: all-to-alls
+    assert beyond_sizes(256 << 10, group, 8, False, cheap) == [512 << 10]  # 8 ranks: 4 MiB groups on are rings
+    assert beyond_sizes(512 << 10, group, 8, False, cheap) == []  # the table timed a ring already
+    assert beyond_sizes(256 << 10, group, 3, False, cheap) == [512 << 10, 2 << 20]  # 3 ranks: 1.5 MiB a2a, 6 MiB ring
     assert beyond_sizes(256 << 10, group, 8, True, cheap) == [512 << 10, 2 << 20, 8 << 20]  # NCCL: no rings
-    assert beyond_sizes(256 << 10, group, 2, False, cheap) == [512 << 10, 2 << 20, 8 << 20, 32 << 20]  # 2 ranks: no rings
+    assert beyond_sizes(256 << 10, group, 2, False, cheap) == [512 << 10, 2 << 20, 8 << 20, 32 << 20]  # 2 ranks

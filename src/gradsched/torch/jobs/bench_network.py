@@ -144,20 +144,22 @@ def _time_two_phase(cluster: Cluster | None, measured_max: int, profile: Profile
 def beyond_sizes(top: int, group_bytes: int, world: int, nccl: bool, seconds_of: Callable[[int], float]) -> list[int]:
     """The sizes a rank (ascending) above the phases' table's ``top`` at which :func:`_time_two_phase` times them:
     :func:`~gradsched.net_extend.two_phase_sizes` up to the part of the model's largest group (``group_bytes``), within
-    :data:`~gradsched.net_extend.TWO_PHASE_BUDGET_S` (``seconds_of`` a size, both phases), but no size whose groups
-    the runtime sends as rings (:func:`~gradsched.costs.runs_ring`: gloo beyond two ranks, from 4 MiB a group).
-    Those the cluster prices as the ring over the all-reduce (:meth:`~gradsched.cluster.Cluster.phase_cost`, where
-    the table stops under the threshold): at 8 hosts timing them (512 KiB-2 MiB a rank) took 3.5-10 s of a ``dear``
-    row's start-up, the ring derived and the one timed were within 2% at 8-16 MiB a group, and the stored rows'
-    ``dear`` plans re-predict without them at -1.8% and +2.6% against -5.9% and -3.9% with them
-    (``benchmarks/dear_no_beyond.py``; docs/notes/2026-12-dear13.md)."""
+    :data:`~gradsched.net_extend.TWO_PHASE_BUDGET_S` (``seconds_of`` a size, both phases), except that of the sizes
+    whose groups the runtime sends as rings (:func:`~gradsched.costs.runs_ring`: gloo beyond two ranks, from 4 MiB a
+    group) only the smallest is timed, the line beyond it going on at its rate (a ring's seconds a byte are flat:
+    at 8 hosts 30-31 ns a group byte at 4 and 16 MiB).  At 8 hosts the larger ones (up to 2 MiB a rank) took up to
+    7.4 s of a ``dear`` row's start-up, and its plan re-predicts without them as with them (-3.8% against -3.9%;
+    ``benchmarks/dear_no_beyond.py``, docs/notes/2026-12-dear13.md).  Timing no ring at all (the ring then priced
+    over the all-reduce) changed the plan and took its error from -3.9% to -7.5% in one run."""
     from gradsched.costs import ring_min_bytes, runs_ring
     from gradsched.net_extend import two_phase_sizes
 
-    largest = -(-group_bytes // world)
-    if runs_ring(world, largest * world, nccl):  # the largest power of two a rank whose groups go as all-to-alls
-        largest = min(largest, 1 << max(0, ((ring_min_bytes() - 1) // world).bit_length() - 1))
-    return [b for b in two_phase_sizes(top, largest, seconds_of) if not runs_ring(world, b * world, nccl)]
+    sizes = two_phase_sizes(top, -(-group_bytes // world), seconds_of)
+    kept = [b for b in sizes if not runs_ring(world, b * world, nccl)]
+    if len(kept) == len(sizes):
+        return sizes
+    least = 1 << max(0, math.ceil(math.log2(max(1, -(-ring_min_bytes() // world)))))  # a rank's part of the least ring
+    return sorted({*kept, least} if least > top else set(kept))
 
 
 def _measure_queued(cluster: Cluster | None, cfg: BenchConfig) -> dict[str, Any]:
