@@ -10,7 +10,8 @@ sizes whose groups the runtime sends as rings left out, the table's line beyond 
 :func:`gradsched.net_extend.extended_costs`; :meth:`gradsched.cluster.Cluster.phase_cost` then prices those groups
 as the ring derived from the all-reduce) and "smallest ring timed" (of those points, the smallest size's kept: the
 line beyond it at its rate).  The ``dear`` plan that ran is ``dear`` planned on "as run" (its hash
-checked against the row's); it is simulated on both, beside ``dear`` planned anew on each.  The seconds those points
+checked against the row's); it is simulated on each, beside ``dear`` planned anew on each; and ``dear``'s three fastest
+candidate groupings on "as run" (how near a tie its choice was).  The seconds those points
 took to time are estimated from their own times (the table's operations per size, as
 :func:`gradsched.torch.measure.netbench._time_collective` issues them).  No network: seconds.  Times in emulated
 seconds (the run's over its dilation).
@@ -32,12 +33,14 @@ from predict_fixes import bench_reading
 from gradsched.cluster import Cluster
 from gradsched.costs import runs_ring
 from gradsched.net_extend import extended_costs, operations_for
-from gradsched.planners import make_plan
+from gradsched.plan import Plan
+from gradsched.planners import dear, make_plan
 from gradsched.sim import simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-DEFAULT_RUNS = [RESULTS / "emulate_papers_bert_base_8h_a2a12.json", RESULTS / "bench_replay_bert_base_8h_dear13.json"]
+DEFAULT_RUNS = [RESULTS / "emulate_papers_bert_base_8h_a2a12.json"] + [
+    RESULTS / f"bench_replay_bert_base_8h_dear13{t}.json" for t in ("", "b", "c")]
 PHASES = ("reducescatter", "allgather")
 
 
@@ -65,6 +68,17 @@ def without_rings(first: dict[str, Any], keep_least: bool = False) -> tuple[dict
     return {**first, "cluster": out.to_dict()}, took
 
 
+def best_candidates(run: StoredBench, cluster: Cluster, k: int = 3) -> list[tuple[str, int, float]]:
+    """``dear``'s ``k`` fastest candidate groupings first-in first-out on ``cluster`` (:func:`dear.candidate_groupings`):
+    name, operations, simulated iteration (emulated s) on the planned profile, as ``planned`` ranks them."""
+    out = []
+    for name, groups in dear.candidate_groupings(run.planned, cluster):
+        ops = dear.two_phase_ops(groups, run.planned)
+        trial = Plan("dear", ops, run.planned.fingerprint, run.planned.model, scheduling="fifo", overlap_forward=True)
+        out.append((name, len(ops), simulate(trial, run.planned, cluster, timeline=False).iteration_s / run.dilate))
+    return sorted(out, key=lambda c: c[2])[:k]
+
+
 def analyse(path: Path) -> dict[str, Any]:
     run = StoredBench.read(path)
     first, dilate = run.first, run.dilate
@@ -80,7 +94,7 @@ def analyse(path: Path) -> dict[str, Any]:
                                         "operations": len(ran.operations)},
                            "beyond_bytes": first["cluster"].get("two_phase_beyond_bytes"),
                            "ring_points_took_s_est": took, "ring_points_but_smallest_took_s_est": took_least,
-                           "pricings": {}}
+                           "best_candidates_as_run": best_candidates(run, readings["as run"]), "pricings": {}}
     for name, cluster in readings.items():
         dear = make_plan("dear", run.planned, cluster)
         ran_s = simulate(ran, run.scaled, cluster, timeline=False).iteration_s / dilate
@@ -106,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'':40s} ran: hash {d['plan_hash']} (row's {d['row_plan_hash']}), {d['operations']} operations; "
               f"beyond the table {r['beyond_bytes']} B a rank; the ring points took about {r['ring_points_took_s_est']:.1f} s, "
               f"all but the smallest {r['ring_points_but_smallest_took_s_est']:.1f} s")
+        print(f"{'':40s} best candidates as run: " + ", ".join(f"{n} ({k}) {t * 1e3:.1f} ms"
+                                                           for n, k, t in r["best_candidates_as_run"]))
     if args.json:
         args.json.write_text(json.dumps({"command": " ".join(["python", *sys.argv]),
                                          "runs": [str(p.resolve().relative_to(ROOT)) for p in args.runs],
