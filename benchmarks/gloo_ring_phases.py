@@ -1,14 +1,16 @@
 """gloo's two phases over the testbed: the runtime's all-to-all form against rings of point-to-point messages (root).
 
     sudo python benchmarks/gloo_ring_phases.py [--hosts 8] [--rate 250mbit] [--mib 0.25,0.5,1,2,4,16] [--reps 5] \
-        [--queue-mib 0.25,1,2] [--tag T]
+        [--queue-mib 0.25,1,2] [--queue-depth 4] [--threads 2,4,8] [--tag T]
 
 For each size (MiB a rank's buffer holds), in every repetition and in turn: one ``all_reduce`` of the buffer; the
 runtime's reduce-scatter and all-gather as all-to-alls (``gradsched.torch.runtime.decoupled.reduce_scatter`` /
 ``all_gather`` with ``GRADSCHED_RING_MIN_BYTES`` out of reach: all-to-alls in pieces on threaded side groups); and
 the same two phases as rings (``gradsched.torch.runtime.ring``, what the runtime runs from ``RING_MIN_BYTES``).
 Each timed on the slowest rank after a barrier; medians over ``--reps``, and each phase against half the
-all-reduce (what a ring all-reduce's halves cost).  Prints a table and writes
+all-reduce (what a ring all-reduce's halves cost).  ``--threads`` (dear13): the queue timed again for each count of
+the phase groups' gloo threads (``decoupled.PHASE_THREADS``), in the order given and then reversed, so that a drift
+of the load shifts every count alike (``queued_by_threads``; ``0``: the queue as rings, key ``rings``).  Prints a table and writes
 ``benchmarks/results/gloo_ring_phases_{hosts}h_{rate}.json``.
 """
 
@@ -24,10 +26,12 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
 CASES = ("allreduce", "a2a_rs", "a2a_ag", "ring_rs", "ring_ag")
+RINGS = 0  # in --threads: the queue of rings (every group one), not all-to-alls on phase groups
 QUEUE_DEPTH = 4  # the bench's (gradsched.torch.jobs.bench_network.QUEUE_DEPTH)
 
 
-def worker(mibs: list[float], reps: int, out: str, queue_mibs: list[float]) -> None:
+def worker(mibs: list[float], reps: int, out: str, queue_mibs: list[float], depth: int = QUEUE_DEPTH,
+           threads: list[int] | None = None) -> None:
     from datetime import timedelta
 
     import torch
@@ -76,15 +80,31 @@ def worker(mibs: list[float], reps: int, out: str, queue_mibs: list[float]) -> N
         half = med["allreduce"] / 2
         rows.append({"mib_per_rank": mib, "median_s": med, "samples_s": samples,
                      "vs_half_allreduce": {c: med[c] / half for c in CASES if c != "allreduce"}})
-    queued = {}
-    if queue_mibs:  # as the bench's table times the queue (QUEUE_DEPTH issued together against one at a time)
+    queued: dict = {}
+    by_threads: dict[str, list] = {}
+    if queue_mibs:  # as the bench's table times the queue (depth issued together against one at a time)
         from gradsched.torch.measure.netbench import measure_queued
+        from gradsched.torch.runtime import decoupled
 
         per_rank = [int(m * (1 << 20)) // p // 4 * 4 for m in queue_mibs]
-        queued = {name: measure_queued(name, per_rank, (QUEUE_DEPTH,), reps=reps, warmup=1)
-                  for name in ("reducescatter", "allgather")}
+
+        def queue() -> dict:
+            return {name: measure_queued(name, per_rank, (depth,), reps=reps, warmup=1)
+                    for name in ("reducescatter", "allgather")}
+        if not threads:
+            queued = queue()
+        for t in [*(threads or []), *reversed(threads or [])]:
+            if t == RINGS:  # every group a ring (the runtime's form from RING_MIN_BYTES), on the ring groups
+                os.environ["GRADSCHED_RING_MIN_BYTES"] = "1"
+            else:
+                decoupled.PHASE_THREADS = t  # new phase groups of t threads (made on first use, on every rank)
+            try:
+                by_threads.setdefault("rings" if t == RINGS else str(t), []).append(queue())
+            finally:
+                os.environ.pop("GRADSCHED_RING_MIN_BYTES", None)
     if dist.get_rank() == 0:
         Path(out).write_text(json.dumps({"ranks": p, "reps": reps, "rows": rows, "queued_points": queued,
+                                         "queue_depth": depth, "queued_by_threads": by_threads,
                                          "load_1min": os.getloadavg()[0]}, indent=1) + "\n")
     dist.destroy_process_group()
 
@@ -99,13 +119,18 @@ def main() -> int:
     ap.add_argument("--queue-mib", default="", help="group sizes (MiB a rank's buffer holds) at which each phase is "
                     "also timed in a queue of 4 against one at a time, as the bench's table does (queued_points, "
                     "sizes a rank)")
+    ap.add_argument("--queue-depth", type=int, default=QUEUE_DEPTH, help="operations queued together (default: "
+                    "the bench's 4)")
+    ap.add_argument("--threads", default="", help="gloo threads of the phase groups to time the queue on, in turn "
+                    "(e.g. 2,4,8; 0: the queue as rings, every group one; default: the runtime's PHASE_THREADS only)")
     ap.add_argument("--tag", default="", help="suffix of the result file's name (keeps a stored sweep)")
     ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     mibs = [float(x) for x in args.mib.split(",")]
     queue_mibs = [float(x) for x in args.queue_mib.split(",") if x]
+    threads = [int(x) for x in args.threads.split(",") if x]
     if "RANK" in os.environ:  # launched by torchrun on a testbed host
-        worker(mibs, args.reps, args.worker_out, queue_mibs)
+        worker(mibs, args.reps, args.worker_out, queue_mibs, args.queue_depth, threads)
         return 0
     from gradsched.testbed import Testbed
 
@@ -114,7 +139,8 @@ def main() -> int:
     load0 = os.getloadavg()[0]
     with Testbed(hosts=args.hosts, rate=args.rate, prefix=args.prefix) as tb:
         job = tb.launch([os.path.abspath(__file__), "--mib", args.mib, "--reps", str(args.reps),
-                         "--queue-mib", args.queue_mib, "--worker-out", str(out.resolve())])
+                         "--queue-mib", args.queue_mib, "--queue-depth", str(args.queue_depth),
+                         "--threads", args.threads, "--worker-out", str(out.resolve())])
         codes = job.wait()
     if max(codes):
         return max(codes)
@@ -127,10 +153,19 @@ def main() -> int:
         m, v = r["median_s"], r["vs_half_allreduce"]
         print(f"{r['mib_per_rank']:5g} {m['allreduce'] * 1e3:11.1f} "
               + " ".join(f"{m[c] * 1e3:9.1f} ({v[c]:.2f})" for c in CASES[1:]))
+    d = args.queue_depth
     for name, depths in result.get("queued_points", {}).items():
-        for (b, alone), (_, queued) in zip(depths["1"], depths[str(QUEUE_DEPTH)]):
+        for (b, alone), (_, queued) in zip(depths["1"], depths[str(d)]):
             print(f"{name:13s} {b * args.hosts / (1 << 20):5g} MiB a group: {alone * 1e3:7.1f} ms alone, "
-                  f"{queued * 1e3:7.1f} per operation {QUEUE_DEPTH} queued ({alone / queued:.2f}x)")
+                  f"{queued * 1e3:7.1f} per operation {d} queued ({alone / queued:.2f}x)")
+    for t, passes in result.get("queued_by_threads", {}).items():
+        for name in ("reducescatter", "allgather"):
+            for i, (b, _) in enumerate(passes[0][name]["1"]):
+                alone = statistics.median(q[name]["1"][i][1] for q in passes)
+                queued = statistics.median(q[name][str(d)][i][1] for q in passes)
+                print(f"{t} threads {name:13s} {b * args.hosts / (1 << 20):5g} MiB a group: {alone * 1e3:7.1f} ms "
+                      f"alone, {queued * 1e3:7.1f} per operation {d} queued ({alone / queued:.2f}x; "
+                      f"passes {', '.join(f'{q[name][str(d)][i][1] * 1e3:.1f}' for q in passes)})")
     return 0
 
 

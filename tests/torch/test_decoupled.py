@@ -104,6 +104,7 @@ def _phases(rank: int, world: int) -> dict:
 
     os.environ["GRADSCHED_RING_MIN_BYTES"] = str(1 << 62)  # the all-to-alls, whatever the size (no ring)
     decoupled.CHUNK_BYTES = 128  # 16 doubles a rank a piece
+    decoupled.PHASE_THREADS = 3  # not gloo's default two (side_group's gloo options were dropped: dear13)
     gen = torch.Generator().manual_seed(rank)
     full = torch.randn(world * 50, generator=gen, dtype=torch.float64)  # 50 a rank: pieces of 16, 16, 16, 2
     mine = full.clone()
@@ -115,7 +116,11 @@ def _phases(rank: int, world: int) -> dict:
     gathered = decoupled.start_all_gather(full, shard, scratch, None, rank)
     for w in gathered:
         w.wait()
-    return {"mine": mine, "shard": shard.clone(), "full": full, "works": (len(scattered), len(gathered))}
+    world_group = torch.distributed.group.WORLD
+    threads = [g._get_backend(torch.device("cpu")).options._threads
+               for g in (decoupled.scatter_group(world_group), decoupled.gather_group(world_group))]
+    return {"mine": mine, "shard": shard.clone(), "full": full, "works": (len(scattered), len(gathered)),
+            "threads": threads}
 
 
 @pytest.mark.slow
@@ -127,6 +132,7 @@ def test_gloos_two_phases_go_in_pieces_and_together_make_the_all_reduce(world):
     pieces = [(a, min(a + step, 50 * world)) for a in range(0, 50 * world, step)]
     for rank, r in enumerate(results):
         assert r["works"] == (4, 4)  # one all-to-all each way a piece
+        assert r["threads"] == [3, 3]  # the phase groups run the gloo threads asked for
         assert torch.allclose(r["full"], total, rtol=0, atol=1e-12)  # every rank: the sum of every rank's
         mine = torch.cat([total[a:b].view(world, -1)[rank] for a, b in pieces])  # its part of each piece
         assert torch.allclose(r["shard"], mine, rtol=0, atol=1e-12)

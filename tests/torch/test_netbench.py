@@ -121,3 +121,29 @@ def test_ranks_per_node_and_testbed_flags_are_checked_before_launching(capsys):
     assert "does not divide --nproc 3" in capsys.readouterr().err
     assert cli(["netbench", "--rate", "100mbit", "--nproc", "2", "-o", "unused.json"]) == 2
     assert "give one" in capsys.readouterr().err
+
+
+def test_the_bench_times_no_queue_where_its_groups_go_as_rings():
+    """Rings of a group run one after another on one thread: a queue of them is the same operations one at a time
+    (dear13), so the bench's table times the queue only at sizes whose groups go as all-to-alls."""
+    from gradsched.torch.jobs.bench_network import phase_queue_sizes
+
+    rates = {"reducescatter": (16 << 20, 1e-9), "allgather": (16 << 20, 1e-9)}  # a fast link: every size fits
+    assert phase_queue_sizes(rates, 2, False, 3) == [1 << 20, 4 << 20, 16 << 20]  # two ranks: no rings
+    assert phase_queue_sizes(rates, 8, True, 3) == [1 << 20, 4 << 20, 16 << 20]  # NCCL: no rings
+    assert phase_queue_sizes(rates, 8, False, 3) == []  # 1 MiB a rank: 8 MiB groups, rings from 4 MiB
+    assert phase_queue_sizes(rates, 3, False, 3) == [1 << 20]  # 3 MiB groups: all-to-alls; 12 MiB: rings
+
+
+def test_the_bench_times_one_ring_size_beyond_its_table():
+    """A ring's seconds a byte are flat (dear13): beyond the table the phases are timed at sizes whose groups go as
+    all-to-alls and at the smallest whose groups go as rings, not at the larger ones."""
+    from gradsched.torch.jobs.bench_network import beyond_sizes
+
+    cheap = lambda b: 0.0  # noqa: E731  (every size fits the budget)
+    group = 64 << 20  # the model's largest group: 8 MiB a rank on 8 ranks
+    assert beyond_sizes(256 << 10, group, 8, False, cheap) == [512 << 10]  # 8 ranks: 4 MiB groups on are rings
+    assert beyond_sizes(512 << 10, group, 8, False, cheap) == []  # the table timed a ring already
+    assert beyond_sizes(256 << 10, group, 3, False, cheap) == [512 << 10, 2 << 20]  # 3 ranks: 1.5 MiB a2a, 6 MiB ring
+    assert beyond_sizes(256 << 10, group, 8, True, cheap) == [512 << 10, 2 << 20, 8 << 20]  # NCCL: no rings
+    assert beyond_sizes(256 << 10, group, 2, False, cheap) == [512 << 10, 2 << 20, 8 << 20, 32 << 20]  # 2 ranks

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+import sys
+import time
+from typing import Any, Callable
 
 import torch.distributed as dist
 
@@ -56,11 +58,13 @@ def _measure_cluster(profile: Profile, cfg: BenchConfig) -> Cluster:
     top = 2 << max(12, math.ceil(math.log2(max(profile.total_bytes, 4096))))
     measured_max, run = _measured_top(sizes_bytes(4096, min(top, MEASURED_MAX_BYTES)), cfg.net_reps)
     names = network_collectives(cfg)
+    clock = _PartClock()
     cluster = benchmark(min_bytes=4096, max_bytes=measured_max, reps=cfg.net_reps, warmup=1, collectives=names,
-                        max_run=run)
+                        max_run=run, report=clock.report)
     if cluster is not None and run < MAX_RUN:  # the samples between the rounds time as the table did
         cluster = dataclasses.replace(cluster, extra={**cluster.extra, "table_max_run": run})
     beyond = _time_two_phase(cluster, measured_max, profile, cfg)
+    clock.part("beyond the table")
     if cluster is not None and (top > measured_max or beyond):  # every timed collective, on its own line
         points = {**cluster.extra["measured_points"]}
         for name, more in beyond.items():
@@ -73,11 +77,37 @@ def _measure_cluster(profile: Profile, cfg: BenchConfig) -> Cluster:
             extra["two_phase_beyond_bytes"] = [int(b) for b, _ in next(iter(beyond.values()))]
         cluster = dataclasses.replace(cluster, collectives={**cluster.collectives, **extended}, extra=extra)
     queued = _measure_queued(cluster, cfg)
+    clock.part("queue")
+    clock.show()
     if cluster is not None and queued:
         cluster = dataclasses.replace(cluster, extra={**cluster.extra, **queued})
     trim_heap()  # the large sizes' buffers (up to 4 x 36 MiB a rank), freed below glibc's mmap threshold: else
     # they stay resident and the later phases grow on top (googlenet-k80, 4 hosts: 0.66 -> 0.93 GB a rank)
     return _broadcast(cluster)
+
+
+class _PartClock:
+    """Rank 0's seconds of each part of the network table (each collective's sizes, the phases beyond the table, the
+    queue), printed after it: the phase record has their sum only (docs/notes/2026-12-dear13.md)."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def part(self, name: str) -> None:
+        """The part ``name`` (or more of it) ends now."""
+        now = time.perf_counter()
+        self.parts[name] = self.parts.get(name, 0.0) + now - self._t
+        self._t = now
+
+    def report(self, line: str) -> None:
+        """``benchmark``'s report of one size (rank 0's): the collective named first gets the time since."""
+        self.part(line.split()[0])
+
+    def show(self) -> None:
+        if dist.get_rank() == 0:
+            print("[bench] network table's parts: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.parts.items()),
+                  file=sys.stderr, flush=True)
 
 
 def _two_phase_rates(cluster: Cluster | None, names: list[str]) -> dict[str, tuple[int, float]] | None:
@@ -92,10 +122,8 @@ def _two_phase_rates(cluster: Cluster | None, names: list[str]) -> dict[str, tup
 def _time_two_phase(cluster: Cluster | None, measured_max: int, profile: Profile,
                     cfg: BenchConfig) -> dict[str, list[tuple[float, float]]]:
     """Where the table times reduce-scatters and all-gathers: those two also at the sizes a rank beyond the
-    table's top up to the model's largest group (:func:`~gradsched.net_extend.two_phase_sizes`, within
-    :data:`~gradsched.net_extend.TWO_PHASE_BUDGET_S`, estimated at the largest measured size's rate), as the
-    table times them; ``{name: [(bytes a rank, s), ...]}``.  Every rank calls it."""
-    from gradsched.net_extend import two_phase_sizes
+    table's top up to the model's largest group, or short of the groups the runtime sends as rings
+    (:func:`beyond_sizes`), as the table times them; ``{name: [(bytes a rank, s), ...]}``.  Every rank calls it."""
     from gradsched.planners.dear import largest_group_bytes
     from gradsched.torch.measure.netbench import measure_points, operations_for
 
@@ -105,13 +133,33 @@ def _time_two_phase(cluster: Cluster | None, measured_max: int, profile: Profile
     world = dist.get_world_size()
     rates = _two_phase_rates(cluster, names)
     sizes = None
-    if rates is not None:
-        top = min(b for b, _ in rates.values())
-        largest = -(-largest_group_bytes(profile) // world)
-        sizes = two_phase_sizes(top, largest, lambda b: operations_for(b * world, cfg.net_reps + 1)
-                                * sum(rate * b for _, rate in rates.values()))
+    if rates is not None and cluster is not None:
+        sizes = beyond_sizes(min(b for b, _ in rates.values()), largest_group_bytes(profile), world,
+                             cluster.backend == "nccl", lambda b: operations_for(b * world, cfg.net_reps + 1)
+                             * sum(rate * b for _, rate in rates.values()))
     sizes = _broadcast(sizes)
     return {n: measure_points(n, sizes, reps=cfg.net_reps, warmup=1) for n in names} if sizes else {}
+
+
+def beyond_sizes(top: int, group_bytes: int, world: int, nccl: bool, seconds_of: Callable[[int], float]) -> list[int]:
+    """The sizes a rank (ascending) above the phases' table's ``top`` at which :func:`_time_two_phase` times them:
+    :func:`~gradsched.net_extend.two_phase_sizes` up to the part of the model's largest group (``group_bytes``), within
+    :data:`~gradsched.net_extend.TWO_PHASE_BUDGET_S` (``seconds_of`` a size, both phases), except that of the sizes
+    whose groups the runtime sends as rings (:func:`~gradsched.costs.runs_ring`: gloo beyond two ranks, from 4 MiB a
+    group) only the smallest is timed, the line beyond it going on at its rate (a ring's seconds a byte are flat:
+    at 8 hosts 30-31 ns a group byte at 4 and 16 MiB).  At 8 hosts the larger ones (up to 2 MiB a rank) took up to
+    7.4 s of a ``dear`` row's start-up, and its plan re-predicts without them as with them (-3.8% against -3.9%;
+    ``benchmarks/dear_no_beyond.py``, docs/notes/2026-12-dear13.md).  Timing no ring at all (the ring then priced
+    over the all-reduce) changed the plan and took its error from -3.9% to -7.5% in one run."""
+    from gradsched.costs import ring_min_bytes, runs_ring
+    from gradsched.net_extend import two_phase_sizes
+
+    sizes = two_phase_sizes(top, -(-group_bytes // world), seconds_of)
+    kept = [b for b in sizes if not runs_ring(world, b * world, nccl)]
+    if len(kept) == len(sizes):
+        return sizes
+    least = 1 << max(0, math.ceil(math.log2(max(1, -(-ring_min_bytes() // world)))))  # a rank's part of the least ring
+    return sorted({*kept, least} if least > top else set(kept))
 
 
 def _measure_queued(cluster: Cluster | None, cfg: BenchConfig) -> dict[str, Any]:
@@ -119,8 +167,11 @@ def _measure_queued(cluster: Cluster | None, cfg: BenchConfig) -> dict[str, Any]
     together beside one at a time (:func:`~gradsched.torch.measure.netbench.measure_queued`), at the groups'
     sizes within the table's range (:func:`~gradsched.net_extend.queue_sizes`); the cluster's ``queued_points``
     and fitted ``queued`` rule, which the simulator prices queued two-phase operations by (docs/cost-model.md,
-    "Queued streams").  Every rank calls it (``cluster``: rank 0's, None elsewhere)."""
-    from gradsched.net_extend import queue_sizes
+    "Queued streams").  Not at a size whose groups the runtime sends as rings (:func:`~gradsched.costs.runs_ring`):
+    its rings of a group run one after another on one thread (:func:`gradsched.torch.runtime.ring.submit`), so
+    a queue of them is the same operations one at a time; timing it at 8 hosts (1 MiB a rank, 8 MiB groups) took
+    about 14 s of a ``dear`` row's start-up (docs/notes/2026-12-dear13.md).  Every rank calls it (``cluster``:
+    rank 0's, None elsewhere)."""
     from gradsched.queued import fit_queued
     from gradsched.torch.measure.netbench import measure_queued
 
@@ -129,12 +180,10 @@ def _measure_queued(cluster: Cluster | None, cfg: BenchConfig) -> dict[str, Any]
         return {}
     rates = _two_phase_rates(cluster, names)
     sizes = None
-    if rates is not None:  # one at a time and queued, each QUEUE_DEPTH operations a repetition, after a warm-up
-        per_size = QUEUE_DEPTH * (2 * cfg.net_reps + 1)
-        sizes = queue_sizes(min(b for b, _ in rates.values()),
-                            lambda b: per_size * sum(rate * b for _, rate in rates.values()))
+    if rates is not None and cluster is not None:
+        sizes = phase_queue_sizes(rates, dist.get_world_size(), cluster.backend == "nccl", cfg.net_reps)
     sizes = _broadcast(sizes)
-    if not sizes:  # the table stops under the queue's sizes (8 emulated hosts): no rule, one at a time
+    if not sizes:  # the table stops under the queue's sizes, or its groups there go as rings: no rule, one at a time
         return {}
     points = {n: measure_queued(n, sizes, (QUEUE_DEPTH,), reps=cfg.net_reps, warmup=1) for n in names}
     rules = {n: r.to_dict() for n, q in points.items() if (r := fit_queued(q)) is not None}
@@ -142,6 +191,18 @@ def _measure_queued(cluster: Cluster | None, cfg: BenchConfig) -> dict[str, Any]
 
 
 QUEUE_DEPTH = 4
+
+
+def phase_queue_sizes(rates: dict[str, tuple[int, float]], world: int, nccl: bool, reps: int) -> list[int]:
+    """The sizes a rank :func:`_measure_queued` times the queue at: :func:`~gradsched.net_extend.queue_sizes` within
+    the phases' table (``rates``: :func:`_two_phase_rates`, each repetition QUEUE_DEPTH operations one at a time and
+    as many queued, after a warm-up), less those whose groups go as rings (:func:`~gradsched.costs.runs_ring`)."""
+    from gradsched.costs import runs_ring
+    from gradsched.net_extend import queue_sizes
+
+    per_size = QUEUE_DEPTH * (2 * reps + 1)
+    sizes = queue_sizes(min(b for b, _ in rates.values()), lambda b: per_size * sum(r * b for _, r in rates.values()))
+    return [b for b in sizes if not runs_ring(world, b * world, nccl)]
 
 
 def network_collectives(cfg: BenchConfig) -> list[str]:

@@ -55,22 +55,27 @@ from gradsched.costs import RING_MIN_BYTES as RING_MIN_BYTES  # re-exported: the
 from gradsched.costs import runs_ring
 from gradsched.errors import GradschedError
 from gradsched.plan import ALL_GATHER, REDUCE_SCATTER, Operation, Plan, gate_tensor
-from gradsched.torch.runtime.groups import side_group, uses_nccl
+from gradsched.torch.runtime.groups import gloo_thread_group, side_group, uses_nccl
 from gradsched.torch.runtime.layout import Piece
 from gradsched.torch.runtime.ops import OP_KINDS, wait_all
 from gradsched.torch.runtime.ring import RingWork, ring_all_gather, ring_reduce_scatter, submit
 
 GATHER_TIMEOUT_S = 1800.0  # the gather group's own timeout; each wait is bounded by the executor's
-# gloo: each phase of a group goes as collectives of at most this many bytes a rank, on groups running this many at
-# once.  One all-to-all or all-gather alone moved about half a shaped link's rate (2 testbed hosts at 1 Gbit/s, a
-# 16 MiB buffer: 142 and 112 ms; in 0.5-1 MiB pieces on 8 threads 74-86 and 72-80 ms); dear's GoogLeNet stream of
-# both phases 576 -> 515 ms (benchmarks/two_phase_pieces.py, docs/runtime.md)
+# gloo: each phase of a group goes as collectives of at most this many bytes a rank.  One all-to-all or all-gather
+# alone moved about half a shaped link's rate (2 testbed hosts at 1 Gbit/s, a 16 MiB buffer: 142 and 112 ms; in
+# 0.5-1 MiB pieces 74-86 and 72-80 ms); dear's GoogLeNet stream of both phases 576 -> 515 ms
+# (benchmarks/two_phase_pieces.py, docs/runtime.md; its groups asked for 8-16 threads and ran on gloo's two)
 CHUNK_BYTES = 512 << 10
-PHASE_THREADS = 8
+# ... on side groups of this many gloo worker threads each (gloo_thread_group; side_group's thread count was dropped by
+# torch 2.13, so these groups had always run on two).  8 testbed hosts at 250 Mbit/s, 8 all-to-alls queued, ms each
+# (reduce-scatter / all-gather): groups of 0.56 MiB (BERT-Base's dear) 21.0 / 19.7 on 2 threads, 23.5 / 22.0 on 8,
+# 21.3 / 22.9 on 1; of 2 MiB 88 / 86 on 2, 73 / 74 on 8 (benchmarks/results/gloo_ring_phases_8h_250mbit_dear13_threads2.json)
+PHASE_THREADS = 2
 # RING_MIN_BYTES (gloo beyond two ranks: a group of at least this many bytes goes as a ring) lives in gradsched.costs,
 # torch-free, where the simulator prices the phases by it; imported here under the same name.
-_GATHER_GROUPS: dict[int, dist.ProcessGroup] = {}
-_SCATTER_GROUPS: dict[int, dist.ProcessGroup] = {}
+# the phase groups, by the user's group and the threads asked (a benchmark may set PHASE_THREADS between runs)
+_GATHER_GROUPS: dict[tuple[int, int], dist.ProcessGroup] = {}
+_SCATTER_GROUPS: dict[tuple[int, int], dist.ProcessGroup] = {}
 _RING_GROUPS: dict[int, tuple[dist.ProcessGroup, dist.ProcessGroup]] = {}
 # PyTorch 2.13 renamed both (the old names warn FutureWarning on every call); older releases have the old only
 all_gather_single: Callable[..., Any] = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -96,19 +101,21 @@ def executable(plan: Plan, order: list[int]) -> tuple[Plan, list[int]]:
 
 def gather_group(group: dist.ProcessGroup) -> dist.ProcessGroup:
     """The side group the all-gathers of ``group``'s decoupled operations run on (made once, on every
-    rank at the same point: the first decoupled operation's construction, in plan order)."""
-    key = id(group)
+    rank at the same point: the first decoupled operation's construction, in plan order); on gloo alone,
+    with :data:`PHASE_THREADS` worker threads (:func:`gradsched.torch.runtime.groups.gloo_thread_group`:
+    ``side_group``'s gloo options are dropped by torch 2.13, which ran these groups on gloo's two)."""
+    key = (id(group), PHASE_THREADS)
     if key not in _GATHER_GROUPS:
-        _GATHER_GROUPS[key] = side_group(group, GATHER_TIMEOUT_S, PHASE_THREADS)
+        _GATHER_GROUPS[key] = gloo_thread_group(group, GATHER_TIMEOUT_S, PHASE_THREADS)
     return _GATHER_GROUPS[key]
 
 
 def scatter_group(group: dist.ProcessGroup) -> dist.ProcessGroup:
     """The side group the reduce-scatters of ``group``'s decoupled operations run on where gloo carries them
     (:data:`PHASE_THREADS` at once; made once, on every rank right after :func:`gather_group`)."""
-    key = id(group)
+    key = (id(group), PHASE_THREADS)
     if key not in _SCATTER_GROUPS:
-        _SCATTER_GROUPS[key] = side_group(group, GATHER_TIMEOUT_S, PHASE_THREADS)
+        _SCATTER_GROUPS[key] = gloo_thread_group(group, GATHER_TIMEOUT_S, PHASE_THREADS)
     return _SCATTER_GROUPS[key]
 
 
