@@ -140,8 +140,11 @@ def test_memory_check_counts_numbas_kernels_only_where_gradsched_jit_loads_them(
 
 
 # stored runs of the current design (shared model, the probe's buffers cut, numba left out: googlenet-k80's 128 tensors):
-# the default job verbatim (6 rows, run-time auto among them), and 12 rows (8 strategies, DDP's 4 bucket sizes)
-MEMORY_RUNS = ["bench_main_job_mem7.json", "bench_rows_mem7_googlenet_k80_2h_nodear.json", "bench_main_job_mem8.json"]
+# the default job verbatim (6 rows, run-time auto among them), and 12 rows (8 strategies, DDP's 4 bucket sizes); and
+# large parameters: LLaMA-7B at S = 128 on 2 hosts (210 MB; auto planned at start-up, and warmed up in situ),
+# since the probe's first restore no longer holds its buffer twice
+MEMORY_RUNS = ["bench_main_job_mem7.json", "bench_rows_mem7_googlenet_k80_2h_nodear.json", "bench_main_job_mem8.json",
+               "bench_replay_llama_7b_2h_mem13.json", "bench_replay_llama_7b_2h_mem13_insitu.json"]
 
 
 @pytest.mark.parametrize("name", MEMORY_RUNS)

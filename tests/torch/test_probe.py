@@ -352,3 +352,31 @@ def test_the_probes_step_writes_its_gradients_into_the_buffer_it_all_reduces(tmp
                    for p in wide.parameters())
     finally:
         dist.destroy_process_group()
+
+
+def test_the_probe_restores_a_buffer_already_its_size_in_place(tmp_path):
+    """``resize_`` allocates and copies even to a storage's own size: the probe's first restore, just after its
+    all-gradients buffer was made, held that buffer twice for a moment (LLaMA-7B at S = 128 on 2 hosts: the job's
+    peak).  A restore keeps a buffer that is already its size where it is (zeroed), and grows a released one back."""
+    import torch
+    import torch.distributed as dist
+
+    module = torch.nn.Linear(24, 4)
+    numel = sum(p.numel() for p in module.parameters())
+    spec = type("Spec", (), {"module": module, "loss_fn": staticmethod(lambda out, y: out.square().mean()),
+                             "make_batch": staticmethod(lambda n, g: (torch.randn(n, 24, generator=g), None))})()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        probe = ContentionProbe(spec, numel * 4, lr=0.1, seed=0, batch_size=2, step_s=1e-3, allreduce_s=1e-3)
+        probe._restore()
+        at = probe._big.untyped_storage().data_ptr()
+        probe._big.fill_(3.0)
+        probe._restore()
+        assert probe._big.untyped_storage().data_ptr() == at and probe._big.abs().sum() == 0
+        assert all(p.grad.untyped_storage().data_ptr() == at for p in module.parameters())
+        probe._release()
+        assert probe._big.untyped_storage().nbytes() == 0
+        probe._restore()
+        assert probe._big.untyped_storage().nbytes() == numel * 4 and probe._big.abs().sum() == 0
+    finally:
+        dist.destroy_process_group()

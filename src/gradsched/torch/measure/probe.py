@@ -69,6 +69,16 @@ PHASES = ("reducescatter", "allgather")  # the two-phase collectives the probe t
 RESAMPLE_MAX_BYTES = 4 << 20  # the network sizes sampled again: the latency-bound ones, whose times drift most
 
 
+def _grow(t: torch.Tensor) -> None:
+    """``t``'s storage back to ``t``'s size where :meth:`ContentionProbe._release` shrank it, contents undefined.
+    Not where it is that size already: ``resize_`` allocates and copies even to the same size, so the first
+    restore, just after the buffers were made, held the all-gradients buffer twice for a moment (LLaMA-7B at
+    S = 128 on 2 hosts: the job's peak, 1.18 GB a rank, in the probe's start: docs/notes/2026-12-mem13.md)."""
+    nbytes = t.numel() * t.element_size()
+    if t.untyped_storage().nbytes() != nbytes:
+        t.untyped_storage().resize_(nbytes)
+
+
 def slowest(per_rep: list[float]) -> list[float]:
     """Each repetition's slowest rank (a collective call: every rank passes its own times)."""
     t = torch.tensor(per_rep, dtype=torch.float64)
@@ -178,7 +188,7 @@ class ContentionProbe:
         Autograd adds each gradient into its view, the step zeroes them, as a runtime's buckets; the values, summed
         by the all-reduces under way, are the probe's to waste (it times them; a replay's values do not matter)."""
         for t in (self._big, self._shard):
-            t.untyped_storage().resize_(t.numel() * t.element_size())
+            _grow(t)
             t.zero_()
         if self._grad_views:
             offset = 0
