@@ -219,24 +219,7 @@ class AutoTuner:
             maxlen=max(config.switch_iteration, config.patience, config.trial_iterations, MAX_TRIAL_WINDOW) + 2)
         self._recent_s: deque[float] = deque(maxlen=1000)  # measured iteration times under the current plan
         self._points: dict[int, deque[float]] = {}
-        self._next_check: int | None = None
-        self._next_replan: int | None = None  # where a re-plan's measuring window ends
-        self._next_control: int | None = None  # where a control plan's window ends (a drifting check's: _control)
-        # every rank: the plan a control window left, its prediction; rank 0 also: the check's median and expectation
-        # (its drift: the ratio of the two)
-        self._control_from: tuple[str, float | None, float, float] | None = None
-        self.held_from: int | None = None  # iteration from which no drift check is made (hold_checks)
-        self._checking_replan = False  # the check scheduled is a re-plan's plan's (it may revert it)
-        # rank 0: the machine's pace against the trials' (a shared drift's factor: _control_done); a control plan is
-        # expected to run at what it measured in the trials times this, as the current plan at _expected_s
-        self._pace = 1.0
-        # What a check compares its measurement with (rank 0): after the trials, what the winner
-        # measured in them; after a plan, its prediction times the simulator's error on the plan
-        # just measured (both from the same measurements).  The simulator's own error on this
-        # machine is then not mistaken for drift: on 2 hosts sharing 2 cores (vgg, 1600mbit),
-        # every check was 15-25% above the raw prediction, and each re-plan left the trials'
-        # winner for a plan no one had measured.
-        self._expected_s: float | None = None
+        self._start_checks()
         self._trial_turns: list[str] = []  # plan hashes of the trial windows still to run, in order
         self._trial_candidates: list[str] = []  # the plans that take turns in the trials
         self._runoff: list[str] | None = None  # the plans of the run-off, once the rounds have ended
@@ -255,6 +238,27 @@ class AutoTuner:
         self._root = dist.get_global_rank(model.group, 0)
         self._initial = model.plan().hash  # the plan profiling runs (the executor's, traced)
         self._start_schedule()
+
+    def _start_checks(self) -> None:
+        """Every rank, at start-up: no drift check, re-plan or control window scheduled, none held."""
+        self._next_check: int | None = None
+        self._next_replan: int | None = None  # where a re-plan's measuring window ends
+        self._next_control: int | None = None  # where a control plan's window ends (a drifting check's: _control)
+        # every rank: the plan a control window left, its prediction; rank 0 also: the check's median and expectation
+        # (its drift: the ratio of the two)
+        self._control_from: tuple[str, float | None, float, float] | None = None
+        self.held_from: int | None = None  # iteration from which no drift check is made (hold_checks)
+        self._checking_replan = False  # the check scheduled is a re-plan's plan's (it may revert it)
+        # rank 0: the machine's pace against the trials' (a shared drift's factor: _control_done); a control plan is
+        # expected to run at what it measured in the trials times this, as the current plan at _expected_s
+        self._pace = 1.0
+        # What a check compares its measurement with (rank 0): after the trials, what the winner
+        # measured in them; after a plan, its prediction times the simulator's error on the plan
+        # just measured (both from the same measurements).  The simulator's own error on this
+        # machine is then not mistaken for drift: on 2 hosts sharing 2 cores (vgg, 1600mbit),
+        # every check was 15-25% above the raw prediction, and each re-plan left the trials'
+        # winner for a plan no one had measured.
+        self._expected_s: float | None = None
 
     def _start_schedule(self) -> None:
         """Every rank, at start-up: profiling from iteration 0, or, deferred, PyTorch's DDP until it pays."""
