@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import sys
 from pathlib import Path
 from typing import Any
 
-from dear_trials import StoredBench
+from dear_trials import StoredBench, write_runs
 from predict_fixes import bench_reading
 
 from gradsched.cluster import Cluster
@@ -123,9 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'':40s} best candidates as run: " + ", ".join(f"{n} ({k}) {t * 1e3:.1f} ms"
                                                            for n, k, t in r["best_candidates_as_run"]))
     if args.json:
-        args.json.write_text(json.dumps({"command": " ".join(["python", *sys.argv]),
-                                         "runs": [str(p.resolve().relative_to(ROOT)) for p in args.runs],
-                                         "results": results}, indent=1))
+        write_runs(args.json, args.runs, results)
     return 0
 
 

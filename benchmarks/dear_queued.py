@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from dear_trials import StoredBench, group_bytes
+from dear_trials import StoredBench, group_bytes, write_runs
 from predict_fixes import bench_reading
 
 from gradsched.calibration import lower_bound_s
@@ -127,9 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     results = [analyse(p, args.no_queue) for p in args.runs]
     print_table(results)
     if args.json:
-        args.json.write_text(json.dumps({"command": " ".join(["python", *sys.argv]),
-                                         "runs": [str(p.resolve().relative_to(ROOT)) for p in args.runs],
-                                         "results": results}, indent=1))
+        write_runs(args.json, args.runs, results)
     return 0
 
 

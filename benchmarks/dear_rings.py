@@ -21,13 +21,12 @@ reach the ring threshold.  No network: about a minute.  Times in emulated second
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from dear_trials import StoredBench, group_bytes, with_threshold
+from dear_trials import StoredBench, group_bytes, with_threshold, write_runs
 from predict_fixes import bench_reading
 
 from gradsched.calibration import lower_bound_s
@@ -110,9 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     results = [analyse(p) for p in args.runs]
     print_table(results)
     if args.json:
-        args.json.write_text(json.dumps({"command": " ".join(["python", *sys.argv]),
-                                         "runs": [str(p.resolve().relative_to(ROOT)) for p in args.runs],
-                                         "ring_min_bytes": RING_MIN_BYTES, "results": results}, indent=1))
+        write_runs(args.json, args.runs, results, ring_min_bytes=RING_MIN_BYTES)
     return 0
 
 

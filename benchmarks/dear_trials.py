@@ -98,6 +98,14 @@ class StoredBench:
                          first_bucket_mb=ddp_first_bucket_mb({} if cap == 25.0 else {"bucket_cap_mb": cap}, True))
 
 
+def write_runs(path: Path, runs: list[Path], results: list[dict[str, Any]], **extra: Any) -> None:
+    """A stored-bench benchmark's JSON: its command, the runs it read (relative to the repository), ``extra`` and
+    ``results``."""
+    path.write_text(json.dumps({"command": " ".join(["python", *sys.argv]),
+                                "runs": [str(p.resolve().relative_to(ROOT)) for p in runs], **extra,
+                                "results": results}, indent=1))
+
+
 def dear_runs(rows: list[dict[str, Any]]) -> list[tuple[str, float, float]]:
     """``(plan hash, measured s, predicted s then)`` of each ``dear`` plan the run ran: run-time ``auto``'s
     trials (median of its windows) and rows that ran ``dear`` for the whole job."""
